@@ -1,0 +1,45 @@
+"""Incremental detokenisation: one text piece per token, correct across multi-token characters.
+
+Byte-level tokenizers can split one character (an emoji, a CJK glyph) over several tokens, and
+SentencePiece tokenizers drop a word's leading space when a token is decoded alone. Decoding
+a short window that starts a few tokens back (as vLLM does) handles both: a piece is released
+only once it no longer ends in an incomplete character, so the pieces always concatenate to
+`tokenizer.decode(all_ids, skip_special_tokens=True)`.
+"""
+
+from __future__ import annotations
+
+REPLACEMENT = "\ufffd"
+
+
+class Detokenizer:
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.prefix = 0  # window start: decoding from here gives context for the next piece
+        self.read = 0  # tokens whose text has already been released
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+    def push(self, token_id: int) -> str:
+        """Add one token; return the text it completes ('' while a character is incomplete)."""
+        self.ids.append(token_id)
+        before = self._decode(self.ids[self.prefix : self.read])
+        after = self._decode(self.ids[self.prefix :])
+        if len(after) > len(before) and not after.endswith(REPLACEMENT):
+            self.prefix, self.read = self.read, len(self.ids)
+            return after[len(before) :]
+        return ""
+
+    @property
+    def text(self) -> str:
+        """The whole answer so far."""
+        return self._decode(self.ids)
+
+    def flush(self) -> str:
+        """Release whatever is held back at the end of the answer (an incomplete character)."""
+        before = self._decode(self.ids[self.prefix : self.read])
+        after = self._decode(self.ids[self.prefix :])
+        self.prefix = self.read = len(self.ids)
+        return after[len(before) :]

@@ -1,0 +1,130 @@
+"""Drafters: small causal LMs that propose the next tokens, each with its own KV cache.
+
+Two kinds sit behind the one `Drafter` class; they differ only in the prompt they are given:
+
+    text-only    a causal LM that sees the conversation's text with every image placeholder
+                 removed, and never the image (the paper's main drafter)
+    image-aware  a small LLaVA-architecture model that receives the image too (the paper's
+                 "LLaVA drafter with image adapter")
+
+The drafter's vocabulary may be a prefix of the target's (LLaVA-1.5: 32000 of 32064). Ids it
+lacks are kept out of its input, and its distribution `q` is zero on them. The engine talks to a
+drafter through three calls:
+
+    start(inputs)                 reset the cache and prefill the drafter's own prompt
+    draft(answer, n, ...)         feed the answer tokens not yet seen, propose up to n tokens
+    rollback(n_answer)            forget everything after the first n_answer answer tokens
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import torch
+from transformers import DynamicCache
+
+from demo.sampling import Sampling, sample, warp
+
+
+class Drafter:
+    def __init__(
+        self,
+        model,
+        *,
+        name: str,
+        kind: str,
+        target_vocab_size: int,
+        stop_ids: frozenset[int],
+        blocked_ids: frozenset[int] = frozenset(),
+    ):
+        assert kind in ("text-only", "image-aware"), kind
+        self.model = model
+        self.name = name
+        self.kind = kind
+        self.stop_ids = stop_ids
+        self.n_params = sum(p.numel() for p in model.parameters())
+        self.target_vocab_size = target_vocab_size
+        vocab_size = model.get_output_embeddings().weight.shape[0]
+        # Ids the drafter may propose: those it has, that the target can verify, minus the
+        # blocked ones (image placeholders: a drafted placeholder is never meaningful text).
+        self.usable = min(vocab_size, target_vocab_size)
+        allowed = torch.zeros(vocab_size, dtype=torch.bool)
+        allowed[: self.usable] = True
+        allowed[[i for i in blocked_ids if i < vocab_size]] = False
+        self.allowed = allowed.to(model.device)
+        self.blocked_ids = blocked_ids
+        self.cache: DynamicCache | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def feedable(self, token_id: int) -> bool:
+        return token_id < self.usable and token_id not in self.blocked_ids
+
+    @torch.inference_mode()
+    def start(self, inputs: dict) -> None:
+        """Prefill the drafter's own prompt (its input_ids, plus pixel_values if image-aware)."""
+        self.cache = DynamicCache(config=self.model.config)
+        self.model(**inputs, cache=self.cache, use_cache=True, logits_to_keep=1)
+        self.prompt_last = int(inputs["input_ids"][0, -1])
+        self.fed_positions: list[int] = []  # answer position of each answer token in the cache
+        self.fed_tokens: list[int] = []  # and its id
+        self.consumed = 0  # answer positions already fed or skipped
+
+    def _forward(self, ids: list[int]) -> torch.Tensor:
+        """Feed ids, return the logits for the token after them: [V]."""
+        input_ids = torch.tensor([ids], device=self.device)
+        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=1)
+        return out.logits[0, -1]
+
+    @torch.inference_mode()
+    def draft(
+        self, answer: list[int], n: int, sampling: Sampling, generator: torch.Generator
+    ) -> tuple[list[int], torch.Tensor]:
+        """Propose up to n tokens to follow `answer`.
+
+        Returns (drafts, q): drafts has at most n ids and is cut after a stop token (a drafter
+        never drafts past the end of the answer); q [len(drafts), target_vocab_size] holds the
+        distributions they were drawn from, zero on ids the drafter cannot propose.
+        """
+        # 1. catch up: feed the answer tokens this drafter has not seen (usually the target's
+        #    last token, or a bonus pair), skipping ids it lacks.
+        pending = [(i, answer[i]) for i in range(self.consumed, len(answer)) if self.feedable(answer[i])]
+        self.consumed = len(answer)
+        if pending:
+            self.fed_positions += [i for i, _ in pending]
+            self.fed_tokens += [tok for _, tok in pending]
+            ids = [tok for _, tok in pending]
+        else:
+            # Nothing new it can read: re-feed its last cached token to get fresh logits.
+            self.cache.crop(-1)
+            ids = [self.fed_tokens[-1] if self.fed_tokens else self.prompt_last]
+        logits = self._forward(ids)
+        # 2. draft one token at a time; each is fed back except the last.
+        drafts, qs = [], []
+        for step in range(n):
+            q = warp(logits.masked_fill(~self.allowed, float("-inf")), sampling)  # [V_d]
+            token = int(q.argmax()) if sampling.greedy else int(sample(q, generator))
+            drafts.append(token)
+            qs.append(q)
+            if token in self.stop_ids or step == n - 1:
+                break
+            self.fed_positions.append(len(answer) + step)
+            self.fed_tokens.append(token)
+            self.consumed = len(answer) + step + 1
+            logits = self._forward([token])
+        q = torch.zeros(len(qs), self.target_vocab_size, device=self.device)
+        if qs:
+            q[:, : self.usable] = torch.stack(qs)[:, : self.usable]
+        return drafts, q
+
+    def rollback(self, n_answer: int) -> None:
+        """Keep only what the cache holds for the first n_answer answer tokens."""
+        keep = bisect.bisect_left(self.fed_positions, n_answer)
+        drop = len(self.fed_positions) - keep
+        if drop:
+            self.cache.crop(-drop)  # crop(-k) removes the last k cached tokens
+            del self.fed_positions[keep:]
+            del self.fed_tokens[keep:]
+        self.consumed = min(self.consumed, n_answer)

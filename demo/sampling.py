@@ -1,0 +1,112 @@
+"""Warping and the speculative acceptance rule: pure functions of logits and probabilities.
+
+Names follow the speculative sampling papers (Leviathan et al. 2023, Chen et al. 2023):
+`p` is the target's distribution, `q` the drafter's, `gamma` the number of drafted tokens.
+
+Greedy verification accepts a draft exactly when it is the target's argmax. Sampling
+verification accepts draft x with probability min(1, p(x) / q(x)); at the first rejection it
+samples from the residual norm(max(0, p - q)); when every draft was accepted it samples a bonus
+token from p at the position after the last draft. The output is then distributed exactly as p,
+whatever q is. Temperature, top-k and top-p warp p and q identically, before either is used.
+
+All randomness comes from an explicit `torch.Generator`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Sampling:
+    greedy: bool = True  # argmax decoding; the warping fields below are then unused
+    temperature: float = 1.0  # > 0; divides the logits
+    top_k: int = 0  # keep the k most likely tokens; 0 keeps all
+    top_p: float = 1.0  # keep the smallest set whose probability reaches top_p; 1.0 keeps all
+    seed: int = 0  # seeds the run's torch.Generator
+
+
+def warp(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """Logits [..., V] -> probabilities [..., V] as used for decisions.
+
+    In greedy mode decisions use the argmax, and the softmax at temperature 1 is returned only
+    to report how confident each model was.
+    """
+    logits = logits.float()
+    if sampling.greedy:
+        return torch.softmax(logits, dim=-1)
+    logits = logits / sampling.temperature
+    if 0 < sampling.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, sampling.top_k, dim=-1).values[..., -1:]  # [..., 1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        sorted_probs = torch.softmax(sorted_logits, dim=-1)
+        # Drop a token when the tokens ranked above it already reach top_p; the first always stays.
+        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        drop_sorted = mass_before >= sampling.top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return torch.softmax(logits, dim=-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One draw per row of probs [..., V] -> ids [...]."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+
+
+def verify_greedy(target_logits: torch.Tensor, drafts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy verification.
+
+    target_logits [..., gamma+1, V]: the target's logits at each draft position and one past.
+    drafts [..., gamma]. Returns (n_accepted [...], next_token [...]): the number of leading drafts
+    equal to the target's argmax, and the target's argmax right after them (the correction at
+    the first mismatch, or the bonus token when all matched).
+    """
+    choice = target_logits.argmax(dim=-1)  # [..., gamma+1]
+    gamma = drafts.shape[-1]
+    match = (choice[..., :gamma] == drafts).long()  # [..., gamma]
+    n_accepted = match.cumprod(dim=-1).sum(dim=-1)  # [...]
+    next_token = choice.gather(-1, n_accepted.unsqueeze(-1)).squeeze(-1)
+    return n_accepted, next_token
+
+
+def acceptance_probs(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+    """min(1, p(x) / q(x)) for each draft x. p [..., >=gamma, V], q [..., gamma, V] -> [..., gamma]."""
+    gamma = drafts.shape[-1]
+    index = drafts.unsqueeze(-1)
+    p_x = p[..., :gamma, :].gather(-1, index).squeeze(-1)
+    q_x = q.gather(-1, index).squeeze(-1)
+    return torch.where(q_x > 0, (p_x / q_x.clamp_min(1e-30)).clamp(max=1.0), torch.ones_like(p_x))
+
+
+def verify_sampled(
+    p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rejection-sampling verification (Leviathan et al. 2023, Algorithm 1).
+
+    p [..., gamma+1, V]: target probabilities at each draft position and one past.
+    q [..., gamma, V]: drafter probabilities the drafts were sampled from.
+    drafts [..., gamma]. Returns (n_accepted [...], next_token [...]).
+    """
+    gamma = drafts.shape[-1]
+    # 1. accept draft i with probability min(1, p_i(x_i) / q_i(x_i)); keep the leading run.
+    u = torch.rand(drafts.shape, generator=generator, device=p.device)  # [..., gamma]
+    accepted = (u < acceptance_probs(p, q, drafts)).long()
+    n_accepted = accepted.cumprod(dim=-1).sum(dim=-1)  # [...]
+    # 2. the distribution of the next token: the residual at the first rejection, or p itself
+    #    one past the last draft when all were accepted (the bonus).
+    residual = (p[..., :gamma, :] - q).clamp_min(0.0)  # [..., gamma, V]
+    candidates = torch.cat([residual, p[..., gamma:, :]], dim=-2)  # [..., gamma+1, V]
+    index = n_accepted[..., None, None].expand(*n_accepted.shape, 1, p.shape[-1])
+    dist = candidates.gather(-2, index).squeeze(-2)  # [..., V]
+    # A residual is all zero only where p == q, and then that position rejects with
+    # probability 0; fall back to p so a float round-off cannot produce an empty distribution.
+    p_at = p.gather(-2, index).squeeze(-2)
+    empty = dist.sum(dim=-1, keepdim=True) <= 0
+    dist = torch.where(empty, p_at, dist)
+    next_token = sample(dist / dist.sum(dim=-1, keepdim=True), generator)
+    return n_accepted, next_token

@@ -1,0 +1,265 @@
+"""The decoding loops on tiny random models: exactness, stops, rollback, text pieces."""
+
+import itertools
+
+import pytest
+import tiny
+import torch
+from tokenizers import Tokenizer, models
+from transformers import PreTrainedTokenizerFast
+
+from demo import metrics
+from demo.drafters import Drafter
+from demo.events import PrefillEvent, RoundEvent, RunSummary, TokenEvent, Trace
+from demo.models import VocabMismatch, check_vocab_compatible
+from demo.sampling import Sampling
+from demo.speculative import Target, autoregressive_generate, speculative_generate
+
+GREEDY = Sampling()
+MAX_NEW = 24
+CASES = list(zip(tiny.images(len(tiny.QUESTIONS)), tiny.QUESTIONS))  # 11 image/prompt cases
+
+
+def spd(world, drafter, image, question, gamma, sampling=GREEDY, max_new=MAX_NEW, seed=0):
+    prompt = world.prompt(image, question, drafter)
+    events = speculative_generate(
+        world.target,
+        world.drafter(drafter),
+        prompt,
+        gamma=gamma,
+        sampling=sampling,
+        max_new_tokens=max_new,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    return Trace.of(events)
+
+
+def ar(world, image, question, sampling=GREEDY, max_new=MAX_NEW, seed=0):
+    events = autoregressive_generate(
+        world.target,
+        world.prompt(image, question),
+        sampling=sampling,
+        max_new_tokens=max_new,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    return Trace.of(events)
+
+
+@pytest.fixture(scope="module")
+def references(world):
+    """The target's own greedy `generate` for every case."""
+    refs = []
+    for image, question in CASES:
+        inputs = world.prompt(image, question).target_inputs
+        out = world.target.model.generate(
+            **inputs,
+            max_new_tokens=MAX_NEW,
+            do_sample=False,
+            eos_token_id=sorted(world.target.stop_ids),
+            pad_token_id=world.target.tokenizer.pad_token_id,
+        )
+        refs.append(out[0, inputs["input_ids"].shape[1] :].tolist())
+    return refs
+
+
+AGREEMENT = {  # drafter -> (lowest alpha over the cases, highest alpha)
+    "image-always": (1.0, 1.0),
+    "text-never": (0.0, 0.0),
+    "image-never": (0.0, 0.0),
+    "text-partly": (0.0, 1.0),
+    "image-partly": (0.0, 1.0),
+}
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 4, 8])
+@pytest.mark.parametrize("drafter", list(AGREEMENT))
+def test_greedy_speculative_output_identical_to_target_generate(world, references, drafter, gamma):
+    alphas = []
+    for (image, question), reference in zip(CASES, references):
+        trace = spd(world, drafter, image, question, gamma)
+        assert list(trace.summary.token_ids) == reference
+        alphas.append(metrics.alpha(trace))
+    low, high = AGREEMENT[drafter]
+    assert low <= min(alphas) and max(alphas) <= high
+    if drafter.endswith("partly"):  # partly: some cases accept some drafts, none accepts all
+        assert 0.0 < sum(alphas) / len(alphas) < 1.0
+
+
+def test_greedy_autoregressive_output_identical_to_target_generate(world, references):
+    for (image, question), reference in zip(CASES, references):
+        assert list(ar(world, image, question).summary.token_ids) == reference
+
+
+def test_event_stream_has_prefill_then_token_groups_then_summary(world):
+    image, question = CASES[0]
+    events = list(
+        speculative_generate(
+            world.target,
+            world.drafter("image-partly"),
+            world.prompt(image, question, "image-partly"),
+            gamma=4,
+            sampling=GREEDY,
+            max_new_tokens=MAX_NEW,
+            generator=torch.Generator().manual_seed(0),
+        )
+    )
+    assert isinstance(events[0], PrefillEvent) and isinstance(events[-1], RunSummary)
+    assert isinstance(events[1], TokenEvent) and events[1].round == 0 and events[1].kind == "target"
+    pending = []
+    for event in events[2:-1]:
+        if isinstance(event, TokenEvent):
+            pending.append(event)
+            continue
+        assert isinstance(event, RoundEvent)
+        assert [t.round for t in pending] == [event.index] * event.n_emitted
+        kinds = [t.kind for t in pending]
+        assert kinds[: event.n_accepted] == ["accepted"] * event.n_accepted
+        n = len(event.drafted_ids)
+        own = "resampled" if event.n_accepted < n else "bonus" if n else "target"  # no drafts: budget's last token
+        assert kinds[event.n_accepted :] == [own]
+        assert [t.token_id for t in pending] == [*event.drafted_ids[: event.n_accepted], event.target_id]
+        pending = []
+    clocks = [e.t for e in events]
+    assert clocks == sorted(clocks) and clocks[0] > 0
+
+
+def test_resampled_token_reports_the_rejected_draft(world):
+    trace = spd(world, "image-partly", *CASES[1], gamma=4)
+    resampled = [t for t in trace.tokens if t.kind == "resampled"]
+    assert resampled
+    for token in resampled:
+        r = trace.rounds[token.round - 1]
+        assert token.rejected_id == r.drafted_ids[r.n_accepted] != token.token_id
+        assert token.rejected_accept_prob == 0.0 and token.rejected_q is not None
+    for token in trace.tokens:
+        if token.kind == "accepted":
+            assert token.accept_prob == 1.0 and 0.0 < token.q <= 1.0
+
+
+def test_tau_counts_bonus_tokens_and_matches_the_rounds(world):
+    trace = spd(world, "image-always", *CASES[2], gamma=4)
+    # Always agreeing: every full round emits gamma drafts + 1 bonus.
+    full = [r for r in trace.rounds if r.stop is None]
+    assert all(r.n_emitted == 5 and r.n_accepted == 4 for r in full)
+    assert metrics.tau(trace) == (len(trace.tokens) - 1) / len(trace.rounds)
+    assert metrics.accept_length_histogram(trace, 4)[4] == len([r for r in trace.rounds if r.n_accepted == 4])
+
+
+def test_max_new_tokens_is_never_exceeded(world):
+    for drafter, gamma, max_new in itertools.product(["image-always", "text-partly"], [1, 3, 8], [1, 2, 5, 9]):
+        trace = spd(world, drafter, *CASES[3], gamma=gamma, max_new=max_new)
+        reference = ar(world, *CASES[3], max_new=max_new)
+        assert trace.summary.token_ids == reference.summary.token_ids
+        assert len(trace.summary.token_ids) <= max_new
+        if trace.summary.stop == "max_new_tokens":
+            assert len(trace.summary.token_ids) == max_new
+
+
+def with_stop(world, drafter: str, stop_id: int) -> tuple[Target, Drafter]:
+    """The same target and drafter, stopping at stop_id."""
+    target = world.target
+    stopping = Target(target.model, target.tokenizer, name="stop", stop_ids=frozenset({stop_id}))
+    d = world.drafter(drafter)
+    d2 = Drafter(
+        d.model, name=d.name, kind=d.kind, target_vocab_size=target.vocab_size, stop_ids=frozenset({stop_id}),
+        blocked_ids=d.blocked_ids,
+    )
+    return stopping, d2
+
+
+@pytest.mark.parametrize("drafter", ["image-always", "image-partly", "text-partly"])
+def test_generation_stops_at_the_first_stop_token_and_truncates_the_round(world, drafter):
+    image, question = CASES[4]
+    free = ar(world, image, question, max_new=MAX_NEW).summary.token_ids
+    k = 6
+    stop_id = free[k]
+    first = free.index(stop_id)
+    target, d = with_stop(world, drafter, stop_id)
+    for gamma in (1, 4, 8):
+        events = speculative_generate(
+            target, d, world.prompt(image, question, drafter), gamma=gamma, sampling=GREEDY,
+            max_new_tokens=MAX_NEW, generator=torch.Generator().manual_seed(0),
+        )
+        trace = Trace.of(events)
+        assert trace.summary.token_ids == free[: first + 1]
+        assert trace.summary.stop == "eos" and trace.rounds[-1].stop == "eos"
+        assert [r.stop for r in trace.rounds[:-1]] == [None] * (len(trace.rounds) - 1)
+    if drafter == "image-always" and first > 1:
+        # The drafter drafted the stop token and was accepted: the bonus after it is cut.
+        last = trace.rounds[-1]
+        assert last.drafted_ids[-1] == stop_id and last.n_emitted == last.n_accepted
+
+
+def test_text_pieces_concatenate_to_the_decoded_answer(world):
+    for drafter, (image, question) in itertools.product(["text-partly", "image-partly"], CASES):
+        for trace in (spd(world, drafter, image, question, 4), ar(world, image, question)):
+            decoded = world.target.tokenizer.decode(trace.summary.token_ids, skip_special_tokens=True)
+            assert "".join(t.text for t in trace.tokens) == decoded == trace.summary.text
+
+
+class RecordingTarget(Target):
+    """A target that remembers each decoding forward's input ids and logits."""
+
+    def forward(self, ids, cache):
+        logits = super().forward(ids, cache)
+        self.calls.append((list(ids), logits.clone()))
+        return logits
+
+
+def test_after_rejection_target_logits_equal_fresh_forward_over_same_prefix(world):
+    image, question = CASES[5]
+    t = world.target
+    target = RecordingTarget(t.model, t.tokenizer, name="rec", stop_ids=t.stop_ids)
+    target.calls = []
+    prompt = world.prompt(image, question, "image-partly")
+    trace = Trace.of(
+        speculative_generate(
+            target, world.drafter("image-partly"), prompt, gamma=4, sampling=GREEDY, max_new_tokens=MAX_NEW,
+            generator=torch.Generator().manual_seed(0),
+        )
+    )
+    answer = list(trace.summary.token_ids)
+    checked = 0
+    for r, (call_ids, logits) in zip(trace.rounds[1:], target.calls[1:]):
+        previous = trace.rounds[r.index - 2]
+        if previous.n_accepted == len(previous.drafted_ids):
+            continue  # only rounds right after a rejection
+        n_before = sum(x.n_emitted for x in trace.rounds[: r.index - 1]) + 1
+        assert call_ids[0] == answer[n_before - 1]
+        inputs = dict(prompt.target_inputs)
+        inputs["input_ids"] = torch.cat([inputs["input_ids"], torch.tensor([answer[:n_before]])], dim=1)
+        inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+        with torch.inference_mode():
+            fresh = t.model(**inputs).logits[0, -1]
+        torch.testing.assert_close(logits[0], fresh, rtol=1e-4, atol=1e-4)
+        assert logits[0].argmax() == fresh.argmax()
+        checked += 1
+    assert checked >= 2
+
+
+def test_drafter_with_prefix_vocabulary_never_proposes_ids_it_lacks(world, tok, references):
+    small = tiny.llama(tok)
+    small.resize_token_embeddings(len(tok) - 50)
+    lacking = Drafter(
+        small, name="small-vocab", kind="text-only", target_vocab_size=world.target.vocab_size,
+        stop_ids=world.target.stop_ids, blocked_ids=frozenset(),
+    )
+    world.drafters["small-vocab"] = lacking
+    for (image, question), reference in zip(CASES, references):
+        trace = spd(world, "small-vocab", image, question, gamma=4, sampling=Sampling(greedy=False, seed=1))
+        assert all(d < len(tok) - 50 for r in trace.rounds for d in r.drafted_ids)
+        trace = spd(world, "small-vocab", image, question, gamma=4)
+        assert list(trace.summary.token_ids) == reference
+    del world.drafters["small-vocab"]
+
+
+def test_vocab_check_refuses_a_drafter_whose_ids_mean_other_tokens(tok):
+    extended = tiny.tokenizer()
+    extended.add_tokens(["zzqx"])  # a new id past the end is fine: only shared ids are compared
+    check_vocab_compatible(tok, extended, "extended")
+    vocab = tok.get_vocab()
+    a, b = tok.convert_ids_to_tokens([100, 101])
+    vocab[a], vocab[b] = 101, 100
+    swapped = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")))
+    with pytest.raises(VocabMismatch, match=f"token id 100 is {b!r} for the drafter but {a!r} for the target"):
+        check_vocab_compatible(tok, swapped, "swapped")

@@ -1,0 +1,170 @@
+"""Tiny random-weight models of the real architectures, built from configs (no downloads).
+
+A LLaVA target (CLIP tower + projector + Llama LM), drafters of both kinds, a byte-level BPE
+tokenizer trained on a few sentences, and a LlavaProcessor around them. Every builder is seeded,
+so every test that uses them is deterministic.
+"""
+
+from __future__ import annotations
+
+import torch
+from PIL import Image
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    CLIPImageProcessorPil,
+    CLIPVisionConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    LlavaConfig,
+    LlavaForConditionalGeneration,
+    LlavaProcessor,
+    PreTrainedTokenizerFast,
+)
+
+SPECIALS = ["<unk>", "<pad>", "<image>", "<|user|>", "<|assistant|>", "<|end|>"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n"
+    "{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for part in m['content'] %}"
+    "{% if part['type'] == 'image' %}<image>\n{% else %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+CORPUS = [
+    "The image shows a red circle and a blue square.",
+    "What colour is the triangle? The triangle is green.",
+    "How many objects are there? There are three objects in the picture.",
+    "A small yellow star sits in the top left corner of the image.",
+    "Describe the scene in detail, naming every shape and colour you can see.",
+    "Is there a purple cross? No, there is no purple cross.",
+    "café naïve 猫 🐱 emoji and accents decode across several byte tokens",
+]
+QUESTIONS = [
+    "What colour is the circle?",
+    "Describe the image.",
+    "How many objects are there?",
+    "Is there a red square?",
+    "Where is the star?",
+    "What shape is in the top left?",
+    "Write a short caption.",
+    "Which object is the largest?",
+    "What is next to the blue triangle?",
+    "Tell me about the picture in detail.",
+    "猫 🐱 café?",
+]
+IMAGE_SIZE, PATCH = 32, 8
+IMAGE_TOKENS = (IMAGE_SIZE // PATCH) ** 2
+
+
+def tokenizer() -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(CORPUS * 4 + QUESTIONS, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        pad_token="<pad>",
+        eos_token="<|end|>",
+        extra_special_tokens={"image_token": "<image>"},
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def processor(tok: PreTrainedTokenizerFast) -> LlavaProcessor:
+    image_processor = CLIPImageProcessorPil(
+        size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}
+    )
+    return LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tok,
+        patch_size=PATCH,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        image_token="<image>",
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def llama_config(tok, hidden: int, layers: int) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=hidden * 4,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+    )
+
+
+def llava(tok, hidden: int = 64, layers: int = 2, seed: int = 0) -> LlavaForConditionalGeneration:
+    torch.manual_seed(seed)
+    config = LlavaConfig(
+        vision_config=CLIPVisionConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=IMAGE_SIZE,
+            patch_size=PATCH,
+        ),
+        text_config=llama_config(tok, hidden, layers),
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+        image_seq_length=IMAGE_TOKENS,
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+    )
+    model = LlavaForConditionalGeneration(config).eval()
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    # Random weights barely look at the image; make the image matter to the output.
+    with torch.no_grad():
+        model.model.multi_modal_projector.linear_2.weight.mul_(8.0)
+    return model
+
+
+def llama(tok, hidden: int = 32, layers: int = 1, seed: int = 1) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(llama_config(tok, hidden, layers)).eval()
+    model.generation_config.eos_token_id = tok.eos_token_id
+    return model
+
+
+def text_part_of(target: LlavaForConditionalGeneration, tok) -> LlamaForCausalLM:
+    """The target's own language model as a standalone text-only causal LM (it partly agrees)."""
+    text_config = target.config.text_config
+    model = LlamaForCausalLM(text_config).eval()
+    model.model.load_state_dict(target.model.language_model.state_dict())
+    model.lm_head.load_state_dict(target.lm_head.state_dict())
+    model.generation_config.eos_token_id = tok.eos_token_id
+    return model
+
+
+def noisy_copy(target: LlavaForConditionalGeneration, scale: float, seed: int = 2) -> LlavaForConditionalGeneration:
+    """An image-aware drafter that agrees with the target more or less, by how much noise."""
+    torch.manual_seed(seed)
+    model = LlavaForConditionalGeneration(target.config).eval()
+    model.load_state_dict(target.state_dict())
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * scale * p.std().clamp_min(1e-3))
+    return model
+
+
+def images(n: int) -> list[Image.Image]:
+    """n distinct, seeded images: noise, stripes and flat colours."""
+    g = torch.Generator().manual_seed(123)
+    out = []
+    for i in range(n):
+        pixels = torch.randint(0, 256, (IMAGE_SIZE * 2, IMAGE_SIZE * 2, 3), generator=g, dtype=torch.uint8)
+        if i % 3 == 1:
+            pixels[:, : IMAGE_SIZE] = torch.tensor([255 - 20 * i, 40, 20 * i], dtype=torch.uint8)
+        out.append(Image.fromarray(pixels.numpy(), "RGB"))
+    return out
