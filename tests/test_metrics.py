@@ -1,0 +1,125 @@
+"""Metrics and the race, on hand-built event streams with known answers."""
+
+import math
+
+import pytest
+
+from demo import metrics
+from demo.events import PrefillEvent, RoundEvent, RunSummary, TokenEvent, Trace
+from demo.race import race
+
+
+def round_event(index, drafted, n_accepted, n_emitted=None, t=0.0, stop=None):
+    return RoundEvent(
+        index=index,
+        drafted_ids=tuple(range(drafted)),
+        drafted_texts=("x",) * drafted,
+        n_accepted=n_accepted,
+        target_id=99,
+        n_emitted=n_accepted + 1 if n_emitted is None else n_emitted,
+        stop=stop,
+        draft_seconds=0.0,
+        verify_seconds=0.0,
+        t=t,
+    )
+
+
+def spd_trace(rounds, gamma=4, target_params=1000, drafter_params=50, prefill_t=1.0, end_t=3.0):
+    """A speculative trace with the given (drafted, accepted) rounds; t grows linearly to end_t."""
+    trace = Trace()
+    trace.add(PrefillEvent("speculative", 10, 8, 0.8, 0.2, t=prefill_t))
+    trace.add(TokenEvent(index=0, token_id=1, text="a", kind="target", round=0, p=0.9, t=prefill_t))
+    n = 1
+    for i, (drafted, n_acc) in enumerate(rounds, start=1):
+        t = prefill_t + (end_t - prefill_t) * i / len(rounds)
+        for j in range(n_acc + 1):
+            kind = "accepted" if j < n_acc else ("resampled" if n_acc < drafted else "bonus")
+            trace.add(TokenEvent(index=n, token_id=5, text="b", kind=kind, round=i, p=0.5, t=t))
+            n += 1
+        trace.add(round_event(i, drafted, n_acc, t=t))
+    trace.add(
+        RunSummary("speculative", (1,) * n, "ab", "eos", gamma, "d", target_params, drafter_params, prefill_t,
+                   end_t - prefill_t, len(rounds), t=end_t)
+    )
+    return trace
+
+
+ROUNDS = [(4, 4), (4, 0), (4, 2), (4, 1)]  # accepted 7 of 16 drafts; 4 + 0 + 2 + 1 + 4 own tokens
+
+
+def test_tau_is_decoded_tokens_per_target_forward_with_bonus_counted():
+    trace = spd_trace(ROUNDS)
+    assert metrics.decode_tokens(trace) == 11
+    assert metrics.tau(trace) == 11 / 4
+
+
+def test_alpha_is_accepted_over_drafted():
+    assert metrics.alpha(spd_trace(ROUNDS)) == 7 / 16
+
+
+def test_acceptance_by_position_conditions_on_the_draft_being_proposed():
+    trace = spd_trace([(4, 4), (2, 1), (1, 0)])
+    # position 1: proposed in 3 rounds, accepted in 2; position 2: proposed in 2, accepted in 1
+    assert metrics.acceptance_by_position(trace, 4) == [2 / 3, 1 / 2, 1.0, 1.0]
+
+
+def test_accept_length_histogram_counts_rounds_by_accepted_drafts():
+    assert metrics.accept_length_histogram(spd_trace(ROUNDS), 4) == [1, 1, 1, 0, 1]
+
+
+def test_mbsu_discounts_tau_by_drafting_cost():
+    trace = spd_trace(ROUNDS, gamma=4, target_params=1000, drafter_params=50)
+    assert metrics.param_ratio(trace) == 0.05
+    assert metrics.mbsu(metrics.tau(trace), 4, 0.05) == pytest.approx((11 / 4) / 1.2)
+
+
+def test_tokens_per_second_excludes_the_prefill():
+    trace = spd_trace(ROUNDS, prefill_t=1.0, end_t=3.0)
+    assert metrics.tokens_per_second(trace) == 11 / 2.0
+
+
+def test_speedup_is_the_throughput_ratio():
+    spd = spd_trace(ROUNDS, prefill_t=1.0, end_t=3.0)
+    ar = spd_trace([(0, 0)] * 11, gamma=0, prefill_t=1.0, end_t=12.0)
+    assert metrics.tau(ar) == 1.0
+    assert metrics.speedup(spd, ar) == pytest.approx((11 / 2) / (11 / 11))
+
+
+def test_cost_model_prediction():
+    assert metrics.predicted_speedup(3.0, gamma=4, t1=10.0, t_verify=20.0, t_draft=1.0) == 30 / 24
+
+
+def test_truncated_round_counts_only_emitted_tokens():
+    trace = spd_trace([(4, 4)])
+    trace.rounds[0] = round_event(1, 4, 4, n_emitted=4, stop="eos")
+    assert metrics.tau(trace) == 4.0
+
+
+def test_metrics_of_an_empty_decode_are_nan_not_errors():
+    trace = Trace()
+    trace.add(PrefillEvent("speculative", 10, 8, 0.8, 0.2, t=1.0))
+    assert math.isnan(metrics.tau(trace)) and math.isnan(metrics.alpha(trace))
+
+
+def test_running_tau_after_each_round():
+    assert metrics.running_tau(spd_trace(ROUNDS)) == [5 / 1, 6 / 2, 9 / 3, 11 / 4]
+
+
+class Clocked:
+    def __init__(self, t):
+        self.t = t
+
+
+def test_race_advances_the_lane_whose_clock_is_behind():
+    slow = iter([Clocked(2.0), Clocked(4.0), Clocked(6.0)])
+    fast = iter([Clocked(1.0), Clocked(1.5), Clocked(5.0), Clocked(5.5)])
+    order = [(lane, e.t) for lane, e in race({"slow": slow, "fast": fast})]
+    assert order == [
+        ("slow", 2.0),  # tie at 0: first lane listed
+        ("fast", 1.0),
+        ("fast", 1.5),
+        ("fast", 5.0),
+        ("slow", 4.0),
+        ("slow", 6.0),
+        ("fast", 5.5),
+    ]
