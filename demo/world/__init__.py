@@ -1,0 +1,12 @@
+"""The embedded multimodal world: synthetic scenes, their tasks, and the models trained on them.
+
+Contract: importing this package is cheap (no torch, no model loading). `ASSETS` is where the
+trained models live: ASSETS / "target" (LLaVA), "drafter-text" (Llama, never sees the image),
+"drafter-image" (small LLaVA), "examples" (held-out gallery). Submodules:
+`scenes` (what is drawn), `tasks` (questions and reference answers), `scoring` (what counts as
+correct), `text` (tokenizer, chat template, processor), `train` and `evaluate` (the commands).
+"""
+
+from pathlib import Path
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets" / "world"

@@ -1,0 +1,101 @@
+"""Scoring a model's answer against the scene: the evaluation's definition of "correct".
+
+Contract: `score(task, example, answer) -> bool` for every task in `tasks.TASKS`.
+- vqa_colour / vqa_shape: the answer names exactly the reference's colours (shapes), no more.
+- vqa_count: the first number word matches; vqa_position: the position phrase names the right
+  cell; vqa_yesno: the first word is the right yes or no.
+- caption: the (colour, shape) pairs named equal the scene's objects, as a multiset.
+- description: the (position, colour, shape) triples, one per sentence, equal the scene's.
+- multiple_choice: the letter in "The answer is X" is the right one.
+Sizes are not scored. Pure Python; the bench and the tests reuse it.
+"""
+
+import re
+from collections import Counter
+
+from .scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES, Scene
+from .tasks import NUMBERS, Example, plural
+
+_COLOUR = "|".join(COLOURS)
+_SHAPE = "|".join(sorted(list(SHAPES) + [plural(s) for s in SHAPES], key=len, reverse=True))
+_PAIR = re.compile(rf"\b({_COLOUR})\s+({_SHAPE})\b")
+_SINGULAR = {plural(s): s for s in SHAPES} | {s: s for s in SHAPES}
+_COUNT = {"no": 0, "none": 0, "zero": 0} | {w: i for i, w in enumerate(NUMBERS) if i}
+# Surface forms of each cell, longest first so "top left" wins over "top".
+_PLACES = sorted(
+    [(p, cell) for cell, p in enumerate(POSITION_PHRASES)] + [(p, cell) for cell, p in enumerate(POSITIONS)],
+    key=lambda pc: len(pc[0]), reverse=True,
+)
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z]+", text.lower())
+
+
+def colours_in(text: str) -> set[str]:
+    return {w for w in words(text) if w in COLOURS}
+
+
+def shapes_in(text: str) -> set[str]:
+    return {_SINGULAR[w] for w in words(text) if w in _SINGULAR}
+
+
+def count_in(text: str) -> int | None:
+    return next((_COUNT[w] for w in words(text) if w in _COUNT), None)
+
+
+def position_in(text: str) -> int | None:
+    low = " ".join(words(text))
+    for phrase, cell in _PLACES:
+        if re.search(rf"\b{phrase}\b", low):
+            return cell
+    return None
+
+
+def pairs_in(text: str) -> Counter:
+    return Counter((c, _SINGULAR[s]) for c, s in _PAIR.findall(text.lower()))
+
+
+def triples_in(text: str) -> Counter:
+    """(cell, colour, shape) for every sentence that names exactly one object and one place."""
+    found = Counter()
+    for sentence in re.split(r"(?<=\.)\s+", text):
+        objs = list(pairs_in(sentence).elements())
+        cell = position_in(sentence)
+        if len(objs) == 1 and cell is not None:
+            found[(cell, *objs[0])] += 1
+    return found
+
+
+def letter_in(text: str) -> str | None:
+    hits = re.findall(r"answer is \(?([ABCD])\b", text)
+    return hits[-1] if hits else None
+
+
+def scene_pairs(scene: Scene) -> Counter:
+    return Counter((o.colour, o.shape) for o in scene.objects)
+
+
+def scene_triples(scene: Scene) -> Counter:
+    return Counter((o.cell, o.colour, o.shape) for o in scene.objects)
+
+
+def score(task: str, example: Example, answer: str) -> bool:
+    ref = example.answer
+    if task == "vqa_colour":
+        return colours_in(answer) == colours_in(ref)
+    if task == "vqa_shape":
+        return shapes_in(answer) == shapes_in(ref)
+    if task == "vqa_count":
+        return count_in(answer) is not None and count_in(answer) == count_in(ref)
+    if task == "vqa_position":
+        return position_in(answer) is not None and position_in(answer) == position_in(ref)
+    if task == "vqa_yesno":
+        return words(answer)[:1] == words(ref)[:1]
+    if task == "caption":
+        return pairs_in(answer) == scene_pairs(example.scene)
+    if task == "description":
+        return triples_in(answer) == scene_triples(example.scene)
+    if task == "multiple_choice":
+        return letter_in(answer) is not None and letter_in(answer) == letter_in(ref)
+    raise ValueError(f"unknown task {task!r}")

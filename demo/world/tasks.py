@@ -1,0 +1,289 @@
+"""Questions and reference answers about scenes, one family per evaluation of the paper.
+
+Contract:
+- `TASKS` names the task families: a detailed description (LLaVA-Instruct-like, long and
+  structured), a short caption (COCO-like), multiple choice with a short explanation then the
+  letter (ScienceQA-like), and five short VQA kinds.
+- `qa(task, scene, rng) -> (question, answer)` writes one question and its reference answer.
+  Phrasings vary (drawn from `rng`), the facts never do: every answer is true of the scene.
+- `heldout_examples(task, n, seed)` returns n deterministic `Example`s from held-out scenes,
+  with the display-resolution image; `train_examples` is the same for the training split.
+- `image_grounded_words()` is the vocabulary that can only be known by looking at the image.
+"""
+
+import random
+from dataclasses import dataclass
+
+from PIL import Image
+
+from .scenes import COLOURS, GRID, POSITION_PHRASES, POSITIONS, SHAPES, SIZES, Obj, Scene, render, scene_stream
+
+TASKS = (
+    "description", "caption", "multiple_choice",
+    "vqa_colour", "vqa_shape", "vqa_count", "vqa_position", "vqa_yesno",
+)
+NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+LETTERS = "ABCD"
+
+
+@dataclass
+class Example:
+    image: Image.Image  # display resolution
+    question: str
+    answer: str  # reference answer
+    task: str
+    scene: Scene
+
+
+def plural(shape: str) -> str:
+    return shape + ("es" if shape.endswith("s") else "s")
+
+
+def image_grounded_words() -> set[str]:
+    """Colour, shape, size, count and position words (lower case, plurals included)."""
+    words = set(COLOURS) | set(SHAPES) | {plural(s) for s in SHAPES} | set(SIZES)
+    words |= set(NUMBERS) | {"single", "none", "zero"}
+    words |= {w for p in POSITIONS + POSITION_PHRASES for w in p.split()} - {"in", "the", "of"}
+    return words
+
+
+def cap(text: str) -> str:
+    return text[0].upper() + text[1:]
+
+
+def name(o: Obj, size: bool = True) -> str:
+    """'large red circle' (or 'red circle' without the size)."""
+    return f"{o.size} {o.colour} {o.shape}" if size else f"{o.colour} {o.shape}"
+
+
+def article(words: str) -> str:
+    return f"an {words}" if words[0] in "aeiou" else f"a {words}"
+
+
+def listing(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def unique(scene: Scene, **attrs) -> Obj | None:
+    """The only object with these attributes, or None."""
+    hits = [o for o in scene.objects if all(getattr(o, k) == v for k, v in attrs.items())]
+    return hits[0] if len(hits) == 1 else None
+
+
+# --- (a) detailed description -------------------------------------------------------------
+
+DESCRIBE = (
+    "Describe this image in detail.",
+    "What do you see in this picture? Describe it in detail.",
+    "Give a detailed description of the scene.",
+    "Can you describe everything that is in this image?",
+)
+
+
+def _intro(scene: Scene, rng: random.Random) -> str:
+    n = len(scene.objects)
+    count = "a single shape" if n == 1 else f"{NUMBERS[n]} shapes"
+    return rng.choice((
+        f"The image shows {count} arranged on a plain, light background.",
+        f"This picture contains {count} drawn on a pale, uniform background.",
+        f"In this image, there {'is' if n == 1 else 'are'} {count} placed on a light background.",
+    ))
+
+
+def _object_sentence(o: Obj, rng: random.Random) -> str:
+    return rng.choice((
+        f"{cap(o.position_phrase)}, there is {article(name(o))}.",
+        f"{cap(article(name(o)))} sits {o.position_phrase}.",
+        f"{cap(o.position_phrase)}, we can see {article(name(o))}.",
+    ))
+
+
+def _size_summary(scene: Scene) -> str:
+    n = len(scene.objects)
+    large = sum(o.size == "large" for o in scene.objects)
+    if n == 1:
+        return f"The shape is {scene.objects[0].size}."
+    if large in (0, n):
+        return f"All {NUMBERS[n]} shapes are {'large' if large else 'small'}."
+    small = n - large
+    verb = lambda k: "is" if k == 1 else "are"  # noqa: E731
+    return f"{cap(NUMBERS[large])} of them {verb(large)} large and {NUMBERS[small]} {verb(small)} small."
+
+
+def _colour_summary(scene: Scene) -> str:
+    colours = list(dict.fromkeys(o.colour for o in scene.objects))
+    if len(scene.objects) == 1:
+        return f"The only colour in the picture is {colours[0]}."
+    if len(colours) == 1:
+        return f"Every shape in the picture is {colours[0]}."
+    return f"The colours in the picture are {listing(colours)}."
+
+
+def _closing(scene: Scene, rng: random.Random) -> str:
+    empty = GRID * GRID - len(scene.objects)
+    return rng.choice((
+        f"The other {NUMBERS[empty]} places on the grid are empty, so the scene looks simple and tidy.",
+        "Apart from these shapes the background is empty, and the overall scene is simple and uncluttered.",
+        "There is nothing else in the image, which gives it a clean and minimal look.",
+    ))
+
+
+def _description(scene: Scene, rng: random.Random) -> str:
+    parts = [_intro(scene, rng)]
+    parts += [_object_sentence(o, rng) for o in scene.objects]
+    parts += [_size_summary(scene), _colour_summary(scene), _closing(scene, rng)]
+    return " ".join(parts)
+
+
+# --- (b) short caption ----------------------------------------------------------------------
+
+CAPTION = (
+    "Write a short caption for this image.",
+    "Caption this picture in one sentence.",
+    "Give a brief caption of the image.",
+)
+
+
+def _caption(scene: Scene, rng: random.Random) -> str:
+    sized = rng.random() < 0.5
+    things = listing([article(name(o, sized)) for o in scene.objects])
+    return rng.choice((
+        f"{cap(things)} on a light background.",
+        f"A simple drawing of {things}.",
+        f"{cap(things)}.",
+    ))
+
+
+# --- (c) multiple choice with explanation ---------------------------------------------------
+
+
+def _options(correct: str, pool: list[str], rng: random.Random) -> tuple[list[str], str]:
+    options = [correct] + rng.sample([p for p in pool if p != correct], 3)
+    rng.shuffle(options)
+    return options, LETTERS[options.index(correct)]
+
+
+def _multiple_choice(scene: Scene, rng: random.Random) -> tuple[str, str]:
+    o = rng.choice(scene.objects)
+    kind = rng.choice(("shape", "colour", "position", "count"))
+    if kind == "shape":
+        question = f"Which shape is {o.position_phrase}?"
+        options, letter = _options(o.shape, list(SHAPES), rng)
+        reason = f"The object {o.position_phrase} is {article(name(o))}, so the shape is a {o.shape}."
+    elif kind == "colour":
+        question = f"What colour is the shape {o.position_phrase}?"
+        options, letter = _options(o.colour, list(COLOURS), rng)
+        reason = f"The object {o.position_phrase} is {article(name(o))}, so its colour is {o.colour}."
+    elif kind == "position" and unique(scene, colour=o.colour, shape=o.shape):
+        question = f"Where is the {name(o, False)}?"
+        options, letter = _options(o.position, list(POSITIONS), rng)
+        reason = f"The {name(o)} is {o.position_phrase}, so its position is {o.position}."
+    else:
+        n = len(scene.objects)
+        question = "How many shapes are in the image?"
+        options, letter = _options(NUMBERS[n], list(NUMBERS[1:6]), rng)
+        things = listing([article(name(x, False)) for x in scene.objects])
+        reason = f"The image contains {things}. That makes {NUMBERS[n]} in total."
+    lines = "\n".join(f"{letter_}. {text}" for letter_, text in zip(LETTERS, options))
+    question = f"{question}\n{lines}\nExplain briefly, then give the letter of the correct option."
+    # Check the options in order up to the right one, so the letter sits next to its verdict.
+    checks = [f"{letter_} says {text}: {'yes' if letter_ == letter else 'no'}."
+              for letter_, text in zip(LETTERS[:LETTERS.index(letter) + 1], options)]
+    return question, f"{reason} {' '.join(checks)} The answer is {letter}."
+
+
+# --- short VQA ------------------------------------------------------------------------------
+
+
+def _vqa_colour(scene: Scene, rng: random.Random) -> tuple[str, str]:
+    o = rng.choice(scene.objects)
+    if unique(scene, shape=o.shape) and rng.random() < 0.5:
+        question = rng.choice((f"What colour is the {o.shape}?", f"What is the colour of the {o.shape}?"))
+        return question, rng.choice((f"The {o.shape} is {o.colour}.", f"It is {o.colour}.", f"{cap(o.colour)}."))
+    question = rng.choice((f"What colour is the shape {o.position_phrase}?",
+                           f"What is the colour of the object {o.position_phrase}?"))
+    return question, rng.choice((f"It is {o.colour}.", f"{cap(o.colour)}.", f"The shape is {o.colour}."))
+
+
+def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
+    o = rng.choice(scene.objects)
+    if unique(scene, colour=o.colour) and rng.random() < 0.5:
+        question = rng.choice((f"What shape is the {o.colour} object?", f"Which shape is {o.colour}?"))
+        return question, rng.choice((f"The {o.colour} object is a {o.shape}.", f"It is a {o.shape}.",
+                                     f"A {o.shape}."))
+    question = rng.choice((f"What shape is {o.position_phrase}?", f"Which shape can you see {o.position_phrase}?"))
+    return question, rng.choice((f"It is a {o.shape}.", f"A {o.shape}.", f"There is a {o.shape} there."))
+
+
+def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
+    kind = rng.choice(("all", "colour", "shape"))
+    if kind == "all":
+        n, what = len(scene.objects), "shapes"
+    elif kind == "colour":
+        colour = rng.choice([o.colour for o in scene.objects] + list(COLOURS))
+        n, what = sum(o.colour == colour for o in scene.objects), f"{colour} shapes"
+    else:
+        shape = rng.choice([o.shape for o in scene.objects] + list(SHAPES))
+        n, what = sum(o.shape == shape for o in scene.objects), plural(shape)
+    question = rng.choice((f"How many {what} are there?", f"How many {what} are in the image?"))
+    if n == 0:
+        return question, rng.choice((f"There are no {what}.", "None."))
+    return question, rng.choice((f"There {'is' if n == 1 else 'are'} {NUMBERS[n]}.", f"{cap(NUMBERS[n])}."))
+
+
+def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
+    candidates = [o for o in scene.objects if unique(scene, colour=o.colour, shape=o.shape)]
+    if not candidates:
+        return None
+    o = rng.choice(candidates)
+    question = rng.choice((f"Where is the {name(o, False)}?", f"Where in the image is the {name(o, False)}?"))
+    return question, rng.choice((f"It is {o.position_phrase}.", f"The {name(o, False)} is {o.position_phrase}.",
+                                 f"{cap(o.position_phrase)}."))
+
+
+def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:
+    if rng.random() < 0.5:
+        o = rng.choice(scene.objects)
+        colour, shape = o.colour, o.shape
+    else:
+        colour, shape = rng.choice(list(COLOURS)), rng.choice(SHAPES)
+    question = rng.choice((f"Is there a {colour} {shape} in the image?", f"Can you see a {colour} {shape}?"))
+    hits = [o for o in scene.objects if o.colour == colour and o.shape == shape]
+    if hits:
+        return question, rng.choice(("Yes.", f"Yes, there is a {colour} {shape} {hits[0].position_phrase}."))
+    return question, rng.choice(("No.", f"No, there is no {colour} {shape}."))
+
+
+def qa(task: str, scene: Scene, rng: random.Random) -> tuple[str, str] | None:
+    """(question, reference answer), or None when the task does not apply to the scene."""
+    if task == "description":
+        return rng.choice(DESCRIBE), _description(scene, rng)
+    if task == "caption":
+        return rng.choice(CAPTION), _caption(scene, rng)
+    return {
+        "multiple_choice": _multiple_choice, "vqa_colour": _vqa_colour, "vqa_shape": _vqa_shape,
+        "vqa_count": _vqa_count, "vqa_position": _vqa_position, "vqa_yesno": _vqa_yesno,
+    }[task](scene, rng)
+
+
+def examples(split: str, task: str, n: int, seed: int = 0, render_images: bool = True) -> list[Example]:
+    """n examples of one task on distinct scenes of one split; deterministic for the arguments."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
+    out = []
+    for i, scene in enumerate(scene_stream(split, seed * len(TASKS) + TASKS.index(task))):
+        if len(out) == n:
+            break
+        pair = qa(task, scene, random.Random(f"{split}:{task}:{seed}:{i}"))
+        if pair is not None:
+            image = render(scene) if render_images else None
+            out.append(Example(image=image, question=pair[0], answer=pair[1], task=task, scene=scene))
+    return out
+
+
+def heldout_examples(task: str, n: int, seed: int = 0) -> list[Example]:
+    return examples("heldout", task, n, seed)
+
+
+def train_examples(task: str, n: int, seed: int = 0) -> list[Example]:
+    return examples("train", task, n, seed)
