@@ -1,0 +1,352 @@
+"""Events -> HTML: the coloured token panels, the block-by-block view and the stats tables.
+
+Pure functions of `Trace`s (and of `demo.metrics` numbers); no Gradio here. The classes they
+emit are styled by `CSS`, which the page loads once:
+
+    .tok .tok-<kind>      one span per TokenEvent, kind in TOKEN_KINDS; focusable, with a
+                          tooltip (.tip) giving p, q, min(1, p/q), the rejected draft, the round
+    .round                one row per verification round in the block view
+    .chip-ok / -no / -skip / -own
+                          a draft the target accepted / rejected / never checked, and the
+                          target's own token
+
+Colours are the Okabe-Ito palette (colour-blind safe), and every kind also has a line style of
+its own (solid, dashed box, double), so the kinds stay apart in greyscale too.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+from demo import metrics
+from demo.events import TokenEvent, Trace
+
+KIND_LABELS = {
+    "accepted": "accepted draft",
+    "resampled": "resampled by the target",
+    "bonus": "bonus token",
+    "target": "target only",
+}
+KIND_COLOURS = {"accepted": "#009E73", "resampled": "#D55E00", "bonus": "#0072B2", "target": "#8A8A8A"}
+KIND_CUES = {
+    "accepted": "solid underline",
+    "resampled": "dashed box",
+    "bonus": "double underline",
+    "target": "no mark",
+}
+MAX_ROUNDS_SHOWN = 200  # the block view keeps the latest rounds; longer answers scroll past the rest
+
+
+def visible(text: str, line_breaks: bool = True) -> str:
+    """Escaped HTML for a piece of text, with control characters shown as control pictures and
+    each newline as ↵ (followed by a real line break unless line_breaks is False)."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch == "\n":
+            out.append('<span class="nl">↵</span>' + ("\n" if line_breaks else ""))
+        elif ch == "\t":
+            out.append("\t")
+        elif code < 0x20:
+            out.append(f'<span class="ctl">{chr(0x2400 + code)}</span>')
+        elif code == 0x7F:
+            out.append('<span class="ctl">␡</span>')
+        else:
+            out.append(html.escape(ch))
+    return "".join(out)
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _quote(text: str | None) -> str:
+    return repr(text or "")
+
+
+def _rule(greedy: bool) -> str:
+    """What the acceptance probability means in this decoding mode."""
+    return "accept prob (greedy: 1 if argmax)" if greedy else "accept prob min(1, p/q)"
+
+
+def token_details(tok: TokenEvent, greedy: bool) -> list[str]:
+    """The tooltip's lines, in plain text (also used as the token's accessible label)."""
+    where = "prefill" if tok.round == 0 else f"round {tok.round}"
+    lines = [f"#{tok.index} {_quote(tok.text)} · {KIND_LABELS[tok.kind]} · {where}"]
+    if tok.kind == "accepted":
+        lines.append(f"p = {_num(tok.p)}   q = {_num(tok.q)}   {_rule(greedy)} = {_num(tok.accept_prob)}")
+    elif tok.kind == "resampled":
+        lines.append(
+            f"rejected draft {_quote(tok.rejected_text)}: p = {_num(tok.rejected_p)}   q = {_num(tok.rejected_q)}"
+            f"   {_rule(greedy)} = {_num(tok.rejected_accept_prob)}"
+        )
+        lines.append(f"target's token: p = {_num(tok.p)}")
+    elif tok.kind == "bonus":
+        lines.append(f"every draft accepted; one more token from the target: p = {_num(tok.p)}")
+    else:
+        lines.append(f"p = {_num(tok.p)}")
+    return lines
+
+
+def _tooltip(tok: TokenEvent, greedy: bool) -> str:
+    where = "prefill" if tok.round == 0 else f"round {tok.round}"
+    head = f'<b>#{tok.index}</b> · {html.escape(KIND_LABELS[tok.kind])} · {where}'
+    rule = "greedy: 1 if argmax" if greedy else "min(1, p/q)"
+    rows = []
+    if tok.kind == "accepted":
+        rows = [("p (target)", _num(tok.p)), ("q (draft)", _num(tok.q)), (rule, _num(tok.accept_prob))]
+    elif tok.kind == "resampled":
+        rejected = f'<s class="rej">{visible(tok.rejected_text or "", line_breaks=False) or "∅"}</s>'
+        rows = [
+            ("rejected draft", rejected),
+            ("its p / q", f"{_num(tok.rejected_p)} / {_num(tok.rejected_q)}"),
+            (f"its {rule}", _num(tok.rejected_accept_prob)),
+            ("p of this token", _num(tok.p)),
+        ]
+    elif tok.kind == "bonus":
+        rows = [("p (target)", _num(tok.p)), ("why", "every draft accepted")]
+    else:
+        rows = [("p (target)", _num(tok.p))]
+    body = "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in rows)
+    return f'<span class="tip" aria-hidden="true">{head}<table>{body}</table></span>'
+
+
+def token_span(tok: TokenEvent, greedy: bool, end: bool = False) -> str:
+    """One token: its text (or an end marker), its kind's class, and its tooltip."""
+    if end and not tok.text:
+        face = '<span class="end">⏹ end</span>'
+    elif not tok.text:
+        face = '<span class="part">·</span>'  # held back: part of a character completed later
+    else:
+        face = visible(tok.text)
+    label = html.escape(" — ".join(token_details(tok, greedy)), quote=True)
+    return (
+        f'<span class="tok tok-{tok.kind}" tabindex="0" data-round="{tok.round}" '
+        f'aria-label="{label}">{face}{_tooltip(tok, greedy)}</span>'
+    )
+
+
+def tokens_html(trace: Trace, greedy: bool) -> str:
+    """The answer as coloured, focusable token spans, one per TokenEvent."""
+    ended = trace.summary is not None and trace.summary.stop == "eos"
+    last = len(trace.tokens) - 1
+    spans = "".join(token_span(t, greedy, end=ended and i == last) for i, t in enumerate(trace.tokens))
+    return f'<div class="tokens">{spans}</div>'
+
+
+def _status(trace: Trace) -> str:
+    if trace.summary is not None:
+        why = "end of answer" if trace.summary.stop == "eos" else "token budget reached"
+        return f"done ({why})"
+    if trace.prefill is None:
+        return "waiting"
+    return "decoding…"
+
+
+def panel_html(trace: Trace, title: str, subtitle: str, greedy: bool) -> str:
+    """A lane: its title, its own compute clock, and its tokens."""
+    clock = f"{trace.t:.3f} s compute · {len(trace.tokens)} tokens · {_status(trace)}"
+    return (
+        f'<div class="panel"><div class="panel-head"><span class="panel-title">{html.escape(title)}</span>'
+        f'<span class="panel-sub">{html.escape(subtitle)}</span>'
+        f'<span class="clock">{clock}</span></div>{tokens_html(trace, greedy)}</div>'
+    )
+
+
+def legend_html() -> str:
+    items = "".join(
+        f'<span class="legend-item"><span class="tok tok-{kind}">{html.escape(kind)}</span>'
+        f"{html.escape(KIND_LABELS[kind])} <small>({KIND_CUES[kind]})</small></span>"
+        for kind in ("accepted", "resampled", "bonus", "target")
+    )
+    return f'<div class="legend" role="list" aria-label="token colours">{items}</div>'
+
+
+def _chip(text: str, cls: str, mark: str = "", title: str = "") -> str:
+    face = visible(text, line_breaks=False) if text else "∅"
+    return f'<span class="chip {cls}" title="{html.escape(title, quote=True)}">{mark}{face}</span>'
+
+
+def blocks_html(trace: Trace) -> str:
+    """One row per verification round: the drafts (accepted ✓, rejected ✗, not checked) and the
+    target's own token (the resample, the bonus, or a plain target step when nothing was drafted)."""
+    if not trace.rounds:
+        return '<div class="blocks empty">Rounds appear here as the speculative run verifies them.</div>'
+    rows = []
+    last_text = {tok.round: tok.text or "⏹" for tok in trace.tokens}  # a round's last token is the target's
+    hidden = max(0, len(trace.rounds) - MAX_ROUNDS_SHOWN)
+    if hidden:
+        rows.append(f'<div class="round more">{hidden} earlier rounds not shown (see the export)</div>')
+    for r in trace.rounds[hidden:]:
+        chips = []
+        for j, text in enumerate(r.drafted_texts):
+            if j < r.n_accepted:
+                chips.append(_chip(text, "chip-ok", "✓", "accepted"))
+            elif j == r.n_accepted:
+                chips.append(_chip(text, "chip-no", "✗", "rejected by the target"))
+            else:
+                chips.append(_chip(text, "chip-skip", "", "not checked: after the first rejection"))
+        n = len(r.drafted_ids)
+        kind = "resampled" if r.n_accepted < n else "bonus" if n else "target"
+        emitted = r.n_emitted > r.n_accepted  # false when the answer stopped inside the drafts
+        target = _chip(
+            last_text.get(r.index, "") if emitted else "",
+            f"chip-own chip-{kind}" + ("" if emitted else " chip-unused"),
+            "",
+            KIND_LABELS[kind] if emitted else "not used: the answer ended before it",
+        )
+        drafts = "".join(chips) if chips else '<span class="nodraft">no drafts (token budget)</span>'
+        meta = f"{r.n_accepted}/{n} accepted · +{r.n_emitted}" if n else f"+{r.n_emitted}"
+        stop = ' <span class="stop">stop</span>' if r.stop else ""
+        rows.append(
+            f'<div class="round"><span class="rno">R{r.index}</span><span class="drafts">{drafts}</span>'
+            f'<span class="arrow">→</span>{target}<span class="meta">{meta}{stop}</span></div>'
+        )
+    return f'<div class="blocks">{"".join(rows)}</div>'
+
+
+def outcome_html(spd: Trace, ar: Trace, greedy: bool, comparison: dict | None) -> str:
+    """The race's headline: progress while it runs; the speedup and the lossless check after.
+
+    `comparison` is `demo.export.comparison(spd, ar)` once both runs are done, else None.
+    """
+    if comparison is None:
+        if spd.prefill is None and ar.prefill is None:
+            text = "Pick an example or upload an image, ask a question, and press <b>Run the race</b>."
+        else:
+            text = f"Racing… speculative at {spd.t:.3f} s, autoregressive at {ar.t:.3f} s of compute."
+        return f'<div class="outcome">{text}</div>'
+    speedup = comparison["speedup"]
+    headline = (
+        f'<span class="headline"><b>×{speedup:.2f}</b> wall-clock decoding speedup '
+        f"({_num(metrics.tokens_per_second(spd), 1)} vs {_num(metrics.tokens_per_second(ar), 1)} tokens/s)</span>"
+        if not math.isnan(speedup)
+        else '<span class="headline">Too short to time: no tokens after the prefill.</span>'
+    )
+    if not greedy:
+        badge = (
+            '<span class="badge badge-info" title="Speculative sampling keeps the target\'s distribution exactly; '
+            'two runs draw different random numbers">sampling: outputs differ by design, same distribution</span>'
+        )
+    elif comparison["identical"]:
+        n = len(spd.summary.token_ids)
+        badge = f'<span class="badge badge-ok">lossless ✓ identical outputs ({n} tokens)</span>'
+    else:
+        badge = (
+            f'<span class="badge badge-bad">✗ outputs differ from token {comparison["first_difference"]} on</span>'
+        )
+    return f'<div class="outcome">{badge}{headline}</div>'
+
+
+def error_html(message: str) -> str:
+    return f'<div class="outcome"><div class="error-box" role="alert">{html.escape(message)}</div></div>'
+
+
+def _row(name: str, value: str, formula: str = "") -> str:
+    return f'<tr><th scope="row">{name}</th><td class="num">{value}</td><td class="formula">{formula}</td></tr>'
+
+
+def speculative_stats_html(spd: Trace, gamma: int, speedup: float | None) -> str:
+    """The speculative run's numbers, each from demo.metrics, with its formula beside it."""
+    s = metrics.summary(spd, gamma)
+    n_decode = metrics.decode_tokens(spd)
+    rows = [
+        _row(
+            "tokens",
+            str(s["tokens"]),
+            f'{s["accepted"]} accepted · {s["resampled"]} resampled · {s["bonus"]} bonus · 1 from the prefill'
+            if spd.tokens
+            else "",
+        ),
+        _row("target forwards", str(s["target_forwards"]), "in decoding, one per round (the prefill is extra)"),
+        _row("τ", _num(s["tau"], 2), f"tokens after prefill / target forwards = {n_decode} / {s['target_forwards']}"),
+        _row("α", _num(s["alpha"], 2), f"accepted / drafted = {s['accepted']} / {s['drafted']}"),
+        _row("decode tokens/s", _num(s["tok_s"], 1), f"{n_decode} tokens / {s['decode_s']:.3f} s"),
+        _row(
+            "wall-clock speedup",
+            "–" if speedup is None or math.isnan(speedup) else f"×{speedup:.2f}",
+            "decode tokens/s over the autoregressive run's",
+        ),
+        _row(
+            "MBSU",
+            _num(s["mbsu"], 2),
+            f"τ / (1 + γ·c), γ = {gamma}, c = drafter/target params = {_num(s['c'], 3)}",
+        ),
+    ]
+    return f'<table class="stats">{"".join(rows)}</table>'
+
+
+def autoregressive_stats_html(ar: Trace) -> str:
+    s = metrics.summary(ar)
+    n_decode = metrics.decode_tokens(ar)
+    rows = [
+        _row("tokens", str(s["tokens"]), "every one from the target"),
+        _row("target forwards", str(s["target_forwards"]), "in decoding, one per token"),
+        _row("τ", _num(s["tau"], 2), "1 by construction"),
+        _row("decode tokens/s", _num(s["tok_s"], 1), f"{n_decode} tokens / {s['decode_s']:.3f} s"),
+        _row("prefill", f"{s['prefill_s'] * 1000:.0f} ms" if ar.prefill else "–", "image + prompt, one forward"),
+    ]
+    return f'<table class="stats">{"".join(rows)}</table>'
+
+
+CSS = """
+.tokens { white-space: pre-wrap; word-break: break-word; line-height: 2.0; font-size: 15px;
+  font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; min-height: 3.5em; }
+.tok { position: relative; padding: 1px 0; margin: 0 1px; border-radius: 3px; outline: none;
+  cursor: help; }
+.tok-accepted { background: rgba(0,158,115,.16); border-bottom: 2px solid #009E73; }
+.tok-resampled { background: rgba(213,94,0,.16); border: 1.5px dashed #D55E00; }
+.tok-bonus { background: rgba(0,114,178,.16); border-bottom: 4px double #0072B2; }
+.tok-target { background: rgba(138,138,138,.14); }
+.tok:hover, .tok:focus { box-shadow: 0 0 0 2px var(--body-text-color, #222); }
+.tok .tip { display: none; position: absolute; left: 0; top: calc(100% + 6px); z-index: 50;
+  min-width: 240px; padding: 6px 9px; border-radius: 6px; white-space: nowrap; line-height: 1.4;
+  font: 12px/1.4 ui-sans-serif, system-ui, sans-serif; color: #fff; background: #222;
+  box-shadow: 0 2px 8px rgba(0,0,0,.3); pointer-events: none; }
+.tok:hover .tip, .tok:focus .tip { display: block; }
+.tip b { color: #fff; }
+.tip table { border-collapse: collapse; margin: 3px 0 0 0; border: none !important; width: auto; }
+.tip tr, .tip td { padding: 0 10px 0 0 !important; border: none !important; background: none !important;
+  color: #fff; font-size: 12px; }
+.tip td:first-child { color: #bbb; }
+.tip .rej { color: #ffb38a; }
+.nl, .ctl, .part { opacity: .55; }
+.end { font-size: 11px; padding: 0 3px; opacity: .8; }
+.panel { border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 10px 12px;
+  min-height: 150px; }
+.panel-head { display: flex; flex-wrap: wrap; align-items: baseline; gap: 4px 10px; margin-bottom: 6px; }
+.panel-title { font-weight: 700; font-size: 16px; }
+.panel-sub { opacity: .7; font-size: 13px; }
+.clock { margin-left: auto; font-variant-numeric: tabular-nums; font-size: 13px; opacity: .85; }
+.legend { display: flex; flex-wrap: wrap; gap: 6px 18px; font-size: 13px; align-items: center; }
+.legend-item { display: inline-flex; gap: 6px; align-items: center; }
+.legend-item .tok { font-family: ui-monospace, monospace; padding: 0 4px; cursor: default; }
+.stats { width: 100%; border-collapse: collapse; font-size: 13px; margin-top: 4px; }
+.stats, .stats tr, .stats th, .stats td { border: none !important; background: none !important; }
+.stats th { text-align: left; font-weight: 600; padding: 3px 10px 3px 0 !important; white-space: nowrap; }
+.stats td { padding: 3px 10px 3px 0 !important; }
+.stats .num { font-variant-numeric: tabular-nums; font-weight: 600; text-align: right; white-space: nowrap; }
+.stats .formula { opacity: .7; }
+.stats tr { border-bottom: 1px solid var(--border-color-primary, #eee) !important; }
+.blocks { max-height: 380px; overflow-y: auto; font-size: 13px;
+  font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+.blocks.empty { opacity: .7; font-family: inherit; padding: 8px 0; }
+.round { display: flex; flex-wrap: wrap; align-items: center; gap: 4px; padding: 3px 0;
+  border-bottom: 1px solid var(--border-color-primary, #eee); }
+.round.more { opacity: .7; }
+.rno { width: 3.2em; opacity: .7; font-variant-numeric: tabular-nums; }
+.drafts { display: inline-flex; flex-wrap: wrap; gap: 3px; }
+.chip { white-space: pre; padding: 0 5px; border-radius: 4px; border: 1px solid transparent; }
+.chip-ok { background: rgba(0,158,115,.16); border-color: #009E73; }
+.chip-no { background: rgba(213,94,0,.12); border: 1px dashed #D55E00; text-decoration: line-through; }
+.chip-skip { opacity: .45; border: 1px dotted #999; }
+.chip-own { font-weight: 700; }
+.chip-resampled { background: rgba(213,94,0,.16); border: 1.5px dashed #D55E00; }
+.chip-bonus { background: rgba(0,114,178,.16); border-bottom: 4px double #0072B2; }
+.chip-unused { opacity: .45; font-weight: 400; }
+.arrow { opacity: .6; padding: 0 2px; }
+.meta { margin-left: auto; opacity: .65; font-variant-numeric: tabular-nums; }
+.stop { color: #D55E00; font-weight: 600; }
+.nodraft { opacity: .6; font-style: italic; }
+"""

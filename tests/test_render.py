@@ -1,0 +1,167 @@
+"""Token panels, block view, stats and outcome as HTML, on hand-built traces with known answers."""
+
+import re
+
+from demo import metrics, render
+from demo.events import PrefillEvent, RoundEvent, RunSummary, TokenEvent, Trace
+
+
+def spd_trace(stop: str = "eos") -> Trace:
+    """A speculative run with gamma 3 and every kind of token:
+
+    prefill -> "The" (target)
+    round 1: drafts " red" " circle" " is"; accepts " red", rejects " circle" -> resamples " square"
+    round 2: drafts " on" " top" "\\n"; accepts all three -> bonus "<b>&"
+    round 3: drafts "" (the end); accepts it -> the answer ends inside the drafts
+    """
+    events = [
+        PrefillEvent("speculative", 40, 24, 0.030, 0.004, t=0.034),
+        TokenEvent(0, 10, "The", "target", 0, p=0.9, t=0.035),
+        TokenEvent(1, 11, " red", "accepted", 1, p=0.8, q=0.6, accept_prob=1.0, t=0.060),
+        TokenEvent(
+            2, 13, " square", "resampled", 1, p=0.7,
+            rejected_id=12, rejected_text=" circle", rejected_p=0.05, rejected_q=0.9, rejected_accept_prob=0.0556,
+            t=0.060,
+        ),
+        RoundEvent(1, (11, 12, 14), (" red", " circle", " is"), 1, 13, 2, None, 0.01, 0.015, t=0.060),
+        TokenEvent(3, 15, " on", "accepted", 2, p=0.6, q=0.5, accept_prob=1.0, t=0.090),
+        TokenEvent(4, 16, " top", "accepted", 2, p=0.5, q=0.7, accept_prob=0.714, t=0.090),
+        TokenEvent(5, 17, "\n", "accepted", 2, p=0.4, q=0.4, accept_prob=1.0, t=0.090),
+        TokenEvent(6, 18, "<b>&", "bonus", 2, p=0.3, t=0.090),
+        RoundEvent(2, (15, 16, 17), (" on", " top", "\n"), 3, 18, 4, None, 0.01, 0.02, t=0.090),
+        TokenEvent(7, 2, "", "accepted", 3, p=0.95, q=0.9, accept_prob=1.0, t=0.110),
+        RoundEvent(3, (2,), ("",), 1, 19, 1, stop, 0.005, 0.015, t=0.110),
+        RunSummary("speculative", (10, 11, 13, 15, 16, 17, 18, 2), "The red square on top\n<b>&", stop, 3,
+                   "text-only", 1000, 100, 0.034, 0.076, 3, t=0.110),
+    ]
+    return Trace.of(events)
+
+
+def ar_trace(ids=(10, 11, 13), texts=("The", " red", " square")) -> Trace:
+    events = [PrefillEvent("autoregressive", 40, 0, 0.03, 0.0, t=0.03)]
+    for i, (token, text) in enumerate(zip(ids, texts)):
+        events.append(TokenEvent(i, token, text, "target", i, p=0.5, t=0.03 + 0.01 * (i + 1)))
+        if i:
+            events.append(RoundEvent(i, (), (), 0, token, 1, "eos" if i == len(ids) - 1 else None, 0, 0.01,
+                                     t=0.03 + 0.01 * (i + 1)))
+    events.append(RunSummary("autoregressive", tuple(ids), "".join(texts), "eos", 0, None, 1000, 0, 0.03,
+                             0.01 * len(ids), len(ids) - 1, t=0.03 + 0.01 * len(ids)))
+    return Trace.of(events)
+
+
+def spans(html: str) -> list[str]:
+    return re.findall(r'<span class="tok tok-(\w+)" tabindex="0"', html)
+
+
+def test_one_focusable_span_per_token_classed_by_its_kind():
+    html = render.tokens_html(spd_trace(), greedy=False)
+    assert spans(html) == ["target", "accepted", "resampled", "accepted", "accepted", "accepted", "bonus", "accepted"]
+
+
+def test_token_text_is_escaped():
+    html = render.tokens_html(spd_trace(), greedy=False)
+    assert "&lt;b&gt;&amp;" in html
+    assert "<b>&" not in html
+
+
+def test_newline_and_control_characters_stay_visible():
+    assert render.visible("a\nb") == 'a<span class="nl">↵</span>\nb'
+    assert render.visible("\x1d") == '<span class="ctl">␝</span>'
+    assert render.visible("\x7f") == '<span class="ctl">␡</span>'
+    assert render.visible("  x\t") == "  x\t"
+    assert render.visible("a\nb", line_breaks=False) == 'a<span class="nl">↵</span>b'
+
+
+def test_answer_ending_at_eos_shows_an_end_marker_on_the_last_token():
+    html = render.tokens_html(spd_trace(stop="eos"), greedy=False)
+    assert html.count("⏹ end") == 1
+    assert "⏹ end" not in render.tokens_html(spd_trace(stop="max_new_tokens"), greedy=False)
+
+
+def test_tooltip_of_accepted_token_gives_p_q_and_acceptance_probability():
+    tok = spd_trace().tokens[4]  # " top": p 0.5, q 0.7
+    span = render.token_span(tok, greedy=False)
+    assert "<td>p (target)</td><td>0.500</td>" in span
+    assert "<td>q (draft)</td><td>0.700</td>" in span
+    assert "<td>min(1, p/q)</td><td>0.714</td>" in span
+    assert "round 2" in span
+    assert 'aria-label="#4 &#x27; top&#x27; · accepted draft · round 2' in span
+
+
+def test_tooltip_of_resampled_token_names_the_rejected_draft():
+    tok = spd_trace().tokens[2]
+    span = render.token_span(tok, greedy=False)
+    assert '<s class="rej"> circle</s>' in span
+    assert "<td>its p / q</td><td>0.050 / 0.900</td>" in span
+    assert "<td>its min(1, p/q)</td><td>0.056</td>" in span
+    assert "rejected draft &#x27; circle&#x27;" in span  # in the accessible label too
+
+
+def test_greedy_tooltips_name_the_argmax_rule():
+    span = render.token_span(spd_trace().tokens[1], greedy=True)
+    assert "greedy: 1 if argmax" in span
+    assert "min(1, p/q)" not in span
+
+
+def test_block_view_marks_accepted_rejected_and_unchecked_drafts():
+    html = render.blocks_html(spd_trace())
+    rows = re.findall(r'<div class="round">(.*?)</div>', html)
+    assert len(rows) == 3
+    first = rows[0]
+    assert re.findall(r'class="chip (chip-\w+)', first) == ["chip-ok", "chip-no", "chip-skip", "chip-own"]
+    assert "chip-resampled" in first and ">✓ red<" in first and ">✗ circle<" in first and "> square<" in first
+    second = rows[1]
+    assert re.findall(r'class="chip (chip-\w+)', second) == ["chip-ok"] * 3 + ["chip-own"]
+    assert "chip-bonus" in second and "3/3 accepted · +4" in second
+
+
+def test_block_view_greys_out_the_target_token_when_the_answer_ended_inside_the_drafts():
+    third = re.findall(r'<div class="round">(.*?)</div>', render.blocks_html(spd_trace()))[2]
+    assert "chip-unused" in third and '<span class="stop">stop</span>' in third
+
+
+def test_block_view_keeps_only_the_latest_rounds():
+    trace = spd_trace()
+    trace.rounds = [trace.rounds[0]] * (render.MAX_ROUNDS_SHOWN + 7)
+    html = render.blocks_html(trace)
+    assert html.count('<div class="round">') == render.MAX_ROUNDS_SHOWN
+    assert "7 earlier rounds not shown" in html
+
+
+def test_speculative_stats_show_the_metrics_beside_their_formulas():
+    trace = spd_trace()
+    html = render.speculative_stats_html(trace, gamma=3, speedup=1.5)
+    assert metrics.tau(trace) == 7 / 3
+    assert '<td class="num">2.33</td><td class="formula">tokens after prefill / target forwards = 7 / 3</td>' in html
+    assert '<td class="num">0.71</td><td class="formula">accepted / drafted = 5 / 7</td>' in html
+    assert "×1.50" in html
+    assert "τ / (1 + γ·c), γ = 3, c = drafter/target params = 0.100" in html
+    assert '<td class="num">1.79</td>' in html  # MBSU = (7/3) / (1 + 3 * 0.1)
+    assert "5 accepted · 1 resampled · 1 bonus · 1 from the prefill" in html
+
+
+def test_stats_of_an_empty_trace_show_dashes_not_errors():
+    html = render.speculative_stats_html(Trace(), gamma=4, speedup=None)
+    assert html.count('<td class="num">–</td>') == 5
+    assert "–" in render.autoregressive_stats_html(Trace())
+
+
+def test_lossless_badge_only_when_the_outputs_are_identical():
+    spd, ar = spd_trace(), ar_trace()
+    same = render.outcome_html(spd, ar, True, {"identical": True, "first_difference": None, "speedup": 2.0})
+    assert "lossless ✓ identical outputs (8 tokens)" in same and "×2.00" in same
+    differ = render.outcome_html(spd, ar, True, {"identical": False, "first_difference": 3, "speedup": 2.0})
+    assert "lossless" not in differ and "outputs differ from token 3 on" in differ
+    sampled = render.outcome_html(spd, ar, False, {"identical": False, "first_difference": 3, "speedup": 2.0})
+    assert "lossless" not in sampled and "differ by design, same distribution" in sampled
+
+
+def test_panel_shows_its_own_compute_clock():
+    html = render.panel_html(spd_trace(), "Speculative", "text-only", greedy=True)
+    assert "0.110 s compute · 8 tokens · done (end of answer)" in html
+
+
+def test_legend_lists_every_kind_with_its_non_colour_cue():
+    html = render.legend_html()
+    for kind, cue in render.KIND_CUES.items():
+        assert f'<span class="tok tok-{kind}">' in html and cue in html
