@@ -168,3 +168,36 @@ def images(n: int) -> list[Image.Image]:
             pixels[:, : IMAGE_SIZE] = torch.tensor([255 - 20 * i, 40, 20 * i], dtype=torch.uint8)
         out.append(Image.fromarray(pixels.numpy(), "RGB"))
     return out
+
+
+def save_preset(directory, name: str = "tiny"):
+    """Save a tiny target and both drafter kinds to disk and register them as a preset.
+
+    Loading then goes through `demo.models.load`, the same path as the real presets.
+    """
+    from pathlib import Path
+
+    from demo import models as presets
+
+    directory = Path(directory)
+    tok = tokenizer()
+    proc = processor(tok)
+    target = llava(tok)
+    for sub, model, saver in [
+        ("target", target, proc),
+        ("drafter-text", text_part_of(target, tok), tok),
+        ("drafter-image", noisy_copy(target, 0.3), proc),
+    ]:
+        model.save_pretrained(directory / sub)
+        saver.save_pretrained(directory / sub)
+    preset = presets.Preset(
+        name=name,
+        target=str(directory / "target"),
+        drafters=(
+            presets.DrafterSpec("text-only", "text-only", str(directory / "drafter-text")),
+            presets.DrafterSpec("image-aware", "image-aware", str(directory / "drafter-image")),
+        ),
+        description="tiny random models for tests",
+    )
+    presets.PRESETS[name] = preset
+    return preset
