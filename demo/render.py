@@ -9,6 +9,7 @@ emit are styled by `CSS`, which the page loads once:
     .chip-ok / -no / -skip / -own
                           a draft the target accepted / rejected / never checked, and the
                           target's own token
+    .outcome .badge       the race's headline and the lossless check
 
 Colours are the Okabe-Ito palette (colour-blind safe), and every kind also has a line style of
 its own (solid, dashed box, double), so the kinds stay apart in greyscale too.
@@ -206,17 +207,19 @@ def blocks_html(trace: Trace) -> str:
     return f'<div class="blocks">{"".join(rows)}</div>'
 
 
-def outcome_html(spd: Trace, ar: Trace, greedy: bool, comparison: dict | None) -> str:
+def outcome_html(spd: Trace, ar: Trace, greedy: bool, comparison: dict | None, facts: tuple[str, ...] = ()) -> str:
     """The race's headline: progress while it runs; the speedup and the lossless check after.
 
-    `comparison` is `demo.export.comparison(spd, ar)` once both runs are done, else None.
+    `comparison` is `demo.export.comparison(spd, ar)` once both runs are done, else None;
+    `facts` are the preset's notes about this pairing, stated under the headline.
     """
+    notes = "".join(f'<div class="fact">{html.escape(fact)}</div>' for fact in facts)
     if comparison is None:
         if spd.prefill is None and ar.prefill is None:
             text = "Pick an example or upload an image, ask a question, and press <b>Run the race</b>."
         else:
             text = f"Racing… speculative at {spd.t:.3f} s, autoregressive at {ar.t:.3f} s of compute."
-        return f'<div class="outcome">{text}</div>'
+        return f'<div class="outcome">{text}</div>{notes}'
     speedup = comparison["speedup"]
     headline = (
         f'<span class="headline"><b>×{speedup:.2f}</b> wall-clock decoding speedup '
@@ -236,7 +239,16 @@ def outcome_html(spd: Trace, ar: Trace, greedy: bool, comparison: dict | None) -
         badge = (
             f'<span class="badge badge-bad">✗ outputs differ from token {comparison["first_difference"]} on</span>'
         )
-    return f'<div class="outcome">{badge}{headline}</div>'
+    return f'<div class="outcome">{badge}{headline}</div>{notes}'
+
+
+def loading_html(fraction: float, message: str) -> str:
+    """Progress of loading a preset: a bar and what is happening."""
+    percent = max(0.0, min(1.0, fraction)) * 100
+    return (
+        f'<div class="outcome"><progress max="100" value="{percent:.0f}"></progress>'
+        f"<span>Loading the models: {html.escape(message)}</span></div>"
+    )
 
 
 def error_html(message: str) -> str:
@@ -329,6 +341,10 @@ CSS = """
 .stats .num { font-variant-numeric: tabular-nums; font-weight: 600; text-align: right; white-space: nowrap; }
 .stats .formula { opacity: .7; }
 .stats tr { border-bottom: 1px solid var(--border-color-primary, #eee) !important; }
+@media (max-width: 640px) {
+  .stats tr { display: grid; grid-template-columns: 1fr auto; }
+  .stats .formula { grid-column: 1 / -1; padding-top: 0 !important; font-size: 12px; }
+}
 .blocks { max-height: 380px; overflow-y: auto; font-size: 13px;
   font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
 .blocks.empty { opacity: .7; font-family: inherit; padding: 8px 0; }
@@ -349,4 +365,13 @@ CSS = """
 .meta { margin-left: auto; opacity: .65; font-variant-numeric: tabular-nums; }
 .stop { color: #D55E00; font-weight: 600; }
 .nodraft { opacity: .6; font-style: italic; }
+.fact { font-size: 13px; opacity: .8; margin-top: 4px; }
+.outcome { display: flex; flex-wrap: wrap; gap: 8px 16px; align-items: center; font-size: 15px; min-height: 32px; }
+.badge { display: inline-block; padding: 3px 10px; border-radius: 999px; font-weight: 700; font-size: 14px; }
+.badge-ok { background: #009E73; color: #fff; }
+.badge-bad { background: #D55E00; color: #fff; }
+.badge-info { background: rgba(0,114,178,.15); color: inherit; border: 1px solid #0072B2; }
+.headline b { font-size: 18px; }
+.error-box { border: 1.5px solid #D55E00; background: rgba(213,94,0,.08); border-radius: 8px; padding: 8px 12px; }
+.outcome progress { width: 160px; }
 """

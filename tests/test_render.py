@@ -165,3 +165,21 @@ def test_legend_lists_every_kind_with_its_non_colour_cue():
     html = render.legend_html()
     for kind, cue in render.KIND_CUES.items():
         assert f'<span class="tok tok-{kind}">' in html and cue in html
+
+
+def test_outcome_states_the_presets_facts_about_the_pairing():
+    html = render.outcome_html(Trace(), Trace(), True, None, ("The drafter cannot propose <end>.",))
+    assert '<div class="fact">The drafter cannot propose &lt;end&gt;.</div>' in html
+    assert "press <b>Run the race</b>" in html
+
+
+def test_loading_shows_how_far_it_got_and_what_it_does():
+    html = render.loading_html(0.42, "loading the target <x>")
+    assert '<progress max="100" value="42"></progress>' in html
+    assert "Loading the models: loading the target &lt;x&gt;" in html
+
+
+def test_errors_are_escaped_and_announced():
+    assert render.error_html("bad <thing>") == (
+        '<div class="outcome"><div class="error-box" role="alert">bad &lt;thing&gt;</div></div>'
+    )
