@@ -227,6 +227,12 @@ def outcome_html(spd: Trace, ar: Trace, greedy: bool, comparison: dict | None, f
         if not math.isnan(speedup)
         else '<span class="headline">Too short to time: no tokens after the prefill.</span>'
     )
+    if speedup < 1:
+        headline += (
+            '<span class="why">slower here: each round costs γ drafter steps plus one target forward over '
+            "γ+1 tokens, which on a CPU costs about two single steps, so it pays only when most drafts "
+            "are accepted (see How it works)</span>"
+        )
     if not greedy:
         badge = (
             '<span class="badge badge-info" title="Speculative sampling keeps the target\'s distribution exactly; '
@@ -372,6 +378,7 @@ CSS = """
 .badge-bad { background: #D55E00; color: #fff; }
 .badge-info { background: rgba(0,114,178,.15); color: inherit; border: 1px solid #0072B2; }
 .headline b { font-size: 18px; }
+.why { font-size: 13px; opacity: .75; flex-basis: 100%; }
 .error-box { border: 1.5px solid #D55E00; background: rgba(213,94,0,.08); border-radius: 8px; padding: 8px 12px; }
 .outcome progress { width: 160px; }
 """

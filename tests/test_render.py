@@ -156,6 +156,14 @@ def test_lossless_badge_only_when_the_outputs_are_identical():
     assert "lossless" not in sampled and "differ by design, same distribution" in sampled
 
 
+def test_a_slower_speculative_run_is_explained_not_hidden():
+    spd, ar = spd_trace(), ar_trace()
+    slower = render.outcome_html(spd, ar, True, {"identical": True, "first_difference": None, "speedup": 0.8})
+    assert "<b>×0.80</b>" in slower and "slower here" in slower
+    faster = render.outcome_html(spd, ar, True, {"identical": True, "first_difference": None, "speedup": 1.2})
+    assert "slower here" not in faster
+
+
 def test_panel_shows_its_own_compute_clock():
     html = render.panel_html(spd_trace(), "Speculative", "text-only", greedy=True)
     assert "0.110 s compute · 8 tokens · done (end of answer)" in html
