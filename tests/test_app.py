@@ -1,0 +1,253 @@
+"""The app launched in-process and driven through gradio_client, on tiny random models saved to
+disk and loaded through the real preset path; plus the pure export functions."""
+
+import csv
+import importlib
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import tiny
+from gradio_client import Client, handle_file
+from test_render import ar_trace, spd_trace
+
+from demo import export, metrics, models, ui
+from demo.events import Trace
+
+TINY = "tiny"
+QUESTION = "Describe the image."
+
+
+def save_tiny_world(root: Path) -> None:
+    """Tiny target and drafters in Hugging Face format, and an examples folder, under root."""
+    tok = tiny.tokenizer()
+    processor = tiny.processor(tok)
+    target = tiny.llava(tok)
+    target.save_pretrained(root / "target")
+    processor.save_pretrained(root / "target")
+    tiny.text_part_of(target, tok).save_pretrained(root / "drafter-text")  # agrees with the target now and then
+    tok.save_pretrained(root / "drafter-text")
+    tiny.noisy_copy(target, 0.3).save_pretrained(root / "drafter-image")
+    processor.save_pretrained(root / "drafter-image")
+    examples = root / "examples"
+    examples.mkdir()
+    rows = []
+    for i, (image, question) in enumerate(zip(tiny.images(2), tiny.QUESTIONS)):
+        image.save(examples / f"{i}.png")
+        rows.append({"image": f"{i}.png", "question": question, "answer": "A reference.", "task": f"task_{i}"})
+    (examples / "examples.json").write_text(json.dumps(rows))
+
+
+def register_tiny_preset(root: Path) -> None:
+    models.PRESETS[TINY] = models.Preset(
+        name=TINY,
+        target=str(root / "target"),
+        drafters=(
+            models.DrafterSpec("text-only", "text-only", str(root / "drafter-text")),
+            models.DrafterSpec("image-aware", "image-aware", str(root / "drafter-image")),
+        ),
+        description="tiny random models for tests",
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny-world")
+    save_tiny_world(root)
+    register_tiny_preset(root)
+    yield root
+    models.PRESETS.pop(TINY, None)
+
+
+@pytest.fixture(scope="module")
+def client(tiny_world):
+    demo = ui.build_demo(default_preset=TINY, examples_dir=tiny_world / "examples")
+    ui.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)
+    yield Client(demo.local_url, verbose=False, download_files=str(tiny_world / "downloads"))
+    demo.close()
+
+
+def trace_args(tiny_world, drafter="text-only", gamma=4, greedy=True, temperature=0.8, top_p=0.95, seed=0,
+               max_new=24, question=QUESTION, preset=TINY):
+    image = handle_file(str(tiny_world / "examples" / "1.png"))
+    return (image, question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new)
+
+
+@pytest.mark.parametrize("drafter", ["text-only", "image-aware"])
+def test_greedy_race_gives_identical_texts_for_both_runs(client, tiny_world, drafter):
+    result = client.predict(*trace_args(tiny_world, drafter=drafter), api_name="/trace")
+    spd, ar = result["runs"]["speculative"]["trace"], result["runs"]["autoregressive"]["trace"]
+    assert spd["summary"]["token_ids"] == ar["summary"]["token_ids"]
+    assert spd["summary"]["text"] == ar["summary"]["text"]
+    assert "".join(t["text"] for t in spd["tokens"]) == spd["summary"]["text"]
+    assert result["comparison"]["identical"] is True
+    assert result["settings"]["drafter"] == drafter
+
+
+def test_trace_token_kinds_and_counts_agree_with_its_metrics(client, tiny_world):
+    result = client.predict(*trace_args(tiny_world, gamma=3, max_new=40), api_name="/trace")
+    run = result["runs"]["speculative"]
+    tokens, rounds, numbers = run["trace"]["tokens"], run["trace"]["rounds"], run["metrics"]
+    kinds = [t["kind"] for t in tokens]
+    assert kinds[0] == "target" and "target" not in kinds[1:-1]
+    assert numbers["tokens"] == len(tokens) == len(run["trace"]["summary"]["token_ids"])
+    assert numbers["accepted"] == kinds.count("accepted") == sum(r["n_accepted"] for r in rounds)
+    assert numbers["resampled"] == kinds.count("resampled")
+    assert numbers["bonus"] == kinds.count("bonus")
+    assert numbers["target_forwards"] == len(rounds) == run["trace"]["summary"]["target_forwards"]
+    assert numbers["tau"] == pytest.approx((len(tokens) - 1) / len(rounds))
+    assert numbers["drafted"] == sum(len(r["drafted_ids"]) for r in rounds)
+    assert numbers["alpha"] == pytest.approx(numbers["accepted"] / numbers["drafted"])
+    assert sum(numbers["accept_length_histogram"]) == len(rounds)
+    for r in rounds:  # each round's tokens are its accepted drafts, then the target's own token
+        own = [t["kind"] for t in tokens if t["round"] == r["index"]]
+        assert own[: r["n_accepted"]] == ["accepted"] * min(r["n_accepted"], r["n_emitted"])
+        assert len(own) == r["n_emitted"]
+    ar = result["runs"]["autoregressive"]
+    assert {t["kind"] for t in ar["trace"]["tokens"]} == {"target"}
+    assert ar["metrics"]["tau"] == 1.0
+
+
+def test_sampled_races_repeat_exactly_for_a_seed(client, tiny_world):
+    first = client.predict(*trace_args(tiny_world, greedy=False, seed=7), api_name="/trace")
+    again = client.predict(*trace_args(tiny_world, greedy=False, seed=7), api_name="/trace")
+    for run in ("speculative", "autoregressive"):
+        assert first["runs"][run]["trace"]["summary"]["token_ids"] == again["runs"][run]["trace"]["summary"]["token_ids"]
+    assert first["settings"]["sampling"] == {"greedy": False, "temperature": 0.8, "top_k": 0, "top_p": 0.95, "seed": 7}
+
+
+def test_smallest_budget_gives_one_token_from_the_prefill(client, tiny_world):
+    result = client.predict(*trace_args(tiny_world, gamma=10, max_new=1), api_name="/trace")
+    for run in ("speculative", "autoregressive"):
+        assert [t["kind"] for t in result["runs"][run]["trace"]["tokens"]] == ["target"]
+        assert result["runs"][run]["trace"]["rounds"] == []
+
+
+def test_out_of_range_gamma_and_budget_are_clamped_with_a_note(tiny_world):
+    request, notes = ui.parse_request(QUESTION, TINY, "text-only", 50, True, 1.0, 1.0, 0, 0)
+    assert (request.gamma, request.max_new_tokens) == (10, 1)
+    assert notes == ["gamma must be an integer in [1, 10]; used 10", "max new tokens must be an integer in [1, 512]; used 1"]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"question": "  "}, "Ask a question"),
+        ({"preset": "nope"}, "Unknown model preset 'nope'"),
+        ({"drafter": "nope"}, "has no drafter 'nope'"),
+        ({"gamma": 50}, "Value 50 is greater than maximum value 10"),  # Gradio checks the sliders' bounds
+        ({"greedy": False, "temperature": 0}, "Value 0 is less than minimum value 0.05"),
+    ],
+)
+def test_invalid_requests_get_a_message_not_a_traceback(client, tiny_world, change, message):
+    with pytest.raises(Exception, match=message.replace("(", r"\(").replace("]", r"\]")):
+        client.predict(*trace_args(tiny_world, **change), api_name="/trace")
+
+
+@pytest.mark.parametrize(
+    "temperature, top_p, seed, message",
+    [
+        (0.0, 0.9, 0, "Temperature must be greater than 0"),
+        (None, 0.9, 0, "Temperature must be greater than 0"),
+        (1.0, 0.0, 0, "Top-p must be in (0, 1]"),
+        (1.0, 1.01, 0, "Top-p must be in (0, 1]"),
+        (1.0, 0.9, None, "Sampling needs a seed"),
+    ],
+)
+def test_sampling_settings_are_checked_before_running(tiny_world, temperature, top_p, seed, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("]", r"\]")):
+        ui.parse_request(QUESTION, TINY, "text-only", 4, False, temperature, top_p, seed, 16)
+
+
+def test_a_preset_without_weights_is_reported_in_the_page(client, tiny_world):
+    models.PRESETS["missing"] = models.Preset("missing", str(tiny_world / "nowhere"), (models.DrafterSpec("d", "text-only", "x"),))
+    try:
+        job = client.submit(None, QUESTION, "missing", "d", 4, "greedy", 0.8, 0.95, 0, 8, api_name="/race")
+        outcome = job.result()[4]
+    finally:
+        del models.PRESETS["missing"]
+    assert "error-box" in outcome and "Model files missing: " in outcome
+
+
+def test_race_endpoint_streams_the_panels_then_offers_the_downloads(client, tiny_world):
+    image = handle_file(str(tiny_world / "examples" / "0.png"))
+    job = client.submit(image, QUESTION, TINY, "image-aware", 3, "greedy", 0.8, 0.95, 0, 48, api_name="/race")
+    final = job.result()
+    updates = job.outputs()
+    assert len(updates) >= 3  # the empty start, at least one partial redraw, the final state
+    spd_panel, spd_stats, ar_panel, ar_stats, outcome, blocks = final[:6]
+    assert spd_panel.count('class="tok tok-') == ar_panel.count('class="tok tok-') > 1
+    assert "lossless ✓ identical outputs" in outcome
+    assert blocks.count('<div class="round">') >= 1
+    assert "wall-clock speedup" in spd_stats and "decode tokens/s" in ar_stats
+    assert all(json.loads(plot["plot"])["data"] for plot in final[6:10])
+    json_button, csv_button = final[10], final[11]  # updates: the file and interactive=True
+    assert json_button["interactive"] and csv_button["interactive"]
+    record = json.loads(Path(json_button["value"]).read_text())
+    rows = list(csv.DictReader(io.StringIO(Path(csv_button["value"]).read_text())))
+    assert record["comparison"]["identical"] is True
+    for run in ("speculative", "autoregressive"):
+        tokens = record["runs"][run]["trace"]["tokens"]
+        assert [r["text"] for r in rows if r["run"] == run] == [t["text"] for t in tokens]
+        assert [r["kind"] for r in rows if r["run"] == run] == [t["kind"] for t in tokens]
+
+
+def test_importing_the_app_loads_no_model(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded at import time")
+
+    monkeypatch.setattr(models, "load", refuse)
+    monkeypatch.delitem(sys.modules, "app", raising=False)
+    app = importlib.import_module("app")
+    assert app.demo.fns  # the page was built
+
+
+def test_examples_are_read_from_the_examples_folder(tiny_world, tmp_path):
+    examples = ui.load_examples(tiny_world / "examples")
+    assert [(Path(e.image).name, e.task) for e in examples] == [("0.png", "task_0"), ("1.png", "task_1")]
+    assert ui.load_examples(tmp_path) == []
+
+
+# --- exports, pure ----------------------------------------------------------------------------
+
+
+def test_json_export_holds_settings_traces_metrics_and_comparison():
+    traces = {"speculative": spd_trace(), "autoregressive": ar_trace()}
+    record = json.loads(export.to_json(export.payload({"gamma": 3}, traces, gamma=3)))
+    assert record["settings"] == {"gamma": 3}
+    assert record["runs"]["speculative"]["trace"]["summary"]["token_ids"] == [10, 11, 13, 15, 16, 17, 18, 2]
+    assert record["runs"]["speculative"]["metrics"]["tau"] == pytest.approx(7 / 3)
+    assert record["runs"]["autoregressive"]["metrics"]["tau"] == 1.0
+    assert record["comparison"]["identical"] is False
+    assert record["comparison"]["first_difference"] == 3
+    assert record["comparison"]["speedup"] == pytest.approx(metrics.speedup(traces["speculative"], traces["autoregressive"]))
+
+
+def test_json_export_of_unfinished_runs_is_strict_json_without_a_comparison():
+    record = export.payload({}, {"speculative": Trace(), "autoregressive": Trace()}, gamma=4)
+    text = export.to_json(record)  # allow_nan=False: NaN metrics must have become null
+    assert json.loads(text)["runs"]["speculative"]["metrics"]["tau"] is None
+    assert "comparison" not in record
+
+
+def test_csv_export_has_one_row_per_token_with_its_details():
+    traces = {"speculative": spd_trace(), "autoregressive": ar_trace()}
+    rows = list(csv.DictReader(io.StringIO(export.tokens_csv(traces))))
+    assert len(rows) == 8 + 3
+    resampled = rows[2]
+    assert resampled == {
+        "run": "speculative", "index": "2", "token_id": "13", "text": " square", "kind": "resampled", "round": "1",
+        "p": "0.7", "q": "", "accept_prob": "", "rejected_id": "12", "rejected_text": " circle",
+        "rejected_p": "0.05", "rejected_q": "0.9", "rejected_accept_prob": "0.0556", "t": "0.06",
+    }
+    assert rows[6]["text"] == "<b>&" and rows[5]["text"] == "\n"
+    assert [r["kind"] for r in rows[8:]] == ["target"] * 3
+
+
+def test_comparison_finds_where_outputs_part_ways():
+    same = export.comparison(ar_trace(), ar_trace())
+    assert same["identical"] is True and same["first_difference"] is None and same["speedup"] == pytest.approx(1.0)
+    shorter = export.comparison(ar_trace(), ar_trace(ids=(10, 11), texts=("The", " red")))
+    assert shorter["identical"] is False and shorter["first_difference"] == 2
