@@ -23,6 +23,7 @@ import bisect
 import torch
 from transformers import DynamicCache
 
+from demo.compat import cache_keyword
 from demo.sampling import Sampling, sample, warp
 
 
@@ -54,6 +55,7 @@ class Drafter:
         self.allowed = allowed.to(model.device)
         self.blocked_ids = blocked_ids
         self.cache: DynamicCache | None = None
+        self.cache_kw = cache_keyword(model)  # "cache", or "past_key_values" before transformers 5.2x
 
     @property
     def device(self) -> torch.device:
@@ -66,7 +68,7 @@ class Drafter:
     def start(self, inputs: dict) -> None:
         """Prefill the drafter's own prompt (its input_ids, plus pixel_values if image-aware)."""
         self.cache = DynamicCache(config=self.model.config)
-        self.model(**inputs, cache=self.cache, use_cache=True, logits_to_keep=1)
+        self.model(**inputs, **{self.cache_kw: self.cache}, use_cache=True, logits_to_keep=1)
         self.prompt_last = int(inputs["input_ids"][0, -1])
         self.fed_positions: list[int] = []  # answer position of each answer token in the cache
         self.fed_tokens: list[int] = []  # and its id
@@ -75,7 +77,7 @@ class Drafter:
     def _forward(self, ids: list[int]) -> torch.Tensor:
         """Feed ids, return the logits for the token after them: [V]."""
         input_ids = torch.tensor([ids], device=self.device)
-        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=1)
+        out = self.model(input_ids=input_ids, **{self.cache_kw: self.cache}, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
 
     @torch.inference_mode()

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from demo.compat import cache_keyword
 from demo.detokenize import Detokenizer
 from demo.drafters import Drafter
 from demo.events import Event, PrefillEvent, RoundEvent, RunSummary, TokenEvent
@@ -45,6 +46,7 @@ class Target:
         self.stop_ids = stop_ids
         self.n_params = sum(p.numel() for p in model.parameters())
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self.cache_kw = cache_keyword(model)  # "cache", or "past_key_values" before transformers 5.2x
 
     @property
     def device(self) -> torch.device:
@@ -55,13 +57,13 @@ class Target:
 
     def prefill(self, inputs: dict, cache: DynamicCache) -> torch.Tensor:
         """Encode the image and the prompt; return the logits for the first answer token: [V]."""
-        out = self.model(**inputs, cache=cache, use_cache=True, logits_to_keep=1)
+        out = self.model(**inputs, **{self.cache_kw: cache}, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
 
     def forward(self, ids: list[int], cache: DynamicCache) -> torch.Tensor:
         """Feed ids after the cache (no pixel_values: the image is already in it) -> [len(ids), V]."""
         input_ids = torch.tensor([ids], device=self.device)
-        return self.model(input_ids=input_ids, cache=cache, use_cache=True).logits[0]
+        return self.model(input_ids=input_ids, **{self.cache_kw: cache}, use_cache=True).logits[0]
 
 
 @dataclass(frozen=True)
