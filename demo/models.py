@@ -1,29 +1,51 @@
-"""Presets: which target and drafters to load, how, and how to turn (image, question) into inputs.
+"""Presets: which target and drafters to load, where, and how to turn (image, question) into inputs.
 
-A preset names one multimodal target and the drafters that may assist it. Loading is lazy
-(`load(name)` on first use), done once per process and shared: models are read-only at
-inference, and every request gets its own KV caches. Nothing is loaded at import time.
+A preset names one multimodal target, the family it belongs to (`demo.families`), and the drafters
+that may assist it. Loading is lazy (`load(name)` on first use, with optional progress callbacks),
+done once per process and shared by every user: models are read-only at inference, each request
+gets its own KV caches, and `Loaded.drafter(name)` hands every run its own drafter state around the
+shared drafter model. Switching drafter never reloads the target. Nothing loads at import time.
 
-The embedded world (`assets/world/`, trained by `python -m demo.world.train`) is the default
-everywhere. Hub presets keep their real loading code; they need the weights in the local
-Hugging Face cache, since nothing here downloads at run time unless allowed.
+Before a preset loads, `demo.devices` picks the device (CUDA in bf16, else CPU in fp32) and
+refuses, with both numbers, a preset that does not fit in free memory; a target too large for one
+GPU is spread over several. `demo.hub` finds the files: a local directory, or the local Hugging Face
+cache; the hub is asked only when DEMO_ALLOW_DOWNLOADS=1. `availability(name)` tells the UI within
+seconds whether a preset can be loaded, and why not.
+
+The API the UI uses:
+    PRESETS, DEFAULT_PRESET         the selector's choices; Preset.note is shown next to each
+    availability(name)              Availability(ok, local, message), fast, never loads anything
+    load(name, progress=None)       Loaded; progress(fraction, message) is called at each stage;
+                                    raises hub.Unavailable or devices.NotEnoughMemory with a message
+    is_loaded(name)                 whether load(name) would return at once
+    Loaded.drafter(name, progress)  a drafter for one run (its model loads on first use)
+    Loaded.prompt(image, q, d)      the target's and drafter d's inputs
+    Loaded.notes(drafter)           facts about this pairing the UI should state
 """
 
 from __future__ import annotations
 
+import copy
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from PIL import Image
-from transformers import AutoModelForCausalLM, AutoProcessor, AutoTokenizer, LlavaForConditionalGeneration
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
+from demo import devices, hub
+from demo.devices import NotEnoughMemory  # noqa: F401  (re-exported: load() raises it)
 from demo.drafters import Drafter
+from demo.families import FAMILIES
+from demo.hub import Availability, Unavailable  # noqa: F401  (re-exported: load() raises Unavailable)
 from demo.speculative import Prompt, Target
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "world"
 END_OF_TURN = ("<|end|>", "<|im_end|>", "<end_of_utterance>", "<|eot_id|>")
+
+Progress = Callable[[float, str], None]  # (fraction done in [0, 1], what is happening)
 
 
 class VocabMismatch(ValueError):
@@ -35,6 +57,7 @@ class DrafterSpec:
     name: str  # shown in the UI
     kind: str  # "text-only" | "image-aware"
     path: str  # local directory or hub id
+    params: int = 0  # parameter count, for the memory check before the files are here (0: count them)
 
 
 @dataclass(frozen=True)
@@ -43,6 +66,10 @@ class Preset:
     target: str  # local directory or hub id
     drafters: tuple[DrafterSpec, ...]
     description: str = ""
+    family: str = "llava"  # a key of demo.families.FAMILIES
+    params: int = 0  # target parameter count, for the memory check before the files are here
+    note: str = ""  # a caveat the UI states next to the preset
+    image_kwargs: dict = field(default_factory=dict)  # passed to the processor with each image
 
 
 PRESETS: dict[str, Preset] = {
@@ -54,6 +81,39 @@ PRESETS: dict[str, Preset] = {
             DrafterSpec("image-aware", "image-aware", str(ASSETS / "drafter-image")),
         ),
         description="The project's own LLaVA (trained on synthetic scenes) and two drafters, on CPU.",
+    ),
+    "llava-1.5-7b": Preset(
+        name="llava-1.5-7b",
+        target="llava-hf/llava-1.5-7b-hf",
+        drafters=(DrafterSpec("vicuna-68m", "text-only", "double7/vicuna-68m", params=68_000_000),),
+        description="Paper-like (GPU): LLaVA-1.5-7B drafted by the text-only Vicuna-68M.",
+        params=7_063_000_000,
+        note="Needs a GPU (about 16 GiB in bf16). The drafter's 32000-token vocabulary is the target's "
+        "first 32000 ids; the image token (32000) is never drafted.",
+    ),
+    "qwen2.5-vl-3b": Preset(
+        name="qwen2.5-vl-3b",
+        target="Qwen/Qwen2.5-VL-3B-Instruct",
+        drafters=(DrafterSpec("qwen2.5-0.5b", "text-only", "Qwen/Qwen2.5-0.5B-Instruct", params=494_000_000),),
+        description="Best small pair: Qwen2.5-VL-3B drafted by the text-only Qwen2.5-0.5B (same vocabulary).",
+        family="qwen2_5_vl",
+        params=3_755_000_000,
+        note="Images are scaled to at most 768 x 28 x 28 pixels (up to 768 image tokens).",
+        image_kwargs={"size": {"shortest_edge": 56 * 56, "longest_edge": 768 * 28 * 28}},  # pixels, as min/max_pixels
+    ),
+    "smolvlm-500m": Preset(
+        name="smolvlm-500m",
+        target="HuggingFaceTB/SmolVLM-500M-Instruct",
+        drafters=(
+            DrafterSpec("smollm2-135m", "text-only", "HuggingFaceTB/SmolLM2-135M-Instruct", params=134_500_000),
+        ),
+        description="CPU-friendly: SmolVLM-500M drafted by the text-only SmolLM2-135M.",
+        family="idefics3",
+        params=507_500_000,
+        note="The drafter's vocabulary lacks the target's <end_of_utterance>, so it can never propose "
+        "stopping; the target still stops exactly, with its own token. Images are scaled to at most "
+        "1024 px (2 x 2 tiles + 1 thumbnail).",
+        image_kwargs={"size": {"longest_edge": 1024}},
     ),
 }
 DEFAULT_PRESET = "embedded"
@@ -72,7 +132,11 @@ def stop_ids_of(tokenizer, model) -> frozenset[int]:
 
 
 def check_vocab_compatible(target_tokenizer, drafter_tokenizer, drafter_name: str) -> None:
-    """Refuse a drafter whose shared ids spell different tokens than the target's."""
+    """Refuse a drafter whose shared ids spell different tokens than the target's.
+
+    Tokenizer vocabularies are compared, not embedding sizes: those are often padded
+    (Qwen2.5: 151936 rows for about 151665 tokens; LLaVA-1.5: 32064 rows for 32002 tokens).
+    """
     target_vocab = {i: t for t, i in target_tokenizer.get_vocab().items()}
     drafter_vocab = {i: t for t, i in drafter_tokenizer.get_vocab().items()}
     for i in sorted(target_vocab.keys() & drafter_vocab.keys()):
@@ -83,11 +147,28 @@ def check_vocab_compatible(target_tokenizer, drafter_tokenizer, drafter_name: st
             )
 
 
-def image_placeholder_ids(processor) -> frozenset[int]:
-    """Ids that stand for image content in the target's prompt; a text-only drafter never sees them."""
+def image_placeholder_ids(processor, names: tuple[str, ...] = ()) -> frozenset[int]:
+    """Ids that stand for image content in the target's prompt; a text-only drafter never sees them.
+
+    The processor's image token, plus the family's other structure tokens (`names`) that exist.
+    """
     tokenizer = processor.tokenizer
-    names = {getattr(processor, "image_token", None), getattr(tokenizer, "image_token", None)}
-    return frozenset(tokenizer.convert_tokens_to_ids(n) for n in names if n)
+    candidates = {getattr(processor, "image_token", None), getattr(tokenizer, "image_token", None), *names}
+    vocab = tokenizer.get_vocab()
+    return frozenset(vocab[n] for n in candidates if n and n in vocab)
+
+
+def _silent(fraction: float, message: str) -> None:
+    pass
+
+
+def _load_model(auto_class, path: Path, plan: devices.Plan, *, drafter: bool):
+    """One model from a local directory, placed as the plan says."""
+    kwargs = devices.load_kwargs(plan, drafter=drafter)
+    model = auto_class.from_pretrained(path, local_files_only=True, trust_remote_code=False, **kwargs)
+    if "device_map" not in kwargs:
+        model.to(plan.device)
+    return model.eval()
 
 
 @dataclass
@@ -100,6 +181,8 @@ class Loaded:
     device: torch.device
     drafters: dict[str, Drafter] = field(default_factory=dict)
     drafter_processors: dict[str, object] = field(default_factory=dict)
+    plan: devices.Plan | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def conversation(self, question: str, with_image: bool) -> list[dict]:
         content = ([{"type": "image"}] if with_image else []) + [{"type": "text", "text": question}]
@@ -109,9 +192,12 @@ class Loaded:
         text = processor.apply_chat_template(
             self.conversation(question, image is not None), add_generation_prompt=True, tokenize=False
         )
-        images = [image] if image is not None else None
-        inputs = processor(images=images, text=text, return_tensors="pt")
-        return {k: v.to(self.device) for k, v in inputs.items()}
+        if image is None:
+            inputs = processor(text=text, return_tensors="pt")
+        else:
+            inputs = processor(images=[image], text=text, return_tensors="pt", **self.preset.image_kwargs)
+        dtype = self.target.model.dtype
+        return {k: v.to(self.device, dtype) if v.is_floating_point() else v.to(self.device) for k, v in inputs.items()}
 
     def prompt(self, image: Image.Image | None, question: str, drafter: str | None = None) -> Prompt:
         """Inputs for the target, and for the named drafter as its kind dictates."""
@@ -128,55 +214,138 @@ class Loaded:
             drafter_inputs = {"input_ids": torch.tensor([ids], device=self.device)}
         return Prompt(target_inputs, drafter_inputs)
 
-    def drafter(self, name: str) -> Drafter:
-        with _LOCK:
+    def drafter(self, name: str, progress: Progress | None = None) -> Drafter:
+        """A drafter for one run: its own cache and bookkeeping around the shared, loaded-once model."""
+        with self._lock:
             if name not in self.drafters:
                 spec = next((s for s in self.preset.drafters if s.name == name), None)
                 if spec is None:
                     known = ", ".join(s.name for s in self.preset.drafters)
                     raise KeyError(f"unknown drafter {name!r} for preset {self.preset.name!r} (known: {known})")
-                self.drafters[name] = self._load_drafter(spec)
-            return self.drafters[name]
+                self.drafters[name] = self._load_drafter(spec, progress or _silent)
+            # A shallow copy shares the model and masks; `start()` gives it fresh per-run state.
+            return copy.copy(self.drafters[name])
 
-    def _load_drafter(self, spec: DrafterSpec) -> Drafter:
+    def _load_drafter(self, spec: DrafterSpec, progress: Progress) -> Drafter:
+        progress(0.0, f"finding the drafter {spec.path}")
+        path = hub.resolve(spec.path)
+        params = hub.count_params(path) or spec.params
+        free = devices.probe()
+        memory = devices.Memory(free.gpus[:1], free.cpu, free.bf16)  # drafters live on the first device
+        devices.plan(params, 0, memory, what=f"drafter {spec.name!r}")
+        progress(0.2, f"loading the drafter {spec.name} ({params / 1e6:.0f}M parameters)")
+        plan = self.plan or devices.Plan(self.device, self.target.model.dtype, False, None, 0, 0)
         if spec.kind == "image-aware":
-            model = LlavaForConditionalGeneration.from_pretrained(spec.path, dtype=self.target.model.dtype)
-            processor = AutoProcessor.from_pretrained(spec.path)
+            model = _load_model(AutoModelForImageTextToText, path, plan, drafter=True)
+            processor = AutoProcessor.from_pretrained(path, local_files_only=True, trust_remote_code=False)
             tokenizer = processor.tokenizer
             self.drafter_processors[spec.name] = processor
         else:
-            model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=self.target.model.dtype)
-            tokenizer = AutoTokenizer.from_pretrained(spec.path)
+            model = _load_model(AutoModelForCausalLM, path, plan, drafter=True)
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+        progress(0.9, "checking that the drafter's token ids mean what the target's mean")
         check_vocab_compatible(self.target.tokenizer, tokenizer, spec.name)
-        model.to(self.device).eval()
-        return Drafter(
+        family = FAMILIES[self.preset.family]
+        drafter = Drafter(
             model,
             name=spec.name,
             kind=spec.kind,
             target_vocab_size=self.target.vocab_size,
             stop_ids=self.target.stop_ids,
-            blocked_ids=image_placeholder_ids(self.processor),
+            blocked_ids=image_placeholder_ids(self.processor, family.placeholder_tokens),
         )
+        progress(1.0, f"drafter {spec.name} ready")
+        return drafter
 
-
-_LOCK = threading.RLock()
-_LOADED: dict[str, Loaded] = {}
-
-
-def load(name: str = DEFAULT_PRESET) -> Loaded:
-    """Load a preset's target and processor once per process (drafters load on first use)."""
-    with _LOCK:
-        if name not in _LOADED:
-            if name not in PRESETS:
-                raise KeyError(f"unknown preset {name!r} (known: {', '.join(PRESETS)})")
-            preset = PRESETS[name]
-            model = LlavaForConditionalGeneration.from_pretrained(preset.target, dtype=torch.float32).eval()
-            processor = AutoProcessor.from_pretrained(preset.target)
-            target = Target(
-                model,
-                processor.tokenizer,
-                name=preset.name,
-                stop_ids=stop_ids_of(processor.tokenizer, model),
+    def notes(self, drafter: str) -> tuple[str, ...]:
+        """Facts about this target-drafter pairing that the UI should state (loads the drafter)."""
+        d = self.drafter(drafter)
+        tokenizer = self.target.tokenizer
+        notes = []
+        unreachable = sorted(i for i in self.target.stop_ids if i >= d.usable or i in d.blocked_ids)
+        if unreachable:
+            names = ", ".join(f"{tokenizer.convert_ids_to_tokens(i)} (id {i})" for i in unreachable)
+            notes.append(
+                f"The drafter {d.name} cannot propose {names}: it is outside its {d.usable}-token vocabulary, "
+                "so it never proposes stopping there; the target ends the answer itself, exactly as it would alone."
             )
-            _LOADED[name] = Loaded(preset, target, processor, model.device)
-        return _LOADED[name]
+        if d.usable < self.target.vocab_size:
+            notes.append(
+                f"The drafter {d.name} can propose the target's first {d.usable} of {self.target.vocab_size} ids; "
+                "ids beyond them (image tokens, padding) come from the target only."
+            )
+        return tuple(notes)
+
+
+_REGISTRY = threading.Lock()  # guards the two dicts below, never held while loading
+_LOADED: dict[str, Loaded] = {}
+_LOADING: dict[str, threading.Lock] = {}  # one lock per preset: loading one never blocks serving another
+
+
+def _preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise KeyError(f"unknown preset {name!r} (known: {', '.join(PRESETS)})")
+    return PRESETS[name]
+
+
+def _refs(preset: Preset) -> list[str]:
+    return [preset.target] + [s.path for s in preset.drafters]
+
+
+def availability(name: str) -> Availability:
+    """Whether `load(name)` can work now, and a message for the UI. Answers within seconds, loads nothing."""
+    preset = _preset(name)
+    if is_loaded(name):
+        return Availability(True, True, "Loaded.")
+    found = hub.availability(_refs(preset))
+    if not found.ok or not found.local:
+        return found
+    target_params = hub.count_params(hub.local(preset.target)) or preset.params
+    drafter_params = max((hub.count_params(hub.local(s.path)) or s.params for s in preset.drafters), default=0)
+    try:
+        plan = devices.plan(target_params, drafter_params, devices.probe(), what=f"preset {name!r}")
+    except NotEnoughMemory as error:
+        return Availability(False, True, f"{error}.")
+    return Availability(True, True, f"All model files are on this machine; it will run on {plan.summary}.")
+
+
+def is_loaded(name: str) -> bool:
+    with _REGISTRY:
+        return name in _LOADED
+
+
+def load(name: str = DEFAULT_PRESET, progress: Progress | None = None) -> Loaded:
+    """Load a preset's target and processor once per process (drafters load on first use).
+
+    Raises hub.Unavailable (files neither here nor obtainable) or devices.NotEnoughMemory, each
+    with a message for the UI.
+    """
+    report = progress or _silent
+    preset = _preset(name)
+    with _REGISTRY:
+        if name in _LOADED:
+            return _LOADED[name]
+        lock = _LOADING.setdefault(name, threading.Lock())
+    with lock:
+        with _REGISTRY:
+            if name in _LOADED:  # another request loaded it while this one waited
+                return _LOADED[name]
+        family = FAMILIES[preset.family]
+        report(0.0, f"finding the files of {preset.target}")
+        path = hub.resolve(preset.target)
+        target_params = hub.count_params(path) or preset.params
+        drafter_params = max((s.params for s in preset.drafters), default=0)
+        report(0.05, "checking memory")
+        plan = devices.plan(target_params, drafter_params, devices.probe(), what=f"preset {name!r}")
+        report(0.1, f"loading the target {preset.target} ({target_params / 1e9:.2f}B parameters; {plan.summary})")
+        model = _load_model(AutoModelForImageTextToText, path, plan, drafter=False)
+        report(0.85, "loading the processor")
+        processor = family.processor(path)
+        target = family.target_class(
+            model, processor.tokenizer, name=preset.name, stop_ids=stop_ids_of(processor.tokenizer, model)
+        )
+        loaded = Loaded(preset, target, processor, plan.device, plan=plan)
+        with _REGISTRY:
+            _LOADED[name] = loaded
+        report(1.0, f"{preset.name} ready")
+        return loaded
