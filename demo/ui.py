@@ -19,6 +19,7 @@ Gradio 6 takes the theme and CSS at launch, so launch through `launch()` (or pas
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import logging
@@ -257,13 +258,22 @@ def _view(traces: dict[str, Trace], request: Request, facts: tuple[str, ...], ch
     )
 
 
+@functools.cache
+def _export_dir() -> tempfile.TemporaryDirectory:
+    """One folder per process for the downloads (held by the cache, removed at exit). Gradio
+    copies each file into its own cache when it sends it, and runs never overlap (one
+    concurrency slot), so every run can write the same two names."""
+    return tempfile.TemporaryDirectory(prefix="spd-exports-")
+
+
 def _downloads(traces: dict[str, Trace], request: Request) -> tuple:
-    folder = Path(tempfile.mkdtemp(prefix="spd-trace-"))
+    folder = Path(_export_dir().name)
     json_path, csv_path = folder / "trace.json", folder / "tokens.csv"
     json_path.write_text(export.to_json(export.payload(request.settings(), traces, request.gamma)))
     csv_path.write_text(export.tokens_csv(traces))
-    return gr.DownloadButton(value=str(json_path), interactive=True), gr.DownloadButton(
-        value=str(csv_path), interactive=True
+    return (
+        gr.DownloadButton(value=str(json_path), interactive=True),
+        gr.DownloadButton(value=str(csv_path), interactive=True),
     )
 
 
