@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer, DynamicCache, Qwen2_5_VLProcessor
+from transformers import AutoProcessor, AutoTokenizer, DynamicCache, Qwen2_5_VLProcessor, Qwen2VLImageProcessorPil
 from transformers.processing_utils import ProcessorMixin
 
 from demo.speculative import Target
@@ -106,7 +106,8 @@ def _auto_processor(path: Path):
 
 def _qwen_processor(path: Path):
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
-    image_processor = AutoImageProcessor.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    # The PIL image processor, named directly: AutoImageProcessor needs torchvision in transformers 5.17.
+    image_processor = Qwen2VLImageProcessorPil.from_pretrained(path, local_files_only=True)
     return Qwen2_5_VLImageProcessor(image_processor, tokenizer, chat_template=chat_template(path, tokenizer))
 
 

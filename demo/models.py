@@ -69,7 +69,7 @@ class Preset:
     family: str = "llava"  # a key of demo.families.FAMILIES
     params: int = 0  # target parameter count, for the memory check before the files are here
     note: str = ""  # a caveat the UI states next to the preset
-    image_kwargs: dict = field(default_factory=dict)  # passed to the processor with each image
+    image_kwargs: dict = field(default_factory=dict, hash=False)  # passed to the processor with each image
 
 
 PRESETS: dict[str, Preset] = {
@@ -298,15 +298,20 @@ def availability(name: str) -> Availability:
     if is_loaded(name):
         return Availability(True, True, "Loaded.")
     found = hub.availability(_refs(preset))
-    if not found.ok or not found.local:
+    if not found.ok:
         return found
-    target_params = hub.count_params(hub.local(preset.target)) or preset.params
-    drafter_params = max((hub.count_params(hub.local(s.path)) or s.params for s in preset.drafters), default=0)
+
+    def params(ref: str, estimate: int) -> int:  # counted from the files when they are here
+        path = hub.local(ref)
+        return (hub.count_params(path) if path else 0) or estimate
+
+    target_params = params(preset.target, preset.params)
+    drafter_params = max((params(s.path, s.params) for s in preset.drafters), default=0)
     try:
         plan = devices.plan(target_params, drafter_params, devices.probe(), what=f"preset {name!r}")
     except NotEnoughMemory as error:
-        return Availability(False, True, f"{error}.")
-    return Availability(True, True, f"All model files are on this machine; it will run on {plan.summary}.")
+        return Availability(False, found.local, f"{error}.")
+    return Availability(True, found.local, f"{found.message.removesuffix('.')}; it will run on {plan.summary}.")
 
 
 def is_loaded(name: str) -> bool:

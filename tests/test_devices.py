@@ -71,3 +71,18 @@ def test_probe_reads_this_machine():
     assert memory.gpus == (tuple(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count()))
                            if torch.cuda.is_available() else ())
     assert 0 < memory.cpu <= devices.available_ram() * 2
+
+
+def test_load_refuses_a_preset_that_does_not_fit_before_loading_any_weights(tmp_path, monkeypatch):
+    import tiny_families
+
+    from demo import models
+
+    preset = tiny_families.build("llava", tmp_path / "llava")
+    monkeypatch.setitem(models.PRESETS, preset.name, preset)
+    monkeypatch.setattr(devices, "probe", lambda: Memory((), 1000))
+    monkeypatch.setattr(models, "_load_model", lambda *a, **k: pytest.fail("weights loaded despite the refusal"))
+    with pytest.raises(NotEnoughMemory, match=r"^preset 'tiny-llava' needs about 0\.0 GiB of RAM in float32 on CPU, "
+                       r"but only 0\.0 GiB is available$"):
+        models.load(preset.name)
+    assert not models.is_loaded(preset.name)

@@ -23,13 +23,27 @@ CASES = [(IMAGES[0], "Describe the image."), (IMAGES[1], "What colour is the cir
          (IMAGES[2].resize((64, 40)), "Where is the star?"), (None, "Write a short caption.")]
 
 
+class Built(dict):
+    """family -> tiny preset, built and registered in PRESETS on first use."""
+
+    def __init__(self, root):
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, family):
+        try:
+            preset = tiny_families.build(family, self.root / family)
+        except ImportError as error:  # transformers 5.17: Idefics3's image processor needs torchvision
+            pytest.skip(f"{family} cannot be built with this transformers: {error}")
+        models.PRESETS[preset.name] = preset
+        self[family] = preset
+        return preset
+
+
 @pytest.fixture(scope="module")
 def family_presets(tmp_path_factory):
     """One tiny preset per family, registered in PRESETS for the module's tests."""
-    root = tmp_path_factory.mktemp("families")
-    presets = {family: tiny_families.build(family, root / family) for family in tiny_families.FAMILIES}
-    for preset in presets.values():
-        models.PRESETS[preset.name] = preset
+    presets = Built(tmp_path_factory.mktemp("families"))
     yield presets
     for preset in presets.values():
         del models.PRESETS[preset.name]
@@ -83,8 +97,8 @@ def test_greedy_speculative_output_identical_to_generate_for_each_family(loaded)
 
 def test_family_decides_target_class_and_processor(family_presets):
     kinds = {}
-    for family, preset in family_presets.items():
-        loaded = models.load(preset.name)
+    for family in tiny_families.FAMILIES:
+        loaded = models.load(family_presets[family].name)
         kinds[family] = (type(loaded.target).__name__, type(loaded.processor).__name__)
     assert kinds == {
         "llava": ("Target", "LlavaProcessor"),
@@ -108,8 +122,8 @@ def test_text_only_drafter_reads_the_prompt_without_image_tokens(loaded):
 
 def test_vocabularies_relate_as_in_the_real_pairs(family_presets):
     sizes = {}
-    for family, preset in family_presets.items():
-        loaded = models.load(preset.name)
+    for family in tiny_families.FAMILIES:
+        loaded = models.load(family_presets[family].name)
         sizes[family] = (loaded.target.vocab_size - loaded.drafter("text").usable, len(loaded.target.tokenizer))
     assert sizes["llava"][0] == 64  # 32064 vs 32000
     assert sizes["qwen2_5_vl"][0] == 0  # 151936 both

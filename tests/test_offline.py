@@ -125,3 +125,22 @@ def test_cached_hub_preset_loads_offline_through_the_real_preset(tiny_llava, tmp
     assert (ok, local) == (True, True)
     assert message.startswith("All model files are on this machine; it will run on cpu, float32, needs 0.0 GiB of ")
     assert report["load"][0] == "loaded"
+
+
+def test_downloadable_preset_is_sized_against_free_memory_before_anything_loads(monkeypatch):
+    from demo import devices, hub, models
+
+    monkeypatch.setenv("DEMO_ALLOW_DOWNLOADS", "1")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub, "cached", lambda repo: None)
+    monkeypatch.setattr(hub, "probe", lambda repo, seconds=hub.PROBE_SECONDS: None)  # the hub answers
+    monkeypatch.setattr(devices, "probe", lambda: devices.Memory((), 8 * 2**30))
+    assert models.availability("llava-1.5-7b") == hub.Availability(
+        False, False, "preset 'llava-1.5-7b' needs about 31.9 GiB of RAM in float32 on CPU, but only 8.0 GiB is available."
+    )
+    monkeypatch.setattr(devices, "probe", lambda: devices.Memory((80 * 2**30,), 8 * 2**30))
+    assert models.availability("llava-1.5-7b") == hub.Availability(
+        True, False, "Will be downloaded on first use: llava-hf/llava-1.5-7b-hf, double7/vicuna-68m; "
+        "it will run on cuda:0, bfloat16, needs 15.9 GiB of 80.0 GiB free."
+    )
