@@ -59,8 +59,9 @@ def complete(path: Path) -> bool:
     """The directory holds a config and all of its weights."""
     if not (path / "config.json").is_file():
         return False
-    for index in path.glob("*.index.json"):
-        shards = set(json.loads(index.read_text())["weight_map"].values())
+    indexes = sorted(path.glob("*.index.json"))  # sharded weights: every shard must be here
+    if indexes:
+        shards = set(json.loads(indexes[0].read_text())["weight_map"].values())
         return all((path / shard).is_file() for shard in shards)
     return any(path.glob("*.safetensors")) or any(path.glob("pytorch_model*.bin"))
 

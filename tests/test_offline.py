@@ -144,3 +144,19 @@ def test_downloadable_preset_is_sized_against_free_memory_before_anything_loads(
         True, False, "Will be downloaded on first use: llava-hf/llava-1.5-7b-hf, double7/vicuna-68m; "
         "it will run on cuda:0, bfloat16, needs 15.9 GiB of 80.0 GiB free."
     )
+
+
+def test_a_snapshot_counts_as_present_only_with_config_and_every_weight_shard(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from demo import hub
+
+    (tmp_path / "config.json").write_text("{}")
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    save_file({"a": torch.zeros(3, 4)}, tmp_path / "model-00001-of-00002.safetensors")
+    assert not hub.complete(tmp_path)  # a shard is missing: an interrupted download
+    save_file({"b": torch.zeros(5), "c": torch.zeros(2, 2, 2)}, tmp_path / "model-00002-of-00002.safetensors")
+    assert hub.complete(tmp_path)
+    assert hub.count_params(tmp_path) == 12 + 5 + 8  # read from the headers, nothing loaded
