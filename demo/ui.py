@@ -212,6 +212,10 @@ def warm_up(preset: str) -> None:
     """Load a preset and its drafters and decode a few tokens with each, so the first Run is fast."""
     from demo.sampling import Sampling
 
+    available = models.availability(preset)
+    if not available.ok:  # said again, on the page, to whoever picks it
+        log.warning("not warming up preset %r: %s", preset, available.message)
+        return
     image = Image.new("RGB", (64, 64), (200, 200, 200))
     try:
         with _WARMING:
@@ -220,8 +224,8 @@ def warm_up(preset: str) -> None:
                 request = Request("Describe the image.", preset, spec.name, 4, Sampling(), 8)
                 for _ in start_race(loaded, request, image):
                     pass
-    except Exception:  # an unavailable preset is reported to whoever runs it
-        log.warning("warm-up of preset %r failed", preset, exc_info=True)
+    except Exception:  # reported again to whoever runs the preset
+        log.exception("warm-up of preset %r failed", preset)
 
 
 def _load_error(error: Exception) -> str:
