@@ -1,0 +1,144 @@
+"""The page in a real browser: Debian's headless Chromium, driven by Playwright.
+
+It picks an example, runs the race, and checks what a person would see: coloured tokens in the
+speculative panel, text in both panels, the four charts, the block view, the lossless badge and
+a token's tooltip. It saves screenshots (desktop and phone widths) under runs/screenshots/, or
+$SCREENSHOT_DIR. The embedded models are used when assets/world holds them, the tiny random
+ones otherwise. Chromium missing is a failure, not a skip: CI installs it.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import sync_playwright
+from test_app import register_tiny_preset, save_tiny_world
+
+from demo import models, ui
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run"]
+SHOTS = Path(os.environ.get("SCREENSHOT_DIR", ROOT / "runs" / "screenshots"))
+EMBEDDED = Path(models.PRESETS[models.DEFAULT_PRESET].target).exists() and ui.load_examples()
+STARTUP_LIMIT_S = 10.0  # process start to a page a person can use
+FIRST_TOKEN_LIMIT_S = 1.0  # Run pressed to the first token on screen, embedded models
+
+
+@pytest.fixture(scope="module")
+def browser():
+    assert Path(CHROMIUM).exists(), f"Chromium not found at {CHROMIUM}: apt-get install -y chromium"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The app in this process, its preset warmed up first (as launch() does in the background)."""
+    if EMBEDDED:
+        preset, examples = models.DEFAULT_PRESET, models.ASSETS / "examples"
+    else:
+        root = tmp_path_factory.mktemp("tiny-world")
+        save_tiny_world(root)
+        register_tiny_preset(root)
+        preset, examples = "tiny", root / "examples"
+    ui.warm_up(preset)
+    demo = ui.build_demo(default_preset=preset, examples_dir=examples)
+    ui.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)
+    yield demo.local_url
+    demo.close()
+
+
+def shoot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / name), full_page=True)
+
+
+def test_example_race_shows_coloured_tokens_both_texts_charts_and_blocks(browser, served):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(served)
+    page.wait_for_selector("#chart-pos .main-svg")  # drawn: the empty charts come last
+    thumbnails = page.locator("#examples .thumbnail-item")
+    assert thumbnails.count() >= 2
+    thumbnails.first.click()
+    page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
+    page.wait_for_selector("#image img")
+    assert "reference answer" in page.inner_text("#reference")
+
+    started = time.perf_counter()
+    page.click("#run")
+    page.wait_for_selector("#spd-panel .tok, #ar-panel .tok", timeout=30_000)
+    first_token_s = time.perf_counter() - started
+    page.wait_for_selector("#outcome .badge", timeout=120_000)
+    page.wait_for_selector("#run:not([disabled])")
+    print(f"\nfirst token on screen {first_token_s:.2f} s after Run ({'embedded' if EMBEDDED else 'tiny'} models)")
+
+    spd_tokens = page.locator("#spd-panel .tok")
+    kinds = {k: page.locator(f"#spd-panel .tok-{k}").count() for k in ("target", "accepted", "resampled", "bonus")}
+    assert sum(kinds.values()) == spd_tokens.count() > 1
+    assert "tok-target" in spd_tokens.first.get_attribute("class")  # the prefill's token
+    assert kinds["accepted"] + kinds["resampled"] + kinds["bonus"] >= 1
+    colour = spd_tokens.nth(1).evaluate("e => getComputedStyle(e).backgroundColor")
+    assert colour not in ("rgba(0, 0, 0, 0)", "transparent")
+    assert page.locator("#ar-panel .tok").count() == spd_tokens.count()  # greedy: the same tokens
+    assert page.inner_text("#spd-panel .tokens").strip() and page.inner_text("#ar-panel .tokens").strip()
+    assert "lossless ✓ identical outputs" in page.inner_text("#outcome")
+
+    for chart in ("#chart-race", "#chart-tau", "#chart-hist", "#chart-pos"):
+        assert page.locator(f"{chart} .js-plotly-plot .main-svg").count() >= 1, chart
+    assert page.locator("#chart-race .scatterlayer .trace").count() == 2
+    assert page.locator("#blocks .round").count() >= 1
+    assert page.locator("#blocks .chip-own").count() == page.locator("#blocks .round").count()
+
+    page.wait_for_timeout(400)  # the last plotly redraw
+    shoot(page, "desktop.png")
+    token = spd_tokens.nth(1)
+    token.focus()
+    tip = token.locator(".tip")
+    assert tip.is_visible()
+    assert "p (target)" in tip.inner_text() or "rejected draft" in tip.inner_text()
+    page.screenshot(path=str(SHOTS / "tooltip.png"), clip={**token.bounding_box(), "width": 520, "height": 200})
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.wait_for_timeout(500)
+    shoot(page, "mobile.png")
+    page.close()
+    if EMBEDDED:
+        assert first_token_s <= FIRST_TOKEN_LIMIT_S
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_app_serves_a_usable_page_within_ten_seconds(browser):
+    port = _free_port()
+    page = browser.new_page()
+    started = time.perf_counter()
+    app = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env={**os.environ, "GRADIO_SERVER_PORT": str(port)},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while True:
+            assert app.poll() is None, "app.py exited"
+            assert time.perf_counter() - started < 60
+            try:
+                page.goto(f"http://127.0.0.1:{port}/", timeout=2_000)
+                break
+            except Exception:
+                time.sleep(0.1)
+        page.wait_for_selector("#chart-pos .main-svg")  # the whole page is drawn
+        usable_s = time.perf_counter() - started
+    finally:
+        app.terminate()
+        app.wait()
+        page.close()
+    print(f"\napp.py start to usable page {usable_s:.2f} s")
+    assert usable_s <= STARTUP_LIMIT_S
