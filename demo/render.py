@@ -66,9 +66,11 @@ def _quote(text: str | None) -> str:
     return repr(text or "")
 
 
-def _rule(greedy: bool) -> str:
-    """What the acceptance probability means in this decoding mode."""
-    return "accept prob (greedy: 1 if argmax)" if greedy else "accept prob min(1, p/q)"
+def _acceptance(greedy: bool, prob: float | None) -> tuple[str, str]:
+    """(what decided, its value): the argmax match in greedy mode, min(1, p/q) when sampling."""
+    if greedy:
+        return "argmax match", "yes" if prob == 1.0 else "no"  # greedy events carry 1.0 or 0.0
+    return "min(1, p/q)", _num(prob)
 
 
 def token_details(tok: TokenEvent, greedy: bool) -> list[str]:
@@ -76,11 +78,13 @@ def token_details(tok: TokenEvent, greedy: bool) -> list[str]:
     where = "prefill" if tok.round == 0 else f"round {tok.round}"
     lines = [f"#{tok.index} {_quote(tok.text)} · {KIND_LABELS[tok.kind]} · {where}"]
     if tok.kind == "accepted":
-        lines.append(f"p = {_num(tok.p)}   q = {_num(tok.q)}   {_rule(greedy)} = {_num(tok.accept_prob)}")
+        rule, value = _acceptance(greedy, tok.accept_prob)
+        lines.append(f"p = {_num(tok.p)}   q = {_num(tok.q)}   {rule}: {value}")
     elif tok.kind == "resampled":
+        rule, value = _acceptance(greedy, tok.rejected_accept_prob)
         lines.append(
             f"rejected draft {_quote(tok.rejected_text)}: p = {_num(tok.rejected_p)}   q = {_num(tok.rejected_q)}"
-            f"   {_rule(greedy)} = {_num(tok.rejected_accept_prob)}"
+            f"   {rule}: {value}"
         )
         lines.append(f"target's token: p = {_num(tok.p)}")
     elif tok.kind == "bonus":
@@ -93,16 +97,16 @@ def token_details(tok: TokenEvent, greedy: bool) -> list[str]:
 def _tooltip(tok: TokenEvent, greedy: bool) -> str:
     where = "prefill" if tok.round == 0 else f"round {tok.round}"
     head = f'<b>#{tok.index}</b> · {html.escape(KIND_LABELS[tok.kind])} · {where}'
-    rule = "greedy: 1 if argmax" if greedy else "min(1, p/q)"
     rows = []
     if tok.kind == "accepted":
-        rows = [("p (target)", _num(tok.p)), ("q (draft)", _num(tok.q)), (rule, _num(tok.accept_prob))]
+        rows = [("p (target)", _num(tok.p)), ("q (draft)", _num(tok.q)), _acceptance(greedy, tok.accept_prob)]
     elif tok.kind == "resampled":
         rejected = f'<s class="rej">{visible(tok.rejected_text or "", line_breaks=False) or "∅"}</s>'
+        rule, value = _acceptance(greedy, tok.rejected_accept_prob)
         rows = [
             ("rejected draft", rejected),
             ("its p / q", f"{_num(tok.rejected_p)} / {_num(tok.rejected_q)}"),
-            (f"its {rule}", _num(tok.rejected_accept_prob)),
+            (f"its {rule}", value),
             ("p of this token", _num(tok.p)),
         ]
     elif tok.kind == "bonus":

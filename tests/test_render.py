@@ -98,9 +98,11 @@ def test_tooltip_of_resampled_token_names_the_rejected_draft():
 
 
 def test_greedy_tooltips_name_the_argmax_rule():
-    span = render.token_span(spd_trace().tokens[1], greedy=True)
-    assert "greedy: 1 if argmax" in span
-    assert "min(1, p/q)" not in span
+    accepted = render.token_span(spd_trace().tokens[1], greedy=True)
+    assert "<td>argmax match</td><td>yes</td>" in accepted and "argmax match: yes" in accepted
+    resampled = render.token_span(spd_trace().tokens[2], greedy=True)
+    assert "<td>its argmax match</td><td>no</td>" in resampled
+    assert "min(1, p/q)" not in accepted + resampled
 
 
 def test_block_view_marks_accepted_rejected_and_unchecked_drafts():
