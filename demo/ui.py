@@ -63,6 +63,7 @@ MAX_NEW_RANGE = (1, 512)
 DEFAULTS = {"gamma": 4, "max_new_tokens": 128, "temperature": 0.8, "top_p": 0.95, "seed": 0}
 PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the browser keeps up)
 CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
+REPLAY_SECONDS = 12.0  # a replay lasts this long, whatever the race took
 LANES = ("speculative", "autoregressive")
 
 CSS = (
@@ -281,22 +282,57 @@ def _downloads(traces: dict[str, Trace], request: Request) -> tuple:
     )
 
 
-def _run_button(busy: bool) -> gr.Button:
-    return gr.Button(interactive=not busy, value="Racing…" if busy else "Run the race")
+N_VIEW = 10  # panels, stats, outcome, block view and charts: what _view fills
 
 
-def _no_downloads() -> tuple:
-    return (gr.DownloadButton(value=None, interactive=False),) * 2
+def _update(view: tuple | None = None, downloads: tuple | None = None, busy: bool | None = None,
+            last=None) -> tuple:
+    """One update of every output of a run (see `build_demo`); None leaves that part alone.
+
+    busy: whether a race or replay is on (both buttons off) or over (both on).
+    """
+    skip = gr.skip()
+    buttons = (skip, skip) if busy is None else (
+        gr.Button(interactive=not busy, value="Racing…" if busy else "Run the race"),
+        gr.Button(interactive=not busy),
+    )
+    return (view or (skip,) * N_VIEW) + (downloads or (skip, skip)) + buttons + (skip if last is None else last,)
 
 
 def _status(html_text: str, busy: bool) -> tuple:
-    """Outputs that show a message where the outcome goes and leave the rest of the page alone."""
-    return (gr.skip(),) * 4 + (html_text,) + (gr.skip(),) * 5 + _no_downloads() + (_run_button(busy),)
+    """Show a message where the outcome goes, and leave the rest of the page as it is."""
+    skip = gr.skip()
+    return _update(view=(skip,) * 4 + (html_text,) + (skip,) * (N_VIEW - 5), busy=busy)
 
 
 def _failed(message: str) -> tuple:
     gr.Warning(message)
     return _status(render.error_html(message), busy=False)
+
+
+def _frames(timeline, traces: dict[str, Trace], request: Request, facts: tuple[str, ...],
+            slowdown: float | None = None) -> Iterator[tuple]:
+    """Feed (lane, event) pairs into `traces` and yield views: at the first token at once, then
+    at most every PANEL_EVERY s (charts every CHART_EVERY s), and always at the end.
+
+    Live (slowdown None), events come as fast as the race makes them. A replay shows the event
+    made at t seconds of compute at t * slowdown seconds after it starts.
+    """
+    started = last_panel = last_chart = time.perf_counter()
+    shown_tokens = False
+    for lane, event in timeline:
+        if slowdown:
+            time.sleep(max(0.0, started + event.t * slowdown - time.perf_counter()))
+        traces[lane].add(event)
+        now = time.perf_counter()
+        first = not shown_tokens and isinstance(event, TokenEvent)
+        if first or now - last_panel >= PANEL_EVERY:
+            charts_too = now - last_chart >= CHART_EVERY
+            yield _view(traces, request, facts, charts_too)
+            shown_tokens = shown_tokens or first
+            last_panel = time.perf_counter()
+            last_chart = last_panel if charts_too else last_chart
+    yield _view(traces, request, facts, charts_too=True)
 
 
 def run_race(image, question, preset, drafter, gamma, decoding, temperature, top_p, seed, max_new_tokens):
@@ -329,26 +365,42 @@ def run_race(image, question, preset, drafter, gamma, decoding, temperature, top
         yield _failed(_load_error(error))
         return
     traces = {lane: Trace() for lane in LANES}
+    timeline = []  # the race in the order it ran, for the replay
+
+    def recorded():
+        for pair in events:
+            timeline.append(pair)
+            yield pair
+
     # The charts wait for the first redraw after the first token: drawing four plots costs the
     # browser more than the first tokens do.
-    yield _view(traces, request, facts, charts_too=False) + _no_downloads() + (_run_button(True),)
-    shown_tokens, last_panel, last_chart = False, time.perf_counter(), time.perf_counter()
+    empty = _view(traces, request, facts, charts_too=False)
+    yield _update(view=empty, downloads=(gr.DownloadButton(value=None, interactive=False),) * 2, busy=True)
     try:
-        for lane, event in events:
-            traces[lane].add(event)
-            now = time.perf_counter()
-            first = not shown_tokens and isinstance(event, TokenEvent)  # show the first token at once
-            if first or now - last_panel >= PANEL_EVERY:
-                charts_too = now - last_chart >= CHART_EVERY
-                yield _view(traces, request, facts, charts_too) + (gr.skip(),) * 3
-                shown_tokens = shown_tokens or first
-                last_panel = time.perf_counter()
-                last_chart = last_panel if charts_too else last_chart
+        for view in _frames(recorded(), traces, request, facts):
+            yield _update(view=view)
     except Exception as error:  # the panels keep what was decoded before it
         log.exception("race failed")
         yield _failed(f"Decoding failed: {type(error).__name__}: {error}")
         return
-    yield _view(traces, request, facts, charts_too=True) + _downloads(traces, request) + (_run_button(False),)
+    # The last update repeats the final view, so that an API client's result is the whole page.
+    yield _update(view=view, downloads=_downloads(traces, request), busy=False, last=(request, facts, timeline))
+
+
+def replay_race(last):
+    """Show the last race again, slowed down so that the slower run takes REPLAY_SECONDS; the
+    clocks, numbers and order are the measured ones."""
+    if last is None:
+        yield _failed("Run a race first; the replay shows the last one again, slowly.")
+        return
+    request, facts, timeline = last
+    slowdown = REPLAY_SECONDS / max(event.t for _, event in timeline)
+    note = (f"Replay: the measured race shown {slowdown:.0f}× slower than it ran.",)
+    traces = {lane: Trace() for lane in LANES}
+    yield _update(view=_view(traces, request, facts + note, charts_too=True), busy=True)
+    for view in _frames(timeline, traces, request, facts + note, slowdown):
+        yield _update(view=view)
+    yield _update(view=view, busy=False)
 
 
 def trace_api(image, question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new_tokens) -> dict:
@@ -484,7 +536,7 @@ def build_demo(default_preset: str = models.DEFAULT_PRESET, examples_dir: Path =
         with gr.Row(equal_height=False):
             with gr.Column(scale=5, min_width=300):
                 image = gr.Image(type="pil", label="Image", height=240, sources=["upload", "clipboard"], elem_id="image")
-                gr.Markdown("**Examples**: held-out scenes of the embedded world, one per task family. "
+                gr.Markdown("**Examples**: held-out scenes of the embedded world, covering every task family. "
                             "Pick one.", visible=bool(examples), elem_id="examples-title")
                 gallery = gr.Gallery(
                     [(e.image, e.task.replace("_", " ")) for e in examples],
@@ -512,7 +564,9 @@ def build_demo(default_preset: str = models.DEFAULT_PRESET, examples_dir: Path =
                                             label="Temperature", visible=False)
                     top_p = gr.Slider(0.05, 1.0, value=DEFAULTS["top_p"], step=0.05, label="Top-p", visible=False)
                     seed = gr.Number(DEFAULTS["seed"], precision=0, label="Seed", visible=False, minimum=0)
-                run = gr.Button("Run the race", variant="primary", elem_id="run")
+                with gr.Row():
+                    run = gr.Button("Run the race", variant="primary", elem_id="run", scale=3)
+                    replay = gr.Button("Replay slowly", interactive=False, elem_id="replay", scale=1)
                 gr.Markdown(TIMING, elem_id="timing")
         with gr.Row(elem_id="race-head"):
             gr.HTML(render.legend_html(), js_on_load=None, elem_id="legend")
@@ -561,10 +615,13 @@ def build_demo(default_preset: str = models.DEFAULT_PRESET, examples_dir: Path =
             api_visibility="private",
         )
         inputs = [image, question, preset, drafter, gamma, decoding, temperature, top_p, seed, max_new]
+        last = gr.State(None)  # the last race: (request, facts, its events in order), for the replay
         outputs = [spd_panel, spd_stats, ar_panel, ar_stats, outcome, blocks, race_chart, tau_chart, hist_chart,
-                   pos_chart, json_file, csv_file, run]
+                   pos_chart, json_file, csv_file, run, replay, last]
         run.click(GPU(run_race), inputs, outputs, api_name="race", show_progress="hidden",
                   concurrency_limit=1, concurrency_id="decode")
+        replay.click(replay_race, last, outputs, api_visibility="private", show_progress="hidden",
+                     concurrency_limit=8)  # replays mostly sleep
         trace_button.click(
             GPU(trace_api), [image, question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new],
             trace_out, api_name="trace", concurrency_limit=1, concurrency_id="decode",

@@ -6,6 +6,7 @@ import importlib
 import io
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from gradio_client import Client, handle_file
 from test_render import ar_trace, spd_trace
 
 from demo import export, metrics, models, ui
-from demo.events import Trace
+from demo.events import RoundEvent, Trace
 
 TINY = "tiny"
 QUESTION = "Describe the image."
@@ -202,6 +203,31 @@ def test_importing_the_app_loads_no_model(monkeypatch):
     monkeypatch.delitem(sys.modules, "app", raising=False)
     app = importlib.import_module("app")
     assert app.demo.fns  # the page was built
+
+
+def events_in_race_order(traces: dict[str, Trace]) -> list:
+    """(lane, event) pairs of finished traces, in the order of their clocks (as race() gives them)."""
+    pairs = []
+    for lane, trace in traces.items():
+        body = sorted(trace.tokens + trace.rounds, key=lambda e: (e.t, isinstance(e, RoundEvent)))
+        pairs += [(lane, e) for e in [trace.prefill, *body, trace.summary]]
+    return sorted(pairs, key=lambda pair: pair[1].t)
+
+
+def test_replay_shows_the_measured_race_slowed_to_a_fixed_length(monkeypatch):
+    monkeypatch.setattr(ui, "REPLAY_SECONDS", 0.6)
+    traces = {"speculative": spd_trace(), "autoregressive": ar_trace()}
+    request, _ = ui.parse_request(QUESTION, models.DEFAULT_PRESET, "text-only", 3, True, 1.0, 1.0, 0, 16)
+    started = time.perf_counter()
+    updates = list(ui.replay_race((request, (), events_in_race_order(traces))))
+    elapsed = time.perf_counter() - started
+    assert 0.6 <= elapsed < 2.0
+    first, final = updates[0], updates[-1]
+    assert first[12].interactive is False and final[12].interactive is True  # Run waits for the replay
+    spd_panel, outcome = final[0], final[4]
+    assert spd_panel.count('class="tok tok-') == 8 and "0.110 s compute" in spd_panel
+    assert "Replay: the measured race shown 5× slower than it ran." in outcome  # 0.6 s / 0.11 s
+    assert "lossless" not in outcome and "outputs differ from token 3 on" in outcome
 
 
 def test_examples_are_read_from_the_examples_folder(tiny_world, tmp_path):

@@ -41,7 +41,9 @@ def browser():
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """The app in this process, its preset warmed up first (as launch() does in the background)."""
+    """The app in this process, its preset warmed up first (as launch() does in the background),
+    with replays shortened to 2 s."""
+    ui.REPLAY_SECONDS = 2.0
     if EMBEDDED:
         preset, examples = models.DEFAULT_PRESET, models.ASSETS / "examples"
     else:
@@ -105,6 +107,12 @@ def test_example_race_shows_coloured_tokens_both_texts_charts_and_blocks(browser
     assert tip.is_visible()
     assert "p (target)" in tip.inner_text() or "rejected draft" in tip.inner_text()
     page.screenshot(path=str(SHOTS / "tooltip.png"), clip={**token.bounding_box(), "width": 520, "height": 200})
+    kinds_in_order = "() => Array.from(document.querySelectorAll('#spd-panel .tok'), e => e.className)"
+    before = page.evaluate(kinds_in_order)
+    page.click("#replay")
+    page.wait_for_function("document.querySelector('#outcome').innerText.includes('Replay:')")
+    page.wait_for_selector("#replay:not([disabled])", timeout=30_000)
+    assert page.evaluate(kinds_in_order) == before  # the same race, shown again
     page.set_viewport_size({"width": 390, "height": 844})
     page.wait_for_timeout(500)
     shoot(page, "mobile.png")
