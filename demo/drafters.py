@@ -82,14 +82,26 @@ class Drafter:
 
     @torch.inference_mode()
     def draft(
-        self, answer: list[int], n: int, sampling: Sampling, generator: torch.Generator
+        self,
+        answer: list[int],
+        n: int,
+        sampling: Sampling,
+        generator: torch.Generator,
+        min_confidence: float = 0.0,
     ) -> tuple[list[int], torch.Tensor]:
         """Propose up to n tokens to follow `answer`.
 
         Returns (drafts, q): drafts has at most n ids and is cut after a stop token (a drafter
         never drafts past the end of the answer); q [len(drafts), target_vocab_size] holds the
         distributions they were drawn from, zero on ids the drafter cannot propose.
+
+        Adaptive length: after the first draft, drafting stops where the drafter's top
+        probability falls below min_confidence. The decision is taken before sampling, from q
+        alone, so every draft is still an exact sample of q and verification stays exact.
         """
+        q = torch.zeros(0, self.target_vocab_size, device=self.device)
+        if n == 0:
+            return [], q
         # 1. catch up: feed the answer tokens this drafter has not seen (usually the target's
         #    last token, or a bonus pair), skipping ids it lacks.
         pending = [(i, answer[i]) for i in range(self.consumed, len(answer)) if self.feedable(answer[i])]
@@ -107,6 +119,8 @@ class Drafter:
         drafts, qs = [], []
         for step in range(n):
             q = warp(logits.masked_fill(~self.allowed, float("-inf")), sampling)  # [V_d]
+            if step > 0 and min_confidence > 0 and float(q.max()) < min_confidence:
+                break
             token = int(q.argmax()) if sampling.greedy else int(sample(q, generator))
             drafts.append(token)
             qs.append(q)
@@ -117,8 +131,7 @@ class Drafter:
             self.consumed = len(answer) + step + 1
             logits = self._forward([token])
         q = torch.zeros(len(qs), self.target_vocab_size, device=self.device)
-        if qs:
-            q[:, : self.usable] = torch.stack(qs)[:, : self.usable]
+        q[:, : self.usable] = torch.stack(qs)[:, : self.usable]
         return drafts, q
 
     def rollback(self, n_answer: int) -> None:

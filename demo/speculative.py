@@ -111,6 +111,59 @@ def _stop_reason(answer: list[int], stop_ids: frozenset[int], max_new_tokens: in
     return None
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """The target's decision on one round's drafts."""
+
+    n_accepted: int  # leading drafts accepted
+    token: int  # the target's own token: the resample at the first rejection, or the bonus
+    p_token: float  # p of that token
+    p_drafts: list[float]  # p of each draft at its position
+    q_drafts: list[float]  # q of each draft
+    accept_probs: list[float]  # min(1, p/q) per draft; greedy: 1.0 if it matched the argmax, else 0.0
+
+
+def verify(target: Target, cache, last: int, drafts: list[int], q: torch.Tensor, sampling: Sampling,
+           generator: torch.Generator) -> Verdict:
+    """One target forward over [last] + drafts, then the acceptance rule. q: [len(drafts), V]."""
+    logits = target.forward([last] + drafts, cache)  # [n+1, V]
+    p = warp(logits, sampling)  # [n+1, V]
+    ids = torch.tensor(drafts, dtype=torch.long, device=p.device)  # [n]
+    if sampling.greedy:
+        n_acc, token = verify_greedy(logits, ids)
+        accept = (logits[: len(drafts)].argmax(-1) == ids).float()
+    else:
+        n_acc, token = verify_sampled(p, q, ids, generator)
+        accept = acceptance_probs(p, q, ids)
+    n_acc, token = int(n_acc), int(token)
+    return Verdict(
+        n_accepted=n_acc,
+        token=token,
+        p_token=float(p[n_acc, token]),
+        p_drafts=p[: len(drafts)].gather(-1, ids[:, None]).squeeze(-1).tolist(),
+        q_drafts=q.gather(-1, ids[:, None]).squeeze(-1).tolist(),
+        accept_probs=accept.tolist(),
+    )
+
+
+def _token_fields(j: int, drafts: list[int], v: Verdict, tokenizer) -> dict:
+    """Kind and probabilities of the j-th token a round emits (drafts[:n_accepted] + [v.token])."""
+    if j < v.n_accepted:
+        return dict(kind="accepted", p=v.p_drafts[j], q=v.q_drafts[j], accept_prob=v.accept_probs[j])
+    if v.n_accepted < len(drafts):
+        k = v.n_accepted
+        return dict(
+            kind="resampled",
+            p=v.p_token,
+            rejected_id=drafts[k],
+            rejected_text=tokenizer.decode([drafts[k]]),
+            rejected_p=v.p_drafts[k],
+            rejected_q=v.q_drafts[k],
+            rejected_accept_prob=v.accept_probs[k],
+        )
+    return dict(kind="bonus" if drafts else "target", p=v.p_token)
+
+
 @torch.inference_mode()
 def speculative_generate(
     target: Target,
@@ -121,8 +174,13 @@ def speculative_generate(
     sampling: Sampling,
     max_new_tokens: int,
     generator: torch.Generator,
+    min_confidence: float = 0.0,
 ) -> Iterator[Event]:
-    """Speculative decoding of `target`, drafting with `drafter`; yields the run's events."""
+    """Speculative decoding of `target`, drafting with `drafter`; yields the run's events.
+
+    gamma is the most drafts per round. With min_confidence > 0 the draft length adapts: the
+    drafter stops early where its top probability falls below it (see `Drafter.draft`).
+    """
     assert gamma >= 1 and max_new_tokens >= 1
     clock = Stopwatch(target.device)
     detok = Detokenizer(target.tokenizer)
@@ -154,81 +212,44 @@ def speculative_generate(
     n_round = 0
     while stop is None:
         n_round += 1
-        # 1. draft: never propose more than the token budget can take (the round adds one more).
+        # 1. draft: never more than the token budget can take (the round adds one token more).
         with clock:
             n_draft = min(gamma, max_new_tokens - len(answer) - 1)
-            drafts, q = drafter.draft(answer, n_draft, sampling, generator) if n_draft else ([], None)
+            drafts, q = drafter.draft(answer, n_draft, sampling, generator, min_confidence)
         draft_s = clock.last
 
-        # 2. verify: one target forward over [last token] + drafts -> p at each draft and one past.
+        # 2.-3. verify all drafts in one target forward, accept a prefix, add the target's token.
         with clock:
-            logits = target.forward([answer[-1]] + drafts, cache)  # [n+1, V]
-            p = warp(logits, sampling)  # [n+1, V]
-            n = len(drafts)
-            if n == 0:
-                n_acc, next_token = 0, (int(logits[0].argmax()) if sampling.greedy else int(sample(p[0], generator)))
-            else:
-                # 3. accept a prefix of the drafts, then take the target's own token.
-                draft_ids = torch.tensor(drafts, device=p.device)
-                if sampling.greedy:
-                    n_acc_t, next_t = verify_greedy(logits, draft_ids)
-                else:
-                    n_acc_t, next_t = verify_sampled(p, q, draft_ids, generator)
-                n_acc, next_token = int(n_acc_t), int(next_t)
+            v = verify(target, cache, answer[-1], drafts, q, sampling, generator)
         verify_s = clock.last
 
         with clock:
-            # 4. emit the accepted drafts and the target's token, cut after the first stop.
-            new = drafts[:n_acc] + [next_token]
-            for j, token in enumerate(new):
-                if token in target.stop_ids:
-                    new = new[: j + 1]
-                    break
-            # 5. roll back: the target cache now holds prompt + answer + all n drafts; keep only
-            #    the accepted ones (the new last token is fed by the next round's forward).
-            if n > n_acc:
-                cache.crop(-(n - n_acc))
-            drafter.rollback(len(answer) + n_acc)
-
-            if n:
-                accept = acceptance_probs(p, q, draft_ids).tolist() if not sampling.greedy else None
-                p_drafts = p[:n].gather(-1, draft_ids[:, None]).squeeze(-1).tolist()
-                q_drafts = q.gather(-1, draft_ids[:, None]).squeeze(-1).tolist()
-            p_own = float(p[n_acc, next_token])
-            events = []
+            # 4. roll back: the target cache holds prompt + answer + every draft; drop the
+            #    rejected ones (the round's last token is fed by the next round's forward).
+            if len(drafts) > v.n_accepted:
+                cache.crop(-(len(drafts) - v.n_accepted))
+            drafter.rollback(len(answer) + v.n_accepted)
+            # 5. emit the accepted drafts and the target's token, cut after the first stop.
+            new = drafts[: v.n_accepted] + [v.token]
+            tokens = []
             for j, token in enumerate(new):
                 answer.append(token)
                 stop = _stop_reason(answer, target.stop_ids, max_new_tokens)
                 piece = detok.push(token) + (detok.flush() if stop else "")
-                if j < n_acc:
-                    events.append(
-                        dict(kind="accepted", p=p_drafts[j], q=q_drafts[j], accept_prob=accept[j] if accept else 1.0)
-                    )
-                elif n_acc < n:
-                    events.append(
-                        dict(
-                            kind="resampled",
-                            p=p_own,
-                            rejected_id=drafts[n_acc],
-                            rejected_text=target.tokenizer.decode([drafts[n_acc]]),
-                            rejected_p=p_drafts[n_acc],
-                            rejected_q=q_drafts[n_acc],
-                            rejected_accept_prob=accept[n_acc] if accept else 0.0,
-                        )
-                    )
-                else:
-                    events.append(dict(kind="bonus" if n else "target", p=p_own))
-                events[-1].update(index=len(answer) - 1, token_id=token, text=piece, round=n_round)
+                tokens.append(dict(_token_fields(j, drafts, v, target.tokenizer), index=len(answer) - 1,
+                                   token_id=token, text=piece, round=n_round))
+                if stop:
+                    break
             drafted_texts = tuple(target.tokenizer.decode([d]) for d in drafts)
-        for fields in events:
+        for fields in tokens:
             yield TokenEvent(**fields, t=clock.total)
         yield RoundEvent(
             index=n_round,
             drafted_ids=tuple(drafts),
             drafted_texts=drafted_texts,
-            n_accepted=n_acc,
-            target_id=next_token,
-            n_emitted=len(new),
+            n_accepted=v.n_accepted,
+            target_id=v.token,
+            n_emitted=len(tokens),
             stop=stop,
             draft_seconds=draft_s,
             verify_seconds=verify_s,

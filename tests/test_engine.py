@@ -20,7 +20,7 @@ MAX_NEW = 24
 CASES = list(zip(tiny.images(len(tiny.QUESTIONS)), tiny.QUESTIONS))  # 11 image/prompt cases
 
 
-def spd(world, drafter, image, question, gamma, sampling=GREEDY, max_new=MAX_NEW, seed=0):
+def spd(world, drafter, image, question, gamma, sampling=GREEDY, max_new=MAX_NEW, seed=0, min_confidence=0.0):
     prompt = world.prompt(image, question, drafter)
     events = speculative_generate(
         world.target,
@@ -30,6 +30,7 @@ def spd(world, drafter, image, question, gamma, sampling=GREEDY, max_new=MAX_NEW
         sampling=sampling,
         max_new_tokens=max_new,
         generator=torch.Generator().manual_seed(seed),
+        min_confidence=min_confidence,
     )
     return Trace.of(events)
 
@@ -83,6 +84,18 @@ def test_greedy_speculative_output_identical_to_target_generate(world, reference
     assert low <= min(alphas) and max(alphas) <= high
     if drafter.endswith("partly"):  # partly: some cases accept some drafts, none accepts all
         assert 0.0 < sum(alphas) / len(alphas) < 1.0
+
+
+def test_adaptive_draft_length_drafts_less_and_stays_identical_to_generate(world, references):
+    fixed_drafts = adaptive_drafts = 0
+    for (image, question), reference in zip(CASES, references):
+        fixed = spd(world, "image-partly", image, question, 8)
+        adaptive = spd(world, "image-partly", image, question, 8, min_confidence=0.5)
+        assert list(adaptive.summary.token_ids) == reference
+        fixed_drafts += metrics.drafted(fixed)
+        adaptive_drafts += metrics.drafted(adaptive)
+        assert all(len(r.drafted_ids) >= 1 for r in adaptive.rounds if r.stop is None)
+    assert adaptive_drafts < fixed_drafts
 
 
 def test_greedy_autoregressive_output_identical_to_target_generate(world, references):

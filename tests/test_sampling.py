@@ -17,6 +17,7 @@ import tiny
 import torch
 
 from demo.drafters import Drafter
+from demo.events import Trace
 from demo.sampling import Sampling, acceptance_probs, verify_greedy, verify_sampled, warp
 from demo.speculative import Prompt, Target, speculative_generate
 
@@ -176,9 +177,11 @@ def target_law(target, prompt, sampling, length: int) -> dict[tuple[int, ...], f
     return law
 
 
-@pytest.mark.parametrize("accept_everything", [False, True])
+@pytest.mark.parametrize(
+    "accept_everything, min_confidence", [(False, 0.0), (False, 0.3), (True, 0.0)], ids=["fixed", "adaptive", "broken"]
+)
 def test_speculative_sampling_loop_matches_the_target_law_of_the_first_three_tokens(
-    small_world, monkeypatch, accept_everything
+    small_world, monkeypatch, accept_everything, min_confidence
 ):
     target, drafter, prompt = small_world
     sampling = Sampling(greedy=False, temperature=1.0, seed=0)
@@ -192,12 +195,18 @@ def test_speculative_sampling_loop_matches_the_target_law_of_the_first_three_tok
     n = 3000
     g = torch.Generator().manual_seed(7)
     counts: dict[tuple[int, ...], int] = {}
+    short_rounds = 0
     for _ in range(n):
-        events = speculative_generate(
-            target, drafter, prompt, gamma=2, sampling=sampling, max_new_tokens=3, generator=g
+        trace = Trace.of(
+            speculative_generate(
+                target, drafter, prompt, gamma=2, sampling=sampling, max_new_tokens=4, generator=g,
+                min_confidence=min_confidence,
+            )
         )
-        seq = next(e for e in reversed(list(events))).token_ids
+        seq = trace.summary.token_ids[:3]
         counts[seq] = counts.get(seq, 0) + 1
+        short_rounds += len(trace.rounds[0].drafted_ids) < 2
+    assert (short_rounds > n // 10) == (min_confidence > 0)  # the adaptive runs did stop early
     distance = sum(abs(counts.get(s, 0) / n - p) for s, p in law.items()) / 2
     bound = tv_bound(len(law), n)
     if accept_everything:
