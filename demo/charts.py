@@ -49,10 +49,25 @@ def _figure(title: str, x_axis: dict, y_axis: dict, data: list, **layout) -> go.
 
 def _level(y: float, text: str, colour: str) -> tuple[dict, dict]:
     """A dotted horizontal reference line across the plot, labelled at its right end."""
-    line = {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": y, "y1": y,
-            "line": {"dash": "dot", "color": colour, "width": 1.5}}
-    label = {"xref": "paper", "x": 1, "y": y, "text": text, "showarrow": False, "xanchor": "right",
-             "yanchor": "bottom", "font": {"size": 10, "color": colour}}
+    line = {
+        "type": "line",
+        "xref": "paper",
+        "x0": 0,
+        "x1": 1,
+        "y0": y,
+        "y1": y,
+        "line": {"dash": "dot", "color": colour, "width": 1.5},
+    }
+    label = {
+        "xref": "paper",
+        "x": 1,
+        "y": y,
+        "text": text,
+        "showarrow": False,
+        "xanchor": "right",
+        "yanchor": "bottom",
+        "font": {"size": 10, "color": colour},
+    }
     return line, label
 
 
@@ -66,8 +81,7 @@ def block_efficiency(spd: Trace, gamma: int) -> go.Figure:
         "Block efficiency τ, running",
         {"title": {"text": "round"}, "range": [0.5, max(len(taus), 1) + 0.5]},
         {"title": {"text": "tokens / target forward"}, "range": [0, gamma + 1.5]},
-        [go.Scatter(x=rounds, y=taus, mode="lines+markers", name="τ", line={"color": SPECULATIVE},
-                    marker={"size": 4})],
+        [go.Scatter(x=rounds, y=taus, mode="lines+markers", name="τ", line={"color": SPECULATIVE}, marker={"size": 4})],
         shapes=[floor, ceiling],
         annotations=[floor_label, ceiling_label],
     )
@@ -109,7 +123,9 @@ def race(spd: Trace, ar: Trace) -> go.Figure:
     lines = []
     for trace, name, colour in ((spd, "speculative", SPECULATIVE), (ar, "autoregressive", AUTOREGRESSIVE)):
         xs, ys = _curve(trace)
-        lines.append(go.Scatter(x=xs, y=ys, mode="lines", name=name, line={"color": colour, "shape": "hv", "width": 2.5}))
+        lines.append(
+            go.Scatter(x=xs, y=ys, mode="lines", name=name, line={"color": colour, "shape": "hv", "width": 2.5})
+        )
     return _figure(
         "The race: tokens against compute time",
         {"title": {"text": "seconds of compute (each run's own clock)"}, "rangemode": "tozero"},

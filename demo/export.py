@@ -21,8 +21,21 @@ from demo import metrics
 from demo.events import Trace
 
 CSV_COLUMNS = (
-    "run", "index", "token_id", "text", "kind", "round", "p", "q", "accept_prob",
-    "rejected_id", "rejected_text", "rejected_p", "rejected_q", "rejected_accept_prob", "t",
+    "run",
+    "index",
+    "token_id",
+    "text",
+    "kind",
+    "round",
+    "p",
+    "q",
+    "accept_prob",
+    "rejected_id",
+    "rejected_text",
+    "rejected_p",
+    "rejected_q",
+    "rejected_accept_prob",
+    "t",
 )
 
 
@@ -41,7 +54,7 @@ def comparison(spd: Trace, ar: Trace) -> dict:
     """Whether the two finished runs wrote the same tokens, where they first differ, and the
     wall-clock decoding speedup of the first over the second."""
     a, b = spd.summary.token_ids, ar.summary.token_ids
-    first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)  # lengths may differ
     if first is None and len(a) != len(b):
         first = min(len(a), len(b))
     both_decoded = metrics.decode_tokens(spd) > 0 and metrics.decode_tokens(ar) > 0

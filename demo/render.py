@@ -96,7 +96,7 @@ def token_details(tok: TokenEvent, greedy: bool) -> list[str]:
 
 def _tooltip(tok: TokenEvent, greedy: bool) -> str:
     where = "prefill" if tok.round == 0 else f"round {tok.round}"
-    head = f'<b>#{tok.index}</b> · {html.escape(KIND_LABELS[tok.kind])} · {where}'
+    head = f"<b>#{tok.index}</b> · {html.escape(KIND_LABELS[tok.kind])} · {where}"
     rows = []
     if tok.kind == "accepted":
         rows = [("p (target)", _num(tok.p)), ("q (draft)", _num(tok.q)), _acceptance(greedy, tok.accept_prob)]
@@ -246,9 +246,7 @@ def outcome_html(spd: Trace, ar: Trace, greedy: bool, comparison: dict | None, f
         n = len(spd.summary.token_ids)
         badge = f'<span class="badge badge-ok">lossless ✓ identical outputs ({n} tokens)</span>'
     else:
-        badge = (
-            f'<span class="badge badge-bad">✗ outputs differ from token {comparison["first_difference"]} on</span>'
-        )
+        badge = f'<span class="badge badge-bad">✗ outputs differ from token {comparison["first_difference"]} on</span>'
     return f'<div class="outcome">{badge}{headline}</div>{notes}'
 
 
@@ -277,7 +275,7 @@ def speculative_stats_html(spd: Trace, gamma: int, speedup: float | None) -> str
         _row(
             "tokens",
             str(s["tokens"]),
-            f'{s["accepted"]} accepted · {s["resampled"]} resampled · {s["bonus"]} bonus · 1 from the prefill'
+            f"{s['accepted']} accepted · {s['resampled']} resampled · {s['bonus']} bonus · 1 from the prefill"
             if spd.tokens
             else "",
         ),

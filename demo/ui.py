@@ -8,6 +8,9 @@ engine's event streams (`demo.race`):
     /trace   for gradio_client: the same race, returned whole as one JSON document
              (`demo.export.payload`)
 
+The Replay button shows the last race again from its recorded events, slowed down by one
+factor that the page states (a race of the embedded models takes about a second on a CPU).
+
 This module holds no decoding logic and touches no caches or logits: it validates the request,
 asks `demo.models` for the preset, starts the two generators, and maps their events to
 components with `demo.render` and `demo.charts`. Nothing is loaded at import time; `launch()`
@@ -198,13 +201,21 @@ def start_race(loaded, request: Request, image: Image.Image | None) -> Iterator[
         return torch.Generator(device=loaded.device).manual_seed(s.seed)
 
     spd = speculative_generate(
-        loaded.target, loaded.drafter(request.drafter), prompt, gamma=request.gamma, sampling=s,
-        max_new_tokens=request.max_new_tokens, generator=generator(),
+        loaded.target,
+        loaded.drafter(request.drafter),
+        prompt,
+        gamma=request.gamma,
+        sampling=s,
+        max_new_tokens=request.max_new_tokens,
+        generator=generator(),
     )
     # Both runs read the same target inputs: the image is processed once, outside both clocks.
     ar = autoregressive_generate(
-        loaded.target, Prompt(prompt.target_inputs), sampling=s,
-        max_new_tokens=request.max_new_tokens, generator=generator(),
+        loaded.target,
+        Prompt(prompt.target_inputs),
+        sampling=s,
+        max_new_tokens=request.max_new_tokens,
+        generator=generator(),
     )
     return race({"speculative": spd, "autoregressive": ar})
 
@@ -244,10 +255,18 @@ def _view(traces: dict[str, Trace], request: Request, facts: tuple[str, ...], ch
     done = spd.done and ar.done
     comparison = export.comparison(spd, ar) if done else None
     speedup = comparison["speedup"] if comparison else None
-    mode = "greedy" if request.sampling.greedy else f"sampling T={request.sampling.temperature}, top-p={request.sampling.top_p}"
+    mode = (
+        "greedy"
+        if request.sampling.greedy
+        else f"sampling T={request.sampling.temperature}, top-p={request.sampling.top_p}"
+    )
     figures = (
-        (charts.race(spd, ar), charts.block_efficiency(spd, gamma), charts.accept_lengths(spd, gamma),
-         charts.acceptance_by_position(spd, gamma))
+        (
+            charts.race(spd, ar),
+            charts.block_efficiency(spd, gamma),
+            charts.accept_lengths(spd, gamma),
+            charts.acceptance_by_position(spd, gamma),
+        )
         if charts_too
         else (gr.skip(),) * 4
     )
@@ -285,16 +304,19 @@ def _downloads(traces: dict[str, Trace], request: Request) -> tuple:
 N_VIEW = 10  # panels, stats, outcome, block view and charts: what _view fills
 
 
-def _update(view: tuple | None = None, downloads: tuple | None = None, busy: bool | None = None,
-            last=None) -> tuple:
+def _update(view: tuple | None = None, downloads: tuple | None = None, busy: bool | None = None, last=None) -> tuple:
     """One update of every output of a run (see `build_demo`); None leaves that part alone.
 
     busy: whether a race or replay is on (both buttons off) or over (both on).
     """
     skip = gr.skip()
-    buttons = (skip, skip) if busy is None else (
-        gr.Button(interactive=not busy, value="Racing…" if busy else "Run the race"),
-        gr.Button(interactive=not busy),
+    buttons = (
+        (skip, skip)
+        if busy is None
+        else (
+            gr.Button(interactive=not busy, value="Racing…" if busy else "Run the race"),
+            gr.Button(interactive=not busy),
+        )
     )
     return (view or (skip,) * N_VIEW) + (downloads or (skip, skip)) + buttons + (skip if last is None else last,)
 
@@ -310,8 +332,9 @@ def _failed(message: str) -> tuple:
     return _status(render.error_html(message), busy=False)
 
 
-def _frames(timeline, traces: dict[str, Trace], request: Request, facts: tuple[str, ...],
-            slowdown: float | None = None) -> Iterator[tuple]:
+def _frames(
+    timeline, traces: dict[str, Trace], request: Request, facts: tuple[str, ...], slowdown: float | None = None
+) -> Iterator[tuple]:
     """Feed (lane, event) pairs into `traces` and yield views: at the first token at once, then
     at most every PANEL_EVERY s (charts every CHART_EVERY s), and always at the end.
 
@@ -434,20 +457,14 @@ EXAMPLES_DIR = models.ASSETS / "examples"
 
 
 def load_examples(folder: Path = EXAMPLES_DIR) -> list[Example]:
-    """Examples listed in folder/examples.json: a list (or {"examples": [...]}) of objects with
-    an image path relative to the folder, a question, and optionally the task and reference
-    answer. No file means no examples."""
-    folder = Path(folder)
-    index = folder / "examples.json"
+    """The examples in folder/examples.json, as `demo.world.gallery` writes it: a list of
+    {"image", "task", "question", "answer"}, image being a file name in the folder. No file
+    means no examples (the embedded world not trained yet)."""
+    index = Path(folder) / "examples.json"
     if not index.exists():
         return []
-    data = json.loads(index.read_text())
-    rows = data["examples"] if isinstance(data, dict) else data
-    out = []
-    for row in rows:
-        image = folder / (row.get("image") or row.get("file") or row["path"])
-        out.append(Example(str(image), row["question"], row.get("task", ""), row.get("answer", "")))
-    return out
+    rows = json.loads(index.read_text())
+    return [Example(str(Path(folder) / r["image"]), r["question"], r["task"], r["answer"]) for r in rows]
 
 
 # --- the page ---------------------------------------------------------------------------------
@@ -480,9 +497,9 @@ this on every run), and sampled outputs are distributed identically.
 
 | | formula | meaning |
 |---|---|---|
-| τ (block efficiency) | tokens after the prefill / target forwards | tokens per target forward; 1 for plain decoding, at most γ+1 |
+| τ (block efficiency) | tokens after the prefill / target forwards | 1 for plain decoding, at most γ+1 |
 | α (acceptance rate) | accepted drafts / drafted tokens | how often the drafter guessed right |
-| MBSU | τ / (1 + γ·c), c = drafter params / target params | the speedup if every forward cost the time to read its weights (memory-bound) |
+| MBSU | τ / (1 + γ·c), c = drafter / target params | speedup if a forward costs reading its weights |
 | wall-clock speedup | SPD decode tokens/s / AR decode tokens/s | what this machine actually measured |
 
 **CPU versus GPU.** On a GPU a forward over γ+1 tokens costs about as much as over one (decoding is
@@ -535,33 +552,57 @@ def build_demo(default_preset: str = models.DEFAULT_PRESET, examples_dir: Path =
         gr.HTML(_header(), js_on_load=None)
         with gr.Row(equal_height=False):
             with gr.Column(scale=5, min_width=300):
-                image = gr.Image(type="pil", label="Image", height=240, sources=["upload", "clipboard"], elem_id="image")
-                gr.Markdown("**Examples**: held-out scenes of the embedded world, covering every task family. "
-                            "Pick one.", visible=bool(examples), elem_id="examples-title")
+                image = gr.Image(
+                    type="pil", label="Image", height=240, sources=["upload", "clipboard"], elem_id="image"
+                )
+                gr.Markdown(
+                    "**Examples**: held-out scenes of the embedded world, covering every task family. Pick one.",
+                    visible=bool(examples),
+                    elem_id="examples-title",
+                )
                 gallery = gr.Gallery(
                     [(e.image, e.task.replace("_", " ")) for e in examples],
-                    show_label=False, columns=4, height="auto", allow_preview=False, object_fit="contain",
-                    buttons=[], visible=bool(examples), elem_id="examples",
+                    show_label=False,
+                    columns=4,
+                    height="auto",
+                    allow_preview=False,
+                    object_fit="contain",
+                    buttons=[],
+                    visible=bool(examples),
+                    elem_id="examples",
                 )
             with gr.Column(scale=7):
-                question = gr.Textbox(label="Question", lines=2, elem_id="question",
-                                      placeholder="Describe this image in detail.")
+                question = gr.Textbox(
+                    label="Question", lines=2, elem_id="question", placeholder="Describe this image in detail."
+                )
                 reference = gr.HTML(reference_html(None), js_on_load=None, elem_id="reference")
                 with gr.Row():
                     # Custom values pass through to parse_request, which names the known ones.
-                    preset = gr.Dropdown(presets, value=default_preset, label="Model preset", elem_id="preset",
-                                         allow_custom_value=True)
-                    drafter = gr.Dropdown(drafters, value=drafters[0] if drafters else None, label="Drafter",
-                                          elem_id="drafter", allow_custom_value=True)
+                    preset = gr.Dropdown(
+                        presets, value=default_preset, label="Model preset", elem_id="preset", allow_custom_value=True
+                    )
+                    drafter = gr.Dropdown(
+                        drafters,
+                        value=drafters[0] if drafters else None,
+                        label="Drafter",
+                        elem_id="drafter",
+                        allow_custom_value=True,
+                    )
                 preset_info = gr.HTML(js_on_load=None, elem_id="preset-info")
                 with gr.Row():
                     gamma = gr.Slider(*GAMMA_RANGE, value=g, step=1, label="γ: drafts per round", elem_id="gamma")
-                    max_new = gr.Slider(*MAX_NEW_RANGE, value=DEFAULTS["max_new_tokens"], step=1,
-                                        label="Max new tokens", elem_id="max-new")
+                    max_new = gr.Slider(
+                        *MAX_NEW_RANGE,
+                        value=DEFAULTS["max_new_tokens"],
+                        step=1,
+                        label="Max new tokens",
+                        elem_id="max-new",
+                    )
                 with gr.Row():
                     decoding = gr.Radio(["greedy", "sampling"], value="greedy", label="Decoding", elem_id="decoding")
-                    temperature = gr.Slider(0.05, 2.0, value=DEFAULTS["temperature"], step=0.05,
-                                            label="Temperature", visible=False)
+                    temperature = gr.Slider(
+                        0.05, 2.0, value=DEFAULTS["temperature"], step=0.05, label="Temperature", visible=False
+                    )
                     top_p = gr.Slider(0.05, 1.0, value=DEFAULTS["top_p"], step=0.05, label="Top-p", visible=False)
                     seed = gr.Number(DEFAULTS["seed"], precision=0, label="Seed", visible=False, minimum=0)
                 with gr.Row():
@@ -573,12 +614,18 @@ def build_demo(default_preset: str = models.DEFAULT_PRESET, examples_dir: Path =
         outcome = gr.HTML(render.outcome_html(empty, empty, True, None), js_on_load=None, elem_id="outcome")
         with gr.Row(equal_height=False):
             with gr.Column(min_width=320):
-                spd_panel = gr.HTML(render.panel_html(empty, "Speculative", "drafter + target", True),
-                                    js_on_load=None, elem_id="spd-panel")
+                spd_panel = gr.HTML(
+                    render.panel_html(empty, "Speculative", "drafter + target", True),
+                    js_on_load=None,
+                    elem_id="spd-panel",
+                )
                 spd_stats = gr.HTML(render.speculative_stats_html(empty, g, None), js_on_load=None, elem_id="spd-stats")
             with gr.Column(min_width=320):
-                ar_panel = gr.HTML(render.panel_html(empty, "Autoregressive (target only)", "one forward per token", True),
-                                   js_on_load=None, elem_id="ar-panel")
+                ar_panel = gr.HTML(
+                    render.panel_html(empty, "Autoregressive (target only)", "one forward per token", True),
+                    js_on_load=None,
+                    elem_id="ar-panel",
+                )
                 ar_stats = gr.HTML(render.autoregressive_stats_html(empty), js_on_load=None, elem_id="ar-stats")
         # Empty charts at load: the browser fetches plotly.js before the first Run, not during it.
         with gr.Row(elem_id="charts"):
@@ -611,20 +658,49 @@ def build_demo(default_preset: str = models.DEFAULT_PRESET, examples_dir: Path =
         preset.change(on_preset, preset, [drafter, preset_info], api_visibility="private")
         demo.load(preset_html, preset, preset_info, api_visibility="private")
         decoding.change(
-            lambda d: [gr.update(visible=d == "sampling")] * 3, decoding, [temperature, top_p, seed],
+            lambda d: [gr.update(visible=d == "sampling")] * 3,
+            decoding,
+            [temperature, top_p, seed],
             api_visibility="private",
         )
         inputs = [image, question, preset, drafter, gamma, decoding, temperature, top_p, seed, max_new]
         last = gr.State(None)  # the last race: (request, facts, its events in order), for the replay
-        outputs = [spd_panel, spd_stats, ar_panel, ar_stats, outcome, blocks, race_chart, tau_chart, hist_chart,
-                   pos_chart, json_file, csv_file, run, replay, last]
-        run.click(GPU(run_race), inputs, outputs, api_name="race", show_progress="hidden",
-                  concurrency_limit=1, concurrency_id="decode")
-        replay.click(replay_race, last, outputs, api_visibility="private", show_progress="hidden",
-                     concurrency_limit=8)  # replays mostly sleep
+        outputs = [
+            spd_panel,
+            spd_stats,
+            ar_panel,
+            ar_stats,
+            outcome,
+            blocks,
+            race_chart,
+            tau_chart,
+            hist_chart,
+            pos_chart,
+            json_file,
+            csv_file,
+            run,
+            replay,
+            last,
+        ]
+        run.click(
+            GPU(run_race),
+            inputs,
+            outputs,
+            api_name="race",
+            show_progress="hidden",
+            concurrency_limit=1,
+            concurrency_id="decode",
+        )
+        replay.click(
+            replay_race, last, outputs, api_visibility="private", show_progress="hidden", concurrency_limit=8
+        )  # replays mostly sleep
         trace_button.click(
-            GPU(trace_api), [image, question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new],
-            trace_out, api_name="trace", concurrency_limit=1, concurrency_id="decode",
+            GPU(trace_api),
+            [image, question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new],
+            trace_out,
+            api_name="trace",
+            concurrency_limit=1,
+            concurrency_id="decode",
         )
     return demo
 

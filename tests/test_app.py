@@ -35,7 +35,7 @@ def save_tiny_world(root: Path) -> None:
     examples = root / "examples"
     examples.mkdir()
     rows = []
-    for i, (image, question) in enumerate(zip(tiny.images(2), tiny.QUESTIONS)):
+    for i, (image, question) in enumerate(zip(tiny.images(2), tiny.QUESTIONS[:2], strict=True)):
         image.save(examples / f"{i}.png")
         rows.append({"image": f"{i}.png", "question": question, "answer": "A reference.", "task": f"task_{i}"})
     (examples / "examples.json").write_text(json.dumps(rows))
@@ -70,8 +70,18 @@ def client(tiny_world):
     demo.close()
 
 
-def trace_args(tiny_world, drafter="text-only", gamma=4, greedy=True, temperature=0.8, top_p=0.95, seed=0,
-               max_new=24, question=QUESTION, preset=TINY):
+def trace_args(
+    tiny_world,
+    drafter="text-only",
+    gamma=4,
+    greedy=True,
+    temperature=0.8,
+    top_p=0.95,
+    seed=0,
+    max_new=24,
+    question=QUESTION,
+    preset=TINY,
+):
     image = handle_file(str(tiny_world / "examples" / "1.png"))
     return (image, question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new)
 
@@ -115,7 +125,9 @@ def test_sampled_races_repeat_exactly_for_a_seed(client, tiny_world):
     first = client.predict(*trace_args(tiny_world, greedy=False, seed=7), api_name="/trace")
     again = client.predict(*trace_args(tiny_world, greedy=False, seed=7), api_name="/trace")
     for run in ("speculative", "autoregressive"):
-        assert first["runs"][run]["trace"]["summary"]["token_ids"] == again["runs"][run]["trace"]["summary"]["token_ids"]
+        assert (
+            first["runs"][run]["trace"]["summary"]["token_ids"] == again["runs"][run]["trace"]["summary"]["token_ids"]
+        )
     assert first["settings"]["sampling"] == {"greedy": False, "temperature": 0.8, "top_k": 0, "top_p": 0.95, "seed": 7}
 
 
@@ -129,7 +141,10 @@ def test_smallest_budget_gives_one_token_from_the_prefill(client, tiny_world):
 def test_out_of_range_gamma_and_budget_are_clamped_with_a_note(tiny_world):
     request, notes = ui.parse_request(QUESTION, TINY, "text-only", 50, True, 1.0, 1.0, 0, 0)
     assert (request.gamma, request.max_new_tokens) == (10, 1)
-    assert notes == ["gamma must be an integer in [1, 10]; used 10", "max new tokens must be an integer in [1, 512]; used 1"]
+    assert notes == [
+        "gamma must be an integer in [1, 10]; used 10",
+        "max new tokens must be an integer in [1, 512]; used 1",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -163,7 +178,9 @@ def test_sampling_settings_are_checked_before_running(tiny_world, temperature, t
 
 
 def test_a_preset_without_weights_is_reported_in_the_page(client, tiny_world):
-    models.PRESETS["missing"] = models.Preset("missing", str(tiny_world / "nowhere"), (models.DrafterSpec("d", "text-only", "x"),))
+    models.PRESETS["missing"] = models.Preset(
+        "missing", str(tiny_world / "nowhere"), (models.DrafterSpec("d", "text-only", "x"),)
+    )
     try:
         job = client.submit(None, QUESTION, "missing", "d", 4, "greedy", 0.8, 0.95, 0, 8, api_name="/race")
         outcome = job.result()[4]
@@ -248,7 +265,9 @@ def test_json_export_holds_settings_traces_metrics_and_comparison():
     assert record["runs"]["autoregressive"]["metrics"]["tau"] == 1.0
     assert record["comparison"]["identical"] is False
     assert record["comparison"]["first_difference"] == 3
-    assert record["comparison"]["speedup"] == pytest.approx(metrics.speedup(traces["speculative"], traces["autoregressive"]))
+    assert record["comparison"]["speedup"] == pytest.approx(
+        metrics.speedup(traces["speculative"], traces["autoregressive"])
+    )
 
 
 def test_json_export_of_unfinished_runs_is_strict_json_without_a_comparison():
@@ -264,9 +283,21 @@ def test_csv_export_has_one_row_per_token_with_its_details():
     assert len(rows) == 8 + 3
     resampled = rows[2]
     assert resampled == {
-        "run": "speculative", "index": "2", "token_id": "13", "text": " square", "kind": "resampled", "round": "1",
-        "p": "0.7", "q": "", "accept_prob": "", "rejected_id": "12", "rejected_text": " circle",
-        "rejected_p": "0.05", "rejected_q": "0.9", "rejected_accept_prob": "0.0556", "t": "0.06",
+        "run": "speculative",
+        "index": "2",
+        "token_id": "13",
+        "text": " square",
+        "kind": "resampled",
+        "round": "1",
+        "p": "0.7",
+        "q": "",
+        "accept_prob": "",
+        "rejected_id": "12",
+        "rejected_text": " circle",
+        "rejected_p": "0.05",
+        "rejected_q": "0.9",
+        "rejected_accept_prob": "0.0556",
+        "t": "0.06",
     }
     assert rows[6]["text"] == "<b>&" and rows[5]["text"] == "\n"
     assert [r["kind"] for r in rows[8:]] == ["target"] * 3

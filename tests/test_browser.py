@@ -22,8 +22,15 @@ from demo import models, ui
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 SHOTS = Path(os.environ.get("SCREENSHOT_DIR", ROOT / "runs" / "screenshots"))
 EMBEDDED = Path(models.PRESETS[models.DEFAULT_PRESET].target).exists() and ui.load_examples()
 STARTUP_LIMIT_S = 10.0  # process start to a page a person can use
@@ -131,8 +138,13 @@ def test_app_serves_a_usable_page_within_ten_seconds(browser):
     port = _free_port()
     page = browser.new_page()
     started = time.perf_counter()
-    app = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env={**os.environ, "GRADIO_SERVER_PORT": str(port)},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    app = subprocess.Popen(
+        [sys.executable, "app.py"],
+        cwd=ROOT,
+        env={**os.environ, "GRADIO_SERVER_PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         while True:
             assert app.poll() is None, "app.py exited"

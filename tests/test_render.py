@@ -19,8 +19,17 @@ def spd_trace(stop: str = "eos") -> Trace:
         TokenEvent(0, 10, "The", "target", 0, p=0.9, t=0.035),
         TokenEvent(1, 11, " red", "accepted", 1, p=0.8, q=0.6, accept_prob=1.0, t=0.060),
         TokenEvent(
-            2, 13, " square", "resampled", 1, p=0.7,
-            rejected_id=12, rejected_text=" circle", rejected_p=0.05, rejected_q=0.9, rejected_accept_prob=0.0556,
+            2,
+            13,
+            " square",
+            "resampled",
+            1,
+            p=0.7,
+            rejected_id=12,
+            rejected_text=" circle",
+            rejected_p=0.05,
+            rejected_q=0.9,
+            rejected_accept_prob=0.0556,
             t=0.060,
         ),
         RoundEvent(1, (11, 12, 14), (" red", " circle", " is"), 1, 13, 2, None, 0.01, 0.015, t=0.060),
@@ -31,21 +40,50 @@ def spd_trace(stop: str = "eos") -> Trace:
         RoundEvent(2, (15, 16, 17), (" on", " top", "\n"), 3, 18, 4, None, 0.01, 0.02, t=0.090),
         TokenEvent(7, 2, "", "accepted", 3, p=0.95, q=0.9, accept_prob=1.0, t=0.110),
         RoundEvent(3, (2,), ("",), 1, 19, 1, stop, 0.005, 0.015, t=0.110),
-        RunSummary("speculative", (10, 11, 13, 15, 16, 17, 18, 2), "The red square on top\n<b>&", stop, 3,
-                   "text-only", 1000, 100, 0.034, 0.076, 3, t=0.110),
+        RunSummary(
+            "speculative",
+            (10, 11, 13, 15, 16, 17, 18, 2),
+            "The red square on top\n<b>&",
+            stop,
+            3,
+            "text-only",
+            1000,
+            100,
+            0.034,
+            0.076,
+            3,
+            t=0.110,
+        ),
     ]
     return Trace.of(events)
 
 
 def ar_trace(ids=(10, 11, 13), texts=("The", " red", " square")) -> Trace:
     events = [PrefillEvent("autoregressive", 40, 0, 0.03, 0.0, t=0.03)]
-    for i, (token, text) in enumerate(zip(ids, texts)):
+    for i, (token, text) in enumerate(zip(ids, texts, strict=True)):
         events.append(TokenEvent(i, token, text, "target", i, p=0.5, t=0.03 + 0.01 * (i + 1)))
         if i:
-            events.append(RoundEvent(i, (), (), 0, token, 1, "eos" if i == len(ids) - 1 else None, 0, 0.01,
-                                     t=0.03 + 0.01 * (i + 1)))
-    events.append(RunSummary("autoregressive", tuple(ids), "".join(texts), "eos", 0, None, 1000, 0, 0.03,
-                             0.01 * len(ids), len(ids) - 1, t=0.03 + 0.01 * len(ids)))
+            events.append(
+                RoundEvent(
+                    i, (), (), 0, token, 1, "eos" if i == len(ids) - 1 else None, 0, 0.01, t=0.03 + 0.01 * (i + 1)
+                )
+            )
+    events.append(
+        RunSummary(
+            "autoregressive",
+            tuple(ids),
+            "".join(texts),
+            "eos",
+            0,
+            None,
+            1000,
+            0,
+            0.03,
+            0.01 * len(ids),
+            len(ids) - 1,
+            t=0.03 + 0.01 * len(ids),
+        )
+    )
     return Trace.of(events)
 
 
