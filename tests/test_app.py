@@ -21,43 +21,21 @@ TINY = "tiny"
 QUESTION = "Describe the image."
 
 
-def save_tiny_world(root: Path) -> None:
-    """Tiny target and drafters in Hugging Face format, and an examples folder, under root."""
-    tok = tiny.tokenizer()
-    processor = tiny.processor(tok)
-    target = tiny.llava(tok)
-    target.save_pretrained(root / "target")
-    processor.save_pretrained(root / "target")
-    tiny.text_part_of(target, tok).save_pretrained(root / "drafter-text")  # agrees with the target now and then
-    tok.save_pretrained(root / "drafter-text")
-    tiny.noisy_copy(target, 0.3).save_pretrained(root / "drafter-image")
-    processor.save_pretrained(root / "drafter-image")
-    examples = root / "examples"
-    examples.mkdir()
+def write_examples(folder: Path) -> None:
+    """Two tiny images and an examples.json as demo.world.gallery writes it."""
+    folder.mkdir()
     rows = []
     for i, (image, question) in enumerate(zip(tiny.images(2), tiny.QUESTIONS[:2], strict=True)):
-        image.save(examples / f"{i}.png")
+        image.save(folder / f"{i}.png")
         rows.append({"image": f"{i}.png", "question": question, "answer": "A reference.", "task": f"task_{i}"})
-    (examples / "examples.json").write_text(json.dumps(rows))
-
-
-def register_tiny_preset(root: Path) -> None:
-    models.PRESETS[TINY] = models.Preset(
-        name=TINY,
-        target=str(root / "target"),
-        drafters=(
-            models.DrafterSpec("text-only", "text-only", str(root / "drafter-text")),
-            models.DrafterSpec("image-aware", "image-aware", str(root / "drafter-image")),
-        ),
-        description="tiny random models for tests",
-    )
+    (folder / "examples.json").write_text(json.dumps(rows))
 
 
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny-world")
-    save_tiny_world(root)
-    register_tiny_preset(root)
+    tiny.save_preset(root, TINY)  # saved to disk, loaded through the real preset path
+    write_examples(root / "examples")
     yield root
     models.PRESETS.pop(TINY, None)
 

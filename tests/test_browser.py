@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+import tiny
 from playwright.sync_api import sync_playwright
-from test_app import register_tiny_preset, save_tiny_world
+from test_app import write_examples
 
 from demo import models, ui
 
@@ -55,9 +56,8 @@ def served(tmp_path_factory):
         preset, examples = models.DEFAULT_PRESET, models.ASSETS / "examples"
     else:
         root = tmp_path_factory.mktemp("tiny-world")
-        save_tiny_world(root)
-        register_tiny_preset(root)
-        preset, examples = "tiny", root / "examples"
+        preset, examples = tiny.save_preset(root).name, root / "examples"
+        write_examples(examples)
     ui.warm_up(preset)
     demo = ui.build_demo(default_preset=preset, examples_dir=examples)
     ui.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)
