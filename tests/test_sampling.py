@@ -154,7 +154,7 @@ def small_world(tok):
     drafter_model.resize_token_embeddings(VOCAB)
     drafter = Drafter(
         drafter_model, name="d", kind="text-only", target_vocab_size=VOCAB, stop_ids=frozenset({3}),
-        blocked_ids=frozenset({0, 1, 2}),
+        blocked_ids=frozenset({0, 1, 2, 3}),
     )
     image = tiny.images(1)[0]
     pixel_values = tiny.processor(tok).image_processor(image, return_tensors="pt")["pixel_values"]
