@@ -29,7 +29,6 @@ KIND_LABELS = {
     "bonus": "bonus token",
     "target": "target only",
 }
-KIND_COLOURS = {"accepted": "#009E73", "resampled": "#D55E00", "bonus": "#0072B2", "target": "#8A8A8A"}
 KIND_CUES = {
     "accepted": "solid underline",
     "resampled": "dashed box",
