@@ -83,7 +83,7 @@ CSS = (
 .reference { font-size: 13px; opacity: .9; padding: 2px 2px 0; }
 .reference .task { display: inline-block; padding: 0 8px; margin-right: 6px; border-radius: 999px;
   background: rgba(0,114,178,.14); font-weight: 600; }
-#examples .caption-label { font-size: 11px; }
+#examples .caption-label { font-size: 10px; padding: 0 4px; opacity: .85; }  /* less of the scene hidden */
 #examples .grid-wrap { height: auto !important; max-height: none !important; overflow: visible !important; }
 #examples .grid-container { grid-template-columns: repeat(auto-fill, minmax(96px, 1fr)) !important; }
 #examples-title p { font-size: 13px; margin: 0; }
