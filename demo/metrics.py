@@ -75,8 +75,9 @@ def tokens_per_second(trace: Trace) -> float:
 
 
 def speedup(spd: Trace, ar: Trace) -> float:
-    """Wall-clock decoding speedup of one run over another, as a throughput ratio."""
-    return tokens_per_second(spd) / tokens_per_second(ar)
+    """Wall-clock decoding speedup of one run over another, as a throughput ratio (nan until both have one)."""
+    baseline = tokens_per_second(ar)
+    return tokens_per_second(spd) / baseline if baseline > 0 else math.nan
 
 
 def predicted_speedup(tau_value: float, gamma: int, t1: float, t_verify: float, t_draft: float) -> float:

@@ -40,9 +40,9 @@ from demo.devices import NotEnoughMemory  # noqa: F401  (re-exported: load() rai
 from demo.drafters import Drafter
 from demo.families import FAMILIES
 from demo.hub import Availability, Unavailable  # noqa: F401  (re-exported: load() raises Unavailable)
+from demo.presets import ASSETS, DEFAULT_PRESET, PRESETS, DrafterSpec, Preset  # noqa: F401  (re-exported)
 from demo.speculative import Prompt, Target
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets" / "world"
 END_OF_TURN = ("<|end|>", "<|im_end|>", "<end_of_utterance>", "<|eot_id|>")
 
 Progress = Callable[[float, str], None]  # (fraction done in [0, 1], what is happening)
@@ -52,71 +52,6 @@ class VocabMismatch(ValueError):
     """A drafter whose token ids do not mean what the target's ids mean."""
 
 
-@dataclass(frozen=True)
-class DrafterSpec:
-    name: str  # shown in the UI
-    kind: str  # "text-only" | "image-aware"
-    path: str  # local directory or hub id
-    params: int = 0  # parameter count, for the memory check before the files are here (0: count them)
-
-
-@dataclass(frozen=True)
-class Preset:
-    name: str
-    target: str  # local directory or hub id
-    drafters: tuple[DrafterSpec, ...]
-    description: str = ""
-    family: str = "llava"  # a key of demo.families.FAMILIES
-    params: int = 0  # target parameter count, for the memory check before the files are here
-    note: str = ""  # a caveat the UI states next to the preset
-    image_kwargs: dict = field(default_factory=dict, hash=False)  # passed to the processor with each image
-
-
-PRESETS: dict[str, Preset] = {
-    "embedded": Preset(
-        name="embedded",
-        target=str(ASSETS / "target"),
-        drafters=(
-            DrafterSpec("text-only", "text-only", str(ASSETS / "drafter-text")),
-            DrafterSpec("image-aware", "image-aware", str(ASSETS / "drafter-image")),
-        ),
-        description="The project's own LLaVA (trained on synthetic scenes) and two drafters, on CPU.",
-    ),
-    "llava-1.5-7b": Preset(
-        name="llava-1.5-7b",
-        target="llava-hf/llava-1.5-7b-hf",
-        drafters=(DrafterSpec("vicuna-68m", "text-only", "double7/vicuna-68m", params=68_000_000),),
-        description="Paper-like (GPU): LLaVA-1.5-7B drafted by the text-only Vicuna-68M.",
-        params=7_063_000_000,
-        note="Needs a GPU (about 16 GiB in bf16). The drafter's 32000-token vocabulary is the target's "
-        "first 32000 ids; the image token (32000) is never drafted.",
-    ),
-    "qwen2.5-vl-3b": Preset(
-        name="qwen2.5-vl-3b",
-        target="Qwen/Qwen2.5-VL-3B-Instruct",
-        drafters=(DrafterSpec("qwen2.5-0.5b", "text-only", "Qwen/Qwen2.5-0.5B-Instruct", params=494_000_000),),
-        description="Best small pair: Qwen2.5-VL-3B drafted by the text-only Qwen2.5-0.5B (same vocabulary).",
-        family="qwen2_5_vl",
-        params=3_755_000_000,
-        note="Images are scaled to at most 768 x 28 x 28 pixels (up to 768 image tokens).",
-        image_kwargs={"size": {"shortest_edge": 56 * 56, "longest_edge": 768 * 28 * 28}},  # pixels, as min/max_pixels
-    ),
-    "smolvlm-500m": Preset(
-        name="smolvlm-500m",
-        target="HuggingFaceTB/SmolVLM-500M-Instruct",
-        drafters=(
-            DrafterSpec("smollm2-135m", "text-only", "HuggingFaceTB/SmolLM2-135M-Instruct", params=134_500_000),
-        ),
-        description="CPU-friendly: SmolVLM-500M drafted by the text-only SmolLM2-135M.",
-        family="idefics3",
-        params=507_500_000,
-        note="The drafter's vocabulary lacks the target's <end_of_utterance>, so it can never propose "
-        "stopping; the target still stops exactly, with its own token. Images are scaled to at most "
-        "1024 px (2 x 2 tiles + 1 thumbnail).",
-        image_kwargs={"size": {"longest_edge": 1024}},
-    ),
-}
-DEFAULT_PRESET = "embedded"
 
 
 def stop_ids_of(tokenizer, model) -> frozenset[int]:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import gradio as gr
 from PIL import Image
 
-from demo import charts, export, models, render
+from demo import charts, export, presets, render
 from demo.events import Event, TokenEvent, Trace
 from demo.race import race
 
@@ -134,8 +134,8 @@ def parse_request(
     question = (question or "").strip()
     if not question:
         raise ValueError("Ask a question about the image first.")
-    if preset not in models.PRESETS:
-        raise ValueError(f"Unknown model preset {preset!r} (known: {', '.join(models.PRESETS)}).")
+    if preset not in presets.PRESETS:
+        raise ValueError(f"Unknown model preset {preset!r} (known: {', '.join(presets.PRESETS)}).")
     drafters = _drafter_choices(preset)
     if drafter not in drafters:
         raise ValueError(f"Preset {preset!r} has no drafter {drafter!r} (known: {', '.join(drafters)}).")
@@ -161,6 +161,8 @@ def load(request: Request, progress=None):
     """The request's preset and drafter, loaded once per process (`progress(fraction, message)`
     hears about each stage). Waits for a running warm-up, so that a race never shares the CPU
     with one and its clocks stay honest."""
+    from demo import models  # torch and transformers: imported on first use, not to slow the start
+
     with _WARMING:
         pass
     loaded = models.load(request.preset, progress)
@@ -222,6 +224,8 @@ def start_race(loaded, request: Request, image: Image.Image | None) -> Iterator[
 
 def warm_up(preset: str) -> None:
     """Load a preset and its drafters and decode a few tokens with each, so the first Run is fast."""
+    from demo import models  # torch and transformers: imported on first use, not to slow the start
+
     from demo.sampling import Sampling
 
     available = models.availability(preset)
@@ -241,6 +245,8 @@ def warm_up(preset: str) -> None:
 
 
 def _load_error(error: Exception) -> str:
+    from demo import models  # torch and transformers: imported on first use, not to slow the start
+
     if isinstance(error, (models.Unavailable, models.NotEnoughMemory)):
         return str(error)  # written for the page
     return f"Could not load the models: {type(error).__name__}: {error}"
@@ -360,6 +366,8 @@ def _frames(
 
 def run_race(image, question, preset, drafter, gamma, decoding, temperature, top_p, seed, max_new_tokens):
     """Stream the race to the page: both panels, stats, block view and charts as events arrive."""
+    from demo import models  # torch and transformers: imported on first use, not to slow the start
+
     try:
         request, notes = parse_request(
             question, preset, drafter, gamma, decoding == "greedy", temperature, top_p, seed, max_new_tokens
@@ -453,7 +461,7 @@ class Example:
     answer: str
 
 
-EXAMPLES_DIR = models.ASSETS / "examples"
+EXAMPLES_DIR = presets.ASSETS / "examples"
 
 
 def load_examples(folder: Path = EXAMPLES_DIR) -> list[Example]:
@@ -528,7 +536,9 @@ def reference_html(example: Example | None) -> str:
 
 def preset_html(name: str) -> str:
     """What a preset is, its caveat, and whether it can load on this machine now."""
-    preset = models.PRESETS.get(name)
+    from demo import models  # torch and transformers: imported on first use, not to slow the start
+
+    preset = presets.PRESETS.get(name)
     if preset is None:
         return ""
     available = models.availability(name)
@@ -539,12 +549,12 @@ def preset_html(name: str) -> str:
 
 
 def _drafter_choices(preset: str) -> list[str]:
-    return [s.name for s in models.PRESETS[preset].drafters]
+    return [s.name for s in presets.PRESETS[preset].drafters]
 
 
-def build_demo(default_preset: str = models.DEFAULT_PRESET, examples_dir: Path = EXAMPLES_DIR) -> gr.Blocks:
-    """The page. Offers the presets of `models.PRESETS` and the examples in `examples_dir`."""
-    presets = list(models.PRESETS)
+def build_demo(default_preset: str = presets.DEFAULT_PRESET, examples_dir: Path = EXAMPLES_DIR) -> gr.Blocks:
+    """The page. Offers the presets of `presets.PRESETS` and the examples in `examples_dir`."""
+    preset_names = list(presets.PRESETS)
     drafters = _drafter_choices(default_preset)
     examples = load_examples(examples_dir)
     empty, g = Trace(), DEFAULTS["gamma"]
@@ -579,7 +589,7 @@ def build_demo(default_preset: str = models.DEFAULT_PRESET, examples_dir: Path =
                 with gr.Row():
                     # Custom values pass through to parse_request, which names the known ones.
                     preset = gr.Dropdown(
-                        presets, value=default_preset, label="Model preset", elem_id="preset", allow_custom_value=True
+                        preset_names, value=default_preset, label="Model preset", elem_id="preset", allow_custom_value=True
                     )
                     drafter = gr.Dropdown(
                         drafters,
@@ -650,7 +660,7 @@ def build_demo(default_preset: str = models.DEFAULT_PRESET, examples_dir: Path =
             return example.image, example.question, reference_html(example)
 
         def on_preset(name):
-            names = _drafter_choices(name) if name in models.PRESETS else []
+            names = _drafter_choices(name) if name in presets.PRESETS else []
             return gr.Dropdown(choices=names, value=names[0] if names else None), preset_html(name)
 
         gallery.select(on_example, None, [image, question, reference], api_visibility="private")
@@ -705,7 +715,7 @@ def build_demo(default_preset: str = models.DEFAULT_PRESET, examples_dir: Path =
     return demo
 
 
-def launch(demo: gr.Blocks, warm: str | None = models.DEFAULT_PRESET, **kwargs):
+def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, **kwargs):
     """Launch with the page's theme and CSS, then warm preset `warm` up in a background thread
     (None warms nothing). Returns what `Blocks.launch` returns; pass prevent_thread_lock=True to
     get control back."""

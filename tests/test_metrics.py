@@ -123,3 +123,9 @@ def test_race_advances_the_lane_whose_clock_is_behind():
         ("slow", 6.0),
         ("fast", 5.5),
     ]
+
+
+def test_speedup_is_nan_while_the_baseline_has_no_decoded_tokens():
+    ar = Trace()
+    ar.add(PrefillEvent("autoregressive", 10, 0, 0.8, 0.0, t=1.0))
+    assert math.isnan(metrics.speedup(spd_trace(ROUNDS), ar))
