@@ -2,16 +2,19 @@
 
 Pure functions over speculative traces. Every answer position the drafter proposed a token for
 is one observation: the target either accepted the draft there, or rejected it and resampled.
-Each observation is tagged with the word it falls in and that word's category:
+Each observation is tagged with the answer word it falls in and that word's category:
 
-    image-grounded    colour, shape, size, count, position: knowable only from the image
-    letter            a multiple-choice answer letter (A-D)
+    image-grounded    colour, shape, size, count, position, yes/no: knowable only from the image
+    letter            a multiple-choice option letter (A-D)
     function          articles, prepositions, pronouns, auxiliaries
     template          any other word (the answer's phrasing: "image", "shows", "answer", ...)
     punctuation       whitespace and punctuation
     end               the end-of-answer token
 
-Positions after a rejection inside a round were never checked, so they are not observations.
+The category is the answer's (the target's) word at that position: a rejection on a colour word
+means the drafter proposed something else where the target wrote a colour.
+Positions after a rejection inside a round were never checked, so they are not observations;
+the drafts there still tell what the drafter was writing (`Observation.draft_word`).
 """
 
 from __future__ import annotations
@@ -20,32 +23,40 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 
-from demo.events import Trace
-from demo.world.scenes import COLOURS, POSITIONS, SHAPES, SIZES
+from demo.events import RoundEvent, Trace
+from demo.world.scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES, SIZES
 from demo.world.tasks import NUMBERS, plural
 
+FUNCTION_WORDS = set(
+    "a an the of in on at to for with and or but so is are was were be been it its this that these "
+    "those there here they them their we you i he she his her as by from into than then which what "
+    "where who how all each every other not do does has have had can".split()
+)
 GROUNDED = {
     "colour": set(COLOURS),
     "shape": set(SHAPES) | {plural(s) for s in SHAPES},
     "size": set(SIZES),
     "count": set(NUMBERS[1:]) | {"single", "none", "zero"},
-    "position": {w for p in POSITIONS for w in p.split()} | {"middle", "corner", "row", "side"},
+    "position": {w for p in POSITIONS + POSITION_PHRASES for w in p.split()} - FUNCTION_WORDS,
+    # "yes"/"no" answer whether something is in the image ("No, there is no purple cross",
+    # "B says blue: yes"); "no" as a count ("there are no stars") lands here too.
+    "yes/no": {"yes", "no"},
 }
-FUNCTION_WORDS = set(
-    "a an the of in on at to for with and or but so is are was were be been it its this that these "
-    "those there here they them their we you i he she his her as by from into than then which what "
-    "where who how all each every other no not yes do does has have had can one".split()
-)
-CATEGORIES = (*GROUNDED, "letter", "function", "template", "punctuation", "end")
+OTHER = ("letter", "function", "template", "punctuation", "end")
+CATEGORIES = (*GROUNDED, *OTHER)
 WORD = re.compile(r"[A-Za-z]+")
+ARTICLE_AFTER = re.compile(r"\s+(?!says\b)[a-z]")  # "A simple drawing": an article, not option A
+END = "(end)"  # how the end-of-answer token is named in tables
 
 
-def category(word: str | None, is_end: bool = False) -> str:
+def category(word: str, is_end: bool = False, after: str = "") -> str:
+    """The category of an answer word; `after` is the answer text following it (it tells the
+    option letter A from the article A)."""
     if is_end:
         return "end"
     if not word:
         return "punctuation"
-    if word in "ABCD" and len(word) == 1:
+    if word in ("A", "B", "C", "D") and not (word == "A" and ARTICLE_AFTER.match(after)):
         return "letter"
     lower = word.lower()
     for name, words in GROUNDED.items():
@@ -64,39 +75,64 @@ class Observation:
     index: int  # answer position
     rel: float  # index / answer length, in [0, 1)
     token: str  # the answer's token text at this position
-    word: str  # the word that token is part of ('' for punctuation and the end)
+    word: str  # the answer word that token is part of ('' for punctuation and the end)
     category: str
     accepted: bool
-    draft: str  # what the drafter proposed here
+    draft: str  # the drafter's token here (the answer's token when accepted)
+    draft_word: str  # the word the drafter was writing here: its token plus the drafts after it
 
 
-def _words_of_tokens(trace: Trace) -> list[str]:
-    """The word each token falls in, by character offsets into the answer."""
-    text, offsets = "", []
+def _label(text: str) -> str:
+    """A piece of text as a table shows it: stripped, or quoted when it is only whitespace."""
+    return text.strip() or repr(text)
+
+
+def _token_words(trace: Trace) -> list[tuple[str, str, str]]:
+    """For each token: the answer word its first letter falls in ('' for none), the part of that
+    word before the token (a token can start mid-word), and the answer text after the word."""
+    starts, text = [], ""
     for tok in trace.tokens:
-        offsets.append(len(text))
+        starts.append(len(text))
         text += tok.text
-    spans = [(m.start(), m.end(), m.group()) for m in WORD.finditer(text)]
-    words, j = [], 0
-    for tok, start in zip(trace.tokens, offsets):
-        # the token's first letter decides; a token with none is punctuation or whitespace
-        first = next((start + k for k, ch in enumerate(tok.text) if ch.isalpha()), None)
-        while j < len(spans) and first is not None and spans[j][1] <= first:
-            j += 1
-        words.append(spans[j][2] if first is not None and j < len(spans) and spans[j][0] <= first else "")
-    return words
+    span_at = {i: m for m in WORD.finditer(text) for i in range(m.start(), m.end())}
+    out = []
+    for tok, start in zip(trace.tokens, starts):
+        letter = WORD.search(tok.text)
+        span = span_at.get(start + letter.start()) if letter else None
+        if span is None:
+            out.append(("", "", ""))
+        else:
+            out.append((span.group(), text[span.start() : start], text[span.end() :]))
+    return out
+
+
+def _drafter_word(prefix: str, drafts: tuple[str, ...], first_is_end: bool) -> str:
+    """What the drafter was writing from a rejected draft on: the answer's word so far (prefix)
+    continued by its rejected draft and the unchecked drafts after it, up to the word's end."""
+    if first_is_end:
+        return END
+    said = prefix + "".join(drafts)
+    match = re.match(r"\s*([A-Za-z]+|[^\sA-Za-z]+)", said)
+    return match.group(1) if match else _label(drafts[0] if drafts else "")
 
 
 def observations(trace: Trace, example: int = 0, stop_ids: frozenset[int] = frozenset()) -> list[Observation]:
     """One observation per drafted-and-checked answer position of a speculative trace."""
-    words = _words_of_tokens(trace)
+    rounds: dict[int, RoundEvent] = {r.index: r for r in trace.rounds}
     n = len(trace.tokens)
     out = []
-    for tok, word in zip(trace.tokens, words):
+    for tok, (word, prefix, after) in zip(trace.tokens, _token_words(trace)):
         if tok.kind not in ("accepted", "resampled"):
             continue
         accepted = tok.kind == "accepted"
         is_end = tok.token_id in stop_ids
+        if accepted:
+            draft, draft_word = tok.text, END if is_end else word or _label(tok.text)
+        else:
+            draft = tok.rejected_text or ""
+            r = rounds.get(tok.round)
+            later = r.drafted_texts[r.n_accepted :] if r else (draft,)
+            draft_word = _drafter_word(prefix, later, tok.rejected_id in stop_ids)
         out.append(
             Observation(
                 example=example,
@@ -104,9 +140,10 @@ def observations(trace: Trace, example: int = 0, stop_ids: frozenset[int] = froz
                 rel=tok.index / n,
                 token=tok.text,
                 word=word,
-                category=category(word, is_end),
+                category=category(word, is_end, after),
                 accepted=accepted,
-                draft=tok.text if accepted else (tok.rejected_text or ""),
+                draft=draft,
+                draft_word=draft_word,
             )
         )
     return out
@@ -126,44 +163,65 @@ def by_category(obs: list[Observation]) -> dict[str, dict]:
 
 
 def grounded_share(obs: list[Observation]) -> dict:
-    """How much of the rejecting falls on image-grounded words, against their share of drafting."""
-    grounded = [o for o in obs if is_grounded(o.category)]
-    rejections = [o for o in obs if not o.accepted]
+    """How much of the rejecting falls on image-grounded words, against their share of drafting,
+    and how often each side is rejected. Undefined ratios are NaN."""
+
+    def ratio(a: int, b: int) -> float:
+        return a / b if b else float("nan")
+
+    drafted = len(obs)
+    rejected = sum(not o.accepted for o in obs)
+    grounded_drafted = sum(is_grounded(o.category) for o in obs)
+    grounded_rejected = sum(is_grounded(o.category) and not o.accepted for o in obs)
     return {
-        "grounded_share_of_drafted": len(grounded) / len(obs) if obs else float("nan"),
-        "grounded_share_of_rejections": (
-            sum(is_grounded(o.category) for o in rejections) / len(rejections) if rejections else float("nan")
-        ),
+        "drafted": drafted,
+        "rejected": rejected,
+        "grounded_drafted": grounded_drafted,
+        "grounded_rejected": grounded_rejected,
+        "grounded_share_of_drafted": ratio(grounded_drafted, drafted),
+        "grounded_share_of_rejections": ratio(grounded_rejected, rejected),
+        "grounded_rejection_rate": ratio(grounded_rejected, grounded_drafted),
+        "other_rejection_rate": ratio(rejected - grounded_rejected, drafted - grounded_drafted),
     }
 
 
+def _key(o: Observation) -> str:
+    """The word an observation counts under in `most_rejected` (case folded, letters kept)."""
+    if o.category == "end":
+        return END
+    if o.category == "letter":
+        return o.word
+    return o.word.lower() if o.word else _label(o.token)
+
+
 def most_rejected(obs: list[Observation], k: int = 15) -> list[dict]:
-    """Words the target rejected the drafter on most often, with what the drafter said instead."""
-    rejected, drafted = Counter(), Counter()
+    """The k words the target rejected the drafter on most often (ties: the higher rejection
+    rate, then alphabetical), each with the three words the drafter most often wrote instead."""
+    rejected, drafted, categories = Counter(), Counter(), {}
     instead: dict[str, Counter] = defaultdict(Counter)
     for o in obs:
-        key = o.word or o.token.strip() or repr(o.token)
+        key = _key(o)
         drafted[key] += 1
+        categories.setdefault(key, o.category)
         if not o.accepted:
             rejected[key] += 1
-            instead[key][o.draft.strip() or repr(o.draft)] += 1
-    rows = []
-    for key, n in rejected.most_common(k):
-        rows.append(
-            {
-                "word": key,
-                "category": next(o.category for o in obs if (o.word or o.token.strip() or repr(o.token)) == key),
-                "rejected": n,
-                "drafted": drafted[key],
-                "rejection_rate": n / drafted[key],
-                "drafter_said": ", ".join(f"{w} ({c})" for w, c in instead[key].most_common(3)),
-            }
-        )
-    return rows
+            instead[key][o.draft_word if o.category == "letter" else o.draft_word.lower()] += 1
+    ranked = sorted(rejected, key=lambda w: (-rejected[w], -rejected[w] / drafted[w], w))[:k]
+    return [
+        {
+            "word": w,
+            "category": categories[w],
+            "rejected": rejected[w],
+            "drafted": drafted[w],
+            "rejection_rate": rejected[w] / drafted[w],
+            "drafter_said": ", ".join(f"{said} ({c})" for said, c in instead[w].most_common(3)),
+        }
+        for w in ranked
+    ]
 
 
 def by_answer_position(obs: list[Observation], bins: int = 10) -> list[dict]:
-    """Rejection rate by where in the answer the position lies (deciles of answer length)."""
+    """Rejection rate by where in the answer the position lies (bins of relative position)."""
     drafted, rejected = [0] * bins, [0] * bins
     for o in obs:
         b = min(int(o.rel * bins), bins - 1)
@@ -173,6 +231,16 @@ def by_answer_position(obs: list[Observation], bins: int = 10) -> list[dict]:
         {"from": i / bins, "to": (i + 1) / bins, "drafted": d, "rejected": r, "rejection_rate": r / d if d else None}
         for i, (d, r) in enumerate(zip(drafted, rejected))
     ]
+
+
+def summary(obs: list[Observation], k: int = 15, bins: int = 10) -> dict:
+    """Every aggregate of one batch: what the report and the app's Analysis tab show."""
+    return {
+        "by_category": by_category(obs),
+        "grounded": grounded_share(obs),
+        "most_rejected": most_rejected(obs, k),
+        "by_answer_position": by_answer_position(obs, bins),
+    }
 
 
 def rows(obs: list[Observation]) -> list[dict]:
