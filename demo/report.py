@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 import plotly.graph_objects as go
 
-from demo.analysis import CATEGORIES
+from demo.analysis_charts import category_figure, position_figure
 
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")  # Okabe-Ito
 
@@ -51,29 +51,6 @@ def speedup_figure(cells) -> go.Figure:
     fig.add_hline(y=1.0, line=dict(color="grey", width=1))
     fig.update_layout(title="Wall-clock speedup of SPD over AR (greedy): measured vs cost model",
                       xaxis_title="gamma", yaxis_title="speedup")
-    return fig
-
-
-def category_figure(analysis_summary: dict) -> go.Figure:
-    fig = go.Figure()
-    for i, (drafter, a) in enumerate(analysis_summary.items()):
-        cats = [c for c in CATEGORIES if c in a["by_category"]]
-        fig.add_bar(x=cats, y=[a["by_category"][c]["rejection_rate"] for c in cats], name=drafter,
-                    marker_color=PALETTE[i % len(PALETTE)],
-                    customdata=[a["by_category"][c]["drafted"] for c in cats],
-                    hovertemplate="%{x}: %{y:.0%} rejected of %{customdata} drafted<extra></extra>")
-    fig.update_layout(title="Rejection rate by word category", yaxis_tickformat=".0%", barmode="group")
-    return fig
-
-
-def position_figure(analysis_summary: dict) -> go.Figure:
-    fig = go.Figure()
-    for i, (drafter, a) in enumerate(analysis_summary.items()):
-        bins = a["by_answer_position"]
-        fig.add_scatter(x=[(b["from"] + b["to"]) / 2 for b in bins], y=[b["rejection_rate"] for b in bins],
-                        mode="lines+markers", name=drafter, line=dict(color=PALETTE[i % len(PALETTE)]))
-    fig.update_layout(title="Rejection rate along the answer", xaxis_title="relative position in the answer",
-                      yaxis_tickformat=".0%", xaxis_tickformat=".0%")
     return fig
 
 

@@ -1,0 +1,89 @@
+"""Error-analysis summaries -> plotly figures, for the benchmark report and the Analysis tab.
+
+Pure functions of `{drafter name: demo.analysis.summary(observations)}`; every plotted number
+comes from `demo.analysis`. Several drafters share each figure, side by side, one colour each.
+
+    category_figure   rejection rate by word category, image-grounded categories grouped apart
+    position_figure   rejection rate along the answer, by relative position
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from demo.analysis import CATEGORIES, is_grounded
+
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")  # Okabe-Ito
+DRAFTER_COLOURS = {"text-only": "#E69F00", "image-aware": "#0072B2"}  # the same in every figure
+HEIGHT = 330
+GROUPS = ("image-grounded", "text and template")
+LABELS = {"punctuation": "punct."}  # axis labels short enough to sit side by side
+
+
+def colour(drafter: str, i: int) -> str:
+    return DRAFTER_COLOURS.get(drafter, PALETTE[i % len(PALETTE)])
+
+
+def _layout(title: str, empty: bool, **extra) -> dict:
+    layout = {
+        "title": {"text": title, "font": {"size": 14}, "x": 0.02, "y": 0.97},
+        "height": HEIGHT,
+        "margin": {"l": 55, "r": 12, "t": 40, "b": 50},
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
+        "font": {"size": 11},
+        "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.02, "yanchor": "bottom"},
+        "yaxis": {"title": {"text": "rejected / drafted"}, "tickformat": ".0%", "range": [0, 1.05],
+                  "gridcolor": "#e6e6e6", "zeroline": False},
+        **extra,
+    }
+    if empty:
+        layout["annotations"] = [{"text": "no drafts checked yet", "showarrow": False, "xref": "paper",
+                                  "yref": "paper", "x": 0.5, "y": 0.5, "font": {"size": 13, "color": "#888"}}]
+    return layout
+
+
+def category_figure(summaries: dict[str, dict]) -> go.Figure:
+    """Rejection rate by word category, one bar per drafter; hover gives the counts."""
+    present = [c for c in CATEGORIES if any(c in s["by_category"] for s in summaries.values())]
+    groups = [GROUPS[0] if is_grounded(c) else GROUPS[1] for c in present]
+    bars = []
+    for i, (drafter, s) in enumerate(summaries.items()):
+        cells = [s["by_category"].get(c, {"drafted": 0, "rejected": 0, "rejection_rate": None}) for c in present]
+        bars.append(go.Bar(
+            x=[groups, [LABELS.get(c, c) for c in present]],
+            y=[cell["rejection_rate"] for cell in cells],
+            name=drafter,
+            marker={"color": colour(drafter, i)},
+            customdata=[[cell["rejected"], cell["drafted"]] for cell in cells],
+            hovertemplate=f"{drafter}<br>%{{x}}: %{{y:.0%}} rejected<br>(%{{customdata[0]}} of "
+                          "%{customdata[1]} drafted)<extra></extra>",
+        ))
+    return go.Figure(bars, _layout(
+        "Rejection rate by word category", not present, barmode="group", bargap=0.25,
+        showlegend=len(summaries) > 1,
+        xaxis={"tickangle": 0, "automargin": True},
+    ))
+
+
+def position_figure(summaries: dict[str, dict]) -> go.Figure:
+    """Rejection rate by where in the answer the position lies, one line per drafter."""
+    lines = []
+    for i, (drafter, s) in enumerate(summaries.items()):
+        bins = s["by_answer_position"]
+        lines.append(go.Scatter(
+            x=[(b["from"] + b["to"]) / 2 for b in bins],
+            y=[b["rejection_rate"] for b in bins],
+            mode="lines+markers",
+            name=drafter,
+            line={"color": colour(drafter, i), "width": 2.5},
+            customdata=[[b["from"], b["to"], b["rejected"], b["drafted"]] for b in bins],
+            hovertemplate=f"{drafter}<br>%{{customdata[0]:.0%}}–%{{customdata[1]:.0%}} of the answer: "
+                          "%{y:.0%} rejected<br>(%{customdata[2]} of %{customdata[3]} drafted)<extra></extra>",
+        ))
+    empty = not any(b["drafted"] for s in summaries.values() for b in s["by_answer_position"])
+    return go.Figure(lines, _layout(
+        "Rejection rate along the answer", empty, showlegend=len(summaries) > 1,
+        xaxis={"title": {"text": "position in the answer (start → end)"}, "tickformat": ".0%", "range": [0, 1],
+               "dtick": 0.1, "gridcolor": "#e6e6e6"},
+    ))
