@@ -1,0 +1,521 @@
+"""The Analysis tab: where, and on which words, the target rejects the drafter, over a batch.
+
+A person picks a task family, a drafter (or both), gamma and N; the tab runs speculative
+decoding, greedy, on N held-out examples of the embedded world and streams the aggregates as
+each run finishes: rejection rate by word category (image-grounded against function and
+template words), along the answer, the most-rejected words with what the drafter wrote instead,
+and one row per run. Selecting a row shows that run's recorded trace in the tab; its button
+loads the example into the Race tab and starts the race there. Greedy decoding is
+deterministic, so that race reproduces the recorded trace token for token, beside plain decoding.
+
+Every number comes from `demo.analysis` and `demo.metrics` over the runs' events; the figures
+are `demo.analysis_charts`, shared with the benchmark's report. Nothing heavy at import time:
+torch and the models are imported when an analysis starts.
+
+Wiring, inside `build_demo`'s Blocks (the page's CSS must include `CSS` below):
+
+    with gr.Tabs() as tabs:
+        with gr.Tab("Race", id="race"):
+            ...                                  # the race page, unchanged
+        with gr.Tab("Analysis", id="analysis"):
+            analysis_tab(RaceControls(tabs=tabs, race_tab="race", image=image, question=question,
+                                      preset=preset, drafter=drafter, gamma=gamma, decoding=decoding,
+                                      max_new=max_new, run=run, reference=reference))
+
+`build_standalone()` hosts the tab beside stand-ins for those components, for development and tests.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import html
+import io
+import math
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import gradio as gr
+import pandas as pd
+
+from demo import analysis, analysis_charts, export, metrics, presets, render
+from demo.world.scoring import score
+from demo.world.tasks import TASKS, heldout_examples
+
+if TYPE_CHECKING:
+    from demo.events import Trace
+    from demo.world.tasks import Example
+
+try:
+    import spaces
+
+    GPU = spaces.GPU
+except ImportError:
+
+    def GPU(fn):
+        return fn
+
+
+VQA = tuple(t for t in TASKS if t.startswith("vqa_"))
+TASK_KINDS = {"all": TASKS, "vqa": VQA} | {t: (t,) for t in TASKS}  # choice -> world tasks, cycled
+TASK_CHOICES = [("all tasks, mixed", "all"), ("vqa, all five kinds", "vqa")]
+TASK_CHOICES += [(t.replace("_", " "), t) for t in TASKS]
+BOTH = "both, side by side"
+N_RANGE, N_DEFAULT = (1, 32), 8
+GAMMA_RANGE, GAMMA_DEFAULT = (1, 10), 4
+MAX_NEW_TOKENS = 160  # enough for the world's longest answers (detailed descriptions)
+TOP_WORDS = 12  # most-rejected words listed per drafter
+
+CSS = """
+#an-controls, #an-status-row { align-items: end; }
+#an-run { min-height: 44px; }
+.an-note { font-size: 13px; opacity: .8; }
+.an-status { font-size: 13px; padding: 2px 2px; }
+.an-status progress { width: 180px; margin-right: 8px; vertical-align: middle; }
+.an-headline { font-size: 15px; line-height: 1.5; padding: 8px 12px; border-radius: 8px;
+  background: rgba(0,114,178,.07); border: 1px solid rgba(0,114,178,.25); }
+.an-headline p { margin: 2px 0; }
+.an-headline .n { opacity: .75; font-size: 13px; }
+.an-run-head { font-size: 14px; margin: 2px 0 6px; }
+.an-run-head .tag { display: inline-block; padding: 0 8px; margin-right: 6px; border-radius: 999px;
+  background: rgba(0,114,178,.14); font-weight: 600; }
+.an-q { white-space: pre-wrap; font-size: 13px; margin: 4px 0; }
+.an-rej { border-collapse: collapse; font-size: 13px; margin: 6px 0; }
+.an-rej td, .an-rej th { padding: 2px 8px; text-align: left;
+  border-bottom: 1px solid var(--border-color-primary, #eee); }
+.an-rej .grounded { font-weight: 600; }
+"""
+
+
+@dataclass(frozen=True)
+class RaceControls:
+    """The Race tab's components the Analysis tab writes to, to race one of its examples there."""
+
+    tabs: gr.Tabs  # the page's tabs; the race tab is selected
+    race_tab: str  # id of the race tab: gr.Tab(..., id=race_tab)
+    image: gr.Image  # type="pil"
+    question: gr.Textbox
+    preset: gr.Dropdown  # read: the analysis runs on the Race tab's preset
+    drafter: gr.Dropdown
+    gamma: gr.Slider
+    decoding: gr.Radio  # set to "greedy"
+    max_new: gr.Slider
+    run: gr.Button | None = None  # clicked once the inputs are in, so the race starts by itself
+    reference: gr.HTML | None = None  # the task and reference answer line, filled by ui.reference_html
+
+
+# --- a batch of runs and what is shown of it (pure) -------------------------------------------
+
+
+@dataclass
+class Run:
+    number: int  # 1, 2, ...: the row's "#" in the table
+    example: int  # which example of the batch (the same for every drafter)
+    item: Example
+    drafter: str
+    trace: Trace
+    obs: list[analysis.Observation]
+    correct: bool  # the answer, scored against the scene by demo.world.scoring
+
+
+@dataclass
+class Batch:
+    preset: str
+    task: str  # a key of TASK_KINDS
+    drafters: list[str]
+    gamma: int
+    n: int
+    seed: int
+    max_new_tokens: int
+    runs: list[Run] = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the whole batch, models loaded
+
+    def settings(self) -> dict:
+        return {"preset": self.preset, "task": self.task, "drafters": self.drafters, "gamma": self.gamma,
+                "n": self.n, "seed": self.seed, "decoding": "greedy", "max_new_tokens": self.max_new_tokens,
+                "split": "heldout"}
+
+
+def examples_for(task: str, n: int, seed: int) -> list[Example]:
+    """n held-out examples, cycling through the world tasks a choice covers."""
+    kinds = TASK_KINDS[task]
+    per = math.ceil(n / len(kinds))
+    pools = [heldout_examples(kind, per, seed) for kind in kinds]
+    return [pool[i] for i in range(per) for pool in pools if i < len(pool)][:n]
+
+
+def summaries(batch: Batch) -> dict[str, dict]:
+    """Each drafter's aggregates over its runs so far."""
+    return {d: analysis.summary([o for r in batch.runs if r.drafter == d for o in r.obs], TOP_WORDS)
+            for d in batch.drafters}
+
+
+def _pct(x: float) -> str:
+    return "–" if x is None or math.isnan(x) else f"{x:.0%}"
+
+
+def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
+    """The numbers in sentences, one per drafter, then the drafters compared on grounded words."""
+    if batch is None or not batch.runs:
+        return ('<div class="an-headline">Pick a task, a drafter and how many examples, then press '
+                "<b>Run analysis</b>.</div>")
+    lines = []
+    for d, s in sums.items():
+        g = s["grounded"]
+        if not g["drafted"]:
+            continue
+        if not g["rejected"]:
+            lines.append(f"<p><b>{html.escape(d)}</b>: the target accepted all {g['drafted']} drafts.</p>")
+            continue
+        if not g["grounded_drafted"]:
+            lines.append(f"<p><b>{html.escape(d)}</b> drafter: no image-grounded word was drafted; the target "
+                         f"rejects {_pct(g['other_rejection_rate'])} of its drafts.</p>")
+            continue
+        joint = "but" if g["grounded_share_of_rejections"] > g["grounded_share_of_drafted"] else "and"
+        lines.append(
+            f"<p><b>{html.escape(d)}</b> drafter: image-grounded words are "
+            f"<b>{_pct(g['grounded_share_of_drafted'])}</b> of drafted positions {joint} "
+            f"<b>{_pct(g['grounded_share_of_rejections'])}</b> of rejections; the target rejects "
+            f"{_pct(g['grounded_rejection_rate'])} of drafts on them, {_pct(g['other_rejection_rate'])} elsewhere.</p>"
+        )
+    rates = {d: s["grounded"]["grounded_rejection_rate"] for d, s in sums.items()}
+    if len(rates) > 1 and not any(math.isnan(r) for r in rates.values()):
+        ranked = sorted(rates, key=rates.get)
+        said = ", the ".join(f"<b>{html.escape(d)}</b> drafter's {_pct(rates[d])}" for d in ranked)
+        lines.append(f"<p>Rejected on image-grounded words: the {said}.</p>")
+    done = len({r.example for r in batch.runs})
+    lines.append(f'<p class="n">{done} example{"s" * (done != 1)} · '
+                 f"{sum(s['grounded']['drafted'] for s in sums.values())} drafted positions checked · "
+                 f"greedy · γ = {batch.gamma}</p>")
+    return f'<div class="an-headline">{"".join(lines)}</div>'
+
+
+WORD_COLUMNS = ["drafter", "word", "category", "rejected", "drafted", "rejected %", "drafter wrote instead"]
+RUN_COLUMNS = ["#", "task", "drafter", "question", "answer", "τ", "α %", "rejected", "on grounded words",
+               "correct"]
+
+
+def words_table(sums: dict[str, dict]) -> pd.DataFrame:
+    rows = [[d, w["word"], w["category"], w["rejected"], w["drafted"], round(100 * w["rejection_rate"], 1),
+             w["drafter_said"]] for d, s in sums.items() for w in s["most_rejected"]]
+    return pd.DataFrame(rows, columns=WORD_COLUMNS)
+
+
+def _short(text: str, n: int) -> str:
+    """The first line of a text, cut to n characters; "…" marks anything left out."""
+    whole = text.strip()
+    line = whole.split("\n")[0][: n - 1]
+    return line if line == whole else line + "…"
+
+
+def run_row(run: Run) -> list:
+    share = analysis.grounded_share(run.obs)
+    alpha = metrics.alpha(run.trace)
+    return [
+        run.number, run.item.task.replace("_", " "), run.drafter, _short(run.item.question, 60),
+        _short(run.trace.summary.text, 60), round(metrics.tau(run.trace), 2),
+        None if math.isnan(alpha) else round(100 * alpha, 1), share["rejected"], share["grounded_rejected"],
+        "✓" if run.correct else "✗",
+    ]
+
+
+def runs_table(batch: Batch | None) -> pd.DataFrame:
+    return pd.DataFrame([run_row(r) for r in batch.runs] if batch else [], columns=RUN_COLUMNS)
+
+
+def observations_csv(batch: Batch) -> str:
+    """One row per observation: which run, example, task and drafter, then the observation."""
+    buffer = io.StringIO()
+    fields = ["run", "drafter", "task"] + list(analysis.Observation.__dataclass_fields__) + ["grounded"]
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for r in batch.runs:
+        for row in analysis.rows(r.obs):
+            writer.writerow({"run": r.number, "drafter": r.drafter, "task": r.item.task, **row,
+                             "grounded": analysis.is_grounded(row["category"])})
+    return buffer.getvalue()
+
+
+def record(batch: Batch) -> dict:
+    """The aggregates per drafter and a summary of every run, as strict JSON-ready data."""
+    runs = []
+    for r in batch.runs:
+        share = analysis.grounded_share(r.obs)
+        runs.append({
+            "run": r.number, "example": r.example, "task": r.item.task, "drafter": r.drafter,
+            "question": r.item.question, "reference": r.item.answer, "answer": r.trace.summary.text,
+            "correct": r.correct, "tau": metrics.tau(r.trace), "alpha": metrics.alpha(r.trace),
+            "drafted": share["drafted"], "rejected": share["rejected"],
+            "grounded_rejected": share["grounded_rejected"],
+        })
+    return export._strict({"settings": batch.settings(), "seconds": batch.seconds,
+                           "by_drafter": summaries(batch), "runs": runs})
+
+
+def status_html(text: str, fraction: float | None = None, error: bool = False) -> str:
+    bar = f'<progress max="100" value="{100 * fraction:.0f}"></progress>' if fraction is not None else ""
+    cls = "an-status error-box" if error else "an-status"
+    return f'<div class="{cls}">{bar}{html.escape(text)}</div>'
+
+
+def run_html(run: Run | None, gamma: int = 0) -> str:
+    """One run's recorded trace: its question and reference, the coloured answer, each rejection
+    with the word's category and what the drafter wrote, and the rounds."""
+    if run is None:
+        return '<div class="an-note">Select a row of the table to see that run\'s trace here.</div>'
+    tau, alpha = metrics.tau(run.trace), metrics.alpha(run.trace)
+    task = html.escape(run.item.task.replace("_", " "))
+    head = (f'<div class="an-run-head"><span class="tag">#{run.number} · {task}</span>'
+            f"{html.escape(run.drafter)} drafter · γ = {gamma} · greedy · τ = {tau:.2f} · "
+            f"α = {_pct(alpha)} · answer {'correct ✓' if run.correct else 'wrong ✗'}</div>")
+    question = f'<div class="an-q"><b>Question.</b> {html.escape(run.item.question)}</div>'
+    reference = f'<div class="an-q"><b>Reference.</b> {html.escape(run.item.answer)}</div>'
+    panel = render.panel_html(run.trace, "Speculative", f"{run.drafter} drafter · γ = {gamma} · greedy", True)
+    rejected = [o for o in run.obs if not o.accepted]
+    rows = "".join(
+        f'<tr><td>{o.index}</td><td class="{"grounded" if analysis.is_grounded(o.category) else ""}">'
+        f"{html.escape(o.word or o.token.strip() or repr(o.token))}</td><td>{html.escape(o.category)}</td>"
+        f"<td>{html.escape(o.draft_word)}</td></tr>"
+        for o in rejected
+    )
+    table = (f'<table class="an-rej"><tr><th>position</th><th>the target wrote</th><th>category</th>'
+             f"<th>the drafter wrote</th></tr>{rows}</table>" if rejected else "<p>No draft was rejected.</p>")
+    rounds = (f"<details><summary>Round by round ({len(run.trace.rounds)} rounds)</summary>"
+              f"{render.blocks_html(run.trace)}</details>")
+    return head + question + reference + panel + f"<h4>Rejections ({len(rejected)})</h4>" + table + rounds
+
+
+# --- handlers ---------------------------------------------------------------------------------
+
+
+def drafter_choices(preset: str) -> list[str]:
+    names = [s.name for s in presets.PRESETS[preset].drafters] if preset in presets.PRESETS else []
+    return names + [BOTH] if len(names) > 1 else names
+
+
+def _clamp(value, low: int, high: int) -> int:
+    return min(max(int(round(value if value is not None else low)), low), high)
+
+
+@functools.cache
+def _export_dir() -> tempfile.TemporaryDirectory:
+    return tempfile.TemporaryDirectory(prefix="spd-analysis-")
+
+
+def _view(batch: Batch | None, status: str, busy: bool, files: tuple | None = None) -> tuple:
+    """Every output of an analysis, from the batch so far (see `analysis_tab`)."""
+    sums = summaries(batch) if batch else {}
+    downloads = files or (gr.DownloadButton(value=None, interactive=False),) * 2
+    return (
+        status,
+        headline_html(batch, sums),
+        analysis_charts.category_figure(sums),
+        analysis_charts.position_figure(sums),
+        words_table(sums),
+        runs_table(batch),
+        batch,
+        *downloads,
+        gr.Button(interactive=not busy, value="Analysing…" if busy else "Run analysis"),
+        gr.Button(visible=busy),
+    )
+
+
+def stopped(batch: Batch | None) -> tuple:
+    """The Stop button: the runs that finished stay, and can be downloaded."""
+    runs = len(batch.runs) if batch else 0
+    status = status_html(f"Stopped after {runs} run{'s' * (runs != 1)}; the charts and tables show those.")
+    files = _downloads(batch) if runs else (gr.DownloadButton(value=None, interactive=False),) * 2
+    return (status, *files, gr.Button(interactive=True, value="Run analysis"), gr.Button(visible=False))
+
+
+def _downloads(batch: Batch) -> tuple:
+    folder = Path(_export_dir().name)
+    csv_path, json_path = folder / "analysis.csv", folder / "analysis.json"
+    csv_path.write_text(observations_csv(batch))
+    json_path.write_text(export.to_json(record(batch)))
+    return gr.DownloadButton(value=str(csv_path), interactive=True), gr.DownloadButton(value=str(json_path),
+                                                                                      interactive=True)
+
+
+def analyze(preset, task, drafter, gamma, n, seed):
+    """Run SPD (greedy) on n held-out examples with the chosen drafter(s); stream the aggregates."""
+    from demo import models  # torch and transformers: imported on first use, not to slow the start
+    from demo.bench import run_spd
+    from demo.sampling import Sampling
+
+    known = drafter_choices(preset)
+    if preset not in presets.PRESETS or drafter not in known or task not in TASK_KINDS:
+        message = f"Pick a task and one of the drafters of the {preset} preset: {' / '.join(known) or 'none'}."
+        yield _view(None, status_html(message, error=True), busy=False)
+        return
+    drafters = [d for d in known if d != BOTH] if drafter == BOTH else [drafter]
+    batch = Batch(preset, task, drafters, _clamp(gamma, *GAMMA_RANGE), _clamp(n, *N_RANGE), int(seed or 0),
+                  MAX_NEW_TOKENS)
+    if not models.is_loaded(preset):
+        available = models.availability(preset)
+        if not available.ok:
+            yield _view(None, status_html(available.message, error=True), busy=False)
+            return
+    yield _view(batch, status_html("Loading the models…", 0.0), busy=True)
+    started = time.perf_counter()
+    try:
+        loaded = models.load(preset)
+        items = examples_for(task, batch.n, batch.seed)
+        total = len(items) * len(drafters)
+        for i, item in enumerate(items):
+            for d in drafters:
+                note = f"example {i + 1}/{len(items)} · {d} drafter · {item.task.replace('_', ' ')}"
+                yield _view(batch, status_html(note, len(batch.runs) / total), busy=True)
+                prompt = loaded.prompt(item.image, item.question, d)
+                trace = run_spd(loaded, prompt, d, batch.gamma, Sampling(), batch.max_new_tokens)
+                obs = analysis.observations(trace, i, loaded.target.stop_ids)
+                correct = score(item.task, item, trace.summary.text)
+                batch.runs.append(Run(len(batch.runs) + 1, i, item, d, trace, obs, correct))
+    except Exception as error:  # models that will not load, a failed run: keep what finished
+        message = f"Stopped: {type(error).__name__}: {error}"
+        yield _view(batch, status_html(message, error=True), busy=False)
+        return
+    batch.seconds = time.perf_counter() - started
+    done = (f"Done: {len(items)} examples × {len(drafters)} drafter{'s' * (len(drafters) > 1)} in "
+            f"{batch.seconds:.1f} s (greedy, at most {batch.max_new_tokens} new tokens). "
+            "Select a row to see its trace.")
+    yield _view(batch, status_html(done), busy=False, files=_downloads(batch))
+
+
+def find_run(batch: Batch | None, number) -> Run | None:
+    if batch is None or number is None:
+        return None
+    return next((r for r in batch.runs if r.number == int(number)), None)
+
+
+def show_run(batch: Batch | None, evt: gr.SelectData):
+    """A row selected: that run's trace, its image, and the button to race it."""
+    run = find_run(batch, (evt.row_value or [None])[0])
+    return (
+        gr.Image(run.item.image if run else None, visible=run is not None),
+        run_html(run, batch.gamma if batch else 0),
+        run.number if run else None,
+        gr.Button(interactive=run is not None, visible=run is not None),
+    )
+
+
+def race_inputs(batch: Batch | None, number, current_preset: str, race: RaceControls) -> tuple:
+    """The Race tab's inputs set to one run of the batch, and that tab selected."""
+    run = find_run(batch, number)
+    skip = (gr.skip(),) * (7 + (race.reference is not None))
+    if run is None:
+        return skip
+    if current_preset != batch.preset:
+        gr.Warning(f"The Race tab now uses preset {current_preset!r}; this analysis ran on {batch.preset!r}. "
+                   "Pick that preset again to race its examples.")
+        return skip
+    out = (gr.Tabs(selected=race.race_tab), run.item.image, run.item.question, run.drafter, batch.gamma, "greedy",
+           batch.max_new_tokens)
+    if race.reference is not None:
+        from demo import ui  # the Race tab's own reference line (imported here: ui imports this module)
+
+        out += (ui.reference_html(ui.Example("", run.item.question, run.item.task, run.item.answer)),)
+    return out
+
+
+# --- layout -----------------------------------------------------------------------------------
+
+
+NOTE = (f"Speculative decoding only, **greedy** (deterministic), at most {MAX_NEW_TOKENS} new tokens, on "
+        "held-out scenes of the embedded world, with the Race tab's model preset. A rejection is counted at "
+        "the target's word: a *colour* rejection means the drafter wrote something else where the target "
+        "wrote a colour. Image-grounded words (colour, shape, size, count, position, yes/no) are grouped "
+        "apart from option letters, function words, template text, punctuation and the end.")
+
+
+def analysis_tab(race: RaceControls) -> None:
+    """Lay the tab out in the current Blocks context and wire it to the Race tab's `race` controls."""
+    drafters = drafter_choices(race.preset.value)
+    with gr.Row(elem_id="an-controls"):
+        task = gr.Dropdown(TASK_CHOICES, value="all", label="Task", elem_id="an-task", scale=2)
+        drafter = gr.Dropdown(drafters, value=drafters[0] if drafters else None, label="Drafter",
+                              elem_id="an-drafter", scale=2)
+        gamma = gr.Slider(*GAMMA_RANGE, value=GAMMA_DEFAULT, step=1, label="γ: drafts per round", elem_id="an-gamma",
+                          scale=2)
+        n = gr.Slider(*N_RANGE, value=N_DEFAULT, step=1, label="N examples", elem_id="an-n", scale=2)
+        seed = gr.Number(0, precision=0, minimum=0, label="Example set (seed)", elem_id="an-seed", scale=1)
+        with gr.Column(scale=2, min_width=160):
+            go = gr.Button("Run analysis", variant="primary", elem_id="an-run")
+            stop = gr.Button("Stop", variant="stop", visible=False, size="sm", elem_id="an-stop")
+    gr.Markdown(NOTE, elem_classes="an-note")
+    with gr.Row(equal_height=False, elem_id="an-status-row"):
+        status = gr.HTML(status_html("No analysis yet."), js_on_load=None, elem_id="an-status", scale=5)
+        csv_file = gr.DownloadButton("⤓ Observations (CSV)", interactive=False, elem_id="an-csv", scale=1,
+                                     min_width=150, size="sm")
+        json_file = gr.DownloadButton("⤓ Aggregates and runs (JSON)", interactive=False, elem_id="an-json", scale=1,
+                                      min_width=150, size="sm")
+    headline = gr.HTML(headline_html(None, {}), js_on_load=None, elem_id="an-headline")
+    with gr.Row():
+        by_category = gr.Plot(analysis_charts.category_figure({}), show_label=False, elem_id="an-chart-category")
+        by_position = gr.Plot(analysis_charts.position_figure({}), show_label=False, elem_id="an-chart-position")
+    words = gr.Dataframe(words_table({}), label="Most rejected words, and what the drafter wrote instead",
+                         interactive=False, wrap=True, max_height=360, elem_id="an-words",
+                         column_widths=["12%", "12%", "12%", "9%", "9%", "10%", "36%"])
+    runs = gr.Dataframe(runs_table(None), label="Runs: select one to see its recorded trace below", interactive=False,
+                        wrap=True, max_height=400, elem_id="an-runs",
+                        column_widths=["4%", "10%", "9%", "22%", "22%", "5%", "6%", "7%", "7%", "8%"])
+    with gr.Group(elem_id="an-trace"):
+        with gr.Row(equal_height=False):
+            image = gr.Image(type="pil", interactive=False, show_label=False, height=220, scale=1, min_width=180,
+                             buttons=[], visible=False, elem_id="an-image")
+            with gr.Column(scale=5):
+                trace_view = gr.HTML(run_html(None), js_on_load=None, elem_id="an-trace-view")
+                to_race = gr.Button("Race this example on the Race tab ▶", interactive=False, visible=False,
+                                    elem_id="an-to-race")
+    batch, selected = gr.State(None), gr.State(None)
+
+    running = go.click(GPU(analyze), [race.preset, task, drafter, gamma, n, seed],
+                       [status, headline, by_category, by_position, words, runs, batch, csv_file, json_file, go, stop],
+                       api_name="analysis", show_progress="hidden", concurrency_limit=1, concurrency_id="decode")
+    stop.click(stopped, batch, [status, csv_file, json_file, go, stop], cancels=[running], api_visibility="private")
+    runs.select(show_run, batch, [image, trace_view, selected, to_race], api_visibility="private")
+    race.preset.change(lambda p: gr.Dropdown(choices=drafter_choices(p), value=(drafter_choices(p) or [None])[0]),
+                       race.preset, drafter, api_visibility="private")
+    targets = [race.tabs, race.image, race.question, race.drafter, race.gamma, race.decoding, race.max_new]
+    targets += [race.reference] if race.reference is not None else []
+    event = to_race.click(lambda b, number, p: race_inputs(b, number, p, race), [batch, selected, race.preset],
+                          targets, api_visibility="private")
+    if race.run is not None and race.run.elem_id:
+        event.then(None, js=f"() => {{ document.getElementById({race.run.elem_id!r})?.click(); }}")
+
+
+def build_standalone(default_preset: str = presets.DEFAULT_PRESET) -> gr.Blocks:
+    """The tab beside stand-ins for the Race tab's inputs (its Run button only says what it got)."""
+    names = [s.name for s in presets.PRESETS[default_preset].drafters]
+    with gr.Blocks(title="Speculative decoding: error analysis") as demo:
+        with gr.Tabs() as tabs:
+            with gr.Tab("Race", id="race"):
+                with gr.Row():
+                    image = gr.Image(type="pil", label="Image", height=240, elem_id="image")
+                    with gr.Column():
+                        question = gr.Textbox(label="Question", lines=2, elem_id="question")
+                        reference = gr.HTML(elem_id="reference")
+                        preset = gr.Dropdown(list(presets.PRESETS), value=default_preset, label="Model preset",
+                                             elem_id="preset")
+                        drafter = gr.Dropdown(names, value=names[0], label="Drafter", elem_id="drafter")
+                        gamma = gr.Slider(1, 10, value=4, step=1, label="γ", elem_id="gamma")
+                        decoding = gr.Radio(["greedy", "sampling"], value="sampling", label="Decoding",
+                                            elem_id="decoding")
+                        max_new = gr.Slider(1, 512, value=128, step=1, label="Max new tokens", elem_id="max-new")
+                        run = gr.Button("Run the race", variant="primary", elem_id="run")
+                said = gr.Markdown(elem_id="raced")
+                run.click(lambda im, q, p, d, g, dec, m: f"Raced: {q!r} with {p}/{d}, γ = {g}, {dec}, {m} tokens, "
+                          f"image {'given' if im is not None else 'missing'}.",
+                          [image, question, preset, drafter, gamma, decoding, max_new], said, api_name="race")
+            with gr.Tab("Analysis", id="analysis"):
+                analysis_tab(RaceControls(tabs=tabs, race_tab="race", image=image, question=question, preset=preset,
+                                          drafter=drafter, gamma=gamma, decoding=decoding, max_new=max_new, run=run,
+                                          reference=reference))
+    return demo
+
+
+if __name__ == "__main__":
+    build_standalone().launch(css=render.CSS + CSS)

@@ -1,0 +1,206 @@
+"""The Analysis tab: its views of a hand-built batch (exact), its endpoint in-process through
+gradio_client on tiny random models loaded through the real preset path, and the whole tab once
+in headless Chromium, down to the link that races an example on the Race tab."""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import gradio as gr
+import pytest
+import tiny
+from gradio_client import Client
+from test_analysis import STOPS, shapes_trace, yes_trace
+from test_browser import CHROMIUM, FLAGS, SHOTS
+
+from demo import analysis, analysis_tab, models, render
+from demo.analysis_tab import BOTH, Batch, Run
+from demo.world.tasks import heldout_examples
+
+PRESET = "tiny-analysis"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def item(task="caption", question="Caption this.", answer="A red circle."):
+    return SimpleNamespace(task=task, question=question, answer=answer, image=None)
+
+
+def hand_batch() -> Batch:
+    """Two drafters on one example: the text-only one writes shapes_trace, the image-aware one yes_trace."""
+    batch = Batch(PRESET, "caption", ["text-only", "image-aware"], gamma=3, n=1, seed=0, max_new_tokens=16)
+    for number, (drafter, trace) in enumerate([("text-only", shapes_trace()), ("image-aware", yes_trace())], 1):
+        obs = analysis.observations(trace, 0, STOPS)
+        batch.runs.append(Run(number, 0, item(), drafter, trace, obs, correct=number == 1))
+    return batch
+
+
+# --- views of a batch, pure -------------------------------------------------------------------
+
+
+def test_examples_cycle_through_the_world_tasks_of_a_choice():
+    vqa = analysis_tab.examples_for("vqa", 7, seed=0)
+    assert [e.task for e in vqa] == ["vqa_colour", "vqa_shape", "vqa_count", "vqa_position", "vqa_yesno",
+                                     "vqa_colour", "vqa_shape"]
+    captions = analysis_tab.examples_for("caption", 2, seed=0)
+    assert [e.question for e in captions] == [e.question for e in heldout_examples("caption", 2, 0)]
+
+
+def test_headline_sentences_are_computed_from_the_numbers():
+    batch = hand_batch()
+    text = analysis_tab.headline_html(batch, analysis_tab.summaries(batch))
+    assert ("<b>text-only</b> drafter: image-grounded words are <b>50%</b> of drafted positions but <b>75%</b> of "
+            "rejections; the target rejects 60% of drafts on them, 20% elsewhere.") in text
+    assert ("<b>image-aware</b> drafter: image-grounded words are <b>25%</b> of drafted positions but <b>100%</b> "
+            "of rejections; the target rejects 100% of drafts on them, 0% elsewhere.") in text
+    assert "Rejected on image-grounded words: the <b>text-only</b> drafter's 60%, the <b>image-aware</b> " \
+           "drafter's 100%." in text
+    assert "1 example · 14 drafted positions checked · greedy · γ = 3" in text
+
+
+def test_headline_says_when_every_draft_was_accepted_or_nothing_ran():
+    batch = hand_batch()
+    batch.runs[0].obs = [o for o in batch.runs[0].obs if o.accepted]
+    text = analysis_tab.headline_html(batch, analysis_tab.summaries(batch))
+    assert "<b>text-only</b>: the target accepted all 6 drafts." in text
+    assert "press <b>Run analysis</b>" in analysis_tab.headline_html(None, {})
+
+
+def test_tables_list_the_most_rejected_words_and_one_row_per_run():
+    batch = hand_batch()
+    words = analysis_tab.words_table(analysis_tab.summaries(batch))
+    assert words.values.tolist()[:4] == [
+        ["text-only", ".", "punctuation", 1, 1, 100.0, "(end) (1)"],
+        ["text-only", "left", "position", 1, 1, 100.0, "right (1)"],
+        ["text-only", "red", "colour", 1, 1, 100.0, "blue (1)"],
+        ["text-only", "circle", "shape", 1, 2, 50.0, "circus (1)"],
+    ]
+    assert words.values.tolist()[-1] == ["image-aware", "red", "colour", 1, 1, 100.0, "blue (1)"]
+    runs = analysis_tab.runs_table(batch)
+    # shapes_trace: 11 tokens after the prefill in 6 rounds; 6 of 14 drafts accepted; 4 rejected, 3 on grounded words
+    assert runs.values.tolist()[0] == [1, "caption", "text-only", "Caption this.",
+                                       "The red circle is in the top left corner.", 1.83, 42.9, 4, 3, "✓"]
+    assert runs.values.tolist()[1][-3:] == [1, 1, "✗"]
+
+
+def test_csv_has_one_row_per_observation_and_json_is_strict_with_aggregates_and_runs():
+    batch = hand_batch()
+    rows = list(csv.DictReader(io.StringIO(analysis_tab.observations_csv(batch))))
+    assert len(rows) == 10 + 4
+    assert rows[2] == {"run": "1", "drafter": "text-only", "task": "caption", "example": "0", "index": "3",
+                       "rel": str(3 / 12), "token": "cle", "word": "circle", "category": "shape", "accepted": "False",
+                       "draft": "cus", "draft_word": "circus", "grounded": "True"}
+    record = json.loads(json.dumps(analysis_tab.record(batch), allow_nan=False))
+    assert record["settings"]["drafters"] == ["text-only", "image-aware"]
+    assert record["by_drafter"]["text-only"]["grounded"]["grounded_share_of_rejections"] == 0.75
+    assert [(r["run"], r["drafter"], r["rejected"], r["grounded_rejected"], r["correct"]) for r in record["runs"]] == [
+        (1, "text-only", 4, 3, True), (2, "image-aware", 1, 1, False)]
+
+
+def test_a_selected_run_shows_its_trace_and_each_rejection():
+    batch = hand_batch()
+    select = gr.SelectData(None, {"index": [0, 1], "value": "caption", "row_value": [1, "caption"]})
+    image, view, number, button = analysis_tab.show_run(batch, select)
+    assert number == 1 and button.interactive and button.visible
+    assert "#1 · caption" in view and "τ = 1.83" in view and "Rejections (4)" in view
+    assert '<td>circle</td><td>shape</td><td>circus</td>' in view.replace(' class=""', "").replace(
+        ' class="grounded"', "")
+    assert 'class="tok tok-resampled"' in view  # the coloured answer, from demo.render
+
+
+def test_racing_a_run_fills_the_race_tab_inputs_and_selects_it():
+    with gr.Blocks():
+        race = analysis_tab.RaceControls(gr.Tabs(), "race", gr.Image(type="pil"), gr.Textbox(), gr.Dropdown([PRESET]),
+                                         gr.Dropdown(["text-only", "image-aware"]), gr.Slider(1, 10),
+                                         gr.Radio(["greedy", "sampling"]), gr.Slider(1, 512), reference=gr.HTML())
+    batch = hand_batch()
+    out = analysis_tab.race_inputs(batch, 2, PRESET, race)
+    assert out[0].selected == "race"
+    assert out[2:7] == ("Caption this.", "image-aware", 3, "greedy", 16)
+    assert "reference answer" in out[7] and "A red circle." in out[7]
+    skipped = analysis_tab.race_inputs(batch, 2, "another-preset", race)
+    assert all(o == gr.skip() for o in skipped) and len(skipped) == 8
+
+
+def test_importing_the_tab_imports_no_torch():
+    code = "import sys, demo.analysis_tab; sys.exit('torch' in sys.modules or 'transformers' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+# --- the endpoint, in-process -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    tiny.save_preset(tmp_path_factory.mktemp("preset"), PRESET)  # loaded through the real preset path
+    short, analysis_tab.MAX_NEW_TOKENS = analysis_tab.MAX_NEW_TOKENS, 8
+    demo = analysis_tab.build_standalone(PRESET)
+    demo.launch(prevent_thread_lock=True, quiet=True, css=render.CSS + analysis_tab.CSS)
+    yield demo
+    demo.close()
+    analysis_tab.MAX_NEW_TOKENS = short
+    models.PRESETS.pop(PRESET, None)
+
+
+def test_analysis_streams_progress_then_charts_tables_and_downloads_that_agree(served):
+    client = Client(served.local_url, verbose=False)
+    job = client.submit(PRESET, "caption", BOTH, 3, 2, 0, api_name="/analysis")
+    statuses = [out[0] for out in job]
+    assert any("example 2/2 · image-aware drafter · caption" in s for s in statuses)
+    status, headline, by_category, by_position, words, runs, csv_file, json_file = job.result()
+    assert "Done: 2 examples × 2 drafters" in status and "at most 8 new tokens" in status
+    assert [row[2] for row in runs["data"]] == ["text-only", "image-aware"] * 2
+    assert json.loads(by_category["plot"])["layout"]["title"]["text"] == "Rejection rate by word category"
+    record = json.loads(Path(json_file["value"]).read_text())
+    assert record["settings"] | {"drafters": None} == {
+        "preset": PRESET, "task": "caption", "drafters": None, "gamma": 3, "n": 2, "seed": 0, "decoding": "greedy",
+        "max_new_tokens": 8, "split": "heldout"}
+    observations = list(csv.DictReader(io.StringIO(Path(csv_file["value"]).read_text())))
+    for drafter, summary in record["by_drafter"].items():
+        mine = [o for o in observations if o["drafter"] == drafter]
+        assert summary["grounded"]["drafted"] == len(mine) == sum(
+            r["drafted"] for r in record["runs"] if r["drafter"] == drafter)
+        assert summary["grounded"]["rejected"] == sum(o["accepted"] == "False" for o in mine)
+    assert [row[7] for row in runs["data"]] == [r["rejected"] for r in record["runs"]]
+    assert f"{len(observations)} drafted positions checked" in headline
+
+
+def test_a_drafter_the_preset_lacks_is_reported_in_the_status(served):
+    # the page offers only the preset's drafters; the Race tab's preset can change under a choice
+    (status, *_), = analysis_tab.analyze(PRESET, "caption", "no-such-drafter", 3, 2, 0)
+    assert "one of the drafters of the tiny-analysis preset: text-only / image-aware / both, side by side." in status
+
+
+# --- the tab in a browser ---------------------------------------------------------------------
+
+
+def test_the_tab_in_chromium_runs_shows_a_trace_and_races_it_on_the_race_tab(served):
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), f"Chromium not found at {CHROMIUM}: apt-get install -y chromium"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(served.local_url)
+        page.get_by_role("tab", name="Analysis").click()
+        page.click("#an-drafter input")
+        page.get_by_role("option", name=BOTH).click()
+        page.locator("#an-n input[type=number]").fill("2")
+        page.locator("#an-n input[type=number]").press("Enter")
+        page.click("#an-run")
+        page.wait_for_function("document.querySelector('#an-status').innerText.startsWith('Done')", timeout=60_000)
+        assert page.locator("#an-chart-category .js-plotly-plot").count() == 1
+        page.screenshot(path=str(SHOTS / "analysis-tab.png"), full_page=True)
+        page.click("#an-runs [data-testid='cell-1-1']")  # the second run: the image-aware drafter
+        page.wait_for_selector("#an-trace-view .tok")
+        assert "image-aware drafter" in page.locator("#an-trace-view").inner_text()
+        page.screenshot(path=str(SHOTS / "analysis-trace.png"), full_page=True)
+        page.click("#an-to-race")
+        page.wait_for_function("(document.querySelector('#raced') || {}).innerText?.startsWith('Raced')")
+        raced = page.locator("#raced").inner_text()
+        assert "with tiny-analysis/image-aware, γ = 4, greedy, 8 tokens, image given" in raced
+        browser.close()
