@@ -1,0 +1,316 @@
+"""Input validation: every value a person or an API caller sends is checked here, before any work.
+
+The contract: each function either returns a clean value or raises `InvalidInput`, whose message is
+written for the person who sent the value (what was wrong, the valid range or names, what to do).
+Nothing here loads a model or knows about Gradio; torch is imported only to build `Sampling`.
+
+    parse_request(...)        the race settings -> Request; ranges below; refuses, never clamps
+    image_path(payload, uploads)
+                              the image value of a request -> the uploaded file's path, or None;
+                              refuses any path outside the upload folder (no server paths)
+    open_image(path)          the file -> an RGB PIL image; refuses non-images, corrupt files,
+                              more than MAX_PIXELS or a side ratio over MAX_ASPECT, reading only
+                              the header first; converts every other mode (see `to_rgb`)
+    check_context(...)        prompt + new tokens must fit the models' context windows
+
+Policy, decided once: out-of-range or wrongly typed values are refused with the valid range (the
+sliders cannot send them; an API caller learns the range). No image is refused too: every target
+of this demo answers questions about an image.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from PIL import Image, ImageOps
+
+if TYPE_CHECKING:
+    from demo.sampling import Sampling
+
+GAMMA_RANGE = (1, 10)
+MAX_NEW_RANGE = (1, 512)
+SEED_RANGE = (0, 2**32 - 1)
+MAX_TEMPERATURE = 5.0  # temperature in (0, MAX_TEMPERATURE]
+MAX_QUESTION_CHARS = 4000  # checked before tokenising; the token count is checked against the context later
+MAX_PIXELS = 4096 * 4096  # 16.8 megapixels: width x height, read from the header before decoding
+MAX_ASPECT = 20  # longest side / shortest side: processors scale the shortest side up
+MAX_FILE_BYTES = 10 * 1024 * 1024  # the upload limit (Gradio enforces it at upload; checked again here)
+FORMATS = ("PNG", "JPEG", "GIF", "WEBP", "BMP", "TIFF")  # never EPS & co, which run external code
+
+NO_IMAGE = "Add an image first: upload one or pick an example. The models here answer questions about an image."
+
+
+class InvalidInput(ValueError):
+    """A value a person or caller sent that cannot be used; the message says why and what would do."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """A validated request: everything a race needs besides the image."""
+
+    question: str
+    preset: str
+    drafter: str
+    gamma: int
+    sampling: Sampling
+    max_new_tokens: int
+    min_confidence: float = 0.0  # adaptive draft length: stop drafting below this top probability; 0 = off
+
+    def settings(self) -> dict:
+        return {
+            "question": self.question,
+            "preset": self.preset,
+            "drafter": self.drafter,
+            "gamma": self.gamma,
+            "sampling": asdict(self.sampling),
+            "max_new_tokens": self.max_new_tokens,
+            "min_confidence": self.min_confidence,
+        }
+
+
+# --- scalars ----------------------------------------------------------------------------------
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def integer(name: str, value, low: int, high: int) -> int:
+    """An integer in [low, high]; integral floats (4.0) pass, since JSON and sliders send them."""
+    ok = _is_number(value) and math.isfinite(value) and float(value).is_integer() and low <= value <= high
+    if not ok:
+        raise InvalidInput(f"{name} must be a whole number from {low} to {high}; got {_shown(value)}.")
+    return int(value)
+
+
+def number(name: str, value, low: float, high: float, *, low_open: bool = False) -> float:
+    """A finite number in [low, high], or (low, high] with low_open."""
+    ok = _is_number(value) and math.isfinite(value) and (value > low if low_open else value >= low) and value <= high
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+        raise InvalidInput(f"{name} must be a number in {interval}; got {_shown(value)}.")
+    return float(value)
+
+
+def flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{name} must be true or false; got {_shown(value)}.")
+    return value
+
+
+def choice(name: str, value, known) -> str:
+    known = list(known)
+    if not isinstance(value, str) or value not in known:
+        raise InvalidInput(f"Unknown {name}: {_shown(value)}. Choose one of: {', '.join(known)}.")
+    return value
+
+
+def question(value) -> str:
+    """The question, stripped; refused when empty or longer than MAX_QUESTION_CHARS."""
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise InvalidInput(f"The question must be text; got {_shown(value)}.")
+    value = value.strip()
+    if not value:
+        raise InvalidInput("Ask a question about the image first.")
+    if len(value) > MAX_QUESTION_CHARS:
+        raise InvalidInput(
+            f"The question is {len(value):,} characters long; the limit is {MAX_QUESTION_CHARS:,}. Shorten it."
+        )
+    return value
+
+
+def parse_request(
+    question_text,
+    preset,
+    drafter,
+    gamma,
+    greedy,
+    temperature,
+    top_p,
+    seed,
+    max_new_tokens,
+    min_confidence=0.0,
+    *,
+    presets: dict,
+) -> Request:
+    """Check every setting of a race; `presets` maps preset names to objects with `.drafters`
+    (each with a `.name`). Raises InvalidInput naming the first bad value and its valid range."""
+    from demo.sampling import Sampling
+
+    text = question(question_text)
+    preset = choice("model preset", preset, presets)
+    drafter = choice(f"drafter for preset {preset!r}", drafter, [d.name for d in presets[preset].drafters])
+    gamma = integer("gamma (drafts per round)", gamma, *GAMMA_RANGE)
+    max_new_tokens = integer("max new tokens", max_new_tokens, *MAX_NEW_RANGE)
+    greedy = flag("greedy", greedy)
+    temperature = number("temperature", temperature, 0.0, MAX_TEMPERATURE, low_open=True)
+    top_p = number("top-p", top_p, 0.0, 1.0, low_open=True)
+    seed = integer("seed", seed, *SEED_RANGE)
+    min_confidence = number("min confidence (adaptive draft length; 0 = off)", min_confidence, 0.0, 1.0)
+    sampling = Sampling() if greedy else Sampling(greedy=False, temperature=temperature, top_p=top_p, seed=seed)
+    return Request(text, preset, drafter, gamma, sampling, max_new_tokens, min_confidence)
+
+
+# --- the image --------------------------------------------------------------------------------
+
+NOT_UPLOADED = (
+    "The image must be a file uploaded with the request (in Python: gradio_client.handle_file(path)); "
+    "paths on the server and URLs are not accepted."
+)
+
+
+def image_path(payload, uploads: str | Path) -> Path | None:
+    """The path of an uploaded image, from a request's image value: None (no image), a Gradio file
+    dict {"path": ...} or a path string. Only files inside `uploads` (Gradio's upload folder,
+    where every upload lands) are accepted, after resolving links."""
+    if payload is None:
+        return None
+    raw = payload.get("path") if isinstance(payload, dict) else payload
+    if not isinstance(raw, (str, os.PathLike)) or not str(raw) or "\x00" in str(raw):
+        raise InvalidInput(NOT_UPLOADED)
+    path = Path(raw).resolve()
+    if not path.is_relative_to(Path(uploads).resolve()) or not path.is_file():
+        raise InvalidInput(NOT_UPLOADED)
+    return path
+
+
+def _too_large(width: int, height: int) -> str:
+    return (
+        f"The image is {width:,} x {height:,} pixels ({width * height / 1e6:.1f} megapixels); the limit is "
+        f"{MAX_PIXELS / 1e6:.1f} megapixels (4096 x 4096). Scale it down and upload it again."
+    )
+
+
+def open_image(path: str | Path) -> tuple[Image.Image, list[str]]:
+    """Decode an uploaded file into an RGB image, checking its size from the header first.
+
+    Returns the image and notes for the person (e.g. which GIF frame was used).
+    """
+    size = os.path.getsize(path)
+    if size > MAX_FILE_BYTES:
+        raise InvalidInput(f"The file is {size / 2**20:.1f} MiB; the limit is {MAX_FILE_BYTES / 2**20:.0f} MiB.")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        try:
+            with Image.open(path, formats=FORMATS) as im:
+                return _decode(im)
+        except InvalidInput:
+            raise
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+            raise InvalidInput(
+                f"The image is too large to decode safely; the limit is {MAX_PIXELS / 1e6:.1f} megapixels (4096 x 4096)."
+            ) from error
+        except Image.UnidentifiedImageError as error:
+            raise InvalidInput(
+                f"That file is not an image this demo can read. Upload a {', '.join(FORMATS[:-1])} or {FORMATS[-1]} file."
+            ) from error
+        except (OSError, ValueError, SyntaxError, EOFError, MemoryError) as error:  # what damaged files raise
+            raise InvalidInput(
+                f"The image file is damaged or truncated and cannot be decoded ({type(error).__name__})."
+            ) from error
+
+
+def _decode(im: Image.Image) -> tuple[Image.Image, list[str]]:
+    """Check the header's size, then decode the first frame and convert it to RGB."""
+    width, height = im.size
+    if width * height > MAX_PIXELS:
+        raise InvalidInput(_too_large(width, height))
+    if width < 1 or height < 1 or max(width, height) > MAX_ASPECT * min(width, height):
+        raise InvalidInput(
+            f"The image is {width} x {height} pixels; its longer side may be at most {MAX_ASPECT} times its "
+            "shorter side. Crop it and upload it again."
+        )
+    notes = []
+    if getattr(im, "is_animated", False):
+        im.seek(0)
+        notes.append(f"The {im.format} is animated; its first frame is used.")
+    im.load()
+    try:
+        im = ImageOps.exif_transpose(im)
+    except Exception:  # a broken orientation tag: keep the pixels as stored
+        pass
+    rgb, transparent = to_rgb(im)
+    if transparent:
+        notes.append("The image has transparent areas; they are shown on white.")
+    return rgb, notes
+
+
+def _has_alpha(im: Image.Image) -> bool:
+    return im.mode in ("RGBA", "RGBa", "LA", "La", "PA") or "transparency" in im.info
+
+
+def _to_8bit(im: Image.Image) -> Image.Image:
+    """A one-channel image of more than 8 bits ("I;16*", "I", "F") scaled into 0..255 ("L").
+
+    16-bit data (and 32-bit integers within 0..65535) map 0..65535 linearly onto 0..255; other
+    integer or float data map their own min..max. Values are scaled, never clipped.
+    """
+    a = np.asarray(im).astype(np.float64)
+    if im.mode.startswith("I;16") or (im.mode == "I" and a.size and a.min() >= 0 and a.max() <= 65535):
+        low, high = 0.0, 65535.0
+    else:
+        finite = a[np.isfinite(a)]
+        low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    scaled = (np.nan_to_num(a, nan=low) - low) * (255.0 / max(high - low, 1e-12))
+    return Image.fromarray(np.clip(np.rint(scaled), 0, 255).astype(np.uint8), "L")
+
+
+def to_rgb(im: Image.Image) -> tuple[Image.Image, bool]:
+    """Any decoded PIL image as RGB, and whether it had transparency.
+
+    Transparency (RGBA, LA, P or RGB with a transparent colour) is composited over white;
+    1, L, P, CMYK, YCbCr become RGB; more than 8 bits per channel is scaled to 8 (`_to_8bit`).
+    """
+    if im.mode.startswith("I") or im.mode == "F":
+        return _to_8bit(im).convert("RGB"), False
+    if _has_alpha(im):
+        rgba = im.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert("RGB"), True
+    try:
+        return im.convert("RGB"), False
+    except ValueError as error:
+        raise InvalidInput(f"Images in colour mode {im.mode} are not supported; save it as RGB.") from error
+
+
+# --- the prompt against the context -------------------------------------------------------------
+
+
+def context_window(config) -> int | None:
+    """The longest sequence a model config allows (its text model's, for a multimodal one)."""
+    text = getattr(config, "text_config", None) or config
+    return getattr(text, "max_position_embeddings", None)
+
+
+def check_context(prompt_tokens: dict[str, int], windows: dict[str, int | None], max_new_tokens: int) -> None:
+    """Refuse, with the numbers, when a model's prompt plus the new tokens exceeds its context.
+
+    prompt_tokens and windows are keyed by model ("target", "drafter"); a None window is unknown.
+    """
+    for model, n_prompt in prompt_tokens.items():
+        window = windows.get(model)
+        if window is not None and n_prompt + max_new_tokens > window:
+            room = window - n_prompt
+            advice = (
+                f"lower max new tokens to {room} or less, or shorten the question"
+                if room >= 1
+                else "shorten the question"
+            )
+            raise InvalidInput(
+                f"Too long for the {model}: the question and image take {n_prompt} tokens and up to "
+                f"{max_new_tokens} new tokens were asked for, {n_prompt + max_new_tokens} in all, but its context "
+                f"holds {window}. To fit, {advice}."
+            )
