@@ -105,6 +105,12 @@ class RaceControls:
     max_new: gr.Slider
     run: gr.Button | None = None  # clicked once the inputs are in, so the race starts by itself
     reference: gr.HTML | None = None  # the task and reference answer line, filled by ui.reference_html
+    adaptive: gr.Checkbox | None = None  # adaptive draft length: turned off, as in the analysis
+
+    def targets(self) -> list:
+        """What `race_inputs` fills, in its order."""
+        optional = [c for c in (self.reference, self.adaptive) if c is not None]
+        return [self.tabs, self.image, self.question, self.drafter, self.gamma, self.decoding, self.max_new, *optional]
 
 
 # --- a batch of runs and what is shown of it (pure) -------------------------------------------
@@ -348,17 +354,14 @@ def analyze(preset, task, drafter, gamma, n, seed):
 
     known = drafter_choices(preset)
     if preset not in presets.PRESETS or drafter not in known or task not in TASK_KINDS:
-        message = f"Pick a task and one of the drafters of the {preset} preset: {' / '.join(known) or 'none'}."
-        yield _view(None, status_html(message, error=True), busy=False)
-        return
+        raise gr.Error(f"Pick a task and one of the drafters of the {preset} preset: {' / '.join(known) or 'none'}.")
     drafters = [d for d in known if d != BOTH] if drafter == BOTH else [drafter]
     batch = Batch(preset, task, drafters, _clamp(gamma, *GAMMA_RANGE), _clamp(n, *N_RANGE), int(seed or 0),
                   MAX_NEW_TOKENS)
     if not models.is_loaded(preset):
         available = models.availability(preset)
         if not available.ok:
-            yield _view(None, status_html(available.message, error=True), busy=False)
-            return
+            raise gr.Error(available.message)
     yield _view(batch, status_html("Loading the models…", 0.0), busy=True)
     started = time.perf_counter()
     try:
@@ -374,10 +377,10 @@ def analyze(preset, task, drafter, gamma, n, seed):
                 obs = analysis.observations(trace, i, loaded.target.stop_ids)
                 correct = score(item.task, item, trace.summary.text)
                 batch.runs.append(Run(len(batch.runs) + 1, i, item, d, trace, obs, correct))
-    except Exception as error:  # models that will not load, a failed run: keep what finished
+    except Exception as error:  # models that will not load, a failed run: what finished stays on the page
         message = f"Stopped: {type(error).__name__}: {error}"
         yield _view(batch, status_html(message, error=True), busy=False)
-        return
+        raise gr.Error(message) from error
     batch.seconds = time.perf_counter() - started
     done = (f"Done: {len(items)} examples × {len(drafters)} drafter{'s' * (len(drafters) > 1)} in "
             f"{batch.seconds:.1f} s (greedy, at most {batch.max_new_tokens} new tokens). "
@@ -403,9 +406,9 @@ def show_run(batch: Batch | None, evt: gr.SelectData):
 
 
 def race_inputs(batch: Batch | None, number, current_preset: str, race: RaceControls) -> tuple:
-    """The Race tab's inputs set to one run of the batch, and that tab selected."""
+    """The Race tab's inputs set to one run of the batch (`race.targets()`), and that tab selected."""
     run = find_run(batch, number)
-    skip = (gr.skip(),) * (7 + (race.reference is not None))
+    skip = (gr.skip(),) * len(race.targets())
     if run is None:
         return skip
     if current_preset != batch.preset:
@@ -418,6 +421,8 @@ def race_inputs(batch: Batch | None, number, current_preset: str, race: RaceCont
         from demo import ui  # the Race tab's own reference line (imported here: ui imports this module)
 
         out += (ui.reference_html(ui.Example("", run.item.question, run.item.task, run.item.answer)),)
+    if race.adaptive is not None:
+        out += (False,)
     return out
 
 
@@ -475,14 +480,13 @@ def analysis_tab(race: RaceControls) -> None:
     running = go.click(GPU(analyze), [race.preset, task, drafter, gamma, n, seed],
                        [status, headline, by_category, by_position, words, runs, batch, csv_file, json_file, go, stop],
                        api_name="analysis", show_progress="hidden", concurrency_limit=1, concurrency_id="decode")
-    stop.click(stopped, batch, [status, csv_file, json_file, go, stop], cancels=[running], api_visibility="private")
-    runs.select(show_run, batch, [image, trace_view, selected, to_race], api_visibility="private")
+    small = {"api_visibility": "private", "queue": False}  # never behind decoding in the queue
+    stop.click(stopped, batch, [status, csv_file, json_file, go, stop], cancels=[running], **small)
+    runs.select(show_run, batch, [image, trace_view, selected, to_race], **small)
     race.preset.change(lambda p: gr.Dropdown(choices=drafter_choices(p), value=(drafter_choices(p) or [None])[0]),
-                       race.preset, drafter, api_visibility="private")
-    targets = [race.tabs, race.image, race.question, race.drafter, race.gamma, race.decoding, race.max_new]
-    targets += [race.reference] if race.reference is not None else []
+                       race.preset, drafter, **small)
     event = to_race.click(lambda b, number, p: race_inputs(b, number, p, race), [batch, selected, race.preset],
-                          targets, api_visibility="private")
+                          race.targets(), **small)
     if race.run is not None and race.run.elem_id:
         event.then(None, js=f"() => {{ document.getElementById({race.run.elem_id!r})?.click(); }}")
 
@@ -505,15 +509,16 @@ def build_standalone(default_preset: str = presets.DEFAULT_PRESET) -> gr.Blocks:
                         decoding = gr.Radio(["greedy", "sampling"], value="sampling", label="Decoding",
                                             elem_id="decoding")
                         max_new = gr.Slider(1, 512, value=128, step=1, label="Max new tokens", elem_id="max-new")
+                        adaptive = gr.Checkbox(True, label="Adaptive draft length", elem_id="adaptive")
                         run = gr.Button("Run the race", variant="primary", elem_id="run")
                 said = gr.Markdown(elem_id="raced")
-                run.click(lambda im, q, p, d, g, dec, m: f"Raced: {q!r} with {p}/{d}, γ = {g}, {dec}, {m} tokens, "
-                          f"image {'given' if im is not None else 'missing'}.",
-                          [image, question, preset, drafter, gamma, decoding, max_new], said, api_name="race")
+                run.click(lambda im, q, p, d, g, dec, m, a: f"Raced: {q!r} with {p}/{d}, γ = {g}, {dec}, {m} tokens, "
+                          f"adaptive {'on' if a else 'off'}, image {'given' if im is not None else 'missing'}.",
+                          [image, question, preset, drafter, gamma, decoding, max_new, adaptive], said, api_name="race")
             with gr.Tab("Analysis", id="analysis"):
                 analysis_tab(RaceControls(tabs=tabs, race_tab="race", image=image, question=question, preset=preset,
                                           drafter=drafter, gamma=gamma, decoding=decoding, max_new=max_new, run=run,
-                                          reference=reference))
+                                          reference=reference, adaptive=adaptive))
     return demo
 
 

@@ -115,14 +115,16 @@ def test_racing_a_run_fills_the_race_tab_inputs_and_selects_it():
     with gr.Blocks():
         race = analysis_tab.RaceControls(gr.Tabs(), "race", gr.Image(type="pil"), gr.Textbox(), gr.Dropdown([PRESET]),
                                          gr.Dropdown(["text-only", "image-aware"]), gr.Slider(1, 10),
-                                         gr.Radio(["greedy", "sampling"]), gr.Slider(1, 512), reference=gr.HTML())
+                                         gr.Radio(["greedy", "sampling"]), gr.Slider(1, 512), reference=gr.HTML(),
+                                         adaptive=gr.Checkbox())
     batch = hand_batch()
     out = analysis_tab.race_inputs(batch, 2, PRESET, race)
     assert out[0].selected == "race"
     assert out[2:7] == ("Caption this.", "image-aware", 3, "greedy", 16)
     assert "reference answer" in out[7] and "A red circle." in out[7]
+    assert out[8] is False  # adaptive draft length off, as in the analysis: the race repeats the trace
     skipped = analysis_tab.race_inputs(batch, 2, "another-preset", race)
-    assert all(o == gr.skip() for o in skipped) and len(skipped) == 8
+    assert all(o == gr.skip() for o in skipped) and len(skipped) == len(race.targets()) == 9
 
 
 def test_importing_the_tab_imports_no_torch():
@@ -168,10 +170,10 @@ def test_analysis_streams_progress_then_charts_tables_and_downloads_that_agree(s
     assert f"{len(observations)} drafted positions checked" in headline
 
 
-def test_a_drafter_the_preset_lacks_is_reported_in_the_status(served):
+def test_a_drafter_the_preset_lacks_is_refused_with_a_message(served):
     # the page offers only the preset's drafters; the Race tab's preset can change under a choice
-    (status, *_), = analysis_tab.analyze(PRESET, "caption", "no-such-drafter", 3, 2, 0)
-    assert "one of the drafters of the tiny-analysis preset: text-only / image-aware / both, side by side." in status
+    with pytest.raises(gr.Error, match="drafters of the tiny-analysis preset: text-only / image-aware / both, side"):
+        next(analysis_tab.analyze(PRESET, "caption", "no-such-drafter", 3, 2, 0))
 
 
 # --- the tab in a browser ---------------------------------------------------------------------
@@ -202,5 +204,5 @@ def test_the_tab_in_chromium_runs_shows_a_trace_and_races_it_on_the_race_tab(ser
         page.click("#an-to-race")
         page.wait_for_function("(document.querySelector('#raced') || {}).innerText?.startsWith('Raced')")
         raced = page.locator("#raced").inner_text()
-        assert "with tiny-analysis/image-aware, γ = 4, greedy, 8 tokens, image given" in raced
+        assert "with tiny-analysis/image-aware, γ = 4, greedy, 8 tokens, adaptive off, image given" in raced
         browser.close()
