@@ -5,6 +5,7 @@ in headless Chromium, down to the link that races an example on the Race tab."""
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,6 @@ import pytest
 import tiny
 from gradio_client import Client
 from test_analysis import STOPS, shapes_trace, yes_trace
-from test_browser import CHROMIUM, FLAGS, SHOTS
 
 from demo import analysis, analysis_tab, models, render
 from demo.analysis_tab import BOTH, Batch, Run
@@ -23,6 +23,10 @@ from demo.world.tasks import heldout_examples
 
 PRESET = "tiny-analysis"
 ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")  # as in test_browser.py, which imports the Race page
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run"]
+SHOTS = Path(os.environ.get("SCREENSHOT_DIR", ROOT / "runs" / "screenshots"))
 
 
 def item(task="caption", question="Caption this.", answer="A red circle."):
