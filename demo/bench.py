@@ -242,15 +242,7 @@ def write_outputs(out: Path, cells: list[Cell], peer_result: dict | None, obs: d
             writer = csv.DictWriter(f, fieldnames=list(flat[0]))
             writer.writeheader()
             writer.writerows(flat)
-    analysis_summary = {
-        d: {
-            "by_category": analysis.by_category(o),
-            "grounded": analysis.grounded_share(o),
-            "most_rejected": analysis.most_rejected(o),
-            "by_answer_position": analysis.by_answer_position(o),
-        }
-        for d, o in obs.items()
-    }
+    analysis_summary = {d: analysis.summary(o) for d, o in obs.items()}
     result = {"meta": meta, "cells": [asdict(c) for c in cells], "peer": peer_result, "analysis": analysis_summary}
     (out / "bench.json").write_text(json.dumps(result, indent=1))
     (out / "report.html").write_text(report.page(cells, peer_result, analysis_summary, meta))
