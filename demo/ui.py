@@ -10,11 +10,25 @@ engine's event streams (`demo.race`):
 
 The Replay button shows the last race again from its recorded events, slowed down by one
 factor that the page states (a race of the embedded models takes about a second on a CPU).
+The Stop button ends a race or replay.
 
-This module holds no decoding logic and touches no caches or logits: it validates the request,
-asks `demo.models` for the preset, starts the two generators, and maps their events to
-components with `demo.render` and `demo.charts`. Nothing is loaded at import time; `launch()`
-warms the default preset up in a background thread once the server is up.
+This module holds no decoding logic and touches no caches or logits: it has `demo.validate`
+check the request, asks `demo.models` for the preset, starts the two generators, and maps their
+events to components with `demo.render` and `demo.charts`. Nothing is loaded at import time;
+`launch()` warms the default preset up in a background thread once the server is up.
+
+Reliability, as the handlers guarantee it:
+- Both endpoints receive the raw request values (`preprocess=False`), so every malformed value
+  reaches `demo.validate` and gets its message; nothing reaches the engine unchecked.
+- Every failure ends as `gr.Error(message)`: the page shows it (and keeps what was decoded), an
+  API caller's gradio_client raises it. Unexpected errors are logged with their traceback and
+  the person sees one sentence with a reference to the log line, never a traceback.
+- A race leaves through `_racing`, however it ends (finished, failed, Stop, client gone): both
+  engine generators are closed, which frees their KV caches. Gradio closes a generator at its
+  next yield, and the handlers yield after any round that ends HEARTBEAT_EVERY s after their last
+  yield, so a Stop or a client gone ends decoding within max(one round, HEARTBEAT_EVERY).
+- One decoder at a time (`concurrency_id="decode"`, limit 1: one accelerator, honest clocks),
+  at most QUEUE_SIZE requests waiting; one more is told at once that the queue is full.
 
 Gradio 6 takes the theme and CSS at launch, so launch through `launch()` (or pass `CSS` and
 `THEME` yourself).
@@ -23,30 +37,33 @@ Gradio 6 takes the theme and CSS at launch, so launch through `launch()` (or pas
 from __future__ import annotations
 
 import functools
+import gc
 import html
 import json
 import logging
-import math
+import os
 import queue
 import tempfile
 import threading
 import time
+import traceback
+import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import SimpleNamespace
 
 import gradio as gr
+import gradio.utils
 from PIL import Image
 
-from demo import charts, export, presets, render
-from demo.events import Event, TokenEvent, Trace
+from demo import charts, export, presets, render, validate
+from demo.events import Event, RoundEvent, TokenEvent, Trace
 from demo.race import race
+from demo.validate import InvalidInput, Request
 
-if TYPE_CHECKING:
-    from demo.sampling import Sampling
-
-# torch and the decoding engine are imported where a race starts (`start_race`, `parse_request`):
+# torch and the decoding engine are imported where a race starts (`start_race`, `_prepare`):
 # they take seconds to import, and the page should not wait for them.
 
 try:
@@ -61,11 +78,11 @@ except ImportError:
 
 log = logging.getLogger(__name__)
 
-GAMMA_RANGE = (1, 10)
-MAX_NEW_RANGE = (1, 512)
-DEFAULTS = {"gamma": 4, "max_new_tokens": 128, "temperature": 0.8, "top_p": 0.95, "seed": 0}
+DEFAULTS = {"gamma": 4, "max_new_tokens": 128, "temperature": 0.8, "top_p": 0.95, "seed": 0, "min_confidence": 0.5}
+QUEUE_SIZE = 32  # requests that may wait for the decoder; the next one is refused as "queue full"
 PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the browser keeps up)
 CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
+HEARTBEAT_EVERY = 0.02  # seconds: a handler yields after a round once this much time has passed since its last yield
 REPLAY_SECONDS = 12.0  # a replay lasts this long, whatever the race took
 LANES = ("speculative", "autoregressive")
 
@@ -92,67 +109,84 @@ CSS = (
 THEME = gr.themes.Default(primary_hue="teal", neutral_hue="slate")
 
 
-@dataclass(frozen=True)
-class Request:
-    """A validated request: everything a race needs besides the image."""
-
-    question: str
-    preset: str
-    drafter: str
-    gamma: int
-    sampling: Sampling
-    max_new_tokens: int
-
-    def settings(self) -> dict:
-        return {
-            "question": self.question,
-            "preset": self.preset,
-            "drafter": self.drafter,
-            "gamma": self.gamma,
-            "sampling": asdict(self.sampling),
-            "max_new_tokens": self.max_new_tokens,
-        }
+def _raw_image(**kwargs) -> gr.Image:
+    """A gr.Image whose request value reaches the handler as sent (a file dict, None, or anything
+    else an API caller put there), instead of failing Gradio's own check of its data model
+    first with a message the caller never sees; `demo.validate` then answers every malformed
+    value. Gradio still checks, before the handler, that a file it is given was uploaded.
+    (Done on the instance: Gradio writes a .pyi stub beside any module that subclasses a component.)"""
+    image = gr.Image(**kwargs)
+    schema = image.api_info()  # what API clients are told to send, unchanged
+    image.data_model = None
+    image.api_info = lambda: schema
+    return image
 
 
-def _clamp(name: str, value, low: int, high: int, notes: list[str]) -> int:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        raise ValueError(f"{name} is missing")
-    clamped = min(max(int(round(value)), low), high)
-    if clamped != value:
-        notes.append(f"{name} must be an integer in [{low}, {high}]; used {clamped}")
-    return clamped
+# --- errors -----------------------------------------------------------------------------------
 
 
-def parse_request(
-    question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new_tokens
-) -> tuple[Request, list[str]]:
-    """Check and normalise the inputs. Raises ValueError with a message a person can act on;
-    returns the request and notes on any value it had to clamp."""
-    from demo.sampling import Sampling
+class LoadFailed(RuntimeError):
+    """A preset whose files are here but would not load (damaged weights, a bad config...)."""
 
-    notes: list[str] = []
-    question = (question or "").strip()
-    if not question:
-        raise ValueError("Ask a question about the image first.")
-    if preset not in presets.PRESETS:
-        raise ValueError(f"Unknown model preset {preset!r} (known: {', '.join(presets.PRESETS)}).")
-    drafters = _drafter_choices(preset)
-    if drafter not in drafters:
-        raise ValueError(f"Preset {preset!r} has no drafter {drafter!r} (known: {', '.join(drafters)}).")
-    gamma = _clamp("gamma", gamma, *GAMMA_RANGE, notes)
-    max_new_tokens = _clamp("max new tokens", max_new_tokens, *MAX_NEW_RANGE, notes)
-    if greedy:
-        sampling = Sampling(greedy=True)
-    else:
-        if temperature is None or not temperature > 0:
-            raise ValueError("Temperature must be greater than 0 (choose greedy for deterministic decoding).")
-        if top_p is None or not 0 < top_p <= 1:
-            raise ValueError("Top-p must be in (0, 1].")
-        if seed is None:
-            raise ValueError("Sampling needs a seed.")
-        sampling = Sampling(greedy=False, temperature=float(temperature), top_p=float(top_p), seed=int(seed))
-    return Request(question, preset, drafter, gamma, sampling, max_new_tokens), notes
 
+def _first_line(error: BaseException, limit: int = 160) -> str:
+    line = (str(error).strip().splitlines() or [""])[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    import torch
+
+    text = str(error).lower()
+    return (
+        isinstance(error, (torch.OutOfMemoryError, MemoryError))
+        or isinstance(error, RuntimeError)
+        and ("out of memory" in text or "can't allocate memory" in text)
+    )
+
+
+def _release_memory() -> None:
+    """Give freed tensors back to the accelerator, so the next request finds the memory free."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _message(error: Exception) -> str:
+    """What the person or API caller is told about a failed request; the server log gets the rest."""
+    from demo import models  # torch and transformers: imported on first use, not to slow the start
+
+    if isinstance(error, (InvalidInput, models.Unavailable, models.NotEnoughMemory, LoadFailed)):
+        return str(error)  # written for the page
+    if _out_of_memory(error):
+        log.warning("out of memory during a request: %s", error)
+        traceback.clear_frames(error.__traceback__)  # the failed run's frames hold its KV caches
+        _release_memory()
+        return (
+            "The models ran out of memory for this request; it was stopped and its memory freed. "
+            "Ask for fewer new tokens, shorten the question, or pick a smaller preset."
+        )
+    reference = uuid.uuid4().hex[:8]
+    log.error("request failed (reference %s)", reference, exc_info=error)
+    return f"Something went wrong on the server (reference {reference}; the details are in its log). Try again."
+
+
+def _load_failed(preset: str, error: Exception) -> Exception:
+    """The error a failed load becomes: messages written for the page pass through."""
+    from demo import models
+
+    if isinstance(error, (models.Unavailable, models.NotEnoughMemory)) or _out_of_memory(error):
+        return error
+    log.error("loading preset %r failed", preset, exc_info=error)
+    return LoadFailed(
+        f"The models of preset {preset!r} could not be loaded ({type(error).__name__}: {_first_line(error)}). "
+        "Its files may be missing or damaged; the other presets still work."
+    )
+
+
+# --- preparing and running a race -------------------------------------------------------------
 
 _WARMING = threading.Lock()  # held while the background warm-up decodes
 
@@ -170,8 +204,9 @@ def load(request: Request, progress=None):
     return loaded
 
 
-def _loading(request: Request) -> Iterator:
-    """Load in a thread and yield its progress reports as (fraction, message), then the Loaded."""
+def _loading(request: Request, show) -> Iterator:
+    """Load in a thread, yielding show(fraction, message) for each progress report; returns the
+    Loaded, or raises what `_load_failed` makes of the error."""
     reports = queue.Queue()
 
     def work():
@@ -184,19 +219,69 @@ def _loading(request: Request) -> Iterator:
     while True:
         item = reports.get()
         if isinstance(item, Exception):
-            raise item
-        yield item
+            raise _load_failed(request.preset, item)
         if not isinstance(item, tuple):
-            return
+            return item
+        yield show(*item)
 
 
-def start_race(loaded, request: Request, image: Image.Image | None) -> Iterator[tuple[str, Event]]:
-    """Race the two runs of a loaded preset; yields (lane, event)."""
+def _uploads() -> Path:
+    """Gradio's upload folder: the only place an image may be read from."""
+    return Path(gradio.utils.get_upload_folder())
+
+
+def _image(payload) -> tuple[Image.Image, list[str]]:
+    path = validate.image_path(payload, _uploads())
+    if path is None:
+        raise InvalidInput(validate.NO_IMAGE)
+    return validate.open_image(path)
+
+
+def _prepare(request: Request, image_payload, show) -> Iterator:
+    """Everything before the first token: the image, the models, the prompt and its length.
+    Yields show(fraction, message) while loading; returns (facts, lanes, notes)."""
+    from demo import models  # torch and transformers: imported on first use, not to slow the start
+
+    image, notes = _image(image_payload)
+    if not models.is_loaded(request.preset):
+        try:
+            available = models.availability(request.preset)
+        except Exception as error:  # files too damaged even to count their parameters
+            raise _load_failed(request.preset, error) from error
+        if not available.ok:
+            raise models.Unavailable(available.message)
+    if _WARMING.locked():
+        yield show(0.0, "waiting for the warm-up to finish")
+    loaded = yield from _loading(request, show)
+    try:
+        facts = loaded.notes(request.drafter)
+    except Exception as error:
+        raise _load_failed(request.preset, error) from error
+    return facts, start_race(loaded, request, image), notes
+
+
+def _check_context(loaded, request: Request, prompt) -> None:
+    tokens = {"target": prompt.target_inputs["input_ids"].shape[1]}
+    windows = {"target": validate.context_window(loaded.target.model.config)}
+    if prompt.drafter_inputs is not None:
+        tokens["drafter"] = prompt.drafter_inputs["input_ids"].shape[1]
+        windows["drafter"] = validate.context_window(loaded.drafter(request.drafter).model.config)
+    validate.check_context(tokens, windows, request.max_new_tokens)
+
+
+def start_race(loaded, request: Request, image: Image.Image) -> dict[str, Iterator[Event]]:
+    """The two runs of a race, not started: lane name -> the engine's event generator.
+    Refuses (InvalidInput) a prompt the models cannot read or whose answer would not fit."""
     import torch
 
     from demo.speculative import Prompt, autoregressive_generate, speculative_generate
 
-    prompt = loaded.prompt(image, request.question, request.drafter)
+    try:
+        prompt = loaded.prompt(image, request.question, request.drafter)
+    except Exception as error:
+        log.warning("the processor refused a request", exc_info=error)
+        raise InvalidInput(f"This model could not read the image and question ({_first_line(error)}).") from error
+    _check_context(loaded, request, prompt)
     s = request.sampling
 
     def generator():
@@ -210,6 +295,7 @@ def start_race(loaded, request: Request, image: Image.Image | None) -> Iterator[
         sampling=s,
         max_new_tokens=request.max_new_tokens,
         generator=generator(),
+        min_confidence=request.min_confidence,
     )
     # Both runs read the same target inputs: the image is processed once, outside both clocks.
     ar = autoregressive_generate(
@@ -219,7 +305,27 @@ def start_race(loaded, request: Request, image: Image.Image | None) -> Iterator[
         max_new_tokens=request.max_new_tokens,
         generator=generator(),
     )
-    return race({"speculative": spd, "autoregressive": ar})
+    return {"speculative": spd, "autoregressive": ar}
+
+
+def _close(lanes: dict[str, Iterator[Event]]) -> None:
+    """End both runs now: closing a generator runs its cleanup and drops its KV cache."""
+    import torch
+
+    for run in lanes.values():
+        run.close()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+@contextmanager
+def _racing(lanes: dict[str, Iterator[Event]]):
+    """The race of `lanes` as (lane, event) pairs; however the block is left (the race over, an
+    error, or Gradio closing the handler for a Stop or a client gone), both runs are closed."""
+    try:
+        yield race(lanes)
+    finally:
+        _close(lanes)
 
 
 def warm_up(preset: str) -> None:
@@ -238,18 +344,11 @@ def warm_up(preset: str) -> None:
             loaded = models.load(preset)
             for spec in loaded.preset.drafters:
                 request = Request("Describe the image.", preset, spec.name, 4, Sampling(), 8)
-                for _ in start_race(loaded, request, image):
-                    pass
+                with _racing(start_race(loaded, request, image)) as events:
+                    for _ in events:
+                        pass
     except Exception:  # reported again to whoever runs the preset
         log.exception("warm-up of preset %r failed", preset)
-
-
-def _load_error(error: Exception) -> str:
-    from demo import models  # torch and transformers: imported on first use, not to slow the start
-
-    if isinstance(error, (models.Unavailable, models.NotEnoughMemory)):
-        return str(error)  # written for the page
-    return f"Could not load the models: {type(error).__name__}: {error}"
 
 
 # --- the streaming handler --------------------------------------------------------------------
@@ -266,6 +365,7 @@ def _view(traces: dict[str, Trace], request: Request, facts: tuple[str, ...], ch
         if request.sampling.greedy
         else f"sampling T={request.sampling.temperature}, top-p={request.sampling.top_p}"
     )
+    drafts = f"γ ≤ {gamma}, adaptive below {request.min_confidence:g}" if request.min_confidence else f"γ = {gamma}"
     figures = (
         (
             charts.race(spd, ar),
@@ -278,7 +378,7 @@ def _view(traces: dict[str, Trace], request: Request, facts: tuple[str, ...], ch
     )
     greedy = request.sampling.greedy
     return (
-        render.panel_html(spd, "Speculative", f"{request.drafter} drafter · γ = {gamma} · {mode}", greedy),
+        render.panel_html(spd, "Speculative", f"{request.drafter} drafter · {drafts} · {mode}", greedy),
         render.speculative_stats_html(spd, gamma, speedup),
         render.panel_html(ar, "Autoregressive (target only)", f"one target forward per token · {mode}", greedy),
         render.autoregressive_stats_html(ar),
@@ -311,17 +411,19 @@ N_VIEW = 10  # panels, stats, outcome, block view and charts: what _view fills
 
 
 def _update(view: tuple | None = None, downloads: tuple | None = None, busy: bool | None = None, last=None) -> tuple:
-    """One update of every output of a run (see `build_demo`); None leaves that part alone.
+    """One update of every output of a run (see `build_demo`); None leaves that part alone, so
+    `_update()` changes nothing (the handlers' once-a-round heartbeat).
 
-    busy: whether a race or replay is on (both buttons off) or over (both on).
+    busy: whether a race or replay is on (Run and Replay off, Stop on) or over (the reverse).
     """
     skip = gr.skip()
     buttons = (
-        (skip, skip)
+        (skip, skip, skip)
         if busy is None
         else (
             gr.Button(interactive=not busy, value="Racing…" if busy else "Run the race"),
             gr.Button(interactive=not busy),
+            gr.Button(interactive=busy),
         )
     )
     return (view or (skip,) * N_VIEW) + (downloads or (skip, skip)) + buttons + (skip if last is None else last,)
@@ -334,20 +436,27 @@ def _status(html_text: str, busy: bool) -> tuple:
 
 
 def _failed(message: str) -> tuple:
-    gr.Warning(message)
     return _status(render.error_html(message), busy=False)
+
+
+def stop_race() -> tuple:
+    """The Stop button: the buttons back, and a word where the outcome goes (Gradio cancels the run)."""
+    return _status('<div class="outcome">Stopped. What was decoded before the stop is kept above.</div>', busy=False)
 
 
 def _frames(
     timeline, traces: dict[str, Trace], request: Request, facts: tuple[str, ...], slowdown: float | None = None
-) -> Iterator[tuple]:
+) -> Iterator[tuple | None]:
     """Feed (lane, event) pairs into `traces` and yield views: at the first token at once, then
-    at most every PANEL_EVERY s (charts every CHART_EVERY s), and always at the end.
+    at most every PANEL_EVERY s (charts every CHART_EVERY s), and always at the end. In between
+    it yields None (nothing to redraw) after a round that ends HEARTBEAT_EVERY s or more after
+    the last yield, so that Gradio can close the handler for a Stop or a client gone within
+    max(one round, HEARTBEAT_EVERY); a yield per round would cost a few ms of wall time each.
 
     Live (slowdown None), events come as fast as the race makes them. A replay shows the event
     made at t seconds of compute at t * slowdown seconds after it starts.
     """
-    started = last_panel = last_chart = time.perf_counter()
+    started = last_panel = last_chart = last_yield = time.perf_counter()
     shown_tokens = False
     for lane, event in timeline:
         if slowdown:
@@ -359,63 +468,85 @@ def _frames(
             charts_too = now - last_chart >= CHART_EVERY
             yield _view(traces, request, facts, charts_too)
             shown_tokens = shown_tokens or first
-            last_panel = time.perf_counter()
+            last_panel = last_yield = time.perf_counter()
             last_chart = last_panel if charts_too else last_chart
+        elif isinstance(event, RoundEvent) and now - last_yield >= HEARTBEAT_EVERY:
+            yield None
+            last_yield = time.perf_counter()
     yield _view(traces, request, facts, charts_too=True)
 
 
-def run_race(image, question, preset, drafter, gamma, decoding, temperature, top_p, seed, max_new_tokens):
-    """Stream the race to the page: both panels, stats, block view and charts as events arrive."""
-    from demo import models  # torch and transformers: imported on first use, not to slow the start
+def _page_request(
+    question, preset, drafter, gamma, decoding, temperature, top_p, seed, max_new_tokens, adaptive, threshold
+) -> Request:
+    greedy = validate.choice("decoding", decoding, ["greedy", "sampling"]) == "greedy"
+    min_confidence = threshold if validate.flag("adaptive draft length", adaptive) else 0.0
+    return validate.parse_request(
+        question,
+        preset,
+        drafter,
+        gamma,
+        greedy,
+        temperature,
+        top_p,
+        seed,
+        max_new_tokens,
+        min_confidence,
+        presets=presets.PRESETS,
+    )
 
+
+def run_race(
+    image,
+    question,
+    preset,
+    drafter,
+    gamma,
+    decoding,
+    temperature,
+    top_p,
+    seed,
+    max_new_tokens,
+    adaptive=False,
+    threshold=DEFAULTS["min_confidence"],
+):
+    """Stream the race to the page: both panels, stats, block view and charts as events arrive.
+    A failure is shown where the outcome goes and raised as gr.Error (an API caller gets it)."""
     try:
-        request, notes = parse_request(
-            question, preset, drafter, gamma, decoding == "greedy", temperature, top_p, seed, max_new_tokens
+        request = _page_request(
+            question, preset, drafter, gamma, decoding, temperature, top_p, seed, max_new_tokens, adaptive, threshold
         )
-    except ValueError as error:
-        yield _failed(str(error))
-        return
-    for note in notes:
-        gr.Warning(note)
-    if not models.is_loaded(request.preset):
-        available = models.availability(request.preset)
-        if not available.ok:
-            yield _failed(available.message)
-            return
-    if _WARMING.locked():
-        yield _status(render.loading_html(0.0, "waiting for the warm-up to finish"), busy=True)
-    try:
-        for item in _loading(request):
-            if isinstance(item, tuple):
-                yield _status(render.loading_html(*item), busy=True)
-            else:
-                loaded = item
-        facts = loaded.notes(request.drafter)
-        events = start_race(loaded, request, image)
-    except Exception as error:  # files that will not load, too little memory, a bad image
-        yield _failed(_load_error(error))
-        return
+        facts, lanes, notes = yield from _prepare(
+            request, image, lambda fraction, message: _status(render.loading_html(fraction, message), busy=True)
+        )
+        for note in notes:
+            gr.Info(note)
+        yield from _race_to_page(request, facts, lanes)
+    except Exception as error:  # a Stop or a client gone is a GeneratorExit: not caught, not an error
+        message = _message(error)
+        yield _failed(message)
+        raise gr.Error(message, print_exception=False) from None
+
+
+def _race_to_page(request: Request, facts: tuple[str, ...], lanes: dict) -> Iterator[tuple]:
     traces = {lane: Trace() for lane in LANES}
     timeline = []  # the race in the order it ran, for the replay
-
-    def recorded():
-        for pair in events:
-            timeline.append(pair)
-            yield pair
-
     # The charts wait for the first redraw after the first token: drawing four plots costs the
     # browser more than the first tokens do.
-    empty = _view(traces, request, facts, charts_too=False)
-    yield _update(view=empty, downloads=(gr.DownloadButton(value=None, interactive=False),) * 2, busy=True)
-    try:
-        for view in _frames(recorded(), traces, request, facts):
-            yield _update(view=view)
-    except Exception as error:  # the panels keep what was decoded before it
-        log.exception("race failed")
-        yield _failed(f"Decoding failed: {type(error).__name__}: {error}")
-        return
+    view = _view(traces, request, facts, charts_too=False)
+    yield _update(view=view, downloads=(gr.DownloadButton(value=None, interactive=False),) * 2, busy=True)
+    with _racing(lanes) as events:
+        for frame in _frames(_recorded(events, timeline), traces, request, facts):
+            view = frame or view
+            yield _update(view=frame)
     # The last update repeats the final view, so that an API client's result is the whole page.
     yield _update(view=view, downloads=_downloads(traces, request), busy=False, last=(request, facts, timeline))
+
+
+def _recorded(events, timeline: list) -> Iterator:
+    for pair in events:
+        timeline.append(pair)
+        yield pair
 
 
 def replay_race(last):
@@ -428,26 +559,48 @@ def replay_race(last):
     slowdown = REPLAY_SECONDS / max(event.t for _, event in timeline)
     note = (f"Replay: the measured race shown {slowdown:.0f}× slower than it ran.",)
     traces = {lane: Trace() for lane in LANES}
-    yield _update(view=_view(traces, request, facts + note, charts_too=True), busy=True)
-    for view in _frames(timeline, traces, request, facts + note, slowdown):
-        yield _update(view=view)
+    view = _view(traces, request, facts + note, charts_too=True)
+    yield _update(view=view, busy=True)
+    for frame in _frames(timeline, traces, request, facts + note, slowdown):
+        view = frame or view
+        yield _update(view=frame)
     yield _update(view=view, busy=False)
 
 
-def trace_api(image, question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new_tokens) -> dict:
-    """The whole race as one JSON document: settings, both traces and their metrics."""
+def trace_api(
+    image, question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new_tokens, min_confidence=0.0
+):
+    """The whole race as one JSON document: settings, both traces and their metrics.
+
+    A generator, so that a cancelled or disconnected caller stops the decoding within a round;
+    its last value is the document, which is what gradio_client's predict() returns.
+    """
     try:
-        request, _ = parse_request(question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new_tokens)
-    except ValueError as error:
-        raise gr.Error(str(error)) from error
-    try:
-        events = start_race(load(request), request, image)
+        request = validate.parse_request(
+            question,
+            preset,
+            drafter,
+            gamma,
+            greedy,
+            temperature,
+            top_p,
+            seed,
+            max_new_tokens,
+            min_confidence,
+            presets=presets.PRESETS,
+        )
+        _, lanes, _ = yield from _prepare(request, image, lambda fraction, message: gr.skip())
+        traces = {lane: Trace() for lane in LANES}
+        last_yield = time.perf_counter()
+        with _racing(lanes) as events:
+            for lane, event in events:
+                traces[lane].add(event)
+                if isinstance(event, RoundEvent) and time.perf_counter() - last_yield >= HEARTBEAT_EVERY:
+                    yield gr.skip()  # a chance for Gradio to close this handler (see `_frames`)
+                    last_yield = time.perf_counter()
+        yield export.payload(request.settings(), traces, request.gamma)
     except Exception as error:
-        raise gr.Error(_load_error(error)) from error
-    traces = {lane: Trace() for lane in LANES}
-    for lane, event in events:
-        traces[lane].add(event)
-    return export.payload(request.settings(), traces, request.gamma)
+        raise gr.Error(_message(error), print_exception=False) from None
 
 
 # --- examples ---------------------------------------------------------------------------------
@@ -501,6 +654,10 @@ So every round costs one target forward and yields between 1 and γ+1 tokens, an
 exactly the target's distribution: greedy outputs are identical to plain decoding (the badge checks
 this on every run), and sampled outputs are distributed identically.
 
+**Adaptive draft length** (the checkbox): the drafter ends a round's drafting early, before γ,
+wherever its most likely next token has probability below the threshold, so it wastes fewer
+drafts where it is unsure; verification is unchanged, so the output is exactly the same.
+
 **The numbers** (each computed from the run's events, shown beside its formula in the panel):
 
 | | formula | meaning |
@@ -514,6 +671,10 @@ this on every run), and sampled outputs are distributed identically.
 memory-bound), so the speedup approaches MBSU. On this CPU it costs about two single steps, and
 the drafter's steps are not free either, so the measured speedup is smaller than MBSU and
 needs a high acceptance rate to exceed 1.
+
+**Inputs.** An image is required (PNG, JPEG, GIF, WebP, BMP or TIFF, at most 10 MiB and 4096 × 4096
+pixels; animated GIFs use their first frame, transparency is shown on white). Questions may be up
+to 4,000 characters, and the question, image and answer must fit the model's context.
 """
 
 
@@ -541,7 +702,12 @@ def preset_html(name: str) -> str:
     preset = presets.PRESETS.get(name)
     if preset is None:
         return ""
-    available = models.availability(name)
+    try:
+        available = models.availability(name)
+    except Exception as error:  # files too damaged even to count their parameters
+        log.warning("cannot check preset %r: %s", name, error)
+        message = f"Its files could not be read ({type(error).__name__}); they may be damaged."
+        available = models.Availability(False, True, message)
     status = "ready" if available.ok else "unavailable"
     lines = [html.escape(preset.description), html.escape(preset.note)]
     lines.append(f'<span class="{status}">{"✓" if available.ok else "✗"} {html.escape(available.message)}</span>')
@@ -552,175 +718,216 @@ def _drafter_choices(preset: str) -> list[str]:
     return [s.name for s in presets.PRESETS[preset].drafters]
 
 
+def _inputs(default_preset: str, examples: list[Example]) -> SimpleNamespace:
+    """The left column (image, examples) and the settings; returns the components by name."""
+    c = SimpleNamespace()
+    drafters = _drafter_choices(default_preset)
+    with gr.Column(scale=5, min_width=300):
+        c.image = _raw_image(
+            type="filepath",
+            image_mode=None,
+            label="Image",
+            height=240,
+            sources=["upload", "clipboard"],
+            elem_id="image",
+        )
+        gr.Markdown(
+            "**Examples**: held-out scenes of the embedded world, covering every task family. Pick one.",
+            visible=bool(examples),
+            elem_id="examples-title",
+        )
+        c.gallery = gr.Gallery(
+            [(e.image, e.task.replace("_", " ")) for e in examples],
+            show_label=False,
+            columns=4,
+            height="auto",
+            allow_preview=False,
+            object_fit="contain",
+            buttons=[],
+            visible=bool(examples),
+            elem_id="examples",
+        )
+    with gr.Column(scale=7):
+        c.question = gr.Textbox(
+            label="Question",
+            lines=2,
+            max_length=validate.MAX_QUESTION_CHARS,
+            elem_id="question",
+            placeholder="Describe this image in detail.",
+        )
+        c.reference = gr.HTML(reference_html(None), js_on_load=None, elem_id="reference")
+        with gr.Row():
+            # Only the presets' own names and drafters: a request can never name a model or a path.
+            c.preset = gr.Dropdown(list(presets.PRESETS), value=default_preset, label="Model preset", elem_id="preset")
+            c.drafter = gr.Dropdown(
+                drafters, value=drafters[0] if drafters else None, label="Drafter", elem_id="drafter"
+            )
+        c.preset_info = gr.HTML(js_on_load=None, elem_id="preset-info")
+        with gr.Row():
+            c.gamma = gr.Slider(
+                *validate.GAMMA_RANGE, value=DEFAULTS["gamma"], step=1, label="γ: drafts per round", elem_id="gamma"
+            )
+            c.max_new = gr.Slider(
+                *validate.MAX_NEW_RANGE,
+                value=DEFAULTS["max_new_tokens"],
+                step=1,
+                label="Max new tokens",
+                elem_id="max-new",
+            )
+        with gr.Row():
+            c.adaptive = gr.Checkbox(False, label="Adaptive draft length", elem_id="adaptive")
+            c.threshold = gr.Slider(
+                0.05,
+                0.95,
+                value=DEFAULTS["min_confidence"],
+                step=0.05,
+                label="Stop drafting below this drafter confidence",
+                visible=False,
+                elem_id="threshold",
+            )
+        with gr.Row():
+            c.decoding = gr.Radio(["greedy", "sampling"], value="greedy", label="Decoding", elem_id="decoding")
+            c.temperature = gr.Slider(
+                0.05, 2.0, value=DEFAULTS["temperature"], step=0.05, label="Temperature", visible=False
+            )
+            c.top_p = gr.Slider(0.05, 1.0, value=DEFAULTS["top_p"], step=0.05, label="Top-p", visible=False)
+            c.seed = gr.Number(
+                DEFAULTS["seed"], precision=0, label="Seed", visible=False, minimum=0, maximum=validate.SEED_RANGE[1]
+            )
+        with gr.Row():
+            c.run = gr.Button("Run the race", variant="primary", elem_id="run", scale=3)
+            c.stop = gr.Button("Stop", variant="stop", interactive=False, elem_id="stop", scale=1)
+            c.replay = gr.Button("Replay slowly", interactive=False, elem_id="replay", scale=1)
+        gr.Markdown(TIMING, elem_id="timing")
+    return c
+
+
+def _race_view() -> SimpleNamespace:
+    """The race's outputs: outcome, both panels and their stats, charts, block view, downloads."""
+    v = SimpleNamespace()
+    empty, g = Trace(), DEFAULTS["gamma"]
+    with gr.Row(elem_id="race-head"):
+        gr.HTML(render.legend_html(), js_on_load=None, elem_id="legend")
+    v.outcome = gr.HTML(render.outcome_html(empty, empty, True, None), js_on_load=None, elem_id="outcome")
+    with gr.Row(equal_height=False):
+        with gr.Column(min_width=320):
+            v.spd_panel = gr.HTML(
+                render.panel_html(empty, "Speculative", "drafter + target", True), js_on_load=None, elem_id="spd-panel"
+            )
+            v.spd_stats = gr.HTML(render.speculative_stats_html(empty, g, None), js_on_load=None, elem_id="spd-stats")
+        with gr.Column(min_width=320):
+            v.ar_panel = gr.HTML(
+                render.panel_html(empty, "Autoregressive (target only)", "one forward per token", True),
+                js_on_load=None,
+                elem_id="ar-panel",
+            )
+            v.ar_stats = gr.HTML(render.autoregressive_stats_html(empty), js_on_load=None, elem_id="ar-stats")
+    # Empty charts at load: the browser fetches plotly.js before the first Run, not during it.
+    with gr.Row(elem_id="charts"):
+        v.race_chart = gr.Plot(charts.race(empty, empty), show_label=False, elem_id="chart-race")
+        v.tau_chart = gr.Plot(charts.block_efficiency(empty, g), show_label=False, elem_id="chart-tau")
+    with gr.Row(elem_id="charts-2"):
+        v.hist_chart = gr.Plot(charts.accept_lengths(empty, g), show_label=False, elem_id="chart-hist")
+        v.pos_chart = gr.Plot(charts.acceptance_by_position(empty, g), show_label=False, elem_id="chart-pos")
+    with gr.Accordion("Block by block: every verification round of the speculative run", open=True):
+        v.blocks = gr.HTML(render.blocks_html(empty), js_on_load=None, elem_id="blocks")
+    with gr.Row():
+        v.json_file = gr.DownloadButton("Download the trace (JSON)", interactive=False, elem_id="download-json")
+        v.csv_file = gr.DownloadButton("Download the tokens (CSV)", interactive=False, elem_id="download-csv")
+    return v
+
+
+def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: list[Example]) -> None:
+    """The events. The page's small events skip the queue, so a full queue never blocks them."""
+
+    def on_example(evt: gr.SelectData):
+        example = examples[evt.index]
+        return example.image, example.question, reference_html(example)
+
+    def on_preset(name):
+        names = _drafter_choices(name) if name in presets.PRESETS else []
+        return gr.Dropdown(choices=names, value=names[0] if names else None), preset_html(name)
+
+    def visible(on):
+        return gr.update(visible=bool(on))
+
+    small = {"api_visibility": "private", "queue": False}
+    c.gallery.select(on_example, None, [c.image, c.question, c.reference], **small)
+    c.image.upload(lambda: reference_html(None), None, c.reference, **small)
+    c.preset.change(on_preset, c.preset, [c.drafter, c.preset_info], **small)
+    demo.load(preset_html, c.preset, c.preset_info, **small)
+    c.decoding.change(lambda d: [visible(d == "sampling")] * 3, c.decoding, [c.temperature, c.top_p, c.seed], **small)
+    c.adaptive.change(visible, c.adaptive, c.threshold, **small)
+
+    last = gr.State(None)  # the last race: (request, facts, its events in order), for the replay
+    outputs = [
+        *(v.spd_panel, v.spd_stats, v.ar_panel, v.ar_stats, v.outcome, v.blocks),
+        *(v.race_chart, v.tau_chart, v.hist_chart, v.pos_chart),
+        *(v.json_file, v.csv_file, c.run, c.replay, c.stop, last),
+    ]
+    settings = [c.question, c.preset, c.drafter, c.gamma]
+    sampling = [c.temperature, c.top_p, c.seed, c.max_new]
+    decode = {"concurrency_limit": 1, "concurrency_id": "decode", "preprocess": False}
+    racing = c.run.click(
+        GPU(run_race),
+        [c.image, *settings, c.decoding, *sampling, c.adaptive, c.threshold],
+        outputs,
+        api_name="race",
+        show_progress="hidden",
+        **decode,
+    )
+    replaying = c.replay.click(
+        replay_race, last, outputs, api_visibility="private", show_progress="hidden", concurrency_limit=8
+    )  # replays mostly sleep
+    c.stop.click(stop_race, None, outputs, cancels=[racing, replaying], **small)
+
+    greedy = gr.Checkbox(True, visible=False)
+    min_confidence = gr.Number(0.0, visible=False)
+    trace_out = gr.JSON(visible=False)
+    gr.Button(visible=False).click(
+        GPU(trace_api),
+        [c.image, *settings, greedy, *sampling, min_confidence],
+        trace_out,
+        api_name="trace",
+        **decode,
+    )
+
+
 def build_demo(default_preset: str = presets.DEFAULT_PRESET, examples_dir: Path = EXAMPLES_DIR) -> gr.Blocks:
     """The page. Offers the presets of `presets.PRESETS` and the examples in `examples_dir`."""
-    preset_names = list(presets.PRESETS)
-    drafters = _drafter_choices(default_preset)
     examples = load_examples(examples_dir)
-    empty, g = Trace(), DEFAULTS["gamma"]
     with gr.Blocks(title="Speculative decoding, live") as demo:
         gr.HTML(_header(), js_on_load=None)
         with gr.Row(equal_height=False):
-            with gr.Column(scale=5, min_width=300):
-                image = gr.Image(
-                    type="pil", label="Image", height=240, sources=["upload", "clipboard"], elem_id="image"
-                )
-                gr.Markdown(
-                    "**Examples**: held-out scenes of the embedded world, covering every task family. Pick one.",
-                    visible=bool(examples),
-                    elem_id="examples-title",
-                )
-                gallery = gr.Gallery(
-                    [(e.image, e.task.replace("_", " ")) for e in examples],
-                    show_label=False,
-                    columns=4,
-                    height="auto",
-                    allow_preview=False,
-                    object_fit="contain",
-                    buttons=[],
-                    visible=bool(examples),
-                    elem_id="examples",
-                )
-            with gr.Column(scale=7):
-                question = gr.Textbox(
-                    label="Question", lines=2, elem_id="question", placeholder="Describe this image in detail."
-                )
-                reference = gr.HTML(reference_html(None), js_on_load=None, elem_id="reference")
-                with gr.Row():
-                    # Custom values pass through to parse_request, which names the known ones.
-                    preset = gr.Dropdown(
-                        preset_names, value=default_preset, label="Model preset", elem_id="preset", allow_custom_value=True
-                    )
-                    drafter = gr.Dropdown(
-                        drafters,
-                        value=drafters[0] if drafters else None,
-                        label="Drafter",
-                        elem_id="drafter",
-                        allow_custom_value=True,
-                    )
-                preset_info = gr.HTML(js_on_load=None, elem_id="preset-info")
-                with gr.Row():
-                    gamma = gr.Slider(*GAMMA_RANGE, value=g, step=1, label="γ: drafts per round", elem_id="gamma")
-                    max_new = gr.Slider(
-                        *MAX_NEW_RANGE,
-                        value=DEFAULTS["max_new_tokens"],
-                        step=1,
-                        label="Max new tokens",
-                        elem_id="max-new",
-                    )
-                with gr.Row():
-                    decoding = gr.Radio(["greedy", "sampling"], value="greedy", label="Decoding", elem_id="decoding")
-                    temperature = gr.Slider(
-                        0.05, 2.0, value=DEFAULTS["temperature"], step=0.05, label="Temperature", visible=False
-                    )
-                    top_p = gr.Slider(0.05, 1.0, value=DEFAULTS["top_p"], step=0.05, label="Top-p", visible=False)
-                    seed = gr.Number(DEFAULTS["seed"], precision=0, label="Seed", visible=False, minimum=0)
-                with gr.Row():
-                    run = gr.Button("Run the race", variant="primary", elem_id="run", scale=3)
-                    replay = gr.Button("Replay slowly", interactive=False, elem_id="replay", scale=1)
-                gr.Markdown(TIMING, elem_id="timing")
-        with gr.Row(elem_id="race-head"):
-            gr.HTML(render.legend_html(), js_on_load=None, elem_id="legend")
-        outcome = gr.HTML(render.outcome_html(empty, empty, True, None), js_on_load=None, elem_id="outcome")
-        with gr.Row(equal_height=False):
-            with gr.Column(min_width=320):
-                spd_panel = gr.HTML(
-                    render.panel_html(empty, "Speculative", "drafter + target", True),
-                    js_on_load=None,
-                    elem_id="spd-panel",
-                )
-                spd_stats = gr.HTML(render.speculative_stats_html(empty, g, None), js_on_load=None, elem_id="spd-stats")
-            with gr.Column(min_width=320):
-                ar_panel = gr.HTML(
-                    render.panel_html(empty, "Autoregressive (target only)", "one forward per token", True),
-                    js_on_load=None,
-                    elem_id="ar-panel",
-                )
-                ar_stats = gr.HTML(render.autoregressive_stats_html(empty), js_on_load=None, elem_id="ar-stats")
-        # Empty charts at load: the browser fetches plotly.js before the first Run, not during it.
-        with gr.Row(elem_id="charts"):
-            race_chart = gr.Plot(charts.race(empty, empty), show_label=False, elem_id="chart-race")
-            tau_chart = gr.Plot(charts.block_efficiency(empty, g), show_label=False, elem_id="chart-tau")
-        with gr.Row(elem_id="charts-2"):
-            hist_chart = gr.Plot(charts.accept_lengths(empty, g), show_label=False, elem_id="chart-hist")
-            pos_chart = gr.Plot(charts.acceptance_by_position(empty, g), show_label=False, elem_id="chart-pos")
-        with gr.Accordion("Block by block: every verification round of the speculative run", open=True):
-            blocks = gr.HTML(render.blocks_html(empty), js_on_load=None, elem_id="blocks")
-        with gr.Row():
-            json_file = gr.DownloadButton("Download the trace (JSON)", interactive=False, elem_id="download-json")
-            csv_file = gr.DownloadButton("Download the tokens (CSV)", interactive=False, elem_id="download-csv")
+            controls = _inputs(default_preset, examples)
+        view = _race_view()
         with gr.Accordion("How it works", open=False, elem_id="how"):
             gr.Markdown(HOW_IT_WORKS)
-        greedy = gr.Checkbox(True, visible=False)
-        trace_out = gr.JSON(visible=False)
-        trace_button = gr.Button(visible=False)
-
-        def on_example(evt: gr.SelectData):
-            example = examples[evt.index]
-            return example.image, example.question, reference_html(example)
-
-        def on_preset(name):
-            names = _drafter_choices(name) if name in presets.PRESETS else []
-            return gr.Dropdown(choices=names, value=names[0] if names else None), preset_html(name)
-
-        gallery.select(on_example, None, [image, question, reference], api_visibility="private")
-        image.upload(lambda: reference_html(None), None, reference, api_visibility="private")
-        preset.change(on_preset, preset, [drafter, preset_info], api_visibility="private")
-        demo.load(preset_html, preset, preset_info, api_visibility="private")
-        decoding.change(
-            lambda d: [gr.update(visible=d == "sampling")] * 3,
-            decoding,
-            [temperature, top_p, seed],
-            api_visibility="private",
-        )
-        inputs = [image, question, preset, drafter, gamma, decoding, temperature, top_p, seed, max_new]
-        last = gr.State(None)  # the last race: (request, facts, its events in order), for the replay
-        outputs = [
-            spd_panel,
-            spd_stats,
-            ar_panel,
-            ar_stats,
-            outcome,
-            blocks,
-            race_chart,
-            tau_chart,
-            hist_chart,
-            pos_chart,
-            json_file,
-            csv_file,
-            run,
-            replay,
-            last,
-        ]
-        run.click(
-            GPU(run_race),
-            inputs,
-            outputs,
-            api_name="race",
-            show_progress="hidden",
-            concurrency_limit=1,
-            concurrency_id="decode",
-        )
-        replay.click(
-            replay_race, last, outputs, api_visibility="private", show_progress="hidden", concurrency_limit=8
-        )  # replays mostly sleep
-        trace_button.click(
-            GPU(trace_api),
-            [image, question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new],
-            trace_out,
-            api_name="trace",
-            concurrency_limit=1,
-            concurrency_id="decode",
-        )
+        _wire(demo, controls, view, examples)
     return demo
 
 
-def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, **kwargs):
-    """Launch with the page's theme and CSS, then warm preset `warm` up in a background thread
-    (None warms nothing). Returns what `Blocks.launch` returns; pass prevent_thread_lock=True to
-    get control back."""
+def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_size: int = QUEUE_SIZE, **kwargs):
+    """Serve the page, then warm preset `warm` up in a background thread (None warms nothing).
+
+    Defaults a caller may override through kwargs: listen on 127.0.0.1 (or $GRADIO_SERVER_NAME),
+    no share link. Always: at most `queue_size` requests waiting, uploads up to
+    `validate.MAX_FILE_BYTES`, no Python errors shown to users (show_error=False), the page's
+    theme and CSS. Returns what `Blocks.launch` returns; pass prevent_thread_lock=True to get
+    control back.
+    """
     block = not kwargs.pop("prevent_thread_lock", False)
-    result = demo.launch(prevent_thread_lock=True, css=CSS, theme=THEME, **kwargs)
+    kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
+    kwargs.setdefault("share", False)
+    demo.queue(max_size=queue_size, default_concurrency_limit=1)
+    result = demo.launch(
+        prevent_thread_lock=True,
+        css=CSS,
+        theme=THEME,
+        max_file_size=validate.MAX_FILE_BYTES,
+        show_error=False,
+        **kwargs,
+    )
     if warm:
         threading.Thread(target=warm_up, args=(warm,), name="warm-up", daemon=True).start()
     if block:
