@@ -210,13 +210,11 @@ def open_image(path: str | Path) -> tuple[Image.Image, list[str]]:
         except InvalidInput:
             raise
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
-            raise InvalidInput(
-                f"The image is too large to decode safely; the limit is {MAX_PIXELS / 1e6:.1f} megapixels (4096 x 4096)."
-            ) from error
+            limit = f"{MAX_PIXELS / 1e6:.1f} megapixels (4096 x 4096)"
+            raise InvalidInput(f"The image is too large to decode safely; the limit is {limit}.") from error
         except Image.UnidentifiedImageError as error:
-            raise InvalidInput(
-                f"That file is not an image this demo can read. Upload a {', '.join(FORMATS[:-1])} or {FORMATS[-1]} file."
-            ) from error
+            kinds = f"{', '.join(FORMATS[:-1])} or {FORMATS[-1]}"
+            raise InvalidInput(f"That file is not an image this demo can read. Upload a {kinds} file.") from error
         except (OSError, ValueError, SyntaxError, EOFError, MemoryError) as error:  # what damaged files raise
             raise InvalidInput(
                 f"The image file is damaged or truncated and cannot be decoded ({type(error).__name__})."

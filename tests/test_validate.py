@@ -14,7 +14,9 @@ from demo import validate
 from demo.presets import DrafterSpec, Preset
 from demo.validate import InvalidInput
 
-PRESETS = {"p": Preset("p", "target", (DrafterSpec("text-only", "text-only", "d"), DrafterSpec("aware", "image-aware", "d")))}
+PRESETS = {
+    "p": Preset("p", "target", (DrafterSpec("text-only", "text-only", "d"), DrafterSpec("aware", "image-aware", "d")))
+}
 VALID = dict(
     question_text="What is this?",
     preset="p",
@@ -82,7 +84,10 @@ def test_a_valid_request_keeps_its_values_and_settings_record_them():
         ({"seed": -1}, "seed must be a whole number from 0 to 4294967295; got -1."),
         ({"seed": 2**32}, "seed must be a whole number from 0 to 4294967295; got 4294967296."),
         ({"seed": {"a": 1}}, "seed must be a whole number from 0 to 4294967295; got {'a': 1}."),
-        ({"min_confidence": 1.5}, "min confidence (adaptive draft length; 0 = off) must be a number in [0, 1]; got 1.5."),
+        (
+            {"min_confidence": 1.5},
+            "min confidence (adaptive draft length; 0 = off) must be a number in [0, 1]; got 1.5.",
+        ),
     ],
 )
 def test_bad_settings_are_refused_with_the_valid_range(change, message):
