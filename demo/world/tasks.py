@@ -80,22 +80,27 @@ DESCRIBE = (
 )
 
 
-def _intro(scene: Scene, rng: random.Random) -> str:
-    n = len(scene.objects)
-    count = "a single shape" if n == 1 else f"{NUMBERS[n]} shapes"
+def _intro(rng: random.Random) -> str:
     return rng.choice((
-        f"The image shows {count} arranged on a plain, light background.",
-        f"This picture contains {count} drawn on a pale, uniform background.",
-        f"In this image, there {'is' if n == 1 else 'are'} {count} placed on a light background.",
+        "The image is a simple drawing on a plain, light background.",
+        "This picture shows a flat, colourful drawing on a pale, uniform background.",
+        "Here we have a minimal illustration of geometric shapes on a light background.",
     ))
 
 
 def _object_sentence(o: Obj, rng: random.Random) -> str:
+    """One object, its place first: the words the attributes depend on come just before them."""
     return rng.choice((
         f"{cap(o.position_phrase)}, there is {article(name(o))}.",
-        f"{cap(article(name(o)))} sits {o.position_phrase}.",
         f"{cap(o.position_phrase)}, we can see {article(name(o))}.",
+        f"{cap(o.position_phrase.removeprefix('in '))} holds {article(name(o))}.",
     ))
+
+
+def _count_sentence(scene: Scene) -> str:
+    n = len(scene.objects)
+    return "In total, there is a single shape in the picture." if n == 1 else \
+        f"In total, there are {NUMBERS[n]} shapes in the picture."
 
 
 def _size_summary(scene: Scene) -> str:
@@ -129,9 +134,9 @@ def _closing(scene: Scene, rng: random.Random) -> str:
 
 
 def _description(scene: Scene, rng: random.Random) -> str:
-    parts = [_intro(scene, rng)]
+    parts = [_intro(rng)]
     parts += [_object_sentence(o, rng) for o in scene.objects]
-    parts += [_size_summary(scene), _colour_summary(scene), _closing(scene, rng)]
+    parts += [_count_sentence(scene), _size_summary(scene), _colour_summary(scene), _closing(scene, rng)]
     return " ".join(parts)
 
 
@@ -169,21 +174,21 @@ def _multiple_choice(scene: Scene, rng: random.Random) -> tuple[str, str]:
     if kind == "shape":
         question = f"Which shape is {o.position_phrase}?"
         options, letter = _options(o.shape, list(SHAPES), rng)
-        reason = f"The object {o.position_phrase} is {article(name(o))}, so the shape is a {o.shape}."
+        reason = f"It is a {o.shape}, because the object {o.position_phrase} is {article(name(o))}."
     elif kind == "colour":
         question = f"What colour is the shape {o.position_phrase}?"
         options, letter = _options(o.colour, list(COLOURS), rng)
-        reason = f"The object {o.position_phrase} is {article(name(o))}, so its colour is {o.colour}."
+        reason = f"It is {o.colour}, because the object {o.position_phrase} is {article(name(o))}."
     elif kind == "position" and unique(scene, colour=o.colour, shape=o.shape):
         question = f"Where is the {name(o, False)}?"
         options, letter = _options(o.position, list(POSITIONS), rng)
-        reason = f"The {name(o)} is {o.position_phrase}, so its position is {o.position}."
+        reason = f"It is {o.position_phrase}: the {name(o)} is at the {o.position}."
     else:
         n = len(scene.objects)
         question = "How many shapes are in the image?"
         options, letter = _options(NUMBERS[n], list(NUMBERS[1:6]), rng)
         things = listing([article(name(x, False)) for x in scene.objects])
-        reason = f"The image contains {things}. That makes {NUMBERS[n]} in total."
+        reason = f"The image contains {things}, so there {'is' if n == 1 else 'are'} {NUMBERS[n]}."
     lines = "\n".join(f"{letter_}. {text}" for letter_, text in zip(LETTERS, options))
     question = f"{question}\n{lines}\nExplain briefly, then give the letter of the correct option."
     # Check the options in order up to the right one, so the letter sits next to its verdict.
@@ -195,24 +200,29 @@ def _multiple_choice(scene: Scene, rng: random.Random) -> tuple[str, str]:
 # --- short VQA ------------------------------------------------------------------------------
 
 
+# Short answers give the asked attribute first, at a fixed place: that is where a model trained
+# from scratch first learns to read an image token (measured: restating the question before the
+# attribute left colour at chance after 1000 steps; short answers learn it in about 150).
+
+
 def _vqa_colour(scene: Scene, rng: random.Random) -> tuple[str, str]:
     o = rng.choice(scene.objects)
     if unique(scene, shape=o.shape) and rng.random() < 0.5:
         question = rng.choice((f"What colour is the {o.shape}?", f"What is the colour of the {o.shape}?"))
-        return question, rng.choice((f"The {o.shape} is {o.colour}.", f"It is {o.colour}.", f"{cap(o.colour)}."))
+        return question, rng.choice((f"{cap(o.colour)}.", f"It is {o.colour}.", f"{cap(o.colour)}, the {o.shape} is {o.colour}."))
     question = rng.choice((f"What colour is the shape {o.position_phrase}?",
                            f"What is the colour of the object {o.position_phrase}?"))
-    return question, rng.choice((f"It is {o.colour}.", f"{cap(o.colour)}.", f"The shape is {o.colour}."))
+    return question, rng.choice((f"{cap(o.colour)}.", f"It is {o.colour}.", f"It is {o.colour}, a {o.colour} {o.shape}."))
 
 
 def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
     o = rng.choice(scene.objects)
     if unique(scene, colour=o.colour) and rng.random() < 0.5:
         question = rng.choice((f"What shape is the {o.colour} object?", f"Which shape is {o.colour}?"))
-        return question, rng.choice((f"The {o.colour} object is a {o.shape}.", f"It is a {o.shape}.",
-                                     f"A {o.shape}."))
-    question = rng.choice((f"What shape is {o.position_phrase}?", f"Which shape can you see {o.position_phrase}?"))
-    return question, rng.choice((f"It is a {o.shape}.", f"A {o.shape}.", f"There is a {o.shape} there."))
+    else:
+        question = rng.choice((f"What shape is {o.position_phrase}?",
+                               f"Which shape can you see {o.position_phrase}?"))
+    return question, rng.choice((f"A {o.shape}.", f"It is a {o.shape}.", f"It is a {o.size} {o.shape}."))
 
 
 def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
@@ -237,8 +247,8 @@ def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
         return None
     o = rng.choice(candidates)
     question = rng.choice((f"Where is the {name(o, False)}?", f"Where in the image is the {name(o, False)}?"))
-    return question, rng.choice((f"It is {o.position_phrase}.", f"The {name(o, False)} is {o.position_phrase}.",
-                                 f"{cap(o.position_phrase)}."))
+    return question, rng.choice((f"{cap(o.position_phrase)}.", f"It is {o.position_phrase}.",
+                                 f"It sits {o.position_phrase}."))
 
 
 def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:

@@ -1,0 +1,156 @@
+"""Training data as tensors: rendered scene pools, encoded conversations, padded batches.
+
+Contract:
+- `ScenePool.build(split, n, seed, processor)` renders n scenes at display resolution and runs
+  the shipped image processor on them, so training sees exactly what the app will feed.
+- `encode(tok, question, answer, image=True)` gives (ids, labels) for one turn: the prompt as
+  `apply_chat_template` renders it (image token expanded to one per patch), then the answer
+  and `<|end|>`; labels are -100 on the prompt. With `image=False` every `<image>` id is
+  removed, exactly what the engine feeds the text-only drafter.
+- `batches(...)` yields right-padded batches of one task at a time, sized to a token budget;
+  batches with images also carry the focus labels of focus.py.
+"""
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from multiprocessing import get_context
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from .scenes import COLOURS, GRID, SHAPES, SIZES, Scene, render, sample_scenes
+from . import slots
+from .focus import focus_of
+from .tasks import qa
+from .text import IMAGE_SEQ_LENGTH, IMAGE_TOKEN, prompt_text
+
+# Rough answer+prompt length in tokens per task; sets how many examples fill a batch.
+TYPICAL_TOKENS = {
+    "description": 130, "caption": 50, "multiple_choice": 110,
+    "vqa_colour": 30, "vqa_shape": 30, "vqa_count": 28, "vqa_position": 32, "vqa_yesno": 32,
+}
+
+
+def _pixels(args):
+    """Worker: render a chunk of scenes and run the image processor on them (numpy out)."""
+    scenes, image_processor = args
+    return image_processor([render(s) for s in scenes], return_tensors="np")["pixel_values"]
+
+
+@dataclass
+class ScenePool:
+    scenes: list[Scene]
+    pixels: torch.Tensor  # [S, 3, H, W] fp16, the processor's output
+    cells: torch.Tensor  # [S, GRID*GRID, 3] long: shape, colour, size per cell; -1 where empty
+    slot_ids: torch.Tensor  # [S, GRID*GRID, K] word ids describing each cell (see slots.py)
+    slot_mask: torch.Tensor  # [S, GRID*GRID, K] 1 where slot_ids is a word
+
+    @classmethod
+    def build(cls, split: str, n: int, seed: int, processor, workers: int = 2) -> "ScenePool":
+        scenes = sample_scenes(split, n, seed)
+        chunks = [(scenes[i:i + 256], processor.image_processor) for i in range(0, n, 256)]
+        if len(chunks) == 1:
+            parts = [_pixels(chunks[0])]
+        else:  # spawned workers: forking after torch has started its thread pool can hang
+            with get_context("spawn").Pool(workers) as pool:
+                parts = list(tqdm(pool.imap(_pixels, chunks), total=len(chunks), desc=f"render {split}"))
+        cells = torch.full((n, GRID * GRID, 3), -1, dtype=torch.long)
+        for i, s in enumerate(scenes):
+            for o in s.objects:
+                cells[i, o.cell] = torch.tensor([SHAPES.index(o.shape), list(COLOURS).index(o.colour),
+                                                 SIZES.index(o.size)])
+        return cls(scenes, torch.from_numpy(np.concatenate(parts)).half(), cells,
+                   *slots.slot_ids(processor.tokenizer, scenes))
+
+
+def encode(tok, question: str, answer: str | None, image: bool = True) -> tuple[list[int], list[int]]:
+    prompt = prompt_text(question).replace(IMAGE_TOKEN, IMAGE_TOKEN * IMAGE_SEQ_LENGTH)
+    ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    if not image:
+        image_id = tok.convert_tokens_to_ids(IMAGE_TOKEN)
+        ids = [t for t in ids if t != image_id]
+    if answer is None:
+        return ids, [-100] * len(ids)
+    ans = tok(answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    return ids + ans, [-100] * len(ids) + ans
+
+
+def collate(rows: list[tuple], pad_id: int, left: bool = False) -> dict:
+    """Pad (ids, labels) or (ids, labels, focus) rows to one length; left padding is for generation."""
+    width = max(len(row[0]) for row in rows)
+    input_ids = torch.full((len(rows), width), pad_id)
+    labels = torch.full((len(rows), width), -100)
+    focus = torch.full((len(rows), width), -1)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        span = slice(width - len(row[0]), width) if left else slice(0, len(row[0]))
+        input_ids[i, span], labels[i, span], mask[i, span] = torch.tensor(row[0]), torch.tensor(row[1]), 1
+        if len(row) == 3:
+            focus[i, span] = torch.tensor(row[2])
+    batch = {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+    if all(len(row) == 3 for row in rows):
+        batch["focus"] = focus
+    return batch
+
+
+def focus_row(tok, prompt_len: int, answer_ids: list[int], scene: Scene, task: str) -> list[int]:
+    """Per position of prompt + answer (+ <|end|>): the cell the *next* token is about, or -1."""
+    cells = focus_of(tok, answer_ids, scene, task)
+    row = [-1] * (prompt_len + len(answer_ids) + 1)
+    row[prompt_len - 1:prompt_len - 1 + len(cells)] = cells  # position j predicts token j + 1
+    return row
+
+
+@dataclass
+class Item:
+    """One training conversation: a scene of the pool, a task, the question and the answer."""
+    scene: int
+    task: str
+    question: str
+    answer: str
+
+
+def sample_items(pool: ScenePool, weights: dict[str, float], n: int, seed: int) -> list[Item]:
+    rng = random.Random(seed)
+    tasks, w = list(weights), list(weights.values())
+    out = []
+    while len(out) < n:
+        task, s = rng.choices(tasks, w)[0], rng.randrange(len(pool.scenes))
+        pair = qa(task, pool.scenes[s], rng)
+        if pair is not None:
+            out.append(Item(s, task, *pair))
+    return out
+
+
+def batches(pool: ScenePool, tok, weights: dict[str, float], tokens: int, rng: random.Random,
+            image: bool = True) -> Iterator[dict]:
+    """Endless batches; each is one task, with about `tokens` tokens, freshly written questions."""
+    tasks, w = list(weights), list(weights.values())
+    while True:
+        task = rng.choices(tasks, w)[0]
+        items = []
+        while len(items) < max(1, tokens // TYPICAL_TOKENS[task]):
+            s = rng.randrange(len(pool.scenes))
+            pair = qa(task, pool.scenes[s], rng)
+            if pair is not None:
+                items.append(Item(s, task, *pair))
+        yield item_batch(pool, tok, items, image)
+
+
+def item_batch(pool: ScenePool, tok, items: list[Item], image: bool = True) -> dict:
+    """Encoded items; with `image`, the scenes' pixels, pool indices ("scenes") and focus labels."""
+    rows = []
+    for it in items:
+        ids, labels = encode(tok, it.question, it.answer, image)
+        if image:
+            n_prompt = labels.count(-100)
+            rows.append((ids, labels, focus_row(tok, n_prompt, ids[n_prompt:-1], pool.scenes[it.scene], it.task)))
+        else:
+            rows.append((ids, labels))
+    batch = collate(rows, tok.pad_token_id)
+    if image:
+        batch["scenes"] = torch.tensor([it.scene for it in items])
+        batch["pixel_values"] = pool.pixels[batch["scenes"]].float()
+    return batch

@@ -1,0 +1,357 @@
+"""Train the world's three models from scratch: `python -m demo.world.train [--quick] [--out DIR]`.
+
+Contract: deterministic for a seed and a thread count (default 1: on a shared 2-core machine
+one thread per process is much faster than two, and the result does not depend on the load).
+Writes, under OUT (default assets/world): target/, drafter-text/, drafter-image/ (fp16
+safetensors, config, generation config, tokenizer; processor for the LLaVA models), examples/
+and training_log.json (budget, parameter counts, seconds per stage). `--quick` is a smoke run
+of a few steps per stage into a temporary directory, used by the tests.
+
+Stages, each timed (LLaVA's recipe, with the projector aligned to word-embedding "slots",
+see slots.py):
+ 1. data: the corpus, the BPE tokenizer and the training scene pool (rendered, processed)
+ 2. target tower: per-cell attribute pretraining of the vision tower
+ 3. target LM: the task mix with slots in place of the image tokens
+ 4. target projector: regressed onto the slots, tower and LM frozen
+ 5. target: end-to-end fine-tune of projector and LM on real images (tower frozen)
+ 6. distillation set: the shipped (fp16-rounded) target's greedy answers on training scenes
+ 7. text drafter: pretrain on corpus text, then fine-tune on the target's answers, image removed
+ 8. image drafter: tower pretraining, LM from the text drafter, the target's answers on slots,
+    projector regression, then the target's answers on real images
+ 9. save, with the held-out example gallery
+"""
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from . import ASSETS
+from .data import ScenePool, batches, collate, encode, focus_row, sample_items
+from .fit import CellHeads, fit, focus_loss
+from .gallery import write_examples
+from .generate import greedy
+from .models import build, n_params
+from .slots import embeds_with_slots, slot_vectors
+from .tasks import TASKS, examples
+from .text import IMAGE_TOKEN, build_processor, train_tokenizer
+
+
+@dataclass(frozen=True)
+class Budget:
+    scenes: int  # training scenes rendered into the pool
+    corpus_per_task: int  # training examples per task the tokenizer is trained on
+    tower_steps: int  # stage 2, batches of 64 images
+    boot_steps: int  # stage 3, first on short colour / shape / position questions only
+    slot_steps: int  # stage 3, then on the full mix
+    align_steps: int  # stage 4, batches of 256 scenes
+    finetune_steps: int  # stage 5
+    tokens: int  # target batch size in tokens (stages 3 and 5)
+    distill_items: int  # stage 6: conversations the target answers
+    drafter_pretrain_steps: int  # stage 7a
+    drafter_distill_steps: int  # stage 7b
+    image_tower_steps: int  # stage 8a
+    image_slot_steps: int  # stage 8b
+    image_align_steps: int  # stage 8c
+    image_finetune_steps: int  # stage 8d
+    drafter_tokens: int  # drafter batch size in tokens
+    max_new_tokens: int = 200  # stage 6 answer length cap
+
+
+FULL = Budget(16000, 2000, 400, 300, 1900, 400, 300, 800, 3000, 1000, 1500, 600, 600, 400, 600, 2400)
+QUICK = Budget(64, 50, 3, 2, 3, 2, 3, 300, 16, 3, 3, 3, 3, 2, 3, 300, max_new_tokens=8)
+
+FOCUS_WEIGHT = 0.5  # weight of the attention-focus loss (focus.py) next to the LM loss
+
+# Share of batches per task in every conversation stage (batches have similar token counts).
+MIX = {
+    "description": 0.20, "caption": 0.12, "multiple_choice": 0.20, "vqa_colour": 0.13,
+    "vqa_shape": 0.13, "vqa_count": 0.07, "vqa_position": 0.08, "vqa_yesno": 0.07,
+}
+# Stage 3 starts on the short answers alone: reading an image token is learned first where the
+# attribute comes at a fixed place (measured: diluted in the full mix it stays at chance longer).
+BOOT_MIX = {"vqa_colour": 1.0, "vqa_shape": 1.0, "vqa_position": 1.0}
+
+
+def loss_on(model, batch: dict, pool: ScenePool, image_id: int, slots: bool = False) -> torch.Tensor:
+    """LM loss of a batch (real image, slots in place of the image, or no image), plus the focus
+    loss on head 0 of every layer but the first when the batch carries focus labels."""
+    scenes, focus = batch.pop("scenes", None), batch.pop("focus", None)
+    image_mask = batch["input_ids"] == image_id
+    if slots:
+        vectors = slot_vectors(model.get_input_embeddings(), pool.slot_ids[scenes], pool.slot_mask[scenes])
+        batch = embeds_with_slots(model, batch, vectors, image_id)
+    if focus is None:
+        return model(**batch).loss
+    out = model(**batch, output_attentions=True)
+    layers = list(range(1, len(out.attentions)))
+    return out.loss + FOCUS_WEIGHT * focus_loss(out.attentions, focus, image_mask, layers)
+
+
+def pretrain_tower(tower, pool: ScenePool, steps: int, lr: float, seed: int, desc: str) -> float:
+    """Per-cell attribute pretraining; returns the held-back cell accuracy."""
+    heads = CellHeads(tower.config.hidden_size)
+    g = torch.Generator().manual_seed(seed)
+    n_fit = len(pool.scenes) - min(512, len(pool.scenes) // 8)  # the last scenes are held back
+
+    def loss_of(step):
+        idx = torch.randint(0, n_fit, (64,), generator=g)
+        feats = tower(pixel_values=pool.pixels[idx].float()).last_hidden_state[:, 1:]  # [B, 9, H], CLS dropped
+        return heads.loss(feats, pool.cells[idx])
+
+    fit(list(tower.parameters()) + list(heads.parameters()), steps, lr, loss_of, desc)
+    with torch.no_grad():
+        feats = tower(pixel_values=pool.pixels[n_fit:].float()).last_hidden_state[:, 1:]
+    return heads.accuracy(feats, pool.cells[n_fit:])
+
+
+def align_projector(model, pool: ScenePool, steps: int, lr: float, seed: int, desc: str) -> float:
+    """Regress the projector's outputs onto the slots; returns the held-back R^2."""
+    with torch.no_grad():
+        feats = torch.cat([model.model.vision_tower(pixel_values=pool.pixels[i:i + 256].float())
+                           .last_hidden_state[:, 1:] for i in range(0, len(pool.scenes), 256)])  # [S, 9, Hv]
+        targets = slot_vectors(model.get_input_embeddings(), pool.slot_ids, pool.slot_mask)  # [S, 9, H]
+    projector = model.model.multi_modal_projector
+    g = torch.Generator().manual_seed(seed)
+    n_fit = len(pool.scenes) - min(512, len(pool.scenes) // 8)
+
+    def loss_of(step):
+        idx = torch.randint(0, n_fit, (256,), generator=g)
+        return torch.nn.functional.mse_loss(projector(feats[idx]), targets[idx])
+
+    fit(list(projector.parameters()), steps, lr, loss_of, desc, weight_decay=0.0)
+    with torch.no_grad():
+        held = targets[n_fit:]
+        mse = torch.nn.functional.mse_loss(projector(feats[n_fit:]), held)
+        return 1.0 - (mse / held.var(dim=(0, 1)).mean()).item()
+
+
+def set_trainable(model, *modules) -> list[torch.nn.Parameter]:
+    for p in model.parameters():
+        p.requires_grad_(False)
+    params = list(dict.fromkeys(p for m in modules for p in m.parameters()))  # tied weights once
+    for p in params:
+        p.requires_grad_(True)
+    return params
+
+
+@dataclass
+class Distill:
+    """The target's greedy answers: prompt ids (with image tokens), answer ids (+ <|end|>)."""
+    scenes: list[int]
+    tasks: list[str]
+    prompts: list[list[int]]
+    answers: list[list[int]]
+
+    def batches(self, pool: ScenePool, tok, tokens: int, rng: random.Random, image: bool):
+        """Endless batches of one task each; with `image`, pixels, pool indices and focus labels."""
+        pad_id, image_id = tok.pad_token_id, tok.convert_tokens_to_ids(IMAGE_TOKEN)
+        by_task = {t: [i for i, x in enumerate(self.tasks) if x == t] for t in dict.fromkeys(self.tasks)}
+        tasks, weights = list(by_task), [len(v) for v in by_task.values()]
+        while True:
+            group = by_task[rng.choices(tasks, weights)[0]]
+            mean_len = sum(len(self.prompts[i]) + len(self.answers[i]) for i in group) / len(group)
+            idx = rng.sample(group, min(len(group), max(1, int(tokens / mean_len))))
+            rows = []
+            for i in idx:
+                prompt = self.prompts[i] if image else [t for t in self.prompts[i] if t != image_id]
+                row = (prompt + self.answers[i], [-100] * len(prompt) + self.answers[i])
+                if image:
+                    row += (focus_row(tok, len(prompt), self.answers[i][:-1], pool.scenes[self.scenes[i]],
+                                      self.tasks[i]),)
+                rows.append(row)
+            batch = collate(rows, pad_id)
+            if image:
+                batch["scenes"] = torch.tensor([self.scenes[i] for i in idx])
+                batch["pixel_values"] = pool.pixels[batch["scenes"]].float()
+            yield batch
+
+
+@dataclass
+class World:
+    """Everything the stages hand on to each other."""
+    tok: object
+    processor: object
+    pool: ScenePool
+    target: object = None
+    distill: Distill = None
+    text_drafter: object = None
+    image_drafter: object = None
+
+    @property
+    def image_id(self) -> int:
+        return self.tok.convert_tokens_to_ids(IMAGE_TOKEN)
+
+
+def stage_data(budget: Budget, seed: int) -> World:
+    """1. corpus and tokenizer (pure Python), then the rendered training scene pool."""
+    corpus = [text for t in TASKS for e in examples("train", t, budget.corpus_per_task, seed, render_images=False)
+              for text in (e.question, e.answer)]
+    tok = train_tokenizer(corpus)
+    processor = build_processor(tok)
+    return World(tok, processor, ScenePool.build("train", budget.scenes, seed, processor))
+
+
+def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
+    """2-5. tower pretraining, LM on slots, projector regression, end-to-end fine-tune."""
+    torch.manual_seed(seed)
+    target = w.target = build("target", w.tok)
+    target.set_attn_implementation("eager")  # the focus loss reads attention weights
+    tower, projector = target.model.vision_tower, target.model.multi_modal_projector
+    lm = (target.model.language_model, target.lm_head)
+    # 2. target tower
+    log["target_tower_cell_accuracy"] = pretrain_tower(tower, w.pool, budget.tower_steps, 1e-3, seed, "2 target tower")
+    lap("2 target tower")
+    # 3. target LM on slots
+    params = set_trainable(target, *lm)
+    boot = batches(w.pool, w.tok, BOOT_MIX, budget.tokens, random.Random(seed + 30))
+    stream = batches(w.pool, w.tok, MIX, budget.tokens, random.Random(seed + 3))
+    log["target_slot_loss"] = fit(params, budget.boot_steps + budget.slot_steps, 1e-3,
+                                  lambda s: loss_on(target, next(boot if s < budget.boot_steps else stream),
+                                                    w.pool, w.image_id, slots=True),
+                                  "3 target LM on slots")
+    lap("3 target LM on slots")
+    # 4. target projector regression onto the slots
+    set_trainable(target, projector)
+    log["target_projector_r2"] = align_projector(target, w.pool, budget.align_steps, 1e-3, seed,
+                                                 "4 target projector")
+    lap("4 target projector")
+    # 5. target end to end on real images (tower frozen)
+    params = set_trainable(target, projector, *lm)
+    stream = batches(w.pool, w.tok, MIX, budget.tokens, random.Random(seed + 5))
+    log["target_finetune_loss"] = fit(params, budget.finetune_steps, 3e-4,
+                                      lambda s: loss_on(target, next(stream), w.pool, w.image_id),
+                                      "5 target end to end")
+    target.set_attn_implementation("sdpa")  # as shipped
+    target.half().float()  # what ships is fp16: distil from exactly that
+    lap("5 target end to end")
+
+
+def stage_distill(w: World, budget: Budget, seed: int, log: dict) -> None:
+    """6. the target's greedy answers to fresh questions on training scenes."""
+    items = sample_items(w.pool, MIX, budget.distill_items, seed + 6)
+    prompts = [encode(w.tok, it.question, None)[0] for it in items]
+    scenes = [it.scene for it in items]
+    eos = w.tok.eos_token_id
+    answers = greedy(w.target, prompts, w.tok.pad_token_id, eos, w.image_id, pixel_values=w.pool.pixels[scenes],
+                     max_new_tokens=budget.max_new_tokens, desc="6 distillation set")
+    w.distill = Distill(scenes, [it.task for it in items], prompts, [a + [eos] for a in answers])
+    log["distill_answer_tokens"] = sum(len(a) for a in w.distill.answers)
+
+
+def stage_text_drafter(w: World, budget: Budget, seed: int, log: dict) -> None:
+    """7. corpus pretraining, then the target's answers with the image tokens removed."""
+    torch.manual_seed(seed + 7)
+    drafter = w.text_drafter = build("drafter-text", w.tok)
+    params = list(dict.fromkeys(drafter.parameters()))
+    stream = batches(w.pool, w.tok, MIX, budget.drafter_tokens, random.Random(seed + 7), image=False)
+
+    def corpus_loss(step):
+        batch = next(stream)
+        batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)  # all text
+        return drafter(**batch).loss
+
+    log["drafter_text_pretrain_loss"] = fit(params, budget.drafter_pretrain_steps, 2e-3, corpus_loss,
+                                            "7a text drafter pretrain")
+    stream = w.distill.batches(w.pool, w.tok, budget.drafter_tokens,
+                               random.Random(seed + 71), image=False)
+    log["drafter_text_distill_loss"] = fit(params, budget.drafter_distill_steps, 1e-3,
+                                           lambda s: drafter(**next(stream)).loss, "7b text drafter distil")
+    drafter.half().float()
+
+
+def stage_image_drafter(w: World, budget: Budget, seed: int, log: dict) -> None:
+    """8. own tower, the text drafter's LM, the target's answers on slots, projector, real images."""
+    torch.manual_seed(seed + 8)
+    drafter = w.image_drafter = build("drafter-image", w.tok)
+    drafter.set_attn_implementation("eager")  # the focus loss reads attention weights
+    lm = (drafter.model.language_model, drafter.lm_head)
+    projector = drafter.model.multi_modal_projector
+    # a. tower
+    log["drafter_image_tower_cell_accuracy"] = pretrain_tower(drafter.model.vision_tower, w.pool,
+                                                              budget.image_tower_steps, 2e-3, seed + 8,
+                                                              "8a image drafter tower")
+    # b. LM: the text drafter's weights, then the target's answers with slots for the image
+    drafter.model.language_model.load_state_dict(w.text_drafter.model.state_dict())
+    drafter.lm_head.load_state_dict(w.text_drafter.lm_head.state_dict())
+    params = set_trainable(drafter, *lm)
+    stream = w.distill.batches(w.pool, w.tok, budget.drafter_tokens,
+                               random.Random(seed + 81), image=True)
+    log["drafter_image_slot_loss"] = fit(params, budget.image_slot_steps, 1e-3,
+                                         lambda s: loss_on(drafter, next(stream), w.pool, w.image_id, slots=True),
+                                         "8b image drafter on slots")
+    # c. projector regression onto its slots
+    set_trainable(drafter, projector)
+    log["drafter_image_projector_r2"] = align_projector(drafter, w.pool, budget.image_align_steps, 2e-3, seed + 8,
+                                                        "8c image drafter projector")
+    # d. the target's answers on real images
+    params = set_trainable(drafter, projector, *lm)
+    log["drafter_image_finetune_loss"] = fit(params, budget.image_finetune_steps, 5e-4,
+                                             lambda s: loss_on(drafter, next(stream), w.pool, w.image_id),
+                                             "8d image drafter fine-tune")
+    drafter.set_attn_implementation("sdpa")
+    drafter.half().float()
+
+
+def save(w: World, out: Path, log: dict) -> None:
+    """9. fp16 weights, the tokenizer everywhere, the processor with the LLaVA models, the gallery."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, model in (("target", w.target), ("drafter-text", w.text_drafter), ("drafter-image", w.image_drafter)):
+        for p in model.parameters():
+            p.requires_grad_(True)
+        model.to(torch.float16).save_pretrained(out / name)
+        model.float()
+        (w.processor if name != "drafter-text" else w.tok).save_pretrained(out / name)
+        log[f"params_{name}"] = n_params(model)
+    write_examples(out / "examples")
+
+
+def train(budget: Budget, out: Path, seed: int, threads: int = 1) -> dict:
+    torch.set_num_threads(threads)
+    timings = {}
+    log = {"seed": seed, "threads": threads, "budget": asdict(budget)}
+    clock = time.perf_counter()
+
+    def lap(stage: str):
+        nonlocal clock
+        timings[stage] = round(time.perf_counter() - clock, 1)
+        print(f"[{stage}] {timings[stage]:.1f} s", flush=True)
+        clock = time.perf_counter()
+
+    random.seed(seed)
+    w = stage_data(budget, seed)
+    lap("1 data + tokenizer")
+    stage_target(w, budget, seed, log, lap)
+    stage_distill(w, budget, seed, log)
+    lap("6 distillation set")
+    stage_text_drafter(w, budget, seed, log)
+    lap("7 text drafter")
+    stage_image_drafter(w, budget, seed, log)
+    lap("8 image drafter")
+    save(w, out, log)
+    lap("9 save")
+    log["seconds"] = timings
+    log["seconds_total"] = round(sum(timings.values()), 1)
+    (out / "training_log.json").write_text(json.dumps(log, indent=1) + "\n")
+    return log
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a few steps per stage, into a temp dir")
+    parser.add_argument("--out", type=Path, default=None, help="output directory (default assets/world)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads; results are exact for a given count")
+    args = parser.parse_args()
+    out = args.out or (Path(tempfile.mkdtemp(prefix="world-quick-")) if args.quick else ASSETS)
+    log = train(QUICK if args.quick else FULL, out, args.seed, args.threads)
+    print(json.dumps({"out": str(out), "seconds_total": log["seconds_total"]}))
+
+
+if __name__ == "__main__":
+    main()

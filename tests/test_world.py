@@ -1,0 +1,160 @@
+"""Tests of the embedded multimodal world: data, scoring, tokenizer, shipped models. CPU, offline."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from demo.world import ASSETS
+from demo.world.data import encode
+from demo.world.scenes import COLOURS, SHAPES, sample_scenes, split_of
+from demo.world.scoring import score
+from demo.world.tasks import TASKS, heldout_examples, image_grounded_words, train_examples
+
+shipped = pytest.mark.skipif(not (ASSETS / "target" / "model.safetensors").exists(), reason="no shipped models")
+
+
+def _swap(text: str, words: tuple[str, ...]) -> str:
+    """Replace the first of `words` found in text by another of them."""
+    for w in words:
+        if f" {w}" in f" {text.lower()}":
+            other = next(x for x in words if x != w and x not in text.lower())
+            return text.replace(w, other).replace(w.capitalize(), other.capitalize())
+    raise AssertionError(f"none of {words} in {text!r}")
+
+
+def _wrong(task: str, answer: str) -> str:
+    if task in ("vqa_colour", "caption", "description"):
+        return _swap(answer, tuple(COLOURS))
+    if task == "vqa_shape":
+        return _swap(answer, SHAPES)
+    if task == "vqa_count":
+        return "There are two." if answer in ("None.", "One.") or " no " in answer else "There are none."
+    if task == "vqa_position":
+        return "It is in the top left corner." if "top left" not in answer else "It is in the centre."
+    if task == "vqa_yesno":
+        return "No." if answer.startswith("Yes") else "Yes."
+    if task == "multiple_choice":
+        letter = answer[-2]
+        return answer[:-2] + ("A" if letter != "A" else "B") + "."
+    raise AssertionError(task)
+
+
+def test_generator_is_deterministic_for_a_seed():
+    for task in TASKS:
+        a, b = heldout_examples(task, 3, seed=7), heldout_examples(task, 3, seed=7)
+        assert [(x.question, x.answer, x.scene) for x in a] == [(x.question, x.answer, x.scene) for x in b]
+        assert [x.image.tobytes() for x in a] == [x.image.tobytes() for x in b]
+    assert heldout_examples("caption", 3, seed=7)[0].scene != heldout_examples("caption", 3, seed=8)[0].scene
+
+
+def test_train_and_heldout_scenes_are_disjoint():
+    train = {s.signature() for s in sample_scenes("train", 3000, seed=0)}
+    heldout = {s.signature() for s in sample_scenes("heldout", 500, seed=0)}
+    assert not train & heldout
+    assert {split_of(s) for s in sample_scenes("heldout", 50, seed=1)} == {"heldout"}
+    assert all(split_of(e.scene) == "train" for e in train_examples("vqa_shape", 20))
+
+
+def test_scenes_have_one_to_four_objects_on_distinct_cells():
+    scenes = sample_scenes("train", 500, seed=0)
+    assert {len(s.objects) for s in scenes} == {1, 2, 3, 4}
+    assert all(len({o.cell for o in s.objects}) == len(s.objects) for s in scenes)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_reference_answers_score_correct_and_corrupted_ones_wrong(task):
+    for ex in heldout_examples(task, 25, seed=3):
+        assert score(task, ex, ex.answer), ex.answer
+        assert not score(task, ex, _wrong(task, ex.answer)), _wrong(task, ex.answer)
+
+
+def test_grounded_words_cover_colours_shapes_counts_positions():
+    words = image_grounded_words()
+    assert set(COLOURS) | set(SHAPES) | {"large", "small", "three", "left", "centre", "circles"} <= words
+    assert not {"the", "image", "there", "is", "answer"} & words
+
+
+@shipped
+def test_tokenizer_round_trips_corpus_text_and_splits_words():
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(ASSETS / "drafter-text")
+    texts = [t for task in TASKS for e in heldout_examples(task, 5) for t in (e.question, e.answer)]
+    for text in texts:
+        assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+    words = {w for t in texts for w in t.split() if w.isalpha()}
+    multi = {w for w in words if len(tok(" " + w, add_special_tokens=False)["input_ids"]) > 1}
+    assert len(multi) >= 10
+
+
+@shipped
+def test_chat_template_renders_one_image_token_and_ends_with_assistant_header():
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(ASSETS / "target")
+    ex = heldout_examples("vqa_colour", 1)[0]
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": ex.question}]}]
+    prompt = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert prompt.count("<image>") == 1
+    assert prompt.endswith("<|assistant|>\n")
+    ids = processor(images=ex.image, text=prompt)["input_ids"][0]
+    image_id = processor.tokenizer.convert_tokens_to_ids("<image>")
+    assert list(ids).count(image_id) == 9
+    assert list(ids) == encode(processor.tokenizer, ex.question, None)[0]  # what the models were trained on
+
+
+@shipped
+def test_shipped_models_load_with_transformers_alone_and_drafters_are_small():
+    script = (
+        "import json, time, torch\n"
+        "from transformers import AutoModelForCausalLM, AutoProcessor, AutoTokenizer, LlavaForConditionalGeneration\n"
+        f"d = {str(ASSETS)!r}\n"
+        "t = time.perf_counter()\n"
+        "ms = [LlavaForConditionalGeneration.from_pretrained(d + '/target', dtype=torch.float32),\n"
+        "      LlavaForConditionalGeneration.from_pretrained(d + '/drafter-image', dtype=torch.float32),\n"
+        "      AutoModelForCausalLM.from_pretrained(d + '/drafter-text', dtype=torch.float32)]\n"
+        "AutoProcessor.from_pretrained(d + '/target'); AutoProcessor.from_pretrained(d + '/drafter-image')\n"
+        "AutoTokenizer.from_pretrained(d + '/drafter-text')\n"
+        "print(json.dumps({'s': time.perf_counter() - t, 'n': [sum(p.numel() for p in m.parameters()) for m in ms]}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd="/")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    target, image, text = result["n"]
+    assert image * 10 <= target and text * 10 <= target
+    assert result["s"] < 5.0
+
+
+@shipped
+def test_shipped_target_answers_heldout_colour_and_shape_questions():
+    import torch
+    from transformers import AutoProcessor, LlavaForConditionalGeneration
+
+    from demo.world.evaluate import encode_examples
+    from demo.world.generate import greedy
+
+    model = LlavaForConditionalGeneration.from_pretrained(ASSETS / "target", dtype=torch.float32)
+    processor = AutoProcessor.from_pretrained(ASSETS / "target")
+    tok = processor.tokenizer
+    for task in ("vqa_colour", "vqa_shape"):
+        examples = heldout_examples(task, 8, seed=11)
+        rows, pixels = encode_examples(processor, examples)
+        answers = greedy(model, rows, tok.pad_token_id, tok.eos_token_id, tok.convert_tokens_to_ids("<image>"),
+                         pixels, max_new_tokens=16)
+        texts = tok.batch_decode(answers, skip_special_tokens=True)
+        assert [score(task, e, t) for e, t in zip(examples, texts)] == [True] * 8, texts
+
+
+def test_quick_training_run_writes_models_that_load(tmp_path):
+    from transformers import AutoModelForCausalLM, LlavaForConditionalGeneration
+
+    from demo.world.train import QUICK, train
+
+    log = train(QUICK, tmp_path, seed=0)
+    LlavaForConditionalGeneration.from_pretrained(tmp_path / "target")
+    LlavaForConditionalGeneration.from_pretrained(tmp_path / "drafter-image")
+    AutoModelForCausalLM.from_pretrained(tmp_path / "drafter-text")
+    assert log["params_drafter-text"] * 10 <= log["params_target"]
+    assert len(json.loads((tmp_path / "examples" / "examples.json").read_text())) == 12
