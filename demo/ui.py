@@ -82,6 +82,7 @@ DEFAULTS = {"gamma": 4, "max_new_tokens": 128, "temperature": 0.8, "top_p": 0.95
 QUEUE_SIZE = 32  # requests that may wait for the decoder; the next one is refused as "queue full"
 PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the browser keeps up)
 CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
+STOP_WAIT = 2.0  # seconds the Stop button waits for the run to end before it answers anyway
 HEARTBEAT_EVERY = 0.02  # seconds: a handler yields after a round once this much time has passed since its last yield
 REPLAY_SECONDS = 12.0  # a replay lasts this long, whatever the race took
 LANES = ("speculative", "autoregressive")
@@ -439,13 +440,53 @@ def _failed(message: str) -> tuple:
     return _status(render.error_html(message), busy=False)
 
 
-def stop_race() -> tuple:
-    """The Stop button: the buttons back, and a word where the outcome goes (Gradio cancels the run)."""
-    return _status('<div class="outcome">Stopped. What was decoded before the stop is kept above.</div>', busy=False)
+class _PageRun:
+    """A race or replay on one page, which its Stop button can end: `stop` asks it to end after
+    the event at hand; `ended` says it has, its runs closed and its last update sent."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.ended = threading.Event()
+
+
+_PAGE_RUNS: dict[str, _PageRun] = {}  # by the page's session: each page runs one thing at a time
+
+
+@contextmanager
+def _page_run(session: gr.Request | None):
+    """Register a run of the page `session` (None: a call without a page, e.g. in tests)."""
+    run = _PageRun()
+    key = getattr(session, "session_hash", None)
+    if key:
+        _PAGE_RUNS[key] = run
+    try:
+        yield run
+    finally:
+        run.ended.set()
+        if key and _PAGE_RUNS.get(key) is run:
+            del _PAGE_RUNS[key]
+
+
+def stop_race(session: gr.Request = None) -> tuple:
+    """The Stop button: end the page's race or replay after the event at hand, and only then
+    say so (an update of the run sent later would cover the word). Gradio also cancels the
+    event, which ends a run still waiting in the queue."""
+    run = _PAGE_RUNS.get(getattr(session, "session_hash", None))
+    if run is not None:
+        run.stop.set()
+        run.ended.wait(STOP_WAIT)
+    return _status(
+        '<div class="outcome">Stopped. The panels below keep what was decoded before the stop.</div>', busy=False
+    )
 
 
 def _frames(
-    timeline, traces: dict[str, Trace], request: Request, facts: tuple[str, ...], slowdown: float | None = None
+    timeline,
+    traces: dict[str, Trace],
+    request: Request,
+    facts: tuple[str, ...],
+    stop: threading.Event,
+    slowdown: float | None = None,
 ) -> Iterator[tuple | None]:
     """Feed (lane, event) pairs into `traces` and yield views: at the first token at once, then
     at most every PANEL_EVERY s (charts every CHART_EVERY s), and always at the end. In between
@@ -454,13 +495,14 @@ def _frames(
     max(one round, HEARTBEAT_EVERY); a yield per round would cost a few ms of wall time each.
 
     Live (slowdown None), events come as fast as the race makes them. A replay shows the event
-    made at t seconds of compute at t * slowdown seconds after it starts.
+    made at t seconds of compute at t * slowdown seconds after it starts. Once `stop` is set it
+    ends, without a last view, before the next event.
     """
     started = last_panel = last_chart = last_yield = time.perf_counter()
     shown_tokens = False
     for lane, event in timeline:
-        if slowdown:
-            time.sleep(max(0.0, started + event.t * slowdown - time.perf_counter()))
+        if stop.wait(max(0.0, started + event.t * slowdown - time.perf_counter()) if slowdown else 0):
+            return
         traces[lane].add(event)
         now = time.perf_counter()
         first = not shown_tokens and isinstance(event, TokenEvent)
@@ -509,26 +551,38 @@ def run_race(
     max_new_tokens,
     adaptive=False,
     threshold=DEFAULTS["min_confidence"],
+    session: gr.Request = None,
 ):
     """Stream the race to the page: both panels, stats, block view and charts as events arrive.
     A failure is shown where the outcome goes and raised as gr.Error (an API caller gets it)."""
-    try:
-        request = _page_request(
-            question, preset, drafter, gamma, decoding, temperature, top_p, seed, max_new_tokens, adaptive, threshold
-        )
-        facts, lanes, notes = yield from _prepare(
-            request, image, lambda fraction, message: _status(render.loading_html(fraction, message), busy=True)
-        )
-        for note in notes:
-            gr.Info(note)
-        yield from _race_to_page(request, facts, lanes)
-    except Exception as error:  # a Stop or a client gone is a GeneratorExit: not caught, not an error
-        message = _message(error)
-        yield _failed(message)
-        raise gr.Error(message, print_exception=False) from None
+    with _page_run(session) as run:
+        try:
+            request = _page_request(
+                question,
+                preset,
+                drafter,
+                gamma,
+                decoding,
+                temperature,
+                top_p,
+                seed,
+                max_new_tokens,
+                adaptive,
+                threshold,
+            )
+            facts, lanes, notes = yield from _prepare(
+                request, image, lambda fraction, message: _status(render.loading_html(fraction, message), busy=True)
+            )
+            for note in notes:
+                gr.Info(note)
+            yield from _race_to_page(request, facts, lanes, run.stop)
+        except Exception as error:  # Gradio closing the handler is a GeneratorExit: not caught, not an error
+            message = _message(error)
+            yield _failed(message)
+            raise gr.Error(message, print_exception=False) from None
 
 
-def _race_to_page(request: Request, facts: tuple[str, ...], lanes: dict) -> Iterator[tuple]:
+def _race_to_page(request: Request, facts: tuple[str, ...], lanes: dict, stop: threading.Event) -> Iterator[tuple]:
     traces = {lane: Trace() for lane in LANES}
     timeline = []  # the race in the order it ran, for the replay
     # The charts wait for the first redraw after the first token: drawing four plots costs the
@@ -536,9 +590,11 @@ def _race_to_page(request: Request, facts: tuple[str, ...], lanes: dict) -> Iter
     view = _view(traces, request, facts, charts_too=False)
     yield _update(view=view, downloads=(gr.DownloadButton(value=None, interactive=False),) * 2, busy=True)
     with _racing(lanes) as events:
-        for frame in _frames(_recorded(events, timeline), traces, request, facts):
+        for frame in _frames(_recorded(events, timeline), traces, request, facts, stop):
             view = frame or view
             yield _update(view=frame)
+    if stop.is_set():  # the Stop button answers for the page
+        return
     # The last update repeats the final view, so that an API client's result is the whole page.
     yield _update(view=view, downloads=_downloads(traces, request), busy=False, last=(request, facts, timeline))
 
@@ -549,7 +605,7 @@ def _recorded(events, timeline: list) -> Iterator:
         yield pair
 
 
-def replay_race(last):
+def replay_race(last, session: gr.Request = None):
     """Show the last race again, slowed down so that the slower run takes REPLAY_SECONDS; the
     clocks, numbers and order are the measured ones."""
     if last is None:
@@ -561,10 +617,12 @@ def replay_race(last):
     traces = {lane: Trace() for lane in LANES}
     view = _view(traces, request, facts + note, charts_too=True)
     yield _update(view=view, busy=True)
-    for frame in _frames(timeline, traces, request, facts + note, slowdown):
-        view = frame or view
-        yield _update(view=frame)
-    yield _update(view=view, busy=False)
+    with _page_run(session) as run:
+        for frame in _frames(timeline, traces, request, facts + note, run.stop, slowdown):
+            view = frame or view
+            yield _update(view=frame)
+    if not run.stop.is_set():
+        yield _update(view=view, busy=False)
 
 
 def trace_api(

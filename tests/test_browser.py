@@ -2,8 +2,9 @@
 
 It picks an example, runs the race, and checks what a person would see: coloured tokens in the
 speculative panel, text in both panels, the four charts, the block view, the lossless badge and
-a token's tooltip. It saves screenshots (desktop and phone widths) under runs/screenshots/, or
-$SCREENSHOT_DIR. The embedded models are used when assets/world holds them, the tiny random
+a token's tooltip. It also sends bad input (no question, no image, a file that is no image),
+which must be answered on the page, and stops a race midway. It saves screenshots (desktop and
+phone widths) under runs/screenshots/, or $SCREENSHOT_DIR. The embedded models are used when assets/world holds them, the tiny random
 ones otherwise. Chromium missing is a failure, not a skip: CI installs it.
 """
 
@@ -126,6 +127,46 @@ def test_example_race_shows_coloured_tokens_both_texts_charts_and_blocks(browser
     page.close()
     if EMBEDDED:
         assert first_token_s <= FIRST_TOKEN_LIMIT_S
+
+
+def test_bad_input_gets_a_message_and_stop_ends_a_race(browser, served, tmp_path):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(served)
+    page.wait_for_selector("#chart-pos .main-svg")
+
+    def run_until(text: str) -> None:
+        page.click("#run")
+        page.wait_for_function(f"document.querySelector('#outcome').innerText.includes({text!r})", timeout=30_000)
+
+    run_until("Ask a question about the image first.")
+    page.fill("#question textarea", "Describe the image.")
+    run_until("Add an image first")
+    (tmp_path / "notes.png").write_text("not an image\n")
+    page.set_input_files("#image input[type=file]", str(tmp_path / "notes.png"))
+    run_until("That file is not an image this demo can read.")
+    assert page.locator(".toast-body").count() >= 1  # each failure is also an error toast
+    assert page.is_enabled("#run") and not page.is_enabled("#stop")
+    shoot(page, "bad-input.png")
+
+    page.click("#image button[aria-label='Remove Image']")
+    tiny.images(1)[0].save(tmp_path / "good.png")
+    page.set_input_files("#image input[type=file]", str(tmp_path / "good.png"))
+    page.wait_for_selector("#image img")
+    page.fill("#max-new input[type=number]", "400")
+    page.press("#max-new input[type=number]", "Enter")
+    page.click("#run")
+    page.wait_for_selector("#spd-panel .tok", timeout=30_000)
+    assert page.is_enabled("#stop") and not page.is_enabled("#run")
+    page.click("#stop")
+    page.wait_for_function("document.querySelector('#outcome').innerText.startsWith('Stopped.')", timeout=10_000)
+    assert page.is_enabled("#run") and not page.is_enabled("#stop")
+    assert 0 < page.locator("#spd-panel .tok").count() < 400  # what was decoded stays; the rest never came
+    page.fill("#max-new input[type=number]", "16")
+    page.press("#max-new input[type=number]", "Enter")
+    page.click("#run")  # the next race after a stop runs to the end
+    page.wait_for_selector("#outcome .badge", timeout=60_000)
+    assert "lossless ✓ identical outputs" in page.inner_text("#outcome")
+    page.close()
 
 
 def _free_port() -> int:
