@@ -18,8 +18,10 @@ import uuid
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import gradio.routes
+import gradio.utils
 import httpx
 import numpy as np
 import pytest
@@ -407,6 +409,35 @@ def test_cancelling_stops_decoding_within_a_round_and_frees_the_caches(client, w
     assert len(probe.caches) == 3 and all(ref() is None for ref in probe.caches)  # target x2, drafter
     after = client.predict(*args(world), api_name="/trace")
     assert token_ids(after)["speculative"] == token_ids(after)["autoregressive"]
+
+
+def test_the_stop_button_ends_its_pages_race_within_an_event_and_frees_the_caches(app, world, probe):
+    uploads = Path(gradio.utils.get_upload_folder()) / f"stop-{uuid.uuid4().hex}"
+    uploads.mkdir(parents=True)
+    shutil.copy(world / "images" / "0.png", uploads / "0.png")
+    page, other = SimpleNamespace(session_hash="page"), SimpleNamespace(session_hash="another page")
+    race = ui.run_race(
+        str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", 4, "greedy", 0.8, 0.95, 0, 400, False, 0.5, page
+    )
+    updates = []
+    consumer = threading.Thread(target=lambda: updates.extend(race))
+    consumer.start()
+    wait_for(lambda: len(probe.events) > 50)
+    assert "Stopped." in ui.stop_race(other)[4] and not probe.closed  # another page's Stop: no effect
+    pressed = time.perf_counter()
+    answer = ui.stop_race(page)
+    answered = time.perf_counter()
+    consumer.join(10)
+    shutil.rmtree(uploads)
+    print(
+        f"\nStop pressed -> runs closed {(probe.done[0] - pressed) * 1000:.1f} ms, -> answered "
+        f"{(answered - pressed) * 1000:.1f} ms (a round: {round_seconds(probe.rounds) * 1000:.1f} ms)"
+    )
+    assert not consumer.is_alive() and probe.done[0] <= answered
+    assert answered - pressed <= 0.25
+    assert "Stopped." in answer[4] and answer[12].interactive and not answer[14].interactive  # Run on, Stop off
+    assert all(ref() is None for ref in probe.caches) and len(probe.caches) == 3
+    assert not any("lossless" in str(update[4]) for update in updates)  # the race never reached its end
 
 
 def test_a_client_disconnecting_stops_decoding(app, world, probe):
