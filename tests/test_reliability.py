@@ -231,6 +231,12 @@ def test_wrongly_typed_values_get_a_message_naming_the_value(client, world, posi
     assert refusal(client, *call).startswith(message)
 
 
+def test_the_pages_endpoint_names_its_decoding_modes(client, world):
+    call = (*args(world)[:5], "beam", *args(world)[6:10])
+    with pytest.raises(AppError, match=r"^Unknown decoding: 'beam'. Choose one of: greedy, sampling.$"):
+        client.predict(*call, api_name="/race")
+
+
 def test_a_request_cannot_read_a_server_file(app, client, world):
     passwd = {"path": "/etc/passwd"}  # no Gradio file marker: only demo.validate stands in the way
     done = raw_call(app, "trace", [passwd, *args(world)[1:]])
