@@ -23,10 +23,12 @@ Reliability, as the handlers guarantee it:
 - Every failure ends as `gr.Error(message)`: the page shows it (and keeps what was decoded), an
   API caller's gradio_client raises it. Unexpected errors are logged with their traceback and
   the person sees one sentence with a reference to the log line, never a traceback.
-- A race leaves through `_racing`, however it ends (finished, failed, Stop, client gone): both
-  engine generators are closed, which frees their KV caches. Gradio closes a generator at its
-  next yield, and the handlers yield after any round that ends HEARTBEAT_EVERY s after their last
-  yield, so a Stop or a client gone ends decoding within max(one round, HEARTBEAT_EVERY).
+- A race leaves through `_racing`, however it ends (finished, failed, stopped, cancelled, client
+  gone): both engine generators are closed, which frees their KV caches. The page's Stop button
+  ends its own race after the event at hand (`stop_race`). An API caller's cancel or a client
+  gone makes Gradio close the handler at its next yield, and the handlers yield after any round
+  that ends HEARTBEAT_EVERY s after their last yield: decoding ends within max(one round,
+  HEARTBEAT_EVERY).
 - One decoder at a time (`concurrency_id="decode"`, limit 1: one accelerator, honest clocks),
   at most QUEUE_SIZE requests waiting; one more is told at once that the queue is full.
 
