@@ -140,12 +140,10 @@ def _first_line(error: BaseException, limit: int = 160) -> str:
 def _out_of_memory(error: BaseException) -> bool:
     import torch
 
-    text = str(error).lower()
-    return (
-        isinstance(error, (torch.OutOfMemoryError, MemoryError))
-        or isinstance(error, RuntimeError)
-        and ("out of memory" in text or "can't allocate memory" in text)
-    )
+    if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(error).lower()  # other backends, and the CPU allocator, raise a RuntimeError
+    return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
 def _release_memory() -> None:
