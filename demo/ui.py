@@ -60,7 +60,7 @@ import gradio as gr
 import gradio.utils
 from PIL import Image
 
-from demo import charts, export, presets, render, validate
+from demo import analysis_tab, charts, export, presets, render, validate
 from demo.events import Event, RoundEvent, TokenEvent, Trace
 from demo.race import race
 from demo.validate import InvalidInput, Request
@@ -108,6 +108,7 @@ CSS = (
 #examples .grid-container { grid-template-columns: repeat(auto-fill, minmax(96px, 1fr)) !important; }
 #examples-title p { font-size: 13px; margin: 0; }
 """
+    + analysis_tab.CSS
 )
 THEME = gr.themes.Default(primary_hue="teal", neutral_hue="slate")
 
@@ -956,11 +957,19 @@ def build_demo(default_preset: str = presets.DEFAULT_PRESET, examples_dir: Path 
     examples = load_examples(examples_dir)
     with gr.Blocks(title="Speculative decoding, live") as demo:
         gr.HTML(_header(), js_on_load=None)
-        with gr.Row(equal_height=False):
-            controls = _inputs(default_preset, examples)
-        view = _race_view()
-        with gr.Accordion("How it works", open=False, elem_id="how"):
-            gr.Markdown(HOW_IT_WORKS)
+        with gr.Tabs(elem_id="tabs") as tabs:
+            with gr.Tab("Race", id="race", elem_id="tab-race"):
+                with gr.Row(equal_height=False):
+                    controls = _inputs(default_preset, examples)
+                view = _race_view()
+                with gr.Accordion("How it works", open=False, elem_id="how"):
+                    gr.Markdown(HOW_IT_WORKS)
+            with gr.Tab("Analysis", id="analysis", elem_id="tab-analysis"):
+                c = controls
+                analysis_tab.analysis_tab(analysis_tab.RaceControls(
+                    tabs=tabs, race_tab="race", image=c.image, question=c.question, preset=c.preset,
+                    drafter=c.drafter, gamma=c.gamma, decoding=c.decoding, max_new=c.max_new, run=c.run,
+                    reference=c.reference, adaptive=c.adaptive))
         _wire(demo, controls, view, examples)
     return demo
 

@@ -3,7 +3,8 @@
 It picks an example, runs the race, and checks what a person would see: coloured tokens in the
 speculative panel, text in both panels, the four charts, the block view, the lossless badge and
 a token's tooltip. It also sends bad input (no question, no image, a file that is no image),
-which must be answered on the page, and stops a race midway. It saves screenshots (desktop and
+which must be answered on the page, stops a race midway, and runs a small analysis on the Analysis
+tab, then races one of its runs on the Race tab. It saves screenshots (desktop and
 phone widths) under runs/screenshots/, or $SCREENSHOT_DIR. The embedded models are used when assets/world holds them, the tiny random
 ones otherwise. Chromium missing is a failure, not a skip: CI installs it.
 """
@@ -166,6 +167,30 @@ def test_bad_input_gets_a_message_and_stop_ends_a_race(browser, served, tmp_path
     page.click("#run")  # the next race after a stop runs to the end
     page.wait_for_selector("#outcome .badge", timeout=60_000)
     assert "lossless ✓ identical outputs" in page.inner_text("#outcome")
+    page.close()
+
+
+def test_analysis_tab_finds_rejections_and_races_a_run_on_the_race_tab(browser, served):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(served)
+    page.wait_for_selector("#chart-pos .main-svg")
+    page.get_by_role("tab", name="Analysis").click()
+    page.locator("#an-n input[type=number]").fill("2")
+    page.locator("#an-n input[type=number]").press("Enter")
+    page.click("#an-run")
+    page.wait_for_function("document.querySelector('#an-status').innerText.startsWith('Done')", timeout=120_000)
+    assert page.locator("#an-chart-category .js-plotly-plot").count() == 1
+    assert page.locator("#an-runs tbody tr").count() == 2
+    shoot(page, "analysis.png")
+    page.click("#an-runs [data-testid='cell-0-1']")
+    page.wait_for_selector("#an-trace-view .tok")
+    tokens = "sel => Array.from(document.querySelectorAll(sel), e => [e.className, e.dataset.round, e.firstChild.textContent])"
+    recorded = page.evaluate(tokens, "#an-trace-view .tok")
+    page.click("#an-to-race")  # fills the Race tab, selects it and starts the race there
+    page.wait_for_selector("#outcome .badge", timeout=120_000)
+    assert page.locator("#tab-race").is_visible()
+    assert "lossless ✓ identical outputs" in page.inner_text("#outcome")
+    assert page.evaluate(tokens, "#spd-panel .tok") == recorded  # greedy: the race reproduces the analysed run token for token
     page.close()
 
 

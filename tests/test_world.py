@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pytest
 
@@ -150,6 +151,7 @@ def test_shipped_target_answers_heldout_colour_and_shape_questions():
 def test_quick_training_run_writes_models_that_load(tmp_path):
     from transformers import AutoModelForCausalLM, LlavaForConditionalGeneration
 
+    from demo.world.gallery import PER_TASK
     from demo.world.train import QUICK, train
 
     log = train(QUICK, tmp_path, seed=0)
@@ -157,4 +159,6 @@ def test_quick_training_run_writes_models_that_load(tmp_path):
     LlavaForConditionalGeneration.from_pretrained(tmp_path / "drafter-image")
     AutoModelForCausalLM.from_pretrained(tmp_path / "drafter-text")
     assert log["params_drafter-text"] * 10 <= log["params_target"]
-    assert len(json.loads((tmp_path / "examples" / "examples.json").read_text())) == 12
+    gallery = json.loads((tmp_path / "examples" / "examples.json").read_text())
+    assert Counter(e["task"] for e in gallery) == PER_TASK  # every task family, the long ones twice
+    assert all((tmp_path / "examples" / e["image"]).is_file() for e in gallery)
