@@ -785,6 +785,7 @@ def _inputs(default_preset: str, examples: list[Example]) -> SimpleNamespace:
         c.image = _raw_image(
             type="filepath",
             image_mode=None,
+            format="png",  # an image set by the page (the Analysis tab's example) keeps its exact pixels
             label="Image",
             height=240,
             sources=["upload", "clipboard"],
