@@ -73,10 +73,12 @@ def examples_for(task: str, n: int, seed: int):
     return mixed[:n]
 
 
-def run_spd(loaded, prompt, drafter: str, gamma: int, sampling: Sampling, max_new: int) -> Trace:
+def run_spd(loaded, prompt, drafter: str, gamma: int, sampling: Sampling, max_new: int,
+            min_confidence: float = 0.0) -> Trace:
     generator = torch.Generator(device=loaded.device).manual_seed(sampling.seed)
     return Trace.of(speculative_generate(loaded.target, loaded.drafter(drafter), prompt, gamma=gamma,
-                                         sampling=sampling, max_new_tokens=max_new, generator=generator))
+                                         sampling=sampling, max_new_tokens=max_new, generator=generator,
+                                         min_confidence=min_confidence))
 
 
 def run_ar(loaded, prompt, sampling: Sampling, max_new: int) -> Trace:
@@ -159,8 +161,10 @@ def timed(fn) -> tuple[float, object]:
     return clock.last, out
 
 
-def peer(loaded, examples, drafter: str, gamma: int, max_new: int, reps: int) -> dict:
-    """Throughput ratios against transformers on the same prompts, interleaved, greedy."""
+def peer(loaded, examples, drafter: str, gamma: int, max_new: int, reps: int, min_confidence: float = 0.0) -> dict:
+    """Throughput ratios against transformers on the same prompts, interleaved, greedy. Our SPD
+    drafts up to `gamma` tokens, stopping early below `min_confidence` (adaptive draft length);
+    transformers' assisted generation runs as shipped (its own schedule and threshold)."""
     model = loaded.target.model
     d = loaded.drafter(drafter)
     stops = sorted(loaded.target.stop_ids)
@@ -177,7 +181,7 @@ def peer(loaded, examples, drafter: str, gamma: int, max_new: int, reps: int) ->
                 return run_ar(loaded, prompt, Sampling(), max_new).summary.token_ids
 
             def ours_spd():
-                return run_spd(loaded, prompt, drafter, gamma, Sampling(), max_new).summary.token_ids
+                return run_spd(loaded, prompt, drafter, gamma, Sampling(), max_new, min_confidence).summary.token_ids
 
             def hf_generate():
                 out = model.generate(**prompt.target_inputs, max_new_tokens=max_new, do_sample=False,
@@ -207,6 +211,7 @@ def peer(loaded, examples, drafter: str, gamma: int, max_new: int, reps: int) ->
     return {
         "drafter": drafter,
         "gamma": gamma,
+        "min_confidence": min_confidence,
         "tok_s": tok_s,
         "ar_vs_hf_generate": tok_s["ours_ar"] / tok_s["hf_generate"],
         "spd_vs_hf_assisted": tok_s["ours_spd"] / tok_s["hf_assisted"] if not hf_assisted_error else None,
@@ -257,7 +262,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--decoding", default="greedy,sampling")
     parser.add_argument("--n", type=int, default=3, help="held-out examples per cell")
     parser.add_argument("--max-new-tokens", type=int, default=160)
-    parser.add_argument("--peer-gamma", type=int, default=4)
+    parser.add_argument("--peer-gamma", type=int, default=10, help="our SPD's longest draft in the peer run")
+    parser.add_argument("--peer-min-confidence", type=float, default=0.4,
+                        help="our SPD stops drafting below this drafter confidence (transformers' default threshold)")
     parser.add_argument("--peer-reps", type=int, default=2)
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--seed", type=int, default=0, help="which held-out examples")
@@ -285,7 +292,8 @@ def main(argv: list[str] | None = None) -> dict:
     peer_result = None
     if not args.no_peer:
         examples = examples_for("description", 2, args.seed) + examples_for("vqa", 2, args.seed)
-        peer_result = {d: peer(loaded, examples, d, args.peer_gamma, args.max_new_tokens, args.peer_reps)
+        peer_result = {d: peer(loaded, examples, d, args.peer_gamma, args.max_new_tokens, args.peer_reps,
+                            args.peer_min_confidence)
                        for d in drafters}
     meta = {
         "preset": args.preset,

@@ -77,7 +77,7 @@ def page(cells, peer_result, analysis_summary, meta) -> str:
     peer_rows = []
     for d, p in (peer_result or {}).items():
         peer_rows.append({
-            "drafter": d, "gamma": p["gamma"],
+            "drafter": d, "our longest draft": p["gamma"], "our confidence stop": p.get("min_confidence", 0.0),
             "our AR tok/s": p["tok_s"]["ours_ar"], "HF generate tok/s": p["tok_s"]["hf_generate"],
             "our AR / HF generate": p["ar_vs_hf_generate"],
             "our SPD tok/s": p["tok_s"]["ours_spd"], "HF assisted tok/s": p["tok_s"]["hf_assisted"],
