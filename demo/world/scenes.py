@@ -27,7 +27,7 @@ GRID = 3  # cells per side; equals image_size / patch_size of every vision tower
 DISPLAY_SIZE = 288  # default render size in pixels (96 px per cell)
 SUPERSAMPLE = 2  # drawn at this multiple of the output size, then downsampled (anti-aliasing)
 
-SHAPES = ("circle", "square", "triangle", "star", "cross")
+SHAPES = ("circle", "square", "triangle", "cross")
 COLOURS = {
     "red": (214, 40, 46),
     "orange": (246, 138, 22),
@@ -39,7 +39,7 @@ COLOURS = {
 SIZES = ("large", "small")
 RADIUS = {"large": 0.40, "small": 0.25}  # shape radius as a fraction of the cell side
 BACKGROUNDS = ((247, 247, 245), (235, 238, 243), (243, 239, 231), (233, 238, 233))
-MAX_OBJECTS = 4
+MAX_OBJECTS = 3
 NOISE_VARIANTS = 16  # distinct background noise patterns
 
 # Cell index (row * GRID + col) -> short position name, and the phrase used in sentences.
