@@ -14,6 +14,7 @@ def no_embedded(monkeypatch, tmp_path):
     drafter = models.DrafterSpec("d", "text-only", str(tmp_path / "drafter"))
     missing = models.Preset("embedded", str(tmp_path / "target"), (drafter,))
     monkeypatch.setitem(models.PRESETS, "embedded", missing)
+    monkeypatch.delitem(models._LOADED, "embedded", raising=False)  # loaded by an earlier test: forget it here
 
 
 def test_smoke_mode_prints_a_table_and_ends_with_one_json_line(no_embedded, capsys):

@@ -10,7 +10,7 @@ import pytest
 
 from demo.world import ASSETS
 from demo.world.data import encode
-from demo.world.scenes import COLOURS, SHAPES, sample_scenes, split_of
+from demo.world.scenes import COLOURS, MAX_OBJECTS, SHAPES, sample_scenes, split_of
 from demo.world.scoring import score
 from demo.world.tasks import TASKS, heldout_examples, image_grounded_words, train_examples
 
@@ -58,9 +58,9 @@ def test_train_and_heldout_scenes_are_disjoint():
     assert all(split_of(e.scene) == "train" for e in train_examples("vqa_shape", 20))
 
 
-def test_scenes_have_one_to_four_objects_on_distinct_cells():
+def test_scenes_have_one_to_max_objects_on_distinct_cells():
     scenes = sample_scenes("train", 500, seed=0)
-    assert {len(s.objects) for s in scenes} == {1, 2, 3, 4}
+    assert {len(s.objects) for s in scenes} == set(range(1, MAX_OBJECTS + 1))
     assert all(len({o.cell for o in s.objects}) == len(s.objects) for s in scenes)
 
 
