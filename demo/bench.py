@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--decoding", default="greedy,sampling")
     parser.add_argument("--n", type=int, default=3, help="held-out examples per cell")
     parser.add_argument("--max-new-tokens", type=int, default=160)
-    parser.add_argument("--peer-gamma", type=int, default=10, help="our SPD's longest draft in the peer run")
+    parser.add_argument("--peer-gamma", type=int, default=16, help="our SPD's longest draft in the peer run")
     parser.add_argument("--peer-min-confidence", type=float, default=0.4,
                         help="our SPD stops drafting below this drafter confidence (transformers' default threshold)")
     parser.add_argument("--peer-reps", type=int, default=2)
