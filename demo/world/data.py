@@ -7,8 +7,7 @@ Contract:
   `apply_chat_template` renders it (image token expanded to one per patch), then the answer
   and `<|end|>`; labels are -100 on the prompt. With `image=False` every `<image>` id is
   removed, exactly what the engine feeds the text-only drafter.
-- `batches(...)` yields right-padded batches of one task at a time, sized to a token budget;
-  batches with images also carry the focus labels of focus.py.
+- `batches(...)` yields right-padded batches of one task at a time, sized to a token budget.
 """
 
 import random
@@ -22,7 +21,6 @@ from tqdm import tqdm
 
 from .scenes import COLOURS, GRID, SHAPES, SIZES, Scene, render, sample_scenes
 from . import slots
-from .focus import focus_of
 from .tasks import qa
 from .text import IMAGE_SEQ_LENGTH, IMAGE_TOKEN, prompt_text
 
@@ -78,29 +76,15 @@ def encode(tok, question: str, answer: str | None, image: bool = True) -> tuple[
 
 
 def collate(rows: list[tuple], pad_id: int, left: bool = False) -> dict:
-    """Pad (ids, labels) or (ids, labels, focus) rows to one length; left padding is for generation."""
+    """Pad (ids, labels) rows to one length; left padding is for generation."""
     width = max(len(row[0]) for row in rows)
     input_ids = torch.full((len(rows), width), pad_id)
     labels = torch.full((len(rows), width), -100)
-    focus = torch.full((len(rows), width), -1)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):
         span = slice(width - len(row[0]), width) if left else slice(0, len(row[0]))
         input_ids[i, span], labels[i, span], mask[i, span] = torch.tensor(row[0]), torch.tensor(row[1]), 1
-        if len(row) == 3:
-            focus[i, span] = torch.tensor(row[2])
-    batch = {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
-    if all(len(row) == 3 for row in rows):
-        batch["focus"] = focus
-    return batch
-
-
-def focus_row(tok, prompt_len: int, answer_ids: list[int], scene: Scene, task: str) -> list[int]:
-    """Per position of prompt + answer (+ <|end|>): the cell the *next* token is about, or -1."""
-    cells = focus_of(tok, answer_ids, scene, task)
-    row = [-1] * (prompt_len + len(answer_ids) + 1)
-    row[prompt_len - 1:prompt_len - 1 + len(cells)] = cells  # position j predicts token j + 1
-    return row
+    return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
 
 
 @dataclass
@@ -140,16 +124,8 @@ def batches(pool: ScenePool, tok, weights: dict[str, float], tokens: int, rng: r
 
 
 def item_batch(pool: ScenePool, tok, items: list[Item], image: bool = True) -> dict:
-    """Encoded items; with `image`, the scenes' pixels, pool indices ("scenes") and focus labels."""
-    rows = []
-    for it in items:
-        ids, labels = encode(tok, it.question, it.answer, image)
-        if image:
-            n_prompt = labels.count(-100)
-            rows.append((ids, labels, focus_row(tok, n_prompt, ids[n_prompt:-1], pool.scenes[it.scene], it.task)))
-        else:
-            rows.append((ids, labels))
-    batch = collate(rows, tok.pad_token_id)
+    """Encoded items; with `image`, the scenes' pixels and pool indices ("scenes")."""
+    batch = collate([encode(tok, it.question, it.answer, image) for it in items], tok.pad_token_id)
     if image:
         batch["scenes"] = torch.tensor([it.scene for it in items])
         batch["pixel_values"] = pool.pixels[batch["scenes"]].float()

@@ -72,18 +72,3 @@ class CellHeads(nn.Module):
             ok &= pred == torch.where(cells[..., k] < 0, len(head.bias) - 1, cells[..., k])
         return ok.float().mean().item()
 
-
-def focus_loss(attentions: tuple[torch.Tensor, ...], focus: torch.Tensor, image_mask: torch.Tensor,
-               layers: list[int]) -> torch.Tensor:
-    """Mean -log(attention of head 0 on the focus cell's image token), over labelled positions.
-
-    attentions: per layer [B, heads, T, T]; focus [B, T] cell or -1; image_mask [B, T] with
-    the grid's image tokens in cell order.
-    """
-    b, t = (focus >= 0).nonzero(as_tuple=True)
-    if len(b) == 0:
-        return focus.new_zeros((), dtype=torch.float)
-    image_pos = image_mask.nonzero()[:, 1].view(focus.shape[0], -1)  # [B, 9]: position of each cell
-    key = image_pos[b, focus[b, t]]
-    per_layer = [-(attentions[layer][b, 0, t, key] + 1e-6).log().mean() for layer in layers]
-    return torch.stack(per_layer).mean()
