@@ -109,14 +109,16 @@ def sample_items(pool: ScenePool, weights: dict[str, float], n: int, seed: int) 
 
 
 def batches(pool: ScenePool, tok, weights: dict[str, float], tokens: int, rng: random.Random,
-            image: bool = True) -> Iterator[dict]:
-    """Endless batches; each is one task, with about `tokens` tokens, freshly written questions."""
+            image: bool = True, max_objects: int | None = None) -> Iterator[dict]:
+    """Endless batches; each is one task, with about `tokens` tokens, freshly written questions,
+    on the pool's scenes (those with at most `max_objects` objects, if given)."""
     tasks, w = list(weights), list(weights.values())
+    scenes = [i for i, scene in enumerate(pool.scenes) if max_objects is None or len(scene.objects) <= max_objects]
     while True:
         task = rng.choices(tasks, w)[0]
         items = []
         while len(items) < max(1, tokens // TYPICAL_TOKENS[task]):
-            s = rng.randrange(len(pool.scenes))
+            s = rng.choice(scenes)
             pair = qa(task, pool.scenes[s], rng)
             if pair is not None:
                 items.append(Item(s, task, *pair))

@@ -39,8 +39,8 @@ from .gallery import write_examples
 from .generate import greedy
 from .models import build, n_params
 from .slots import embeds_with_slots, slot_ids, slot_vectors
-from .tasks import TASKS, examples
-from .text import IMAGE_TOKEN, build_processor, train_tokenizer
+from .tasks import TASKS, examples, image_grounded_words
+from .text import IMAGE_TOKEN, build_processor, train_tokenizer, word_of_each_token
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,8 @@ class Budget:
     max_new_tokens: int = 200  # stage 6 answer length cap
 
 
-FULL = Budget(16000, 2000, 400, (400, 900, 700), 400, 300, 800, 3000, 1000, 1500, 600, 600, 400, 600, 2400)
-QUICK = Budget(64, 50, 3, (2, 2, 3), 2, 3, 300, 16, 3, 3, 3, 3, 2, 3, 300, max_new_tokens=8)
+FULL = Budget(16000, 2000, 400, (150, 650, 800, 600, 800), 400, 300, 800, 3000, 1000, 1500, 600, 600, 400, 600, 2400)
+QUICK = Budget(64, 50, 3, (2, 2, 2, 2, 3), 2, 3, 300, 16, 3, 3, 3, 3, 2, 3, 300, max_new_tokens=8)
 
 # Share of batches per task in every conversation stage (batches have similar token counts).
 MIX = {
@@ -72,16 +72,20 @@ MIX = {
     "vqa_shape": 0.13, "vqa_count": 0.07, "vqa_position": 0.08, "vqa_yesno": 0.07,
 }
 SHORT = ("vqa_colour", "vqa_shape", "vqa_count", "vqa_position", "vqa_yesno")
-# Stage 3 is a curriculum. A from-scratch LM learns to read its image tokens only where the
-# looked-up word comes at a fixed place in a short answer, and it learns that lookup once:
-# measured on slots, 300 steps of colour questions alone took colour from chance to 67%, while
-# 300 steps of colour / shape / position and then 1900 of the full mix never left chance.
-# So: colour questions alone until the lookup exists, then every short question (and captions,
-# the shortest grounded list), then the full mix.
+# Stage 3 is a curriculum: (name, task mix, at most this many objects per scene or None).
+# A from-scratch LM learns to read its image tokens slowly, and first where the looked-up word
+# comes at a fixed place in a short answer. Measured with `slot_probe` on colour questions
+# (100 held-out questions, 400 steps, lr 1e-3): on scenes of 1-3 objects from
+# the start, the loss sat at 0.36 after 330 steps; with the first 150 steps on one-object scenes,
+# where any colour on show is the answer, the copy from a slot is learned in 100 steps (loss
+# 0.29) and the choice between objects follows (loss 0.30 at 370 steps, probe 41% -> 50%).
+# Then every short question and captions, the shortest grounded lists, then the full mix.
 CURRICULUM = (
-    ("colour", {"vqa_colour": 1.0}),
-    ("short", {t: 1.0 for t in SHORT} | {"caption": 1.0}),
-    ("mix", MIX),
+    ("one object, colour", {"vqa_colour": 1.0}, 1),
+    ("colour", {"vqa_colour": 1.0}, None),
+    ("colour, shape, position", {"vqa_colour": 1.0, "vqa_shape": 1.0, "vqa_position": 1.0}, None),
+    ("short", {t: 1.0 for t in SHORT} | {"caption": 1.0}, None),
+    ("mix", MIX, None),
 )
 
 
@@ -96,19 +100,27 @@ def loss_on(model, batch: dict, pool: ScenePool, image_id: int, slots: bool = Fa
 
 @torch.no_grad()
 def slot_probe(model, tok, image_id: int, n: int = 100) -> dict[str, float]:
-    """Held-out short questions with slots for the image: the share whose whole reference answer
-    is the LM's argmax given the reference prefix. Says whether the LM reads its image tokens
-    before any projector exists (chance is well under a half for every task)."""
+    """Held-out short questions with slots for the image: the share of answers whose every
+    image-grounded token (colour, shape, count, place words) is the LM's argmax given the
+    reference prefix. The phrasing is free, the facts are not; this says whether the LM reads
+    its image tokens before any projector exists."""
     model.eval()
+    grounded = image_grounded_words() | {"yes"}  # and "no", a count word already
     out = {}
     for task in SHORT:
         exs = examples("heldout", task, n, seed=11, render_images=False)
-        batch = collate([encode(tok, e.question, e.answer) for e in exs], tok.pad_token_id)
+        rows = [encode(tok, e.question, e.answer) for e in exs]
+        batch = collate(rows, tok.pad_token_id)
         vectors = slot_vectors(model.get_input_embeddings(), *slot_ids(tok, [e.scene for e in exs]))
-        labels = batch.pop("labels")
-        logits = model(**embeds_with_slots(model, batch, vectors, image_id)).logits
-        hit = (logits[:, :-1].argmax(-1) == labels[:, 1:]) | (labels[:, 1:] == -100)
-        out[task] = round(hit.all(-1).float().mean().item(), 3)
+        del batch["labels"]
+        pred = model(**embeds_with_slots(model, batch, vectors, image_id)).logits.argmax(-1)
+        right = 0
+        for i, (ids, labels) in enumerate(rows):
+            start = labels.count(-100)
+            words = word_of_each_token(tok, ids[start:])
+            # the logit at position j predicts token j + 1
+            right += all(pred[i, start + k - 1].item() == ids[start + k] for k, w in enumerate(words) if w in grounded)
+        out[task] = round(right / len(rows), 3)
     model.train()
     return out
 
@@ -224,8 +236,8 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
     lap("2 target tower")
     # 3. target LM on slots, phase by phase (one optimiser and one schedule across the phases)
     params = set_trainable(target, *lm)
-    streams = [batches(w.pool, w.tok, mix, budget.tokens, random.Random(seed + 30 + k))
-               for k, (_, mix) in enumerate(CURRICULUM)]
+    streams = [batches(w.pool, w.tok, mix, budget.tokens, random.Random(seed + 30 + k), max_objects=most)
+               for k, (_, mix, most) in enumerate(CURRICULUM)]
     ends = [sum(budget.slot_steps[:k + 1]) for k in range(len(CURRICULUM))]
     probes = log["target_slot_probe"] = {}
 
