@@ -15,7 +15,7 @@ The Stop button ends a race or replay.
 This module holds no decoding logic and touches no caches or logits: it has `demo.validate`
 check the request, asks `demo.models` for the preset, starts the two generators, and maps their
 events to components with `demo.render` and `demo.charts`. Nothing is loaded at import time;
-`launch()` warms the default preset up in a background thread once the server is up.
+`launch()` warms the default preset up in a background thread once the first page has loaded.
 
 Reliability, as the handlers guarantee it:
 - Both endpoints receive the raw request values (`preprocess=False`), so every malformed value
@@ -50,7 +50,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +87,7 @@ CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
 STOP_WAIT = 2.0  # seconds the Stop button waits for the run to end before it answers anyway
 HEARTBEAT_EVERY = 0.02  # seconds: a handler yields after a round once this much time has passed since its last yield
 REPLAY_SECONDS = 12.0  # a replay lasts this long, whatever the race took
+WARM_UP_AFTER_S = 20.0  # launch() warms the default preset up this long after the start at the latest
 LANES = ("speculative", "autoregressive")
 
 CSS = (
@@ -975,8 +976,21 @@ def build_demo(default_preset: str = presets.DEFAULT_PRESET, examples_dir: Path 
     return demo
 
 
+def _once(fn: Callable[[], None]) -> Callable[[], None]:
+    """`fn`, run by the first call only (thread-safe)."""
+    lock, done = threading.Lock(), []
+
+    def call():
+        with lock:
+            if not done:
+                done.append(True)
+                fn()
+    return call
+
+
 def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_size: int = QUEUE_SIZE, **kwargs):
-    """Serve the page, then warm preset `warm` up in a background thread (None warms nothing).
+    """Serve the page, then warm preset `warm` up in a background thread (None warms nothing),
+    started by the first page load or after WARM_UP_AFTER_S, whichever comes first.
 
     Defaults a caller may override through kwargs: listen on 127.0.0.1 (or $GRADIO_SERVER_NAME),
     no share link. Always: at most `queue_size` requests waiting, uploads up to
@@ -988,6 +1002,16 @@ def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_siz
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     kwargs.setdefault("share", False)
     demo.queue(max_size=queue_size, default_concurrency_limit=1)
+    if warm:
+        # Not at once: importing torch and transformers holds the GIL for seconds, and the first
+        # page's requests would wait on it. The first page load starts the warm-up; a timer
+        # starts it anyway for a server nobody has opened yet.
+        start = _once(lambda: threading.Thread(target=warm_up, args=(warm,), name="warm-up", daemon=True).start())
+        with demo:
+            demo.load(start, api_visibility="private", queue=False)
+        timer = threading.Timer(WARM_UP_AFTER_S, start)
+        timer.daemon = True
+        timer.start()
     result = demo.launch(
         prevent_thread_lock=True,
         css=CSS,
@@ -996,8 +1020,6 @@ def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_siz
         show_error=False,
         **kwargs,
     )
-    if warm:
-        threading.Thread(target=warm_up, args=(warm,), name="warm-up", daemon=True).start()
     if block:
         demo.block_thread()
     return result

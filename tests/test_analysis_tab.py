@@ -19,13 +19,11 @@ from test_analysis import STOPS, shapes_trace, yes_trace
 
 from demo import analysis, analysis_tab, models, render
 from demo.analysis_tab import BOTH, Batch, Run
+from demo.page_bench import CHROMIUM, CHROMIUM_FLAGS
 from demo.world.tasks import heldout_examples
 
 PRESET = "tiny-analysis"
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")  # as in test_browser.py, which imports the Race page
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
 SHOTS = Path(os.environ.get("SCREENSHOT_DIR", ROOT / "runs" / "screenshots"))
 
 
@@ -189,7 +187,7 @@ def test_the_tab_in_chromium_runs_shows_a_trace_and_races_it_on_the_race_tab(ser
     assert Path(CHROMIUM).exists(), f"Chromium not found at {CHROMIUM}: apt-get install -y chromium"
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.goto(served.local_url)
         page.get_by_role("tab", name="Analysis").click()

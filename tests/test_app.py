@@ -193,6 +193,22 @@ def events_in_race_order(traces: dict[str, Trace]) -> list:
     return sorted(pairs, key=lambda pair: pair[1].t)
 
 
+def test_launch_warms_up_after_a_delay_when_no_page_loads(monkeypatch, tiny_world):
+    warmed = []
+    monkeypatch.setattr(ui, "warm_up", warmed.append)
+    monkeypatch.setattr(ui, "WARM_UP_AFTER_S", 0.3)
+    demo = ui.build_demo(default_preset=TINY, examples_dir=tiny_world / "examples")
+    ui.launch(demo, warm=TINY, prevent_thread_lock=True, quiet=True)
+    try:
+        deadline = time.perf_counter() + 10
+        while not warmed and time.perf_counter() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        assert warmed == [TINY]  # once, with no page ever loaded
+    finally:
+        demo.close()
+
+
 def test_replay_shows_the_measured_race_slowed_to_a_fixed_length(monkeypatch):
     monkeypatch.setattr(ui, "REPLAY_SECONDS", 0.6)
     traces = {"speculative": spd_trace(), "autoregressive": ar_trace()}

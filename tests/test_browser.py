@@ -4,15 +4,15 @@ It picks an example, runs the race, and checks what a person would see: coloured
 speculative panel, text in both panels, the four charts, the block view, the lossless badge and
 a token's tooltip. It also sends bad input (no question, no image, a file that is no image),
 which must be answered on the page, stops a race midway, and runs a small analysis on the Analysis
-tab, then races one of its runs on the Race tab. It saves screenshots (desktop and
-phone widths) under runs/screenshots/, or $SCREENSHOT_DIR. The embedded models are used when assets/world holds them, the tiny random
-ones otherwise. Chromium missing is a failure, not a skip: CI installs it.
+tab, then races one of its runs on the Race tab; `python app.py` serves a usable page, and its
+first page load starts the warm-up. It saves screenshots (desktop and phone widths) under
+runs/screenshots/, or $SCREENSHOT_DIR. The embedded models are used when assets/world holds
+them, the tiny random ones otherwise. Chromium missing is a failure, not a skip: CI installs it.
+Start and first-token times are printed, not asserted: `python -m demo.page_bench` measures
+them against their targets.
 """
 
 import os
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,30 +21,19 @@ import tiny
 from playwright.sync_api import sync_playwright
 from test_app import write_examples
 
-from demo import models, ui
+from demo import models, page_bench, ui
+from demo.page_bench import CHROMIUM, CHROMIUM_FLAGS, DRAWN
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 SHOTS = Path(os.environ.get("SCREENSHOT_DIR", ROOT / "runs" / "screenshots"))
 EMBEDDED = Path(models.PRESETS[models.DEFAULT_PRESET].target).exists() and ui.load_examples()
-STARTUP_LIMIT_S = 10.0  # process start to a page a person can use
-FIRST_TOKEN_LIMIT_S = 1.0  # Run pressed to the first token on screen, embedded models
 
 
 @pytest.fixture(scope="module")
 def browser():
     assert Path(CHROMIUM).exists(), f"Chromium not found at {CHROMIUM}: apt-get install -y chromium"
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
         yield browser
         browser.close()
 
@@ -75,20 +64,13 @@ def shoot(page, name: str) -> None:
 def test_example_race_shows_coloured_tokens_both_texts_charts_and_blocks(browser, served):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(served)
-    page.wait_for_selector("#chart-pos .main-svg")  # drawn: the empty charts come last
-    thumbnails = page.locator("#examples .thumbnail-item")
-    assert thumbnails.count() >= 2
-    thumbnails.first.click()
-    page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
-    page.wait_for_selector("#image img")
-    assert "reference answer" in page.inner_text("#reference")
+    page.wait_for_selector(DRAWN)  # drawn: the empty charts come last
+    assert page.locator("#examples .thumbnail-item").count() >= 2
 
-    started = time.perf_counter()
-    page.click("#run")
-    page.wait_for_selector("#spd-panel .tok, #ar-panel .tok", timeout=30_000)
-    first_token_s = time.perf_counter() - started
-    page.wait_for_selector("#outcome .badge", timeout=120_000)
+    first_token_s = page_bench.first_token(page)  # the first example, raced
+    assert "reference answer" in page.inner_text("#reference")
     page.wait_for_selector("#run:not([disabled])")
+    # timed by `python -m demo.page_bench` against its target; printed here for the log
     print(f"\nfirst token on screen {first_token_s:.2f} s after Run ({'embedded' if EMBEDDED else 'tiny'} models)")
 
     spd_tokens = page.locator("#spd-panel .tok")
@@ -126,8 +108,6 @@ def test_example_race_shows_coloured_tokens_both_texts_charts_and_blocks(browser
     page.wait_for_timeout(500)
     shoot(page, "mobile.png")
     page.close()
-    if EMBEDDED:
-        assert first_token_s <= FIRST_TOKEN_LIMIT_S
 
 
 def test_bad_input_gets_a_message_and_stop_ends_a_race(browser, served, tmp_path):
@@ -195,37 +175,40 @@ def test_analysis_tab_finds_rejections_and_races_a_run_on_the_race_tab(browser, 
     page.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_app_serves_a_usable_page_within_ten_seconds(browser):
-    port = _free_port()
+def test_app_py_serves_a_usable_page(browser):
     page = browser.new_page()
-    started = time.perf_counter()
-    app = subprocess.Popen(
-        [sys.executable, "app.py"],
-        cwd=ROOT,
-        env={**os.environ, "GRADIO_SERVER_PORT": str(port)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    app, usable_s = page_bench.open_page(page)  # raises if app.py exits or no page comes in 60 s
     try:
-        while True:
-            assert app.poll() is None, "app.py exited"
-            assert time.perf_counter() - started < 60
-            try:
-                page.goto(f"http://127.0.0.1:{port}/", timeout=2_000)
-                break
-            except Exception:
-                time.sleep(0.1)
-        page.wait_for_selector("#chart-pos .main-svg")  # the whole page is drawn
-        usable_s = time.perf_counter() - started
+        assert page.locator("#run").is_enabled()
+        assert page.locator("#examples .thumbnail-item").count() >= 1
     finally:
         app.terminate()
         app.wait()
         page.close()
+    # timed by `python -m demo.page_bench` against its target; printed here for the log
     print(f"\napp.py start to usable page {usable_s:.2f} s")
-    assert usable_s <= STARTUP_LIMIT_S
+
+
+def test_the_first_page_load_starts_the_warm_up_once(browser, monkeypatch):
+    warmed = []
+    monkeypatch.setattr(ui, "warm_up", warmed.append)
+    monkeypatch.setattr(ui, "WARM_UP_AFTER_S", 3600.0)  # the timer must not be what starts it
+    demo = ui.build_demo(default_preset=models.DEFAULT_PRESET)
+    ui.launch(demo, warm="some-preset", prevent_thread_lock=True, quiet=True)
+    page = browser.new_page()
+    try:
+        time.sleep(0.5)
+        assert warmed == []  # not while the first page is still being served
+        page.goto(demo.local_url)
+        page.wait_for_selector(DRAWN)
+        deadline = time.perf_counter() + 10
+        while not warmed and time.perf_counter() < deadline:
+            time.sleep(0.05)
+        assert warmed == ["some-preset"]
+        page.reload()
+        page.wait_for_selector(DRAWN)
+        time.sleep(0.5)
+        assert warmed == ["some-preset"]  # once
+    finally:
+        page.close()
+        demo.close()
