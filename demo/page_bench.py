@@ -9,8 +9,8 @@ models, and prints, per run and as medians next to the issue's targets:
   1 s. Pressed once the page is usable and the example picked, as fast as a script can, so it
   includes any wait for the background warm-up; `--read-s` waits that long first, a person
   reading the question.
-Timings are of this machine as it is; run it on a quiet one. The tests use `open_page` and
-`first_token` too, but assert no times: targets belong here, not in unit tests.
+Timings are of this machine as it is; run it on a quiet one. The tests use `launch_chromium`,
+`open_page` and `first_token` too, but assert no times: targets belong here, not in unit tests.
 """
 
 import argparse
@@ -36,6 +36,13 @@ CHROMIUM_FLAGS = [
 START_TARGET_S = 10.0
 FIRST_TOKEN_TARGET_S = 1.0
 DRAWN = "#chart-pos .main-svg"  # the last chart of the Race tab: the whole page is drawn
+
+
+def launch_chromium(playwright):
+    """Debian's Chromium, headless, with the flags above; missing, it is an error, never a skip."""
+    if not Path(CHROMIUM).exists():
+        raise FileNotFoundError(f"Chromium not found at {CHROMIUM}: apt-get install -y chromium (or set $CHROMIUM)")
+    return playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
 
 
 def free_port() -> int:
@@ -103,10 +110,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="fresh app processes, one after the other")
     parser.add_argument("--read-s", type=float, default=0.0, help="seconds between picking the example and Run")
     args = parser.parse_args()
-    if not Path(CHROMIUM).exists():
-        sys.exit(f"Chromium not found at {CHROMIUM}: apt-get install -y chromium (or set $CHROMIUM)")
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
+        browser = launch_chromium(playwright)
         results = []
         for i in range(args.runs):
             results.append(run_once(browser, args.read_s))

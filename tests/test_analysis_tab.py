@@ -19,7 +19,7 @@ from test_analysis import STOPS, shapes_trace, yes_trace
 
 from demo import analysis, analysis_tab, models, render
 from demo.analysis_tab import BOTH, Batch, Run
-from demo.page_bench import CHROMIUM, CHROMIUM_FLAGS
+from demo.page_bench import launch_chromium
 from demo.world.tasks import heldout_examples
 
 PRESET = "tiny-analysis"
@@ -184,10 +184,9 @@ def test_a_drafter_the_preset_lacks_is_refused_with_a_message(served):
 def test_the_tab_in_chromium_runs_shows_a_trace_and_races_it_on_the_race_tab(served):
     from playwright.sync_api import sync_playwright
 
-    assert Path(CHROMIUM).exists(), f"Chromium not found at {CHROMIUM}: apt-get install -y chromium"
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
+        browser = launch_chromium(playwright)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.goto(served.local_url)
         page.get_by_role("tab", name="Analysis").click()

@@ -22,7 +22,7 @@ from playwright.sync_api import sync_playwright
 from test_app import write_examples
 
 from demo import models, page_bench, ui
-from demo.page_bench import CHROMIUM, CHROMIUM_FLAGS, DRAWN
+from demo.page_bench import DRAWN
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = Path(os.environ.get("SCREENSHOT_DIR", ROOT / "runs" / "screenshots"))
@@ -31,9 +31,8 @@ EMBEDDED = Path(models.PRESETS[models.DEFAULT_PRESET].target).exists() and ui.lo
 
 @pytest.fixture(scope="module")
 def browser():
-    assert Path(CHROMIUM).exists(), f"Chromium not found at {CHROMIUM}: apt-get install -y chromium"
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
+        browser = page_bench.launch_chromium(playwright)
         yield browser
         browser.close()
 
