@@ -150,13 +150,11 @@ CAPTION = (
 
 
 def _caption(scene: Scene, rng: random.Random) -> str:
+    """Each object after its place, in reading order: the place is the key its words are read by."""
     sized = rng.random() < 0.5
-    things = listing([article(name(o, sized)) for o in scene.objects])
-    return rng.choice((
-        f"{cap(things)} on a light background.",
-        f"A simple drawing of {things}.",
-        f"{cap(things)}.",
-    ))
+    parts = [f"{o.position_phrase}, {article(name(o, sized))}" for o in scene.objects]
+    things = parts[0] if len(parts) == 1 else "; ".join(parts[:-1]) + "; and " + parts[-1]
+    return cap(f"{rng.choice(('', 'A simple drawing: ', 'On a light background: '))}{things}.")
 
 
 # --- (c) multiple choice with explanation ---------------------------------------------------
@@ -171,18 +169,20 @@ def _options(correct: str, pool: list[str], rng: random.Random) -> tuple[list[st
 def _multiple_choice(scene: Scene, rng: random.Random) -> tuple[str, str]:
     o = rng.choice(scene.objects)
     kind = rng.choice(("shape", "colour", "position", "count"))
+    # The explanation reads the asked object first (its place or name, then what is there), then
+    # draws the conclusion from its own words: the look-up form the short answers use.
     if kind == "shape":
         question = f"Which shape is {o.position_phrase}?"
         options, letter = _options(o.shape, list(SHAPES), rng)
-        reason = f"It is a {o.shape}, because the object {o.position_phrase} is {article(name(o))}."
+        reason = f"The object {o.position_phrase} is {article(name(o))}, so it is a {o.shape}."
     elif kind == "colour":
         question = f"What colour is the shape {o.position_phrase}?"
         options, letter = _options(o.colour, list(COLOURS), rng)
-        reason = f"It is {o.colour}, because the object {o.position_phrase} is {article(name(o))}."
+        reason = f"The shape {o.position_phrase} is {article(name(o))}, so it is {o.colour}."
     elif kind == "position" and unique(scene, colour=o.colour, shape=o.shape):
         question = f"Where is the {name(o, False)}?"
         options, letter = _options(o.position, list(POSITIONS), rng)
-        reason = f"It is {o.position_phrase}: the {name(o)} is at the {o.position}."
+        reason = f"The {name(o, False)} is {o.position_phrase}, so it is at the {o.position}."
     else:
         n = len(scene.objects)
         question = "How many shapes are in the image?"
@@ -200,29 +200,41 @@ def _multiple_choice(scene: Scene, rng: random.Random) -> tuple[str, str]:
 # --- short VQA ------------------------------------------------------------------------------
 
 
-# Short answers give the asked attribute first, at a fixed place: that is where a model trained
-# from scratch first learns to read an image token (measured: restating the question before the
-# attribute left colour at chance after 1000 steps; short answers learn it in about 150).
+# Short answers name their subject, then the looked-up word right after it: "The circle is red."
+# A model trained from scratch learns to read an image token fastest when the key of the lookup
+# (the circle) sits just before the word it looks up, rather than only in the question.
+# Measured with `train.slot_probe` on colour questions (the same 150 one-object steps, then all
+# scenes, lr 1e-3): 0.54 / 0.69 / 0.78 / 0.81 of held-out answers right at steps 100-400 with
+# this form, against 0.41 / 0.41 / 0.50 at steps 100-300 with the colour said first ("Red.").
+# Phrasings vary in the lead-in, which keeps the subject and the answer word together.
+LEAD_INS = ("", "In this image, ", "Looking at the picture, ", "Here, ")
+
+
+def restated(subject: str, rest: str, rng: random.Random) -> str:
+    """'In this image, the circle is red.': a lead-in, the subject, then the looked-up words."""
+    return cap(f"{rng.choice(LEAD_INS)}{subject} {rest}.")
 
 
 def _vqa_colour(scene: Scene, rng: random.Random) -> tuple[str, str]:
     o = rng.choice(scene.objects)
     if unique(scene, shape=o.shape) and rng.random() < 0.5:
         question = rng.choice((f"What colour is the {o.shape}?", f"What is the colour of the {o.shape}?"))
-        return question, rng.choice((f"{cap(o.colour)}.", f"It is {o.colour}.", f"{cap(o.colour)}, the {o.shape} is {o.colour}."))
-    question = rng.choice((f"What colour is the shape {o.position_phrase}?",
-                           f"What is the colour of the object {o.position_phrase}?"))
-    return question, rng.choice((f"{cap(o.colour)}.", f"It is {o.colour}.", f"It is {o.colour}, a {o.colour} {o.shape}."))
+        return question, restated(f"the {o.shape}", f"is {o.colour}", rng)
+    noun = rng.choice(("shape", "object"))
+    question = rng.choice((f"What colour is the {noun} {o.position_phrase}?",
+                           f"What is the colour of the {noun} {o.position_phrase}?"))
+    return question, restated(f"the {noun} {o.position_phrase}", f"is {o.colour}", rng)
 
 
 def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
     o = rng.choice(scene.objects)
     if unique(scene, colour=o.colour) and rng.random() < 0.5:
-        question = rng.choice((f"What shape is the {o.colour} object?", f"Which shape is {o.colour}?"))
-    else:
-        question = rng.choice((f"What shape is {o.position_phrase}?",
-                               f"Which shape can you see {o.position_phrase}?"))
-    return question, rng.choice((f"A {o.shape}.", f"It is a {o.shape}.", f"It is a {o.size} {o.shape}."))
+        noun = rng.choice(("shape", "object"))
+        question = rng.choice((f"What shape is the {o.colour} {noun}?", f"Which shape is {o.colour}?"))
+        return question, restated(f"the {o.colour} {noun}", f"is a {o.shape}", rng)
+    question = rng.choice((f"What shape is {o.position_phrase}?",
+                           f"Which shape can you see {o.position_phrase}?"))
+    return question, restated(f"the shape {o.position_phrase}", f"is a {o.shape}", rng)
 
 
 def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
@@ -237,8 +249,8 @@ def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
         n, what = sum(o.shape == shape for o in scene.objects), plural(shape)
     question = rng.choice((f"How many {what} are there?", f"How many {what} are in the image?"))
     if n == 0:
-        return question, rng.choice((f"There are no {what}.", "None."))
-    return question, rng.choice((f"There {'is' if n == 1 else 'are'} {NUMBERS[n]}.", f"{cap(NUMBERS[n])}."))
+        return question, restated("there", f"are no {what}", rng)
+    return question, restated(f"the number of {what}", f"is {NUMBERS[n]}", rng)
 
 
 def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
@@ -247,8 +259,7 @@ def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
         return None
     o = rng.choice(candidates)
     question = rng.choice((f"Where is the {name(o, False)}?", f"Where in the image is the {name(o, False)}?"))
-    return question, rng.choice((f"{cap(o.position_phrase)}.", f"It is {o.position_phrase}.",
-                                 f"It sits {o.position_phrase}."))
+    return question, restated(f"the {name(o, False)}", f"is {o.position_phrase}", rng)
 
 
 def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:
@@ -257,10 +268,11 @@ def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:
         colour, shape = o.colour, o.shape
     else:
         colour, shape = rng.choice(list(COLOURS)), rng.choice(SHAPES)
-    question = rng.choice((f"Is there a {colour} {shape} in the image?", f"Can you see a {colour} {shape}?"))
+    thing = article(f"{colour} {shape}")
+    question = rng.choice((f"Is there {thing} in the image?", f"Can you see {thing}?"))
     hits = [o for o in scene.objects if o.colour == colour and o.shape == shape]
     if hits:
-        return question, rng.choice(("Yes.", f"Yes, there is a {colour} {shape} {hits[0].position_phrase}."))
+        return question, rng.choice(("Yes.", f"Yes, there is {thing} {hits[0].position_phrase}."))
     return question, rng.choice(("No.", f"No, there is no {colour} {shape}."))
 
 

@@ -63,7 +63,7 @@ class Budget:
     max_new_tokens: int = 200  # stage 6 answer length cap
 
 
-FULL = Budget(16000, 2000, 400, (150, 650, 800, 600, 800), 400, 300, 800, 3000, 1000, 1500, 600, 600, 400, 600, 2400)
+FULL = Budget(16000, 2000, 400, (150, 350, 1100, 600, 800), 400, 300, 800, 3000, 1000, 1500, 600, 600, 400, 600, 2400)
 QUICK = Budget(64, 50, 3, (2, 2, 2, 2, 3), 2, 3, 300, 16, 3, 3, 3, 3, 2, 3, 300, max_new_tokens=8)
 
 # Share of batches per task in every conversation stage (batches have similar token counts).
