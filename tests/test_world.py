@@ -71,6 +71,18 @@ def test_reference_answers_score_correct_and_corrupted_ones_wrong(task):
         assert not score(task, ex, _wrong(task, ex.answer)), _wrong(task, ex.answer)
 
 
+@pytest.mark.parametrize("task", TASKS)
+def test_every_task_answers_one_fact_in_several_phrasings(task):
+    import random
+
+    from demo.world.scenes import Obj, Scene
+    from demo.world.tasks import qa
+
+    scene = Scene((Obj("circle", "red", "large", 4),))  # one object: every answer states the same facts
+    answers = {qa(task, scene, random.Random(seed))[1] for seed in range(40)}
+    assert len(answers) >= 3, answers
+
+
 def test_grounded_words_cover_colours_shapes_counts_positions():
     words = image_grounded_words()
     assert set(COLOURS) | set(SHAPES) | {"large", "small", "three", "left", "centre", "circles"} <= words

@@ -206,13 +206,16 @@ def _multiple_choice(scene: Scene, rng: random.Random) -> tuple[str, str]:
 # Measured with `train.slot_probe` on colour questions (the same 150 one-object steps, then all
 # scenes, lr 1e-3): 0.54 / 0.69 / 0.78 / 0.81 of held-out answers right at steps 100-400 with
 # this form, against 0.41 / 0.41 / 0.50 at steps 100-300 with the colour said first ("Red.").
-# Phrasings vary in the lead-in, which keeps the subject and the answer word together.
-LEAD_INS = ("", "In this image, ", "Looking at the picture, ", "Here, ")
+# Phrasings vary after the looked-up word, so the lookup itself always reads the same way: lead-ins
+# before the subject ("In this image, the circle is red.") slowed it down, 0.07 / 0.14 / 0.55 / 0.61
+# at steps 100-400 of that probe; in the full curriculum 0.53 / 0.58 at steps 150 / 200 against
+# 0.60 / 0.71 with these tails.
+TAILS = ("", " here", " in this image", " in the picture")
 
 
 def restated(subject: str, rest: str, rng: random.Random) -> str:
-    """'In this image, the circle is red.': a lead-in, the subject, then the looked-up words."""
-    return cap(f"{rng.choice(LEAD_INS)}{subject} {rest}.")
+    """'The circle is red here.': the subject, the looked-up words, then a varying tail."""
+    return cap(f"{subject} {rest}{rng.choice(TAILS)}.")
 
 
 def _vqa_colour(scene: Scene, rng: random.Random) -> tuple[str, str]:
