@@ -137,7 +137,7 @@ def test_shipped_models_load_with_transformers_alone_and_drafters_are_small():
 
 
 @pytest.mark.xfail(strict=True, reason="known unmet bar (issue 3): the shipped target grounds only partly; "
-                   "python -m demo.world.evaluate measured 80% on held-out colour and 46% on shape questions")
+                   "python -m demo.world.evaluate measured 80% on held-out colour and 61% on shape questions")
 def test_shipped_target_answers_heldout_colour_and_shape_questions():
     import torch
     from transformers import AutoProcessor, LlavaForConditionalGeneration
@@ -152,7 +152,7 @@ def test_shipped_target_answers_heldout_colour_and_shape_questions():
         examples = heldout_examples(task, 8, seed=11)
         rows, pixels = encode_examples(processor, examples)
         answers = greedy(model, rows, tok.pad_token_id, tok.eos_token_id, tok.convert_tokens_to_ids("<image>"),
-                         pixels, max_new_tokens=16)
+                         pixels, max_new_tokens=32)
         texts = tok.batch_decode(answers, skip_special_tokens=True)
         assert [score(task, e, t) for e, t in zip(examples, texts)] == [True] * 8, texts
 
