@@ -31,7 +31,7 @@ def _wrong(task: str, answer: str) -> str:
     if task == "vqa_shape":
         return _swap(answer, SHAPES)
     if task == "vqa_count":
-        return "There are two." if answer in ("None.", "One.") or " no " in answer else "There are none."
+        return "There are two." if " no " in answer else "There are none."
     if task == "vqa_position":
         return "It is in the top left corner." if "top left" not in answer else "It is in the centre."
     if task == "vqa_yesno":

@@ -60,8 +60,9 @@ def article(words: str) -> str:
     return f"an {words}" if words[0] in "aeiou" else f"a {words}"
 
 
-def listing(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+def listing(items: list[str], sep: str = ", ", last: str = " and ") -> str:
+    """'a, b and c'; other separators for longer items ('a; b; and c')."""
+    return items[0] if len(items) == 1 else sep.join(items[:-1]) + last + items[-1]
 
 
 def unique(scene: Scene, **attrs) -> Obj | None:
@@ -153,7 +154,7 @@ def _caption(scene: Scene, rng: random.Random) -> str:
     """Each object after its place, in reading order: the place is the key its words are read by."""
     sized = rng.random() < 0.5
     parts = [f"{o.position_phrase}, {article(name(o, sized))}" for o in scene.objects]
-    things = parts[0] if len(parts) == 1 else "; ".join(parts[:-1]) + "; and " + parts[-1]
+    things = listing(parts, "; ", "; and ")
     return cap(f"{rng.choice(('', 'A simple drawing: ', 'On a light background: '))}{things}.")
 
 
