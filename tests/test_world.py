@@ -171,3 +171,53 @@ def test_quick_training_run_writes_models_that_load(tmp_path):
     gallery = json.loads((tmp_path / "examples" / "examples.json").read_text())
     assert Counter(e["task"] for e in gallery) == PER_TASK  # every task family, the long ones twice
     assert all((tmp_path / "examples" / e["image"]).is_file() for e in gallery)
+
+
+def test_lookup_gap_shifts_only_the_positions_after_the_last_image_token():
+    import torch
+
+    from demo.world.lookup import gapped_positions
+
+    image = 7
+    ids = torch.tensor([[1, image, image, 4, 5], [image, 3, 4, 5, 0]])
+    assert gapped_positions(ids, image, 0).tolist() == [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4]]
+    assert gapped_positions(ids, image, 10).tolist() == [[0, 1, 2, 13, 14], [0, 11, 12, 13, 14]]
+
+
+def test_lookup_splits_questions_by_key_and_knows_the_chance_of_a_random_object():
+    from demo.world.lookup import chance, key_of
+    from demo.world.scenes import Obj, Scene
+    from demo.world.tasks import Example
+
+    assert key_of("What colour is the circle?") == "name"
+    assert key_of("What shape is the red object?") == "name"
+    assert key_of("What colour is the shape in the middle of the top row?") == "place"
+    assert key_of("Which shape can you see in the top left corner?") == "place"
+    scene = Scene((Obj("circle", "red", "large", 0), Obj("square", "red", "small", 4), Obj("cross", "blue", "large", 8)))
+    ex = Example(None, "What colour is the cross?", "The cross is blue.", "vqa_colour", scene)
+    assert chance(ex, "colour", "blue") == 1 / 3 and chance(ex, "colour", "red") == 2 / 3
+    assert chance(ex, "shape", "cross") == 1 / 3
+
+
+def test_lookup_at_gap_zero_is_the_apps_teacher_forced_argmax():
+    import torch
+    from transformers import AutoProcessor, LlavaForConditionalGeneration
+
+    from demo.world.evaluate import encode_examples
+    from demo.world.lookup import predictions, probes
+
+    model = LlavaForConditionalGeneration.from_pretrained(ASSETS / "target", dtype=torch.float32)
+    processor = AutoProcessor.from_pretrained(ASSETS / "target")
+    tok = processor.tokenizer
+    items = probes(tok, "vqa_colour", 12)
+    assert items and all(len(p.example.scene.objects) >= 2 for p in items)
+    assert all(tok.decode([p.ids[p.at]]).strip() in COLOURS for p in items)
+    # the app's path: the processor's prompt, the answer appended, one row at a time, default positions
+    rows, pixels = encode_examples(processor, [p.example for p in items])
+    expected = []
+    with torch.inference_mode():
+        for i, (row, p) in enumerate(zip(rows, items)):
+            assert row == p.ids[:len(row)]
+            logits = model(input_ids=torch.tensor([p.ids]), pixel_values=pixels[i:i + 1]).logits
+            expected.append(logits[0, p.at - 1].argmax().item())
+    assert predictions(model, processor, items, gap=0) == expected
