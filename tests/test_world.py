@@ -221,3 +221,52 @@ def test_lookup_at_gap_zero_is_the_apps_teacher_forced_argmax():
             logits = model(input_ids=torch.tensor([p.ids]), pixel_values=pixels[i:i + 1]).logits
             expected.append(logits[0, p.at - 1].argmax().item())
     assert predictions(model, processor, items, gap=0) == expected
+
+
+def test_recall_facts_are_every_lookup_the_scene_answers():
+    import random
+
+    from demo.world.recall import facts
+    from demo.world.scenes import Obj, Scene
+
+    scene = Scene((Obj("circle", "red", "large", 0), Obj("circle", "blue", "small", 4), Obj("cross", "green", "large", 8)))
+    got = facts(scene, random.Random(0))
+    assert sorted(got) == sorted([("cross", "green", "name"), ("top left", "red", "place"),
+                                  ("centre", "blue", "place"), ("bottom right", "green", "place")])
+
+
+@pytest.mark.parametrize("form", ["is", "direct"])
+def test_recall_rows_mark_each_value_right_after_its_key(form):
+    import random
+
+    from demo.world.recall import facts, row
+    from demo.world.text import IMAGE_SEQ_LENGTH
+
+    tok = _world_tokenizer()
+    scene = sample_scenes("heldout", 20, 0)[7]
+    ids, values = row(tok, scene, random.Random(3), form)
+    expected = facts(scene, random.Random(3))
+    assert ids[:IMAGE_SEQ_LENGTH] == [tok.pad_token_id] * IMAGE_SEQ_LENGTH
+    assert [kind for _, kind in values] == [kind for _, _, kind in expected]
+    text = tok.decode(ids[IMAGE_SEQ_LENGTH:])
+    sep = " is" if form == "is" else ""
+    assert text == "".join(f" {key}{sep} {value}." for key, value, _ in expected)
+    for (at, _), (key, value, _) in zip(values, expected):
+        assert tok.decode(ids[at:]).startswith(f" {value}.")
+        assert tok.decode(ids[:at]).endswith(f" {key}{sep}")
+
+
+def test_recall_experiment_is_deterministic():
+    from demo.world.recall import run
+
+    first, second = (run(32, 1, 4, "is", every=2, heldout=40, pool=100) for _ in range(2))
+    strip = [{k: v for k, v in entry.items() if k != "seconds"} for entry in first]
+    assert strip == [{k: v for k, v in entry.items() if k != "seconds"} for entry in second]
+    assert [entry["step"] for entry in first] == [2, 4]
+    assert set(first[0]) == {"step", "seconds", "loss", "name, first", "name, later", "place, first", "place, later"}
+
+
+def _world_tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(ASSETS / "target")
