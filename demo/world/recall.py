@@ -13,13 +13,14 @@ Deterministic for its arguments and one thread.
 """
 
 import argparse
-import math
 import random
 import time
 
 import torch
+from tqdm import tqdm
 
 from .data import collate
+from .fit import fit
 from .scenes import POSITIONS, Scene, sample_scenes
 from .slots import slot_ids, slot_vectors
 from .tasks import TASKS, examples
@@ -89,27 +90,27 @@ def run(hidden: int, layers: int, steps: int, form: str, lr: float = 2e-3, scene
         vocab_size=len(tok), hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=heads, head_dim=hidden // heads,
         max_position_embeddings=512, tie_word_embeddings=True, pad_token_id=tok.pad_token_id))
-    params = list(dict.fromkeys(lm.parameters()))
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
-    warmup, rng, log, start = max(1, steps // 20), random.Random(seed + 1), [], time.perf_counter()
-    for step in range(1, steps + 1):
-        # the schedule of fit.py: linear warm-up, cosine to a tenth
-        t = step / warmup if step <= warmup else 0.1 + 0.45 * (1 + math.cos(math.pi * (step - warmup) / (steps - warmup)))
-        for group in opt.param_groups:
-            group["lr"] = lr * t
+    rng, log, start, latest = random.Random(seed + 1), [], time.perf_counter(), float("nan")
+
+    def record(step: int, loss: float) -> None:
+        log.append({"step": step, "seconds": round(time.perf_counter() - start), "loss": round(loss, 3)}
+                   | accuracy(lm, tok, held, held_rows))
+        tqdm.write(str(log[-1]))
+
+    def loss_of(step: int) -> torch.Tensor:
+        nonlocal latest
+        if step and step % every == 0:  # after `step` updates
+            record(step, latest)
         scenes = [rng.choice(train) for _ in range(scenes_per_step)]
         batch, x = embed(lm, tok, scenes, [row(tok, s, rng, form) for s in scenes])
         labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
         labels[:, :IMAGE_SEQ_LENGTH] = -100
         loss = lm(inputs_embeds=x, attention_mask=batch["attention_mask"], labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        if step % every == 0 or step == steps:
-            log.append({"step": step, "seconds": round(time.perf_counter() - start), "loss": round(loss.item(), 3)}
-                       | accuracy(lm, tok, held, held_rows))
-            print(log[-1], flush=True)
+        latest = loss.item()
+        return loss
+
+    fit(list(dict.fromkeys(lm.parameters())), steps, lr, loss_of, f"recall ({form})")
+    record(steps, latest)
     return log
 
 
