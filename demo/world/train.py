@@ -88,6 +88,7 @@ SHORT = ("vqa_colour", "vqa_shape", "vqa_count", "vqa_position", "vqa_yesno")
 # colour questions with slots were answered right 100% (by name) and 88% (by place) after 250
 # steps, before the LM had seen a question, and as well with the text moved 10 positions away.
 FACT_SCENES = 32
+FACT_SHARE = 0.15  # after the facts phase, this share of the steps are still fact batches
 CURRICULUM = (
     ("facts", "facts", None),
     ("one object, colour", {"vqa_colour": 1.0}, 1),
@@ -250,12 +251,15 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
                for k, (_, mix, most) in enumerate(CURRICULUM)]
     ends = [sum(budget.slot_steps[:k + 1]) for k in range(len(CURRICULUM))]
     probes = log["target_slot_probe"] = {}
+    fact_rng = random.Random(seed + 39)
 
     def loss_of(step):
         phase = next(k for k, end in enumerate(ends) if step < end)
         if step and (step % 200 == 0 or step in ends):  # progress of the lookup, in the log
             probes[step] = slot_probe(target, w.tok, w.image_id)
             tqdm.write(f"slot probe at step {step} ({CURRICULUM[phase][0]}): {probes[step]}")
+        if phase and fact_rng.random() < FACT_SHARE:  # keep the lookup in practice
+            return loss_on(target, next(streams[0]), w.pool, w.image_id, slots=True)
         return loss_on(target, next(streams[phase]), w.pool, w.image_id, slots=True)
 
     log["target_slot_loss"] = fit(params, ends[-1], 1e-3, loss_of, "3 target LM on slots")
