@@ -270,3 +270,29 @@ def _world_tokenizer():
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(ASSETS / "target")
+
+
+def test_lookup_facts_state_every_unique_key_once_and_rows_hold_them_after_the_image():
+    import random
+
+    from demo.world.data import fact_batches, facts
+    from demo.world.scenes import Obj, Scene
+
+    scene = Scene((Obj("circle", "red", "large", 0), Obj("circle", "blue", "small", 4), Obj("cross", "red", "large", 8)))
+    assert sorted(facts(scene, random.Random(0))) == sorted([
+        "cross is red.", "top left is red.", "centre is blue.", "bottom right is red.", "blue is circle."])
+
+    class Pool:
+        scenes = [scene]
+
+    tok = _world_tokenizer()
+    batch = next(fact_batches(Pool, tok, 2, random.Random(5)))
+    assert batch["scenes"].tolist() == [0, 0]
+    ids = batch["input_ids"][0][batch["attention_mask"][0] == 1].tolist()
+    image = tok.convert_tokens_to_ids("<image>")
+    assert ids[:9] == [image] * 9 and image not in ids[9:]
+    rng = random.Random(5)
+    rng.randrange(1)  # the scene draw
+    assert tok.decode(ids[9:]) == "".join(" " + fact for fact in facts(scene, rng))
+    labels = batch["labels"][0][:len(ids)].tolist()
+    assert labels == [-100] * 9 + ids[9:]  # the loss on every fact token, none on the image

@@ -8,6 +8,9 @@ Contract:
   and `<|end|>`; labels are -100 on the prompt. With `image=False` every `<image>` id is
   removed, exactly what the engine feeds the text-only drafter.
 - `batches(...)` yields right-padded batches of one task at a time, sized to a token budget.
+- `fact_batches(...)` yields the LM's lookup pretraining: a scene's image tokens, then every fact
+  a lookup in them answers ("circle is red. top left is red. red is circle."), no chat template,
+  the loss on every fact token (see `facts`).
 """
 
 import random
@@ -19,7 +22,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .scenes import COLOURS, GRID, SHAPES, SIZES, Scene, render, sample_scenes
+from .scenes import COLOURS, GRID, POSITIONS, SHAPES, SIZES, Scene, render, sample_scenes
 from . import slots
 from .tasks import qa
 from .text import IMAGE_SEQ_LENGTH, IMAGE_TOKEN, prompt_text
@@ -132,3 +135,35 @@ def item_batch(pool: ScenePool, tok, items: list[Item], image: bool = True) -> d
         batch["scenes"] = torch.tensor([it.scene for it in items])
         batch["pixel_values"] = pool.pixels[batch["scenes"]].float()
     return batch
+
+
+def facts(scene: Scene, rng: random.Random) -> list[str]:
+    """Every lookup the scene answers, as "KEY is VALUE." sentences in a random order: shape ->
+    colour and colour -> shape where the key is unique in the scene, place -> colour always.
+    Dense lookups with the key right before "is": the form of the short answers ("The circle is
+    red."), many per scene, so the LM learns to find an object in its image tokens by what it is.
+    """
+    objects = scene.objects
+    shapes, colours = [o.shape for o in objects], [o.colour for o in objects]
+    out = [f"{o.shape} is {o.colour}." for o in objects if shapes.count(o.shape) == 1]
+    out += [f"{POSITIONS[o.cell]} is {o.colour}." for o in objects]
+    out += [f"{o.colour} is {o.shape}." for o in objects if colours.count(o.colour) == 1]
+    rng.shuffle(out)
+    return out
+
+
+def fact_batches(pool: ScenePool, tok, scenes_per_batch: int, rng: random.Random) -> Iterator[dict]:
+    """Endless batches of `fact_rows`, with the pool indices ("scenes") for the slots."""
+    image_id = tok.convert_tokens_to_ids(IMAGE_TOKEN)
+    while True:
+        rows, scenes = [], []
+        for _ in range(scenes_per_batch):
+            s = rng.randrange(len(pool.scenes))
+            ids = [image_id] * IMAGE_SEQ_LENGTH
+            for fact in facts(pool.scenes[s], rng):
+                ids += tok(" " + fact, add_special_tokens=False)["input_ids"]
+            rows.append((ids, [-100] * IMAGE_SEQ_LENGTH + ids[IMAGE_SEQ_LENGTH:]))
+            scenes.append(s)
+        batch = collate(rows, tok.pad_token_id)
+        batch["scenes"] = torch.tensor(scenes)
+        yield batch

@@ -11,7 +11,8 @@ Stages, each timed (LLaVA's recipe, with the projector aligned to word-embedding
 see slots.py):
  1. data: the corpus, the BPE tokenizer and the training scene pool (rendered, processed)
  2. target tower: per-cell attribute pretraining of the vision tower
- 3. target LM: a curriculum of tasks (CURRICULUM) with slots in place of the image tokens
+ 3. target LM: lookup facts, then a curriculum of tasks (CURRICULUM), with slots in place of
+    the image tokens
  4. target projector: regressed onto the slots, tower and LM frozen
  5. target: end-to-end fine-tune of projector and LM on real images (tower frozen)
  6. distillation set: the shipped (fp16-rounded) target's greedy answers on training scenes
@@ -33,7 +34,7 @@ import torch
 from tqdm import tqdm
 
 from . import ASSETS
-from .data import ScenePool, batches, collate, encode, sample_items
+from .data import ScenePool, batches, collate, encode, fact_batches, sample_items
 from .fit import CellHeads, fit
 from .gallery import write_examples
 from .generate import greedy
@@ -63,8 +64,8 @@ class Budget:
     max_new_tokens: int = 200  # stage 6 answer length cap
 
 
-FULL = Budget(16000, 2000, 400, (150, 350, 1100, 600, 800), 400, 300, 800, 3000, 1000, 1500, 600, 600, 400, 600, 2400)
-QUICK = Budget(64, 50, 3, (2, 2, 2, 2, 3), 2, 3, 300, 16, 3, 3, 3, 3, 2, 3, 300, max_new_tokens=8)
+FULL = Budget(16000, 2000, 400, (300, 150, 350, 800, 600, 800), 400, 300, 800, 3000, 1000, 1500, 600, 600, 400, 600, 2400)
+QUICK = Budget(64, 50, 3, (2, 2, 2, 2, 2, 3), 2, 3, 300, 16, 3, 3, 3, 3, 2, 3, 300, max_new_tokens=8)
 
 # Share of batches per task in every conversation stage (batches have similar token counts).
 MIX = {
@@ -80,7 +81,16 @@ SHORT = ("vqa_colour", "vqa_shape", "vqa_count", "vqa_position", "vqa_yesno")
 # where any colour on show is the answer, the copy from a slot is learned in 100 steps (loss
 # 0.29) and the choice between objects follows (loss 0.30 at 370 steps, probe 41% -> 50%).
 # Then every short question and captions, the shortest grounded lists, then the full mix.
+# The facts phase comes first (mix "facts": `data.fact_batches`, 32 scenes a batch). Without it
+# the LM never learned to pick an object by what it is: `python -m demo.world.lookup` found the
+# previous recipe's target at chance on name-keyed questions about 2-3 objects, and answering
+# place-keyed ones by their distance from the image. With dense "KEY is VALUE." facts on slots,
+# colour questions with slots were answered right 100% (by name) and 88% (by place) after 250
+# steps, before the LM had seen a question, and as well with the text moved 10 positions away.
+FACT_SCENES = 32
+FACT_SHARE = 0.15  # after the facts phase, this share of the steps are still fact batches
 CURRICULUM = (
+    ("facts", "facts", None),
     ("one object, colour", {"vqa_colour": 1.0}, 1),
     ("colour", {"vqa_colour": 1.0}, None),
     ("colour, shape, position", {"vqa_colour": 1.0, "vqa_shape": 1.0, "vqa_position": 1.0}, None),
@@ -236,16 +246,20 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
     lap("2 target tower")
     # 3. target LM on slots, phase by phase (one optimiser and one schedule across the phases)
     params = set_trainable(target, *lm)
-    streams = [batches(w.pool, w.tok, mix, budget.tokens, random.Random(seed + 30 + k), max_objects=most)
+    streams = [fact_batches(w.pool, w.tok, FACT_SCENES, random.Random(seed + 30 + k)) if mix == "facts" else
+               batches(w.pool, w.tok, mix, budget.tokens, random.Random(seed + 30 + k), max_objects=most)
                for k, (_, mix, most) in enumerate(CURRICULUM)]
     ends = [sum(budget.slot_steps[:k + 1]) for k in range(len(CURRICULUM))]
     probes = log["target_slot_probe"] = {}
+    fact_rng = random.Random(seed + 39)
 
     def loss_of(step):
         phase = next(k for k, end in enumerate(ends) if step < end)
         if step and (step % 200 == 0 or step in ends):  # progress of the lookup, in the log
             probes[step] = slot_probe(target, w.tok, w.image_id)
             tqdm.write(f"slot probe at step {step} ({CURRICULUM[phase][0]}): {probes[step]}")
+        if phase and fact_rng.random() < FACT_SHARE:  # keep the lookup in practice
+            return loss_on(target, next(streams[0]), w.pool, w.image_id, slots=True)
         return loss_on(target, next(streams[phase]), w.pool, w.image_id, slots=True)
 
     log["target_slot_loss"] = fit(params, ends[-1], 1e-3, loss_of, "3 target LM on slots")
