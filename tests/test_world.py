@@ -306,3 +306,36 @@ def test_lookup_facts_state_every_unique_key_once_and_rows_hold_them_after_the_i
     assert tok.decode(ids[9:]) == "".join(" " + fact for fact in facts(scene, rng))
     labels = batch["labels"][0][:len(ids)].tolist()
     assert labels == [-100] * 9 + ids[9:]  # the loss on every fact token, none on the image
+
+
+def test_diagnose_takes_a_caption_apart_item_by_item():
+    from demo.world.diagnose import caption_items, caption_tally
+    from demo.world.scenes import Obj, Scene
+
+    scene = Scene((Obj("circle", "blue", "large", 4), Obj("square", "blue", "small", 5)))
+    text = ("A simple drawing: in the middle of the right side, a blue square; in the centre, a large red circle; "
+            "and in the top left corner, a green cross.")
+    assert caption_items(text) == [(5, ("blue", "square")), (4, ("red", "circle")), (0, ("green", "cross"))]
+    assert caption_tally(scene, text) == Counter({
+        "captions": 1, "items": 3, "items at an occupied cell": 2, "items at an empty cell": 1,
+        "  colour and shape right": 1, "  colour right": 1, "  shape right": 2})
+    right = "In the centre, a blue circle; and in the middle of the right side, a small blue square."
+    assert caption_tally(scene, right)["places are the occupied cells"] == 1
+    assert caption_tally(scene, right)["number of items right"] == 1
+
+
+def test_diagnose_checks_the_options_read_and_the_verdict_of_a_multiple_choice_answer():
+    from demo.world.diagnose import mc_tally
+
+    ex = next(e for e in heldout_examples("multiple_choice", 40) if e.question.startswith("Which shape"))
+    assert mc_tally(ex, ex.answer)[("shape", "right letter")] == 1
+    reference = mc_tally(ex, ex.answer)
+    assert reference[("shape", "options read right")] == reference[("shape", "options read")] > 0
+    assert reference[("shape", "first sentence right")] == reference[("shape", "verdict agrees with conclusion")] == 1
+    options = dict(line.split(". ", 1) for line in ex.question.splitlines()[1:5])
+    wrong = f"The object is a blue circle, so it is a cross. A says {options['B']}: no. B says cross: yes. The answer is B."
+    t = mc_tally(ex, wrong)
+    assert t[("shape", "first sentence right")] == 0
+    assert t[("shape", "options read")] == 2
+    assert t[("shape", "options read right")] == (options["A"] == options["B"]) + (options["B"] == "cross")
+    assert t[("shape", "verdict agrees with conclusion")] == 1  # consistent with itself, however wrong

@@ -1,0 +1,133 @@
+"""Where long answers go wrong: `python -m demo.world.diagnose [--dir DIR] [--n N]`.
+
+Contract: answers held-out captions and multiple-choice questions greedily with the target (the
+real image through the shipped processor, as `evaluate` does) and takes the answers apart:
+- captions, item by item ("in the centre, a red circle"): are the places named exactly the
+  occupied cells, is the number of items right, how many items name an empty cell, and at an
+  occupied cell, are its colour and shape right;
+- multiple choice, per question kind (shape, colour, position, count): right letters, first
+  sentences equal to the reference's (the reading of the image), options read right from the
+  question ("B says circle" where the question's B is a circle), and verdicts that agree with
+  the explanation's own conclusion ("so it is a circle" ... "B says circle: yes").
+Prints the tables and ends with one JSON line. The parsing is pure Python, tested in
+tests/test_world.py.
+"""
+
+import argparse
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from . import ASSETS
+from .scenes import Scene
+from .scoring import pairs_in, position_in, score
+from .tasks import Example, heldout_examples
+
+
+def caption_items(text: str) -> list[tuple[int | None, tuple[str, str] | None]]:
+    """(cell, (colour, shape)) per "place, a colour shape" item; None where a part is missing."""
+    items = []
+    for part in re.split(r";\s*(?:and\s+)?", text.strip().rstrip(".")):
+        if part.strip():
+            pairs = list(pairs_in(part).elements())
+            items.append((position_in(part), pairs[0] if pairs else None))
+    return items
+
+
+def caption_tally(scene: Scene, text: str) -> Counter:
+    cells = {o.cell: (o.colour, o.shape) for o in scene.objects}
+    items = caption_items(text)
+    t = Counter(captions=1, items=len(items))
+    t["places are the occupied cells"] += sorted(c for c, _ in items if c is not None) == sorted(cells)
+    t["number of items right"] += len(items) == len(cells)
+    for cell, pair in items:
+        if cell not in cells:
+            t["items at an empty cell"] += 1
+            continue
+        t["items at an occupied cell"] += 1
+        t["  colour and shape right"] += pair == cells[cell]
+        t["  colour right"] += pair is not None and pair[0] == cells[cell][0]
+        t["  shape right"] += pair is not None and pair[1] == cells[cell][1]
+    return t
+
+
+MC_KINDS = {"Which shape": "shape", "What colour": "colour", "Where": "position", "How many": "count"}
+
+
+def options_of(question: str) -> dict[str, str]:
+    return dict(re.findall(r"^([ABCD])\. (.+)$", question, flags=re.M))
+
+
+def mc_tally(example: Example, text: str) -> Counter:
+    kind = next(k for prefix, k in MC_KINDS.items() if example.question.startswith(prefix))
+    options = options_of(example.question)
+    checks = re.findall(r"\b([ABCD]) says ([a-z ]+): (yes|no)\.", text)
+    conclusion = re.search(r", so (?:it is(?: at the)?|there (?:is|are)) (?:an? )?([a-z ]+?)\.", text)
+    yes = [value for _, value, verdict in checks if verdict == "yes"]
+    t = Counter({(kind, "n"): 1})
+    t[kind, "right letter"] += score("multiple_choice", example, text)
+    t[kind, "first sentence right"] += text.split(". ")[0] == example.answer.split(". ")[0]
+    t[kind, "options read"] += len(checks)
+    t[kind, "options read right"] += sum(options.get(letter) == value for letter, value, _ in checks)
+    t[kind, "verdict agrees with conclusion"] += bool(conclusion) and yes == [conclusion.group(1)]
+    return t
+
+
+def answers(directory: Path, task: str, n: int, max_new_tokens: int) -> tuple[list[Example], list[str]]:
+    from transformers import AutoProcessor, LlavaForConditionalGeneration
+
+    from .evaluate import encode_examples
+    from .generate import greedy
+
+    model = LlavaForConditionalGeneration.from_pretrained(directory / "target", dtype=torch.float32)
+    processor = AutoProcessor.from_pretrained(directory / "target")
+    tok = processor.tokenizer
+    examples = heldout_examples(task, n)
+    rows, pixels = encode_examples(processor, examples)
+    ids = greedy(model, rows, tok.pad_token_id, tok.eos_token_id, tok.convert_tokens_to_ids(tok.image_token),
+                 pixels, max_new_tokens=max_new_tokens, desc=task)
+    return examples, tok.batch_decode(ids, skip_special_tokens=True)
+
+
+def diagnose(directory: Path, n: int) -> dict:
+    examples, texts = answers(directory, "caption", n, 120)
+    captions = sum((caption_tally(e.scene, t) for e, t in zip(examples, texts)), Counter())
+    examples, texts = answers(directory, "multiple_choice", n, 160)
+    mc = sum((mc_tally(e, t) for e, t in zip(examples, texts)), Counter())
+    by_kind = {k: {what: mc[k, what] for (kind, what) in mc if kind == k} for k in MC_KINDS.values()}
+    return {"caption": dict(captions), "multiple_choice": {k: v for k, v in by_kind.items() if v}}
+
+
+def print_tables(r: dict) -> None:
+    c = r["caption"]
+    print(f"\nCaptions ({c['captions']} held out, greedy; {c['items']} items 'place, a colour shape')")
+    for key in ("places are the occupied cells", "number of items right"):
+        print(f"  {key:<34}{c.get(key, 0):>5} of {c['captions']}")
+    for key in ("items at an empty cell", "items at an occupied cell"):
+        print(f"  {key:<34}{c.get(key, 0):>5} of {c['items']}")
+    for key in ("  colour and shape right", "  colour right", "  shape right"):
+        print(f"  {key:<34}{c.get(key, 0):>5} of {c.get('items at an occupied cell', 0)}")
+    print("\nMultiple choice (held out, greedy)")
+    columns = ("n", "right letter", "first sentence right", "verdict agrees with conclusion")
+    print(f"{'kind':<10}" + "".join(f"{col:>32}" for col in columns) + f"{'options read right':>24}")
+    for kind, row in r["multiple_choice"].items():
+        read = f"{row.get('options read right', 0)} of {row.get('options read', 0)}"
+        print(f"{kind:<10}" + "".join(f"{row.get(col, 0):>32}" for col in columns) + f"{read:>24}")
+    print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", type=Path, default=ASSETS, help="the world's model directory")
+    parser.add_argument("--n", type=int, default=100, help="held-out examples per task")
+    args = parser.parse_args()
+    result = diagnose(args.dir, args.n)
+    print_tables(result)
+    print(json.dumps(result, separators=(",", ":")))
+
+
+if __name__ == "__main__":
+    main()
