@@ -137,20 +137,10 @@ def test_shipped_models_load_with_transformers_alone_and_drafters_are_small():
 
 
 def _shipped_target_answers(task: str, n: int, seed: int, max_new_tokens: int):
-    import torch
-    from transformers import AutoProcessor, LlavaForConditionalGeneration
+    from demo.world.diagnose import answers
+    from demo.world.evaluate import load_target
 
-    from demo.world.evaluate import encode_examples
-    from demo.world.generate import greedy
-
-    model = LlavaForConditionalGeneration.from_pretrained(ASSETS / "target", dtype=torch.float32)
-    processor = AutoProcessor.from_pretrained(ASSETS / "target")
-    tok = processor.tokenizer
-    examples = heldout_examples(task, n, seed=seed)
-    rows, pixels = encode_examples(processor, examples)
-    answers = greedy(model, rows, tok.pad_token_id, tok.eos_token_id, tok.convert_tokens_to_ids("<image>"),
-                     pixels, max_new_tokens=max_new_tokens)
-    return examples, tok.batch_decode(answers, skip_special_tokens=True)
+    return answers(*load_target(ASSETS), task, n, max_new_tokens, seed=seed)
 
 
 @pytest.mark.parametrize("task", ["vqa_colour", "vqa_shape"])

@@ -153,7 +153,7 @@ def facts(scene: Scene, rng: random.Random) -> list[str]:
 
 
 def fact_batches(pool: ScenePool, tok, scenes_per_batch: int, rng: random.Random) -> Iterator[dict]:
-    """Endless batches of `fact_rows`, with the pool indices ("scenes") for the slots."""
+    """Endless batches of rows (image tokens, then `facts`), with the pool indices ("scenes") for the slots."""
     image_id = tok.convert_tokens_to_ids(IMAGE_TOKEN)
     while True:
         rows, scenes = [], []

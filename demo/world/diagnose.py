@@ -19,8 +19,6 @@ import re
 from collections import Counter
 from pathlib import Path
 
-import torch
-
 from . import ASSETS
 from .scenes import Scene
 from .scoring import pairs_in, position_in, score
@@ -76,16 +74,13 @@ def mc_tally(example: Example, text: str) -> Counter:
     return t
 
 
-def answers(directory: Path, task: str, n: int, max_new_tokens: int) -> tuple[list[Example], list[str]]:
-    from transformers import AutoProcessor, LlavaForConditionalGeneration
-
+def answers(model, processor, task: str, n: int, max_new_tokens: int, seed: int = 0) -> tuple[list[Example], list[str]]:
+    """n held-out examples of `task` and the model's greedy answers to them, decoded."""
     from .evaluate import encode_examples
     from .generate import greedy
 
-    model = LlavaForConditionalGeneration.from_pretrained(directory / "target", dtype=torch.float32)
-    processor = AutoProcessor.from_pretrained(directory / "target")
     tok = processor.tokenizer
-    examples = heldout_examples(task, n)
+    examples = heldout_examples(task, n, seed=seed)
     rows, pixels = encode_examples(processor, examples)
     ids = greedy(model, rows, tok.pad_token_id, tok.eos_token_id, tok.convert_tokens_to_ids(tok.image_token),
                  pixels, max_new_tokens=max_new_tokens, desc=task)
@@ -93,9 +88,12 @@ def answers(directory: Path, task: str, n: int, max_new_tokens: int) -> tuple[li
 
 
 def diagnose(directory: Path, n: int) -> dict:
-    examples, texts = answers(directory, "caption", n, 120)
+    from .evaluate import load_target
+
+    model, processor = load_target(directory)
+    examples, texts = answers(model, processor, "caption", n, 120)
     captions = sum((caption_tally(e.scene, t) for e, t in zip(examples, texts)), Counter())
-    examples, texts = answers(directory, "multiple_choice", n, 160)
+    examples, texts = answers(model, processor, "multiple_choice", n, 160)
     mc = sum((mc_tally(e, t) for e, t in zip(examples, texts)), Counter())
     by_kind = {k: {what: mc[k, what] for (kind, what) in mc if kind == k} for k in MC_KINDS.values()}
     return {"caption": dict(captions), "multiple_choice": {k: v for k, v in by_kind.items() if v}}

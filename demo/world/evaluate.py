@@ -29,17 +29,25 @@ from .text import word_of_each_token
 MODELS = ("target", "drafter-image", "drafter-text")
 
 
+def load_target(directory: Path) -> tuple[object, object]:
+    """The target and its processor, float32, with transformers alone."""
+    from transformers import AutoProcessor, LlavaForConditionalGeneration
+
+    model = LlavaForConditionalGeneration.from_pretrained(directory / "target", dtype=torch.float32)
+    return model, AutoProcessor.from_pretrained(directory / "target")
+
+
 def load(directory: Path) -> tuple[dict, object, float]:
-    from transformers import AutoModelForCausalLM, AutoProcessor, LlavaForConditionalGeneration
+    from transformers import AutoModelForCausalLM, LlavaForConditionalGeneration
 
     start = time.perf_counter()
+    target, processor = load_target(directory)
     models = {
-        "target": LlavaForConditionalGeneration.from_pretrained(directory / "target", dtype=torch.float32),
+        "target": target,
         "drafter-image": LlavaForConditionalGeneration.from_pretrained(directory / "drafter-image",
                                                                        dtype=torch.float32),
         "drafter-text": AutoModelForCausalLM.from_pretrained(directory / "drafter-text", dtype=torch.float32),
     }
-    processor = AutoProcessor.from_pretrained(directory / "target")
     return models, processor, time.perf_counter() - start
 
 

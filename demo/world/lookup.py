@@ -93,10 +93,10 @@ def predictions(model, processor, items: list[Probe], gap: int, batch_size: int 
 
 
 def lookup(directory: Path, n: int) -> dict:
-    from transformers import AutoProcessor, LlavaForConditionalGeneration
+    from .evaluate import load_target
 
-    model = LlavaForConditionalGeneration.from_pretrained(directory / "target", dtype=torch.float32).eval()
-    processor = AutoProcessor.from_pretrained(directory / "target")
+    model, processor = load_target(directory)
+    model.eval()
     tok = processor.tokenizer
     result = {}
     for task, (attribute, _) in ATTRIBUTE.items():
