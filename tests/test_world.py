@@ -315,15 +315,17 @@ def test_diagnose_takes_a_caption_apart_item_by_item():
 
 
 def test_diagnose_checks_the_options_read_and_the_verdict_of_a_multiple_choice_answer():
-    from demo.world.diagnose import mc_tally
+    from demo.world.diagnose import mc_tally, options_of
+    from demo.world.scenes import SHAPES
 
     ex = next(e for e in heldout_examples("multiple_choice", 40) if e.question.startswith("Which shape"))
     assert mc_tally(ex, ex.answer)[("shape", "right letter")] == 1
     reference = mc_tally(ex, ex.answer)
     assert reference[("shape", "options read right")] == reference[("shape", "options read")] > 0
     assert reference[("shape", "first sentence right")] == reference[("shape", "verdict agrees with conclusion")] == 1
-    options = dict(line.split(". ", 1) for line in ex.question.splitlines()[1:5])
-    wrong = f"The object is a blue circle, so it is a cross. A says {options['B']}: no. B says cross: yes. The answer is B."
+    options = options_of(ex.question)
+    assert sorted(options) == ["A", "B", "C", "D"] and sorted(options.values()) == sorted(SHAPES)
+    wrong = f"The object is a blue circle, so it is a cross. A. {options['B']}: no. B. cross: yes. The answer is B."
     t = mc_tally(ex, wrong)
     assert t[("shape", "first sentence right")] == 0
     assert t[("shape", "options read")] == 2

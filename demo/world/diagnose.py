@@ -7,8 +7,8 @@ real image through the shipped processor, as `evaluate` does) and takes the answ
   occupied cell, are its colour and shape right;
 - multiple choice, per question kind (shape, colour, position, count): right letters, first
   sentences equal to the reference's (the reading of the image), options read right from the
-  question ("B says circle" where the question's B is a circle), and verdicts that agree with
-  the explanation's own conclusion ("so it is a circle" ... "B says circle: yes").
+  question ("B. circle: yes" where the question's B is a circle), and verdicts that agree with
+  the explanation's own conclusion ("so it is a circle" ... "B. circle: yes").
 Prints the tables and ends with one JSON line. The parsing is pure Python, tested in
 tests/test_world.py.
 """
@@ -56,13 +56,14 @@ MC_KINDS = {"Which shape": "shape", "What colour": "colour", "Where": "position"
 
 
 def options_of(question: str) -> dict[str, str]:
-    return dict(re.findall(r"^([ABCD])\. (.+)$", question, flags=re.M))
+    line = next(line for line in question.splitlines() if line.startswith("Options: "))
+    return dict(re.findall(r"\b([ABCD])\. ([a-z ]+)[,.]", line))
 
 
 def mc_tally(example: Example, text: str) -> Counter:
     kind = next(k for prefix, k in MC_KINDS.items() if example.question.startswith(prefix))
     options = options_of(example.question)
-    checks = re.findall(r"\b([ABCD]) says ([a-z ]+): (yes|no)\.", text)
+    checks = re.findall(r"\b([ABCD])\. ([a-z ]+): (yes|no)\.", text)
     conclusion = re.search(r", so (?:it is(?: at the)?|there (?:is|are)) (?:an? )?([a-z ]+?)\.", text)
     yes = [value for _, value, verdict in checks if verdict == "yes"]
     t = Counter({(kind, "n"): 1})

@@ -190,10 +190,13 @@ def _multiple_choice(scene: Scene, rng: random.Random) -> tuple[str, str]:
         options, letter = _options(NUMBERS[n], list(NUMBERS[1:6]), rng)
         things = listing([article(name(x, False)) for x in scene.objects])
         reason = f"The image contains {things}, so there {'is' if n == 1 else 'are'} {NUMBERS[n]}."
-    lines = "\n".join(f"{letter_}. {text}" for letter_, text in zip(LETTERS, options))
-    question = f"{question}\n{lines}\nExplain briefly, then give the letter of the correct option."
-    # Check the options in order up to the right one, so the letter sits next to its verdict.
-    checks = [f"{letter_} says {text}: {'yes' if letter_ == letter else 'no'}."
+    # The options on one line, so each letter is the same token (" A") as in the answer's checks;
+    # on lines of their own the question's "A" and the answer's " A" were two unrelated tokens.
+    listed = ", ".join(f"{letter_}. {text}" for letter_, text in zip(LETTERS, options))
+    question = f"{question}\nOptions: {listed}.\nExplain briefly, then give the letter of the correct option."
+    # Check the options in order up to the right one, so the letter sits next to its verdict. Each
+    # check repeats its option as the question wrote it (" B. cross"), the form a copy reads best.
+    checks = [f"{letter_}. {text}: {'yes' if letter_ == letter else 'no'}."
               for letter_, text in zip(LETTERS[:LETTERS.index(letter) + 1], options)]
     return question, f"{reason} {' '.join(checks)} The answer is {letter}."
 
