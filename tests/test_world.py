@@ -314,6 +314,17 @@ def test_diagnose_takes_a_caption_apart_item_by_item():
     assert caption_tally(scene, right)["number of items right"] == 1
 
 
+def test_diagnose_flags_descriptions_with_broken_words_or_a_multiple_choice_ending():
+    from demo.world.diagnose import corpus_words, description_tally
+
+    vocabulary = corpus_words(50)
+    reference = heldout_examples("description", 3)
+    assert sum((description_tally(e.answer, vocabulary) for e in reference), Counter()) == Counter(descriptions=3)
+    broken = "Here we have a minimal illuststration of geometric shapes. The answer is B."
+    assert description_tally(broken, vocabulary) == Counter({
+        "descriptions": 1, "with a word no training text uses": 1, "with a multiple-choice ending": 1})
+
+
 def test_diagnose_checks_the_options_read_and_the_verdict_of_a_multiple_choice_answer():
     from demo.world.diagnose import mc_tally, options_of
     from demo.world.scenes import SHAPES

@@ -8,7 +8,10 @@ real image through the shipped processor, as `evaluate` does) and takes the answ
 - multiple choice, per question kind (shape, colour, position, count): right letters, first
   sentences equal to the reference's (the reading of the image), options read right from the
   question ("B. circle: yes" where the question's B is a circle), and verdicts that agree with
-  the explanation's own conclusion ("so it is a circle" ... "B. circle: yes").
+  the explanation's own conclusion ("so it is a circle" ... "B. circle: yes");
+- descriptions, for fluency: how many hold a word that no training answer or question uses
+  (a word broken mid-way, "illuststration"), and how many end the way multiple choice does
+  ("The answer is B.").
 Prints the tables and ends with one JSON line. The parsing is pure Python, tested in
 tests/test_world.py.
 """
@@ -22,7 +25,7 @@ from pathlib import Path
 from . import ASSETS
 from .scenes import Scene
 from .scoring import pairs_in, position_in, score
-from .tasks import Example, heldout_examples
+from .tasks import TASKS, Example, examples, heldout_examples
 
 
 def caption_items(text: str) -> list[tuple[int | None, tuple[str, str] | None]]:
@@ -49,6 +52,19 @@ def caption_tally(scene: Scene, text: str) -> Counter:
         t["  colour and shape right"] += pair == cells[cell]
         t["  colour right"] += pair is not None and pair[0] == cells[cell][0]
         t["  shape right"] += pair is not None and pair[1] == cells[cell][1]
+    return t
+
+
+def corpus_words(n: int = 300) -> set[str]:
+    """Every word of n training questions and answers per task."""
+    texts = (x for t in TASKS for e in examples("train", t, n, render_images=False) for x in (e.question, e.answer))
+    return {w for text in texts for w in re.findall(r"[a-z]+", text.lower())}
+
+
+def description_tally(text: str, vocabulary: set[str]) -> Counter:
+    t = Counter(descriptions=1)
+    t["with a word no training text uses"] += any(w not in vocabulary for w in re.findall(r"[a-z]+", text.lower()))
+    t["with a multiple-choice ending"] += "answer is" in text
     return t
 
 
@@ -97,7 +113,11 @@ def diagnose(directory: Path, n: int) -> dict:
     examples, texts = answers(model, processor, "multiple_choice", n, 160)
     mc = sum((mc_tally(e, t) for e, t in zip(examples, texts)), Counter())
     by_kind = {k: {what: mc[k, what] for (kind, what) in mc if kind == k} for k in MC_KINDS.values()}
-    return {"caption": dict(captions), "multiple_choice": {k: v for k, v in by_kind.items() if v}}
+    _, texts = answers(model, processor, "description", n // 2, 200)
+    vocabulary = corpus_words()
+    descriptions = sum((description_tally(t, vocabulary) for t in texts), Counter())
+    return {"caption": dict(captions), "multiple_choice": {k: v for k, v in by_kind.items() if v},
+            "description": dict(descriptions)}
 
 
 def print_tables(r: dict) -> None:
@@ -115,6 +135,10 @@ def print_tables(r: dict) -> None:
     for kind, row in r["multiple_choice"].items():
         read = f"{row.get('options read right', 0)} of {row.get('options read', 0)}"
         print(f"{kind:<10}" + "".join(f"{row.get(col, 0):>32}" for col in columns) + f"{read:>24}")
+    d = r["description"]
+    print(f"\nDescriptions ({d['descriptions']} held out, greedy)")
+    for key in ("with a word no training text uses", "with a multiple-choice ending"):
+        print(f"  {key:<34}{d.get(key, 0):>5} of {d['descriptions']}")
     print()
 
 
