@@ -314,7 +314,7 @@ def test_diagnose_takes_a_caption_apart_item_by_item():
     assert caption_tally(scene, right)["number of items right"] == 1
 
 
-def test_diagnose_flags_descriptions_with_broken_words_or_a_multiple_choice_ending():
+def test_diagnose_flags_descriptions_with_broken_words_or_multiple_choice_phrasing():
     from demo.world.diagnose import corpus_words, description_tally
 
     vocabulary = corpus_words(50)
@@ -322,7 +322,7 @@ def test_diagnose_flags_descriptions_with_broken_words_or_a_multiple_choice_endi
     assert sum((description_tally(e.answer, vocabulary) for e in reference), Counter()) == Counter(descriptions=3)
     broken = "Here we have a minimal illuststration of geometric shapes. The answer is B."
     assert description_tally(broken, vocabulary) == Counter({
-        "descriptions": 1, "with a word no training text uses": 1, "with a multiple-choice ending": 1})
+        "descriptions": 1, "with a word no training text uses": 1, "with multiple choice's 'answer is'": 1})
 
 
 def test_diagnose_checks_the_options_read_and_the_verdict_of_a_multiple_choice_answer():

@@ -10,7 +10,7 @@ real image through the shipped processor, as `evaluate` does) and takes the answ
   question ("B. circle: yes" where the question's B is a circle), and verdicts that agree with
   the explanation's own conclusion ("so it is a circle" ... "B. circle: yes");
 - descriptions, for fluency: how many hold a word that no training answer or question uses
-  (a word broken mid-way, "illuststration"), and how many end the way multiple choice does
+  (a word broken mid-way, "illuststration"), and how many borrow multiple choice's "answer is"
   ("The answer is B.").
 Prints the tables and ends with one JSON line. The parsing is pure Python, tested in
 tests/test_world.py.
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import ASSETS
 from .scenes import Scene
-from .scoring import pairs_in, position_in, score
+from .scoring import pairs_in, position_in, score, words
 from .tasks import TASKS, Example, examples, heldout_examples
 
 
@@ -58,13 +58,13 @@ def caption_tally(scene: Scene, text: str) -> Counter:
 def corpus_words(n: int = 300) -> set[str]:
     """Every word of n training questions and answers per task."""
     texts = (x for t in TASKS for e in examples("train", t, n, render_images=False) for x in (e.question, e.answer))
-    return {w for text in texts for w in re.findall(r"[a-z]+", text.lower())}
+    return {w for text in texts for w in words(text)}
 
 
 def description_tally(text: str, vocabulary: set[str]) -> Counter:
     t = Counter(descriptions=1)
-    t["with a word no training text uses"] += any(w not in vocabulary for w in re.findall(r"[a-z]+", text.lower()))
-    t["with a multiple-choice ending"] += "answer is" in text
+    t["with a word no training text uses"] += any(w not in vocabulary for w in words(text))
+    t["with multiple choice's 'answer is'"] += "answer is" in text
     return t
 
 
@@ -137,7 +137,7 @@ def print_tables(r: dict) -> None:
         print(f"{kind:<10}" + "".join(f"{row.get(col, 0):>32}" for col in columns) + f"{read:>24}")
     d = r["description"]
     print(f"\nDescriptions ({d['descriptions']} held out, greedy)")
-    for key in ("with a word no training text uses", "with a multiple-choice ending"):
+    for key in ("with a word no training text uses", "with multiple choice's 'answer is'"):
         print(f"  {key:<34}{d.get(key, 0):>5} of {d['descriptions']}")
     print()
 
