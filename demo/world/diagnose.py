@@ -11,7 +11,10 @@ real image through the shipped processor, as `evaluate` does) and takes the answ
   the explanation's own conclusion ("so it is a circle" ... "B. circle: yes");
 - descriptions, for fluency: how many hold a word that no training answer or question uses
   (a word broken mid-way, "illuststration"), and how many borrow multiple choice's "answer is"
-  ("The answer is B.").
+  ("The answer is B.");
+- copying from the context, which reading multiple choice's options needs: random token
+  sequences given twice, and how many tokens of each copy the LM's argmax predicts. With
+  induction heads the second copy is almost all right; without, both are at chance.
 Prints the tables and ends with one JSON line. The parsing is pure Python, tested in
 tests/test_world.py.
 """
@@ -104,6 +107,24 @@ def answers(model, processor, task: str, n: int, max_new_tokens: int, seed: int 
     return examples, tok.batch_decode(ids, skip_special_tokens=True)
 
 
+def copy_accuracy(model, vocab: list[int], n: int = 64, length: int = 24, seed: int = 0) -> dict[str, float]:
+    """n sequences of `length` tokens drawn from `vocab`, each followed by itself; the share of
+    tokens the model's argmax predicts right in the first copy (it has nothing to go on) and in
+    the second (everything is in the context). `model(input_ids=...)` returns `.logits`."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    pool = torch.tensor(vocab)
+    seq = pool[torch.randint(len(pool), (n, length), generator=g)]
+    x = torch.cat([seq, seq], dim=1)
+    with torch.no_grad():
+        pred = model(input_ids=x).logits.argmax(-1)
+    # the logit at position t predicts token t + 1; the second copy's first token cannot be known
+    first = (pred[:, :length - 1] == x[:, 1:length]).float().mean().item()
+    second = (pred[:, length:-1] == x[:, length + 1:]).float().mean().item()
+    return {"first copy": round(first, 3), "second copy": round(second, 3), "sequences": n, "length": length}
+
+
 def diagnose(directory: Path, n: int) -> dict:
     from .evaluate import load_target
 
@@ -116,8 +137,10 @@ def diagnose(directory: Path, n: int) -> dict:
     _, texts = answers(model, processor, "description", n // 2, 200)
     vocabulary = corpus_words()
     descriptions = sum((description_tally(t, vocabulary) for t in texts), Counter())
+    special = set(processor.tokenizer.all_special_ids)
+    copying = copy_accuracy(model, [i for i in range(len(processor.tokenizer)) if i not in special])
     return {"caption": dict(captions), "multiple_choice": {k: v for k, v in by_kind.items() if v},
-            "description": dict(descriptions)}
+            "description": dict(descriptions), "copy": copying}
 
 
 def print_tables(r: dict) -> None:
@@ -139,6 +162,9 @@ def print_tables(r: dict) -> None:
     print(f"\nDescriptions ({d['descriptions']} held out, greedy)")
     for key in ("with a word no training text uses", "with multiple choice's 'answer is'"):
         print(f"  {key:<34}{d.get(key, 0):>5} of {d['descriptions']}")
+    c = r["copy"]
+    print(f"\nCopying from the context ({c['sequences']} random sequences of {c['length']} tokens, each given twice;"
+          f" argmax right)\n  first copy {c['first copy']:.1%}, second copy {c['second copy']:.1%}")
     print()
 
 
