@@ -107,7 +107,7 @@ def answers(model, processor, task: str, n: int, max_new_tokens: int, seed: int 
     return examples, tok.batch_decode(ids, skip_special_tokens=True)
 
 
-def copy_accuracy(model, vocab: list[int], n: int = 64, length: int = 24, seed: int = 0) -> dict[str, float]:
+def copy_accuracy(model, vocab: list[int], n: int = 64, length: int = 24, seed: int = 0) -> dict:
     """n sequences of `length` tokens drawn from `vocab`, each followed by itself; the share of
     tokens the model's argmax predicts right in the first copy (it has nothing to go on) and in
     the second (everything is in the context). `model(input_ids=...)` returns `.logits`."""
