@@ -28,7 +28,7 @@ from pathlib import Path
 from . import ASSETS
 from .scenes import Scene
 from .scoring import pairs_in, position_in, score, words
-from .tasks import TASKS, Example, examples, heldout_examples
+from .tasks import Example, corpus, heldout_examples
 
 
 def caption_items(text: str) -> list[tuple[int | None, tuple[str, str] | None]]:
@@ -60,8 +60,7 @@ def caption_tally(scene: Scene, text: str) -> Counter:
 
 def corpus_words(n: int = 300) -> set[str]:
     """Every word of n training questions and answers per task."""
-    texts = (x for t in TASKS for e in examples("train", t, n, render_images=False) for x in (e.question, e.answer))
-    return {w for text in texts for w in words(text)}
+    return {w for text in corpus(n) for w in words(text)}
 
 
 def description_tally(text: str, vocabulary: set[str]) -> Counter:

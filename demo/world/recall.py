@@ -23,7 +23,7 @@ from .data import collate
 from .fit import fit
 from .scenes import POSITIONS, Scene, sample_scenes
 from .slots import slot_ids, slot_vectors
-from .tasks import TASKS, examples
+from .tasks import corpus
 from .text import IMAGE_SEQ_LENGTH, train_tokenizer
 
 SEPARATOR = {"is": " is", "direct": ""}
@@ -79,9 +79,7 @@ def run(hidden: int, layers: int, steps: int, form: str, lr: float = 2e-3, scene
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    corpus = [text for t in TASKS for e in examples("train", t, 300, seed, render_images=False)
-              for text in (e.question, e.answer)]
-    tok = train_tokenizer(corpus)
+    tok = train_tokenizer(corpus(300, seed))
     train = sample_scenes("train", pool, seed)
     held = [s for s in sample_scenes("heldout", heldout, seed) if len(s.objects) >= 2]
     held_rows = [row(tok, s, random.Random(i), form) for i, s in enumerate(held)]

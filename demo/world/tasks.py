@@ -310,6 +310,13 @@ def examples(split: str, task: str, n: int, seed: int = 0, render_images: bool =
     return out
 
 
+def corpus(n: int, seed: int = 0) -> list[str]:
+    """Every question and answer of n training examples per task: the text the tokenizer is
+    trained on, and the words a fluent answer uses."""
+    return [text for t in TASKS for e in examples("train", t, n, seed, render_images=False)
+            for text in (e.question, e.answer)]
+
+
 def heldout_examples(task: str, n: int, seed: int = 0) -> list[Example]:
     return examples("heldout", task, n, seed)
 

@@ -40,7 +40,7 @@ from .gallery import write_examples
 from .generate import greedy
 from .models import build, n_params
 from .slots import embeds_with_slots, slot_ids, slot_vectors
-from .tasks import TASKS, examples, image_grounded_words
+from .tasks import corpus, examples, image_grounded_words
 from .text import IMAGE_TOKEN, build_processor, train_tokenizer, word_of_each_token
 
 
@@ -250,9 +250,7 @@ class World:
 
 def stage_data(budget: Budget, seed: int) -> World:
     """1. corpus and tokenizer (pure Python), then the rendered training scene pool."""
-    corpus = [text for t in TASKS for e in examples("train", t, budget.corpus_per_task, seed, render_images=False)
-              for text in (e.question, e.answer)]
-    tok = train_tokenizer(corpus)
+    tok = train_tokenizer(corpus(budget.corpus_per_task, seed))
     processor = build_processor(tok)
     return World(tok, processor, ScenePool.build("train", budget.scenes, seed, processor))
 
