@@ -78,7 +78,7 @@ QUICK = Budget(64, 50, 3, (2, 2, 2, 2, 2, 3), 2, 3, 300, 16, 3, 3, 3, 3, 2, 3, 3
 # shape questions, answered 98-100% with shares of 0.13, and descriptions (a template) gave way.
 # The cost, measured on the target that also had this mix in stage 5: descriptions lost fluency
 # (40 of 50 held out with a broken word) and yes/no went to "yes" every time. FINETUNE_MIX mended
-# descriptions (7 of 50); yes/no is at chance (48%).
+# descriptions (7 of 50, then 1 of 50 with CAPTION_MIX after it); yes/no stays at chance.
 MIX = {
     "description": 0.12, "caption": 0.24, "multiple_choice": 0.28, "vqa_colour": 0.08,
     "vqa_shape": 0.08, "vqa_count": 0.07, "vqa_position": 0.07, "vqa_yesno": 0.06,
@@ -98,9 +98,9 @@ FINETUNE_MIX = {
 }
 # Stage 5b, a last phase on captions, with a fresh schedule. From the target trained without it
 # (captions 53%), 400 more steps of this mix took held-out captions to 94% (150 / 250 steps: 67% /
-# 81%), colour and shape 100%. Paid for by the colour/shape/position phase 600 -> 550, the
+# 81%), colour and shape 100%. It is paid for by the colour/shape/position phase 600 -> 550, the
 # stage-3 mix phase 700 -> 500, the distillation set 2500 -> 2000 and the text drafter's
-# distillation 1500 -> 1100 steps, the full recipe reached captions 75% (5381 s of the 5400 s
+# distillation 1500 -> 1100 steps. The full recipe reached captions 75% (5381 s of the 5400 s
 # budget): the shorter phases before it leave a weaker base than the side experiment's.
 CAPTION_MIX = {
     "description": 0.10, "caption": 0.70, "multiple_choice": 0.02, "vqa_colour": 0.05,
@@ -304,21 +304,17 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
     log["target_projector_r2"] = align_projector(target, w.pool, budget.align_steps, 1e-3, seed,
                                                  "4 target projector")
     lap("4 target projector")
-    # 5. target end to end on real images (tower frozen)
+    # 5. target end to end on real images (tower frozen); 5b. the same, leaning on captions.
+    # Each phase has its own schedule.
     params = set_trainable(target, projector, *lm)
-    stream = batches(w.pool, w.tok, FINETUNE_MIX, budget.tokens, random.Random(seed + 5))
-    log["target_finetune_loss"] = fit(params, budget.finetune_steps, 3e-4,
-                                      lambda s: loss_on(target, next(stream), w.pool, w.image_id),
-                                      "5 target end to end")
-    lap("5 target end to end")
-    # 5b. the same, leaning on captions, with a fresh schedule
-    stream = batches(w.pool, w.tok, CAPTION_MIX, budget.tokens, random.Random(seed + 51))
-    log["target_caption_loss"] = fit(params, budget.caption_steps, 3e-4,
-                                     lambda s: loss_on(target, next(stream), w.pool, w.image_id),
-                                     "5b target captions")
+    for key, mix, steps, stream_seed, name in (
+            ("target_finetune_loss", FINETUNE_MIX, budget.finetune_steps, seed + 5, "5 target end to end"),
+            ("target_caption_loss", CAPTION_MIX, budget.caption_steps, seed + 51, "5b target captions")):
+        stream = batches(w.pool, w.tok, mix, budget.tokens, random.Random(stream_seed))
+        log[key] = fit(params, steps, 3e-4, lambda s: loss_on(target, next(stream), w.pool, w.image_id), name)
+        lap(name)
     target.set_attn_implementation("sdpa")  # as shipped
     target.half().float()  # what ships is fp16: distil from exactly that
-    lap("5b target captions")
 
 
 def stage_distill(w: World, budget: Budget, seed: int, log: dict) -> None:
