@@ -104,7 +104,9 @@ FINETUNE_MIX = {
 # budget): the shorter phases before it leave a weaker base than the side experiment's. From that
 # target, 200 / 400 more steps of this mix took captions to 93 / 93% (colour and shape 98%), so
 # stage 5b now has 600 steps, paid for by stage 5 (750 -> 530), the distillation set
-# (2000 -> 1900) and the text drafter's distillation (1100 -> 1000).
+# (2000 -> 1900) and the text drafter's distillation (1100 -> 1000). It reached captions 89%
+# (4630 s on a faster day; about 5356 s at the earlier day's speed). From that target, 150 more
+# steps read 90% with a peak lr of 1e-4 and 81% with 3e-4: a gentler last pass is the next try.
 CAPTION_MIX = {
     "description": 0.10, "caption": 0.70, "multiple_choice": 0.02, "vqa_colour": 0.05,
     "vqa_shape": 0.05, "vqa_count": 0.03, "vqa_position": 0.03, "vqa_yesno": 0.02,
