@@ -105,8 +105,9 @@ FINETUNE_MIX = {
 # target, 200 / 400 more steps of this mix took captions to 93 / 93% (colour and shape 98%), so
 # stage 5b now has 600 steps, paid for by stage 5 (750 -> 530), the distillation set
 # (2000 -> 1900) and the text drafter's distillation (1100 -> 1000). It reached captions 89%
-# (4630 s on a faster day; about 5356 s at the earlier day's speed). From that target, 150 more
-# steps read 90% with a peak lr of 1e-4 and 81% with 3e-4: a gentler last pass is the next try.
+# (4630 s on a faster day; about 5356 s at the earlier day's speed). From that target, more steps
+# of this mix at a peak lr of 1e-4 read 90 / 87% (150 steps, two batch streams) and 94% (300);
+# at 3e-4, 81% (150). A gentler last pass is the next try, if the budget can pay for it.
 CAPTION_MIX = {
     "description": 0.10, "caption": 0.70, "multiple_choice": 0.02, "vqa_colour": 0.05,
     "vqa_shape": 0.05, "vqa_count": 0.03, "vqa_position": 0.03, "vqa_yesno": 0.02,
