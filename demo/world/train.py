@@ -107,7 +107,8 @@ FINETUNE_MIX = {
 # (2000 -> 1900) and the text drafter's distillation (1100 -> 1000). It reached captions 89%
 # (4630 s on a faster day; about 5356 s at the earlier day's speed). From that target, more steps
 # of this mix at a peak lr of 1e-4 read 90 / 87% (150 steps, two batch streams) and 94% (300);
-# at 3e-4, 81% (150). A gentler last pass is the next try, if the budget can pay for it.
+# at 3e-4, 81% (150). But the full recipe with 300 such steps added (on two threads: 2739 s)
+# read 85%: full runs vary by several points, so captions need a margin, not one more pass.
 CAPTION_MIX = {
     "description": 0.10, "caption": 0.70, "multiple_choice": 0.02, "vqa_colour": 0.05,
     "vqa_shape": 0.05, "vqa_count": 0.03, "vqa_position": 0.03, "vqa_yesno": 0.02,
