@@ -158,12 +158,20 @@ def test_shipped_target_gets_heldout_captions_and_multiple_choice_right(task):
 
 
 def test_quick_training_run_writes_models_that_load(tmp_path):
+    import torch
     from transformers import AutoModelForCausalLM, LlavaForConditionalGeneration
 
     from demo.world.gallery import PER_TASK
     from demo.world.train import QUICK, train
 
-    log = train(QUICK, tmp_path, seed=0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        log = train(QUICK, tmp_path, seed=0)  # on two threads, the default
+        assert log["threads"] == 2 and torch.get_num_threads() == 1  # the caller's count is put back
+    finally:
+        torch.set_num_threads(threads)
+    assert set(log["seconds"]) >= {"5 target end to end", "5b target captions", "5c target gentle captions"}
     LlavaForConditionalGeneration.from_pretrained(tmp_path / "target")
     LlavaForConditionalGeneration.from_pretrained(tmp_path / "drafter-image")
     AutoModelForCausalLM.from_pretrained(tmp_path / "drafter-text")
