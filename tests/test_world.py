@@ -149,12 +149,16 @@ def test_shipped_target_answers_heldout_colour_and_shape_questions(task):
     assert [score(task, e, t) for e, t in zip(examples, texts)] == [True] * 8, texts
 
 
-@pytest.mark.xfail(strict=True, reason="known unmet bar (issue 3): python -m demo.world.evaluate measured 89% of "
-                   "held-out captions with every object right and 18% on multiple choice (bars: 90%)")
-@pytest.mark.parametrize("task", ["caption", "multiple_choice"])
-def test_shipped_target_gets_heldout_captions_and_multiple_choice_right(task):
-    examples, texts = _shipped_target_answers(task, 8, seed=11, max_new_tokens=120)
-    assert [score(task, e, t) for e, t in zip(examples, texts)] == [True] * 8, texts
+def test_shipped_target_names_every_object_in_heldout_captions():
+    examples, texts = _shipped_target_answers("caption", 8, seed=11, max_new_tokens=120)
+    assert [score("caption", e, t) for e, t in zip(examples, texts)] == [True] * 8, texts
+
+
+@pytest.mark.xfail(strict=True, reason="known unmet bar (issue 3): python -m demo.world.evaluate measured 13% on "
+                   "held-out multiple choice (bar: 90%)")
+def test_shipped_target_gets_heldout_multiple_choice_right():
+    examples, texts = _shipped_target_answers("multiple_choice", 8, seed=11, max_new_tokens=120)
+    assert [score("multiple_choice", e, t) for e, t in zip(examples, texts)] == [True] * 8, texts
 
 
 def test_quick_training_run_writes_models_that_load(tmp_path):
