@@ -310,6 +310,34 @@ def test_lookup_facts_state_every_unique_key_once_and_rows_hold_them_after_the_i
     assert labels == [-100] * 9 + ids[9:]  # the loss on every fact token, none on the image
 
 
+def test_verification_facts_say_yes_exactly_when_the_scene_agrees():
+    import random
+    import re
+
+    from demo.world.data import facts, verification_facts
+    from demo.world.scenes import sample_scene
+
+    scene_rng = random.Random(1)
+    for i in range(200):
+        scene = sample_scene(scene_rng)
+        shapes = [o.shape for o in scene.objects]
+        got = verification_facts(scene, random.Random(i))
+        attribute = [f for f in got if f.startswith("is the ")]
+        assert len(attribute) == 2 * sum(shapes.count(s) == 1 for s in shapes)  # one yes, one no each
+        assert sorted(f[-4:] for f in got) == sorted([" no."] * (len(got) // 2) + ["yes."] * (len(got) // 2))
+        for fact in got:
+            if m := re.fullmatch(r"is the (\w+) (\w+)\? (yes|no)\.", fact):
+                (o,) = [o for o in scene.objects if o.shape == m[1]]
+                assert (o.colour == m[2]) == (m[3] == "yes"), (scene, fact)
+            else:
+                m = re.fullmatch(r"is there a (\w+) (\w+)\? (yes|no)\.", fact)
+                present = any((o.colour, o.shape) == (m[1], m[2]) for o in scene.objects)
+                assert present == (m[3] == "yes"), (scene, fact)
+        # every lookup fact is still there, and the verification facts come only when asked for
+        plain = facts(scene, random.Random(i))
+        assert set(plain) < set(facts(scene, random.Random(i), verify=True))
+
+
 def test_diagnose_takes_a_caption_apart_item_by_item():
     from demo.world.diagnose import caption_items, caption_tally
     from demo.world.scenes import Obj, Scene

@@ -137,22 +137,48 @@ def item_batch(pool: ScenePool, tok, items: list[Item], image: bool = True) -> d
     return batch
 
 
-def facts(scene: Scene, rng: random.Random) -> list[str]:
+def facts(scene: Scene, rng: random.Random, verify: bool = False) -> list[str]:
     """Every lookup the scene answers, as "KEY is VALUE." sentences in a random order: shape ->
     colour and colour -> shape where the key is unique in the scene, place -> colour always.
     Dense lookups with the key right before "is": the form of the short answers ("The circle is
     red."), many per scene, so the LM learns to find an object in its image tokens by what it is.
+    With `verify`, the `verification_facts` too.
     """
     objects = scene.objects
     shapes, colours = [o.shape for o in objects], [o.colour for o in objects]
     out = [f"{o.shape} is {o.colour}." for o in objects if shapes.count(o.shape) == 1]
     out += [f"{POSITIONS[o.cell]} is {o.colour}." for o in objects]
     out += [f"{o.colour} is {o.shape}." for o in objects if colours.count(o.colour) == 1]
+    if verify:
+        out += verification_facts(scene, rng)
     rng.shuffle(out)
     return out
 
 
-def fact_batches(pool: ScenePool, tok, scenes_per_batch: int, rng: random.Random) -> Iterator[dict]:
+def verification_facts(scene: Scene, rng: random.Random) -> list[str]:
+    """A lookup checked against a word in the text: for each object whose shape is unique, its
+    colour asked right and wrong ("is the circle red? yes." / "is the circle blue? no."), then
+    one object on show and one colour-shape pair that is not ("is there a green square? no.").
+    Multiple choice's verdict compares an option with a looked-up word, and yes/no needs the
+    absence; a side experiment learnt these to 87-88% by step 1,000 of stage 3 without slowing
+    the colour lookup (README, "What is left"). Not in the shipped recipe yet."""
+    objects = scene.objects
+    shapes = [o.shape for o in objects]
+    out = []
+    for o in objects:
+        if shapes.count(o.shape) == 1:
+            other = rng.choice([c for c in COLOURS if c != o.colour])
+            out += [f"is the {o.shape} {o.colour}? yes.", f"is the {o.shape} {other}? no."]
+    shown = rng.choice(objects)
+    out.append(f"is there a {shown.colour} {shown.shape}? yes.")
+    present = {(o.colour, o.shape) for o in objects}
+    colour, shape = rng.choice([(c, s) for c in COLOURS for s in SHAPES if (c, s) not in present])
+    out.append(f"is there a {colour} {shape}? no.")
+    return out
+
+
+def fact_batches(pool: ScenePool, tok, scenes_per_batch: int, rng: random.Random,
+                 verify: bool = False) -> Iterator[dict]:
     """Endless batches of rows (image tokens, then `facts`), with the pool indices ("scenes") for the slots."""
     image_id = tok.convert_tokens_to_ids(IMAGE_TOKEN)
     while True:
@@ -160,7 +186,7 @@ def fact_batches(pool: ScenePool, tok, scenes_per_batch: int, rng: random.Random
         for _ in range(scenes_per_batch):
             s = rng.randrange(len(pool.scenes))
             ids = [image_id] * IMAGE_SEQ_LENGTH
-            for fact in facts(pool.scenes[s], rng):
+            for fact in facts(pool.scenes[s], rng, verify):
                 ids += tok(" " + fact, add_special_tokens=False)["input_ids"]
             rows.append((ids, [-100] * IMAGE_SEQ_LENGTH + ids[IMAGE_SEQ_LENGTH:]))
             scenes.append(s)

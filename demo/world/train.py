@@ -66,12 +66,13 @@ class Budget:
     max_new_tokens: int = 200  # stage 6 answer length cap
     caption_steps: int = 0  # stage 5b
     gentle_steps: int = 0  # stage 5c
+    verify_facts: bool = False  # stage 3: facts rows with `data.verification_facts` too
 
 
 FULL = Budget(16000, 2000, 400, (300, 150, 300, 550, 600, 900), 400, 800, 800, 1900, 700, 1000, 600, 600, 400, 600, 2400,
               caption_steps=1000, gentle_steps=400)
 QUICK = Budget(64, 50, 3, (2, 2, 2, 2, 2, 3), 2, 3, 300, 16, 3, 3, 3, 3, 2, 3, 300, max_new_tokens=8, caption_steps=2,
-               gentle_steps=2)
+               gentle_steps=2, verify_facts=True)
 
 # Share of batches per task in stage 3's last phase and in the distillation set (batches have
 # similar token counts); stage 5 has FINETUNE_MIX.
@@ -292,7 +293,8 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
     lap("2 target tower")
     # 3. target LM on slots, phase by phase (one optimiser and one schedule across the phases)
     params = set_trainable(target, *lm)
-    streams = [fact_batches(w.pool, w.tok, FACT_SCENES, random.Random(seed + 30 + k)) if mix == "facts" else
+    streams = [fact_batches(w.pool, w.tok, FACT_SCENES, random.Random(seed + 30 + k), budget.verify_facts)
+               if mix == "facts" else
                batches(w.pool, w.tok, mix, budget.tokens, random.Random(seed + 30 + k), max_objects=most)
                for k, (_, mix, most) in enumerate(CURRICULUM)]
     ends = [sum(budget.slot_steps[:k + 1]) for k in range(len(CURRICULUM))]
