@@ -160,8 +160,9 @@ def verification_facts(scene: Scene, rng: random.Random) -> list[str]:
     colour asked right and wrong ("is the circle red? yes." / "is the circle blue? no."), then
     one object on show and one colour-shape pair that is not ("is there a green square? no.").
     Multiple choice's verdict compares an option with a looked-up word, and yes/no needs the
-    absence; a side experiment learnt these to 87-88% by step 1,000 of stage 3 without slowing
-    the colour lookup (README, "What is left"). Not in the shipped recipe yet."""
+    absence. Side experiments learnt these to 86-90% by step 1,000 of stage 3; the colour lookup
+    kept pace in one run (96% at step 1,000) and lagged in another, this code path (76%; the
+    shipped run 95%; README, "What is left"). Not in the shipped recipe."""
     objects = scene.objects
     shapes = [o.shape for o in objects]
     out = []
