@@ -338,6 +338,31 @@ def test_verification_facts_say_yes_exactly_when_the_scene_agrees():
         assert set(plain) < set(facts(scene, random.Random(i), verify=True))
 
 
+def test_verification_questions_carry_no_loss_only_their_verdicts_do():
+    import random
+
+    from demo.world.data import fact_batches, facts
+    from demo.world.scenes import Obj, Scene
+
+    scene = Scene((Obj("circle", "red", "large", 0), Obj("cross", "blue", "small", 4)))
+
+    class Pool:
+        scenes = [scene]
+
+    tok = _world_tokenizer()
+    batch = next(fact_batches(Pool, tok, 1, random.Random(3), verify=True))
+    ids = batch["input_ids"][0].tolist()
+    labels = batch["labels"][0].tolist()
+    rng = random.Random(3)
+    rng.randrange(1)  # the scene draw
+    written = facts(scene, rng, verify=True)
+    assert tok.decode(ids[9:]) == "".join(" " + fact for fact in written)
+    # the labelled tokens, read back, are exactly the lookup facts and the verdicts, in order
+    kept = tok.decode([t for t, l in zip(ids, labels) if l != -100])
+    assert kept == "".join(" " + (fact.split("? ")[1] if "? " in fact else fact) for fact in written)
+    assert kept.count(" yes.") == kept.count(" no.") == 3  # circle and cross asked right and wrong, one pair each
+
+
 def test_diagnose_takes_a_caption_apart_item_by_item():
     from demo.world.diagnose import caption_items, caption_tally
     from demo.world.scenes import Obj, Scene

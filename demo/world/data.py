@@ -10,7 +10,7 @@ Contract:
 - `batches(...)` yields right-padded batches of one task at a time, sized to a token budget.
 - `fact_batches(...)` yields the LM's lookup pretraining: a scene's image tokens, then every fact
   a lookup in them answers ("circle is red. top left is red. red is circle."), no chat template,
-  the loss on every fact token (see `facts`).
+  the loss on every fact token, except a verification fact's question (see `facts`).
 """
 
 import random
@@ -160,10 +160,10 @@ def verification_facts(scene: Scene, rng: random.Random) -> list[str]:
     colour asked right and wrong ("is the circle red? yes." / "is the circle blue? no."), then
     one object on show and one colour-shape pair that is not ("is there a green square? no.").
     Multiple choice's verdict compares an option with a looked-up word, and yes/no needs the
-    absence. Side experiments learnt these to 86-91% in stage 3, and one lifted the yes/no probe
-    to 79% at step 1,800 (the shipped run 46%); the colour lookup kept pace in one run (96% at
-    step 1,000) and lagged in the other, this code path (76%, 81% at 1,800; the shipped run
-    95%, 100%; README, "What is left"). Not in the shipped recipe."""
+    absence. With the loss on every token they cost the lookups: a full run of FULL with them
+    read yes/no 92% (the shipped 55%) but colour 85% and shape 83%, and its place lookups 60-64%
+    (README, "What is left"); the question is random by design (a wrong colour half the time),
+    so `fact_batches` puts the loss on the verdict only. Not in the shipped recipe."""
     objects = scene.objects
     shapes = [o.shape for o in objects]
     out = []
@@ -187,10 +187,17 @@ def fact_batches(pool: ScenePool, tok, scenes_per_batch: int, rng: random.Random
         rows, scenes = [], []
         for _ in range(scenes_per_batch):
             s = rng.randrange(len(pool.scenes))
-            ids = [image_id] * IMAGE_SEQ_LENGTH
+            ids, labels = [image_id] * IMAGE_SEQ_LENGTH, [-100] * IMAGE_SEQ_LENGTH
             for fact in facts(pool.scenes[s], rng, verify):
-                ids += tok(" " + fact, add_special_tokens=False)["input_ids"]
-            rows.append((ids, [-100] * IMAGE_SEQ_LENGTH + ids[IMAGE_SEQ_LENGTH:]))
+                # A verification fact's question is random by design (a wrong colour half the
+                # time): the loss goes on its verdict only, or it would teach that the word after
+                # "the circle" need not be the circle's colour.
+                asked, verdict = fact.split("? ") if "? " in fact else ("", fact)
+                question = tok(f" {asked}?", add_special_tokens=False)["input_ids"] if asked else []
+                answer = tok(" " + verdict, add_special_tokens=False)["input_ids"]
+                ids += question + answer
+                labels += [-100] * len(question) + answer
+            rows.append((ids, labels))
             scenes.append(s)
         batch = collate(rows, tok.pad_token_id)
         batch["scenes"] = torch.tensor(scenes)
