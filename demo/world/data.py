@@ -192,7 +192,7 @@ def fact_batches(pool: ScenePool, tok, scenes_per_batch: int, rng: random.Random
                 # A verification fact's question is random by design (a wrong colour half the
                 # time): the loss goes on its verdict only, or it would teach that the word after
                 # "the circle" need not be the circle's colour.
-                asked, verdict = fact.split("? ") if "? " in fact else ("", fact)
+                asked, _, verdict = fact.rpartition("? ")  # asked is "" for a lookup fact
                 question = tok(f" {asked}?", add_special_tokens=False)["input_ids"] if asked else []
                 answer = tok(" " + verdict, add_special_tokens=False)["input_ids"]
                 ids += question + answer
