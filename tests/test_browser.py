@@ -119,7 +119,7 @@ def test_bad_input_gets_a_message_and_stop_ends_a_race(browser, served, tmp_path
         page.wait_for_function(f"document.querySelector('#outcome').innerText.includes({text!r})", timeout=30_000)
 
     run_until("Ask a question about the image first.")
-    page.fill("#question textarea", "Describe the image.")
+    page.fill("#question textarea", "Describe this image in detail.")  # a long answer, so Stop has a race to end
     run_until("Add an image first")
     (tmp_path / "notes.png").write_text("not an image\n")
     page.set_input_files("#image input[type=file]", str(tmp_path / "notes.png"))
