@@ -143,22 +143,32 @@ def _shipped_target_answers(task: str, n: int, seed: int, max_new_tokens: int):
     return answers(*load_target(ASSETS), task, n, max_new_tokens, seed=seed)
 
 
+def _shipped_target_accuracy(task: str) -> float:
+    """The share `python -m demo.world.evaluate` reports for the target: the same 100 held-out
+    examples (seed 0), greedy, at most 200 new tokens."""
+    examples, texts = _shipped_target_answers(task, 100, seed=0, max_new_tokens=200)
+    return sum(score(task, e, t) for e, t in zip(examples, texts)) / len(examples)
+
+
 @pytest.mark.parametrize("task", ["vqa_colour", "vqa_shape"])
-def test_shipped_target_answers_heldout_colour_and_shape_questions(task):
-    examples, texts = _shipped_target_answers(task, 8, seed=11, max_new_tokens=32)
-    assert [score(task, e, t) for e, t in zip(examples, texts)] == [True] * 8, texts
+def test_shipped_target_meets_the_95_percent_bar_on_heldout_colour_and_shape_questions(task):
+    assert _shipped_target_accuracy(task) >= 0.95
 
 
-def test_shipped_target_names_every_object_in_heldout_captions():
-    examples, texts = _shipped_target_answers("caption", 8, seed=11, max_new_tokens=120)
-    assert [score("caption", e, t) for e, t in zip(examples, texts)] == [True] * 8, texts
+def test_shipped_target_names_every_object_in_90_percent_of_heldout_captions():
+    assert _shipped_target_accuracy("caption") >= 0.90
 
 
-@pytest.mark.xfail(strict=True, reason="known unmet bar (issue 3): python -m demo.world.evaluate measured 13% on "
+def test_shipped_target_answers_heldout_yes_no_questions_from_the_image():
+    # No bar in the issue; the README's 91% (55% before the verification facts, "yes" to 94 of
+    # 100) rests on it. About half the references are "no", so a constant answer reads ~50%.
+    assert _shipped_target_accuracy("vqa_yesno") >= 0.85
+
+
+@pytest.mark.xfail(strict=True, reason="known unmet bar (issue 3): python -m demo.world.evaluate measured 25% on "
                    "held-out multiple choice (bar: 90%)")
-def test_shipped_target_gets_heldout_multiple_choice_right():
-    examples, texts = _shipped_target_answers("multiple_choice", 8, seed=11, max_new_tokens=120)
-    assert [score("multiple_choice", e, t) for e, t in zip(examples, texts)] == [True] * 8, texts
+def test_shipped_target_meets_the_90_percent_bar_on_heldout_multiple_choice():
+    assert _shipped_target_accuracy("multiple_choice") >= 0.90
 
 
 def test_quick_training_run_writes_models_that_load(tmp_path):
