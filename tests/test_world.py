@@ -1,5 +1,6 @@
 """Tests of the embedded multimodal world: data, scoring, tokenizer, shipped models. CPU, offline."""
 
+import functools
 import json
 import subprocess
 import sys
@@ -136,17 +137,19 @@ def test_shipped_models_load_with_transformers_alone_and_drafters_are_small():
     assert result["s"] < 5.0
 
 
-def _shipped_target_answers(task: str, n: int, seed: int, max_new_tokens: int):
-    from demo.world.diagnose import answers
+@functools.cache
+def _shipped_target():
     from demo.world.evaluate import load_target
 
-    return answers(*load_target(ASSETS), task, n, max_new_tokens, seed=seed)
+    return load_target(ASSETS)  # loaded once for the tests below
 
 
 def _shipped_target_accuracy(task: str) -> float:
     """The share `python -m demo.world.evaluate` reports for the target: the same 100 held-out
     examples (seed 0), greedy, at most 200 new tokens."""
-    examples, texts = _shipped_target_answers(task, 100, seed=0, max_new_tokens=200)
+    from demo.world.diagnose import answers
+
+    examples, texts = answers(*_shipped_target(), task, 100, max_new_tokens=200, seed=0)
     return sum(score(task, e, t) for e, t in zip(examples, texts)) / len(examples)
 
 
