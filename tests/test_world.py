@@ -412,6 +412,7 @@ def test_diagnose_checks_the_options_read_and_the_verdict_of_a_multiple_choice_a
     reference = mc_tally(ex, ex.answer)
     assert reference[("shape", "options read right")] == reference[("shape", "options read")] > 0
     assert reference[("shape", "first sentence right")] == reference[("shape", "verdict agrees with conclusion")] == 1
+    assert reference[("shape", "conclusion right")] == 1
     options = options_of(ex.question)
     assert sorted(options) == ["A", "B", "C", "D"] and sorted(options.values()) == sorted(SHAPES)
     wrong = f"The object is a blue circle, so it is a cross. A. {options['B']}: no. B. cross: yes. The answer is B."
@@ -420,6 +421,9 @@ def test_diagnose_checks_the_options_read_and_the_verdict_of_a_multiple_choice_a
     assert t[("shape", "options read")] == 2
     assert t[("shape", "options read right")] == (options["A"] == options["B"]) + (options["B"] == "cross")
     assert t[("shape", "verdict agrees with conclusion")] == 1  # consistent with itself, however wrong
+    right = options[ex.answer[-2]]
+    assert t[("shape", "conclusion right")] == (right == "cross")
+    assert mc_tally(ex, f"The object is a circle, so it is a {right}. The answer is A.")[("shape", "conclusion right")] == 1
 
 
 def test_copy_accuracy_is_one_on_the_second_copy_for_a_model_that_copies_and_zero_on_the_first():

@@ -8,7 +8,9 @@ real image through the shipped processor, as `evaluate` does) and takes the answ
 - multiple choice, per question kind (shape, colour, position, count): right letters, first
   sentences equal to the reference's (the reading of the image), options read right from the
   question ("B. circle: yes" where the question's B is a circle), and verdicts that agree with
-  the explanation's own conclusion ("so it is a circle" ... "B. circle: yes");
+  the explanation's own conclusion ("so it is a circle" ... "B. circle: yes"), and conclusions
+  that name the right option's word: the right letters a perfect look-up of the options would
+  give, so the most multiple choice can reach with this reading of the image;
 - descriptions, for fluency: how many hold a word that no training answer or question uses
   (a word broken mid-way, "illuststration"), and how many borrow multiple choice's "answer is"
   ("The answer is B.");
@@ -90,6 +92,7 @@ def mc_tally(example: Example, text: str) -> Counter:
     t[kind, "options read"] += len(checks)
     t[kind, "options read right"] += sum(options.get(letter) == value for letter, value, _ in checks)
     t[kind, "verdict agrees with conclusion"] += bool(conclusion) and yes == [conclusion.group(1)]
+    t[kind, "conclusion right"] += bool(conclusion) and conclusion.group(1) == options[example.answer[-2]]
     return t
 
 
@@ -152,7 +155,7 @@ def print_tables(r: dict) -> None:
     for key in ("  colour and shape right", "  colour right", "  shape right"):
         print(f"  {key:<34}{c.get(key, 0):>5} of {c.get('items at an occupied cell', 0)}")
     print("\nMultiple choice (held out, greedy)")
-    columns = ("n", "right letter", "first sentence right", "verdict agrees with conclusion")
+    columns = ("n", "right letter", "first sentence right", "conclusion right", "verdict agrees with conclusion")
     print(f"{'kind':<10}" + "".join(f"{col:>32}" for col in columns) + f"{'options read right':>24}")
     for kind, row in r["multiple_choice"].items():
         read = f"{row.get('options read right', 0)} of {row.get('options read', 0)}"
