@@ -406,6 +406,7 @@ def test_diagnose_flags_descriptions_with_broken_words_or_multiple_choice_phrasi
 def test_diagnose_checks_the_options_read_and_the_verdict_of_a_multiple_choice_answer():
     from demo.world.diagnose import mc_tally, options_of
     from demo.world.scenes import SHAPES
+    from demo.world.scoring import letter_in
 
     ex = next(e for e in heldout_examples("multiple_choice", 40) if e.question.startswith("Which shape"))
     assert mc_tally(ex, ex.answer)[("shape", "right letter")] == 1
@@ -421,7 +422,7 @@ def test_diagnose_checks_the_options_read_and_the_verdict_of_a_multiple_choice_a
     assert t[("shape", "options read")] == 2
     assert t[("shape", "options read right")] == (options["A"] == options["B"]) + (options["B"] == "cross")
     assert t[("shape", "verdict agrees with conclusion")] == 1  # consistent with itself, however wrong
-    right = options[ex.answer[-2]]
+    right = options[letter_in(ex.answer)]
     assert t[("shape", "conclusion right")] == (right == "cross")
     assert mc_tally(ex, f"The object is a circle, so it is a {right}. The answer is A.")[("shape", "conclusion right")] == 1
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from . import ASSETS
 from .scenes import Scene
-from .scoring import pairs_in, position_in, score, words
+from .scoring import letter_in, pairs_in, position_in, score, words
 from .tasks import Example, corpus, heldout_examples
 
 
@@ -92,7 +92,7 @@ def mc_tally(example: Example, text: str) -> Counter:
     t[kind, "options read"] += len(checks)
     t[kind, "options read right"] += sum(options.get(letter) == value for letter, value, _ in checks)
     t[kind, "verdict agrees with conclusion"] += bool(conclusion) and yes == [conclusion.group(1)]
-    t[kind, "conclusion right"] += bool(conclusion) and conclusion.group(1) == options[example.answer[-2]]
+    t[kind, "conclusion right"] += bool(conclusion) and conclusion.group(1) == options[letter_in(example.answer)]
     return t
 
 
