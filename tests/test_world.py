@@ -188,7 +188,9 @@ def test_quick_training_run_writes_models_that_load(tmp_path):
         assert log["threads"] == 2 and torch.get_num_threads() == 1  # the caller's count is put back
     finally:
         torch.set_num_threads(threads)
-    assert set(log["seconds"]) >= {"5 target end to end", "5b target captions", "5c target gentle captions"}
+    assert set(log["seconds"]) >= {"3a target option drills", "5 target end to end", "5b target captions",
+                                   "5c target gentle captions"}
+    assert set(log["target_drill_probe"]) == {"option_drill", "multiple_choice"}
     LlavaForConditionalGeneration.from_pretrained(tmp_path / "target")
     LlavaForConditionalGeneration.from_pretrained(tmp_path / "drafter-image")
     AutoModelForCausalLM.from_pretrained(tmp_path / "drafter-text")
@@ -403,23 +405,92 @@ def test_diagnose_flags_descriptions_with_broken_words_or_multiple_choice_phrasi
         "descriptions": 1, "with a word no training text uses": 1, "with multiple choice's 'answer is'": 1})
 
 
-def test_diagnose_checks_the_options_read_and_the_verdict_of_a_multiple_choice_answer():
-    from demo.world.diagnose import mc_tally, options_of
+def test_diagnose_checks_the_conclusion_and_its_letter_in_a_multiple_choice_answer():
+    from demo.world.diagnose import conclusion_of, mc_tally, options_of
     from demo.world.scenes import SHAPES
 
     ex = next(e for e in heldout_examples("multiple_choice", 40) if e.question.startswith("Which shape"))
-    assert mc_tally(ex, ex.answer)[("shape", "right letter")] == 1
-    reference = mc_tally(ex, ex.answer)
-    assert reference[("shape", "options read right")] == reference[("shape", "options read")] > 0
-    assert reference[("shape", "first sentence right")] == reference[("shape", "verdict agrees with conclusion")] == 1
     options = options_of(ex.question)
     assert sorted(options) == ["A", "B", "C", "D"] and sorted(options.values()) == sorted(SHAPES)
-    wrong = f"The object is a blue circle, so it is a cross. A. {options['B']}: no. B. cross: yes. The answer is B."
-    t = mc_tally(ex, wrong)
-    assert t[("shape", "first sentence right")] == 0
-    assert t[("shape", "options read")] == 2
-    assert t[("shape", "options read right")] == (options["A"] == options["B"]) + (options["B"] == "cross")
-    assert t[("shape", "verdict agrees with conclusion")] == 1  # consistent with itself, however wrong
+    shape, letter = conclusion_of(ex.answer)
+    assert options[letter] == shape and ex.answer.endswith(f"The answer is {letter}.")
+    assert mc_tally(ex, ex.answer) == Counter({("shape", k): 1 for k in (
+        "n", "right letter", "conclusion right", "letter of the conclusion")})
+    other = next(s for s in SHAPES if s != shape)
+    other_letter = next(k for k, v in options.items() if v == other)
+    wrong_reading = f"The object is a blue {other}, so it is a {other}. {other.title()} is option {other_letter}."
+    t = mc_tally(ex, wrong_reading + f" The answer is {other_letter}.")
+    assert (t[("shape", "conclusion right")], t[("shape", "letter of the conclusion")], t[("shape", "right letter")]) == (0, 1, 0)
+    wrong_lookup = f"The object is a {shape}, so it is a {shape}. {shape.title()} is option {other_letter}."
+    t = mc_tally(ex, wrong_lookup + f" The answer is {other_letter}.")
+    assert (t[("shape", "conclusion right")], t[("shape", "letter of the conclusion")], t[("shape", "right letter")]) == (1, 0, 0)
+    assert conclusion_of(f"So, so it is a {shape}. {other.title()} is option {letter}.") == (shape, None)  # another word
+    assert conclusion_of("no conclusion here.") is None
+
+
+def test_multiple_choice_ends_with_the_concluded_words_letter_in_the_question():
+    import re
+
+    from demo.world.diagnose import conclusion_of, options_of
+
+    for e in heldout_examples("multiple_choice", 40):
+        word, letter = conclusion_of(e.answer)
+        named = re.search(r"\. ([A-Z][a-z ]*) is option", e.answer)[1]
+        assert options_of(e.question)[letter] == word == named.lower()
+        assert e.answer.endswith(f". {named} is option {letter}. The answer is {letter}.")
+
+
+def test_option_drills_name_the_concluded_option_and_its_letter():
+    import random
+    import re
+
+    from demo.world.tasks import LETTERS, option_drill
+
+    rng = random.Random(2)
+    kinds = Counter()
+    for _ in range(300):
+        context, answer = option_drill(rng)
+        listed, conclusion = re.fullmatch(r"Options: (.+)\. (So .+)\.", context).groups()
+        options = dict(re.findall(r"([ABCD])\. ([a-z ]+?)(?:,|$)", listed))
+        assert list(options) == list(LETTERS) and len(set(options.values())) == 4
+        said = re.fullmatch(r"So (?:it is a|it is at the|it is|there are) (.+)", conclusion)[1]
+        kinds[conclusion.split(said)[0]] += 1
+        letter = next(k for k, v in options.items() if v == said)
+        assert answer == f"{said[0].upper()}{said[1:]} is option {letter}. The answer is {letter}."
+    assert sorted(kinds) == ["So it is ", "So it is a ", "So it is at the ", "So there are "]
+    assert all(n > 50 for n in kinds.values())
+
+
+def test_drill_batches_put_the_loss_on_the_drills_answers_only():
+    import random
+
+    from demo.world.data import DRILLS_PER_ROW, drill_batches
+    from demo.world.tasks import option_drill
+
+    tok = _world_tokenizer()
+    batch = next(drill_batches(tok, 3, random.Random(3)))
+    assert batch["input_ids"].shape[0] == 3
+    assert (batch["input_ids"] == tok.convert_tokens_to_ids("<image>")).sum() == 0  # text alone
+    rng = random.Random(3)
+    for row in range(3):
+        mine = [option_drill(rng) for _ in range(DRILLS_PER_ROW)]
+        ids, labels = batch["input_ids"][row].tolist(), batch["labels"][row].tolist()
+        size = int(batch["attention_mask"][row].sum())
+        assert tok.decode(ids[:size]) == "".join(f" {context} {answer}" for context, answer in mine)
+        assert tok.decode([t for t, l in zip(ids, labels) if l != -100]) == "".join(" " + a for _, a in mine)
+
+
+def test_option_probe_counts_a_row_only_when_every_token_from_its_start_is_predicted():
+    import torch
+
+    from demo.world.train import all_right
+
+    rows = [([5, 6, 7, 8], None), ([5, 9, 9, 9], None)]
+    pred = torch.tensor([[6, 7, 8, 0], [9, 9, 4, 0]])  # the logit at j predicts token j + 1
+    assert all_right(pred, rows, [1, 1]) == 0.5  # row 1 misses its last token
+    assert all_right(pred, rows, [1, 3]) == 0.5
+    assert all_right(pred, rows, [3, 3]) == 0.5
+    assert all_right(pred, rows, [4, 4]) == 1.0  # nothing to predict
 
 
 def test_copy_accuracy_is_one_on_the_second_copy_for_a_model_that_copies_and_zero_on_the_first():

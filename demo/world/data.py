@@ -11,6 +11,7 @@ Contract:
 - `fact_batches(...)` yields the LM's lookup pretraining: a scene's image tokens, then every fact
   a lookup in them answers ("circle is red. top left is red. red is circle."), no chat template,
   the loss on every fact token, except a verification fact's question (see `facts`).
+- `drill_batches(...)` yields text-only rows of `tasks.option_drill`s, the loss on the lookups.
 """
 
 import random
@@ -24,7 +25,7 @@ from tqdm import tqdm
 
 from .scenes import COLOURS, GRID, POSITIONS, SHAPES, SIZES, Scene, render, sample_scenes
 from . import slots
-from .tasks import qa
+from .tasks import option_drill, qa
 from .text import IMAGE_SEQ_LENGTH, IMAGE_TOKEN, prompt_text
 
 # Rough answer+prompt length in tokens per task; sets how many examples fill a batch.
@@ -203,3 +204,23 @@ def fact_batches(pool: ScenePool, tok, scenes_per_batch: int, rng: random.Random
         batch = collate(rows, tok.pad_token_id)
         batch["scenes"] = torch.tensor(scenes)
         yield batch
+
+
+DRILLS_PER_ROW = 2
+
+
+def drill_row(tok, rng: random.Random, n: int = DRILLS_PER_ROW) -> tuple[list[int], list[int]]:
+    """`n` `tasks.option_drill`s as one text-only row, the loss on their answers. A lookup reads
+    the nearest list before it: a drill's list comes after the drills before it."""
+    ids, labels = [], []
+    for _ in range(n):
+        context, answer = (tok(" " + text, add_special_tokens=False)["input_ids"] for text in option_drill(rng))
+        ids += context + answer
+        labels += [-100] * len(context) + answer
+    return ids, labels
+
+
+def drill_batches(tok, rows: int, rng: random.Random) -> Iterator[dict]:
+    """Endless batches of `rows` `drill_row`s."""
+    while True:
+        yield collate([drill_row(tok, rng) for _ in range(rows)], tok.pad_token_id)

@@ -5,10 +5,10 @@ real image through the shipped processor, as `evaluate` does) and takes the answ
 - captions, item by item ("in the centre, a red circle"): are the places named exactly the
   occupied cells, is the number of items right, how many items name an empty cell, and at an
   occupied cell, are its colour and shape right;
-- multiple choice, per question kind (shape, colour, position, count): right letters, first
-  sentences equal to the reference's (the reading of the image), options read right from the
-  question ("B. circle: yes" where the question's B is a circle), and verdicts that agree with
-  the explanation's own conclusion ("so it is a circle" ... "B. circle: yes");
+- multiple choice, per question kind (shape, colour, position, count): right letters,
+  conclusions equal to the reference's (the reading of the image: "so it is a circle"), and
+  letters that are the concluded word's letter in the question ("B. circle" there, "so it is a
+  circle. Circle is option B." here: the lookup in the text, right or wrong the reading);
 - descriptions, for fluency: how many hold a word that no training answer or question uses
   (a word broken mid-way, "illuststration"), and how many borrow multiple choice's "answer is"
   ("The answer is B.");
@@ -74,22 +74,29 @@ MC_KINDS = {"Which shape": "shape", "What colour": "colour", "Where": "position"
 
 
 def options_of(question: str) -> dict[str, str]:
+    """{"A": "circle", ...} from the question's "Options: A. circle, B. square, ..." line."""
     line = next(line for line in question.splitlines() if line.startswith("Options: "))
     return dict(re.findall(r"\b([ABCD])\. ([a-z ]+)[,.]", line))
 
 
+def conclusion_of(text: str) -> tuple[str, str | None] | None:
+    """("circle", "B") from "..., so it is a circle. Circle is option B. ...": the concluded word
+    and the letter said for it (None if the next sentence names another word); None if the
+    explanation draws no conclusion."""
+    m = re.search(r", so (?:it is(?: at the)?|there (?:is|are)) (?:an? )?([a-z ]+?)\.(?: ([A-Za-z ]+) is option ([ABCD])\.)?", text)
+    if not m:
+        return None
+    word, named, letter = m.groups()
+    return word, letter if named and named.lower() == word else None
+
+
 def mc_tally(example: Example, text: str) -> Counter:
     kind = next(k for prefix, k in MC_KINDS.items() if example.question.startswith(prefix))
-    options = options_of(example.question)
-    checks = re.findall(r"\b([ABCD])\. ([a-z ]+): (yes|no)\.", text)
-    conclusion = re.search(r", so (?:it is(?: at the)?|there (?:is|are)) (?:an? )?([a-z ]+?)\.", text)
-    yes = [value for _, value, verdict in checks if verdict == "yes"]
+    options, said, reference = options_of(example.question), conclusion_of(text), conclusion_of(example.answer)
     t = Counter({(kind, "n"): 1})
     t[kind, "right letter"] += score("multiple_choice", example, text)
-    t[kind, "first sentence right"] += text.split(". ")[0] == example.answer.split(". ")[0]
-    t[kind, "options read"] += len(checks)
-    t[kind, "options read right"] += sum(options.get(letter) == value for letter, value, _ in checks)
-    t[kind, "verdict agrees with conclusion"] += bool(conclusion) and yes == [conclusion.group(1)]
+    t[kind, "conclusion right"] += bool(said) and said[0] == reference[0]
+    t[kind, "letter of the conclusion"] += bool(said) and options.get(said[1]) == said[0]
     return t
 
 
@@ -152,11 +159,10 @@ def print_tables(r: dict) -> None:
     for key in ("  colour and shape right", "  colour right", "  shape right"):
         print(f"  {key:<34}{c.get(key, 0):>5} of {c.get('items at an occupied cell', 0)}")
     print("\nMultiple choice (held out, greedy)")
-    columns = ("n", "right letter", "first sentence right", "verdict agrees with conclusion")
-    print(f"{'kind':<10}" + "".join(f"{col:>32}" for col in columns) + f"{'options read right':>24}")
+    columns = ("n", "right letter", "conclusion right", "letter of the conclusion")
+    print(f"{'kind':<10}" + "".join(f"{col:>26}" for col in columns))
     for kind, row in r["multiple_choice"].items():
-        read = f"{row.get('options read right', 0)} of {row.get('options read', 0)}"
-        print(f"{kind:<10}" + "".join(f"{row.get(col, 0):>32}" for col in columns) + f"{read:>24}")
+        print(f"{kind:<10}" + "".join(f"{row.get(col, 0):>26}" for col in columns))
     d = r["description"]
     print(f"\nDescriptions ({d['descriptions']} held out, greedy)")
     for key in ("with a word no training text uses", "with multiple choice's 'answer is'"):

@@ -11,6 +11,7 @@ Stages, each timed (LLaVA's recipe, with the projector aligned to word-embedding
 see slots.py):
  1. data: the corpus, the BPE tokenizer and the training scene pool (rendered, processed)
  2. target tower: per-cell attribute pretraining of the vision tower
+ 3a. target LM: multiple choice's letter lookup on text alone (`tasks.option_drill`)
  3. target LM: lookup facts, then a curriculum of tasks (CURRICULUM), with slots in place of
     the image tokens
  4. target projector: regressed onto the slots, tower and LM frozen
@@ -36,7 +37,7 @@ import torch
 from tqdm import tqdm
 
 from . import ASSETS
-from .data import ScenePool, batches, collate, encode, fact_batches, sample_items
+from .data import ScenePool, batches, collate, drill_batches, drill_row, encode, fact_batches, sample_items
 from .fit import CellHeads, fit
 from .gallery import write_examples
 from .generate import greedy
@@ -67,12 +68,13 @@ class Budget:
     caption_steps: int = 0  # stage 5b
     gentle_steps: int = 0  # stage 5c
     verify_facts: bool = False  # stage 3: facts rows with `data.verification_facts` too
+    drill_steps: int = 0  # stage 3a, batches of DRILL_ROWS rows of option drills
 
 
 FULL = Budget(16000, 2000, 400, (300, 150, 300, 550, 600, 900), 400, 800, 800, 1900, 700, 1000, 600, 600, 400, 600, 2400,
-              caption_steps=1000, gentle_steps=400, verify_facts=True)
+              caption_steps=1000, gentle_steps=400, verify_facts=True, drill_steps=1200)
 QUICK = Budget(64, 50, 3, (2, 2, 2, 2, 2, 3), 2, 3, 300, 16, 3, 3, 3, 3, 2, 3, 300, max_new_tokens=8, caption_steps=2,
-               gentle_steps=2, verify_facts=True)
+               gentle_steps=2, verify_facts=True, drill_steps=3)
 
 # Share of batches per task in stage 3's last phase and in the distillation set (batches have
 # similar token counts); stage 5 has FINETUNE_MIX.
@@ -141,6 +143,7 @@ SHORT = ("vqa_colour", "vqa_shape", "vqa_count", "vqa_position", "vqa_yesno")
 # verdict only: the recipe without them answered yes/no 55% and position 47%, with them 91% and
 # 79%, colour and shape 96% (README, "What is left").
 FACT_SCENES = 32
+DRILL_ROWS = 8  # stage 3a: rows of `data.DRILLS_PER_ROW` option drills a batch
 FACT_SHARE = 0.15  # after the facts phase, this share of the steps are still fact batches
 CURRICULUM = (
     ("facts", "facts", None),
@@ -169,7 +172,7 @@ def slot_probe(model, tok, image_id: int, n: int = 100) -> dict[str, float]:
     its image tokens before any projector exists."""
     model.eval()
     grounded = image_grounded_words() | {"yes"}  # and "no", a count word already
-    out = {}
+    out = option_probe(model, tok, image_id, n)
     for task in SHORT:
         exs = examples("heldout", task, n, seed=11, render_images=False)
         rows = [encode(tok, e.question, e.answer) for e in exs]
@@ -186,6 +189,43 @@ def slot_probe(model, tok, image_id: int, n: int = 100) -> dict[str, float]:
         out[task] = round(right / len(rows), 3)
     model.train()
     return out
+
+
+@torch.no_grad()
+def option_probe(model, tok, image_id: int, n: int = 100) -> dict[str, float]:
+    """Multiple choice's letter lookup, teacher-forced: "option_drill" is the share of held-out
+    `tasks.option_drill`s (text alone) whose answer ("Y is option B. The answer is B.") is the
+    LM's argmax token by token given the reference before it; "multiple_choice" the same for
+    the lookup that ends held-out questions (slots for the image), after the reference's reason."""
+    training = model.training
+    model.eval()
+    rng = random.Random(11)
+    rows = [drill_row(tok, rng, 1) for _ in range(n)]
+    batch = collate(rows, tok.pad_token_id)
+    pred = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.argmax(-1)
+    out = {"option_drill": all_right(pred, rows, [labels.count(-100) for _, labels in rows])}
+    exs = examples("heldout", "multiple_choice", n, seed=11, render_images=False)
+    rows, starts = [], []
+    for e in exs:
+        cut = e.answer.rindex(". ", 0, e.answer.index(" is option ")) + 1  # the reason ends here
+        ids, labels = encode(tok, e.question, e.answer[:cut])
+        tail = tok(e.answer[cut:], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        rows.append((ids[:-1] + tail, labels[:-1] + tail))  # the reason's <|end|> dropped
+        starts.append(len(ids) - 1)
+    vectors = slot_vectors(model.get_input_embeddings(), *slot_ids(tok, [e.scene for e in exs]))
+    batch = collate(rows, tok.pad_token_id)
+    del batch["labels"]
+    pred = model(**embeds_with_slots(model, batch, vectors, image_id)).logits.argmax(-1)
+    out["multiple_choice"] = all_right(pred, rows, starts)
+    model.train(training)
+    return out
+
+
+def all_right(pred: torch.Tensor, rows: list[tuple], starts: list[int]) -> float:
+    """The share of rows whose every token from its start on is the argmax at the position before."""
+    right = sum(all(pred[i, j - 1].item() == ids[j] for j in range(start, len(ids)))
+                for i, ((ids, _), start) in enumerate(zip(rows, starts)))
+    return round(right / len(rows), 3)
 
 
 def pretrain_tower(tower, pool: ScenePool, steps: int, lr: float, seed: int, desc: str) -> float:
@@ -295,8 +335,17 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
     # 2. target tower
     log["target_tower_cell_accuracy"] = pretrain_tower(tower, w.pool, budget.tower_steps, 1e-3, seed, "2 target tower")
     lap("2 target tower")
-    # 3. target LM on slots, phase by phase (one optimiser and one schedule across the phases)
     params = set_trainable(target, *lm)
+    # 3a. the letter lookup that ends multiple choice, on text alone: learnt in dense practice
+    # before anything else (DRILL_ROWS), then kept by multiple choice itself in stage 3's mix
+    if budget.drill_steps:
+        drills = drill_batches(w.tok, DRILL_ROWS, random.Random(seed + 29))
+        log["target_drill_loss"] = fit(params, budget.drill_steps, 1e-3, lambda s: target(**next(drills)).loss,
+                                       "3a target option drills")
+        log["target_drill_probe"] = option_probe(target, w.tok, w.image_id)
+        tqdm.write(f"option probe after the drills: {log['target_drill_probe']}")
+        lap("3a target option drills")
+    # 3. target LM on slots, phase by phase (one optimiser and one schedule across the phases)
     streams = [fact_batches(w.pool, w.tok, FACT_SCENES, random.Random(seed + 30 + k), budget.verify_facts)
                if mix == "facts" else
                batches(w.pool, w.tok, mix, budget.tokens, random.Random(seed + 30 + k), max_objects=most)
