@@ -11,7 +11,8 @@ Contract:
 - `fact_batches(...)` yields the LM's lookup pretraining: a scene's image tokens, then every fact
   a lookup in them answers ("circle is red. top left is red. red is circle."), no chat template,
   the loss on every fact token, except a verification fact's question (see `facts`).
-- `drill_batches(...)` yields text-only rows of `tasks.option_drill`s, the loss on the lookups.
+- `drill_batches(...)` yields text-only rows of `tasks.option_drill`s, the loss on the lookups;
+  `fact_batches(..., drill_rows=n)` adds n such rows to each facts batch.
 """
 
 import random
@@ -182,7 +183,7 @@ def verification_facts(scene: Scene, rng: random.Random) -> list[str]:
 
 
 def fact_batches(pool: ScenePool, tok, scenes_per_batch: int, rng: random.Random,
-                 verify: bool = False) -> Iterator[dict]:
+                 verify: bool = False, drill_rows: int = 0) -> Iterator[dict]:
     """Endless batches of rows (image tokens, then `facts`), with the pool indices ("scenes") for the slots."""
     image_id = tok.convert_tokens_to_ids(IMAGE_TOKEN)
     while True:
@@ -201,6 +202,7 @@ def fact_batches(pool: ScenePool, tok, scenes_per_batch: int, rng: random.Random
                 labels += [-100] * len(question) + answer
             rows.append((ids, labels))
             scenes.append(s)
+        rows += [drill_row(tok, rng) for _ in range(drill_rows)]  # text alone: no image tokens, no slots
         batch = collate(rows, tok.pad_token_id)
         batch["scenes"] = torch.tensor(scenes)
         yield batch

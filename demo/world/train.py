@@ -69,12 +69,14 @@ class Budget:
     gentle_steps: int = 0  # stage 5c
     verify_facts: bool = False  # stage 3: facts rows with `data.verification_facts` too
     drill_steps: int = 0  # stage 3a, batches of DRILL_ROWS rows of option drills
+    fact_drill_rows: int = 0  # stage 3: rows of option drills in each facts batch
 
 
 FULL = Budget(16000, 2000, 400, (300, 150, 300, 550, 600, 900), 400, 800, 800, 1900, 700, 1000, 600, 600, 400, 600, 2400,
-              caption_steps=1000, gentle_steps=400, verify_facts=True, drill_steps=1200)
+              caption_steps=1000, gentle_steps=400, verify_facts=True, drill_steps=2000,
+              fact_drill_rows=4)
 QUICK = Budget(64, 50, 3, (2, 2, 2, 2, 2, 3), 2, 3, 300, 16, 3, 3, 3, 3, 2, 3, 300, max_new_tokens=8, caption_steps=2,
-               gentle_steps=2, verify_facts=True, drill_steps=3)
+               gentle_steps=2, verify_facts=True, drill_steps=3, fact_drill_rows=1)
 
 # Share of batches per task in stage 3's last phase and in the distillation set (batches have
 # similar token counts); stage 5 has FINETUNE_MIX.
@@ -337,7 +339,8 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
     lap("2 target tower")
     params = set_trainable(target, *lm)
     # 3a. the letter lookup that ends multiple choice, on text alone: learnt in dense practice
-    # before anything else (DRILL_ROWS), then kept by multiple choice itself in stage 3's mix
+    # before anything else (DRILL_ROWS), then kept in practice by drill rows in stage 3's facts
+    # batches and by multiple choice itself in its mix
     if budget.drill_steps:
         drills = drill_batches(w.tok, DRILL_ROWS, random.Random(seed + 29))
         log["target_drill_loss"] = fit(params, budget.drill_steps, 1e-3, lambda s: target(**next(drills)).loss,
@@ -346,7 +349,8 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
         tqdm.write(f"option probe after the drills: {log['target_drill_probe']}")
         lap("3a target option drills")
     # 3. target LM on slots, phase by phase (one optimiser and one schedule across the phases)
-    streams = [fact_batches(w.pool, w.tok, FACT_SCENES, random.Random(seed + 30 + k), budget.verify_facts)
+    streams = [fact_batches(w.pool, w.tok, FACT_SCENES, random.Random(seed + 30 + k), budget.verify_facts,
+                            budget.fact_drill_rows)
                if mix == "facts" else
                batches(w.pool, w.tok, mix, budget.tokens, random.Random(seed + 30 + k), max_objects=most)
                for k, (_, mix, most) in enumerate(CURRICULUM)]
