@@ -378,6 +378,31 @@ def test_verification_questions_carry_no_loss_only_their_verdicts_do():
     assert kept.count(" yes.") == kept.count(" no.") == 3  # circle and cross asked right and wrong, one pair each
 
 
+def test_fact_batches_add_text_only_drill_rows_after_the_scenes_rows():
+    import random
+
+    from demo.world.data import drill_row, fact_batches, facts
+    from demo.world.scenes import Obj, Scene
+
+    scene = Scene((Obj("circle", "red", "large", 0), Obj("cross", "blue", "small", 4)))
+
+    class Pool:
+        scenes = [scene]
+
+    tok = _world_tokenizer()
+    batch = next(fact_batches(Pool, tok, 1, random.Random(3), verify=True, drill_rows=2))
+    image = tok.convert_tokens_to_ids("<image>")
+    assert batch["input_ids"].shape[0] == 3 and batch["scenes"].tolist() == [0]  # the slots fill row 0 only
+    assert (batch["input_ids"][0] == image).sum() == 9 and (batch["input_ids"][1:] == image).sum() == 0
+    rng = random.Random(3)
+    rng.randrange(1)
+    facts(scene, rng, verify=True)  # row 0's draws
+    for row in (1, 2):
+        ids, labels = drill_row(tok, rng)
+        size = int(batch["attention_mask"][row].sum())
+        assert batch["input_ids"][row, :size].tolist() == ids and batch["labels"][row, :size].tolist() == labels
+
+
 def test_diagnose_takes_a_caption_apart_item_by_item():
     from demo.world.diagnose import caption_items, caption_tally
     from demo.world.scenes import Obj, Scene
