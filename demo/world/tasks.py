@@ -194,19 +194,33 @@ def _multiple_choice(scene: Scene, rng: random.Random) -> tuple[str, str]:
     # on lines of their own the question's "A" and the answer's " A" were two unrelated tokens.
     listed = ", ".join(f"{letter_}. {text}" for letter_, text in zip(LETTERS, options))
     question = f"{question}\nOptions: {listed}.\nExplain briefly, then give the letter of the correct option."
-    # Then the concluded word's letter, found by the word: "Circle is option B." Letter first in
-    # the question, this is the token two before the word's place there, a lookup a fresh LM learns
-    # from `option_drill`s in about 2,000 dense steps (README); checks of every option against the
-    # conclusion ("A. square: no. B. circle: yes.") were not learnt, and "circle (B)" with the
-    # letter after the word was slower.
-    said = options[LETTERS.index(letter)]
-    return question, f"{reason} {said[0].upper()}{said[1:]} is option {letter}. The answer is {letter}."
+    return question, f"{reason} {checks(kind, options, letter)} The answer is {letter}."
+
+
+# The word each kind's conclusion restates, with its article ("a circle", "the centre", "red").
+ARTICLE = {"shape": "a ", "colour": "", "position": "the ", "count": ""}
+
+
+def checks(kind: str, options: list[str], letter: str) -> str:
+    """The options in order up to the right one, each copied, then compared with the concluded
+    word restated next to it: "A. square: a circle is not a square. B. circle: a circle is a
+    circle." With both words a few tokens back the verdict is a local comparison; checks against
+    the conclusion a sentence earlier ("A. square: no.") were not learnt (README)."""
+    said, a = options[LETTERS.index(letter)], ARTICLE[kind]
+    out = []
+    for letter_, text in zip(LETTERS, options):
+        verdict = "is" if text == said else "is not"
+        out.append(f"{letter_}. {text}: {a}{said} {verdict} {a}{text}.")
+        if text == said:
+            return " ".join(out)
+    raise ValueError(f"{letter} is not among {options}")
 
 
 def option_drill(rng: random.Random) -> tuple[str, str]:
-    """Multiple choice's letter lookup on text alone, over the four question kinds' options and
-    conclusions: ("Options: A. x, B. y, C. z, D. w. So it is a y.", "Y is option B. The answer
-    is B."). `train` practises it densely before the LM sees an image (stage 3a)."""
+    """Multiple choice's option checks on text alone, over the four question kinds' options and
+    conclusions: ("Options: A. x, B. y, C. z, D. w. So it is a y.", "A. x: a y is not a x. B. y:
+    a y is a y. The answer is B."). `train` practises them densely before the LM sees an image
+    (stage 3a)."""
     kind = rng.choice(("shape", "colour", "position", "count"))
     pool, conclusion = {
         "shape": (list(SHAPES), "So it is a {}."), "colour": (list(COLOURS), "So it is {}."),
@@ -215,8 +229,7 @@ def option_drill(rng: random.Random) -> tuple[str, str]:
     options, letter = _options(rng.choice(pool), pool, rng)
     listed = ", ".join(f"{letter_}. {text}" for letter_, text in zip(LETTERS, options))
     said = options[LETTERS.index(letter)]
-    return (f"Options: {listed}. {conclusion.format(said)}",
-            f"{said[0].upper()}{said[1:]} is option {letter}. The answer is {letter}.")
+    return (f"Options: {listed}. {conclusion.format(said)}", f"{checks(kind, options, letter)} The answer is {letter}.")
 
 
 # --- short VQA ------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ class Budget:
 
 
 FULL = Budget(16000, 2000, 400, (300, 150, 300, 550, 600, 900), 400, 800, 800, 1900, 700, 1000, 600, 600, 400, 600, 2400,
-              caption_steps=1000, gentle_steps=400, verify_facts=True, drill_steps=2000,
+              caption_steps=1000, gentle_steps=400, verify_facts=True, drill_steps=600,
               fact_drill_rows=4)
 QUICK = Budget(64, 50, 3, (2, 2, 2, 2, 2, 3), 2, 3, 300, 16, 3, 3, 3, 3, 2, 3, 300, max_new_tokens=8, caption_steps=2,
                gentle_steps=2, verify_facts=True, drill_steps=3, fact_drill_rows=1)
@@ -145,7 +145,7 @@ SHORT = ("vqa_colour", "vqa_shape", "vqa_count", "vqa_position", "vqa_yesno")
 # verdict only: the recipe without them answered yes/no 55% and position 47%, with them 91% and
 # 79%, colour and shape 96% (README, "What is left").
 FACT_SCENES = 32
-DRILL_ROWS = 8  # stage 3a: rows of `data.DRILLS_PER_ROW` option drills a batch
+DRILL_ROWS = 16  # stage 3a: rows of `data.DRILLS_PER_ROW` option drills a batch
 FACT_SHARE = 0.15  # after the facts phase, this share of the steps are still fact batches
 CURRICULUM = (
     ("facts", "facts", None),
@@ -209,7 +209,7 @@ def option_probe(model, tok, image_id: int, n: int = 100) -> dict[str, float]:
     exs = examples("heldout", "multiple_choice", n, seed=11, render_images=False)
     rows, starts = [], []
     for e in exs:
-        cut = e.answer.rindex(". ", 0, e.answer.index(" is option ")) + 1  # the reason ends here
+        cut = e.answer.index(" A. ")  # the reason ends here
         ids, labels = encode(tok, e.question, e.answer[:cut])
         tail = tok(e.answer[cut:], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         rows.append((ids[:-1] + tail, labels[:-1] + tail))  # the reason's <|end|> dropped
