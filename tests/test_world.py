@@ -430,45 +430,58 @@ def test_diagnose_flags_descriptions_with_broken_words_or_multiple_choice_phrasi
         "descriptions": 1, "with a word no training text uses": 1, "with multiple choice's 'answer is'": 1})
 
 
-def test_diagnose_checks_the_conclusion_and_its_letter_in_a_multiple_choice_answer():
-    from demo.world.diagnose import conclusion_of, mc_tally, options_of
+def test_diagnose_takes_a_multiple_choice_answers_checks_apart():
+    from demo.world.diagnose import mc_tally, options_of
     from demo.world.scenes import SHAPES
 
-    ex = next(e for e in heldout_examples("multiple_choice", 40) if e.question.startswith("Which shape"))
+    ex = next(e for e in heldout_examples("multiple_choice", 40)
+              if e.question.startswith("Which shape") and not e.answer.endswith("The answer is A."))
+    reference = mc_tally(ex, ex.answer)
+    checks = "ABCD".index(ex.answer[-2]) + 1
+    assert reference == Counter({("shape", k): v for k, v in {
+        "n": 1, "right letter": 1, "first sentence right": 1, "conclusion right": 1, "verdict agrees with conclusion": 1,
+        "options read": checks, "options read right": checks, "verdicts right": checks}.items()})
     options = options_of(ex.question)
     assert sorted(options) == ["A", "B", "C", "D"] and sorted(options.values()) == sorted(SHAPES)
-    shape, letter = conclusion_of(ex.answer)
-    assert options[letter] == shape and ex.answer.endswith(f"The answer is {letter}.")
-    assert mc_tally(ex, ex.answer) == Counter({("shape", k): 1 for k in (
-        "n", "right letter", "conclusion right", "letter of the conclusion")})
-    other = next(s for s in SHAPES if s != shape)
-    other_letter = next(k for k, v in options.items() if v == other)
-    wrong_reading = f"The object is a blue {other}, so it is a {other}. {other.title()} is option {other_letter}."
-    t = mc_tally(ex, wrong_reading + f" The answer is {other_letter}.")
-    assert (t[("shape", "conclusion right")], t[("shape", "letter of the conclusion")], t[("shape", "right letter")]) == (0, 1, 0)
-    wrong_lookup = f"The object is a {shape}, so it is a {shape}. {shape.title()} is option {other_letter}."
-    t = mc_tally(ex, wrong_lookup + f" The answer is {other_letter}.")
-    assert (t[("shape", "conclusion right")], t[("shape", "letter of the conclusion")], t[("shape", "right letter")]) == (1, 0, 0)
-    assert conclusion_of(f"So, so it is a {shape}. {other.title()} is option {letter}.") == (shape, None)  # another word
-    assert conclusion_of("no conclusion here.") is None
+    right = options[ex.answer[-2]]
+    wrong = next(s for s in SHAPES if s != right)
+    # the image misread, an option misread, a wrong verdict ("is" for two different words), then
+    # a verdict that agrees with the (wrong) conclusion
+    text = (f"The object is a blue {wrong}, so it is a {wrong}. A. {wrong}: a {wrong} is not a {wrong}. "
+            f"B. {options['B']}: a {wrong} is a {options['B']}. The answer is B.")
+    t = mc_tally(ex, text)
+    assert (t[("shape", "first sentence right")], t[("shape", "conclusion right")]) == (0, 0)
+    assert t[("shape", "options read")] == 2
+    assert t[("shape", "options read right")] == (options["A"] == wrong) + 1
+    assert t[("shape", "verdicts right")] == (options["B"] == wrong)  # "is not" for equal words is wrong
+    assert t[("shape", "verdict agrees with conclusion")] == (options["B"] == wrong)
+    assert t[("shape", "right letter")] == (ex.answer[-2] == "B")
+    assert mc_tally(ex, f"The object is a circle, so it is a {right}. The answer is A.")[("shape", "conclusion right")] == 1
 
 
-def test_multiple_choice_ends_with_the_concluded_words_letter_in_the_question():
-    import re
+def test_multiple_choice_checks_the_options_in_order_up_to_the_concluded_one():
+    from demo.world.diagnose import CHECK, options_of
 
-    from demo.world.diagnose import conclusion_of, options_of
+    kinds = Counter()
+    for e in heldout_examples("multiple_choice", 60):
+        options, letter = options_of(e.question), e.answer[-2]
+        reason, rest = e.answer.split(" A. ", 1)
+        checks = CHECK.findall(" A. " + rest)
+        assert [c[0] for c in checks] == list("ABCD"[:"ABCD".index(letter) + 1])
+        said = {c[2] for c in checks}
+        assert said == {options[letter]} and reason.endswith(f"{options[letter]}.")
+        for _, option, _, negated, again in checks:
+            assert option == again and (option == options[letter]) == (not negated)
+        assert e.answer.endswith(f". The answer is {letter}.")
+        kinds[e.question.split()[0]] += 1
+    assert set(kinds) == {"Which", "What", "Where", "How"}
 
-    for e in heldout_examples("multiple_choice", 40):
-        word, letter = conclusion_of(e.answer)
-        named = re.search(r"\. ([A-Z][a-z ]*) is option", e.answer)[1]
-        assert options_of(e.question)[letter] == word == named.lower()
-        assert e.answer.endswith(f". {named} is option {letter}. The answer is {letter}.")
 
-
-def test_option_drills_name_the_concluded_option_and_its_letter():
+def test_option_drills_check_the_options_against_the_conclusion():
     import random
     import re
 
+    from demo.world.diagnose import CHECK
     from demo.world.tasks import LETTERS, option_drill
 
     rng = random.Random(2)
@@ -481,7 +494,10 @@ def test_option_drills_name_the_concluded_option_and_its_letter():
         said = re.fullmatch(r"So (?:it is a|it is at the|it is|there are) (.+)", conclusion)[1]
         kinds[conclusion.split(said)[0]] += 1
         letter = next(k for k, v in options.items() if v == said)
-        assert answer == f"{said[0].upper()}{said[1:]} is option {letter}. The answer is {letter}."
+        checks = CHECK.findall(answer)
+        assert [(c[0], c[1], c[2], bool(c[3])) for c in checks] == [
+            (k, options[k], said, k != letter) for k in LETTERS[:LETTERS.index(letter) + 1]]
+        assert answer.endswith(f"The answer is {letter}.")
     assert sorted(kinds) == ["So it is ", "So it is a ", "So it is at the ", "So there are "]
     assert all(n > 50 for n in kinds.values())
 

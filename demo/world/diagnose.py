@@ -5,10 +5,13 @@ real image through the shipped processor, as `evaluate` does) and takes the answ
 - captions, item by item ("in the centre, a red circle"): are the places named exactly the
   occupied cells, is the number of items right, how many items name an empty cell, and at an
   occupied cell, are its colour and shape right;
-- multiple choice, per question kind (shape, colour, position, count): right letters,
-  conclusions equal to the reference's (the reading of the image: "so it is a circle"), and
-  letters that are the concluded word's letter in the question ("B. circle" there, "so it is a
-  circle. Circle is option B." here: the lookup in the text, right or wrong the reading);
+- multiple choice, per question kind (shape, colour, position, count): right letters, first
+  sentences equal to the reference's (the reading of the image), conclusions that name the
+  right option's word (the right letters perfect checks would give, so the most multiple
+  choice can reach with this reading of the image), and the checks taken apart ("B. circle: a
+  square is not a circle."): options read right from the question (the question's B is a
+  circle), verdicts right for the two words they compare, and whether the one option said to
+  match is the explanation's own conclusion;
 - descriptions, for fluency: how many hold a word that no training answer or question uses
   (a word broken mid-way, "illuststration"), and how many borrow multiple choice's "answer is"
   ("The answer is B.");
@@ -74,29 +77,30 @@ MC_KINDS = {"Which shape": "shape", "What colour": "colour", "Where": "position"
 
 
 def options_of(question: str) -> dict[str, str]:
-    """{"A": "circle", ...} from the question's "Options: A. circle, B. square, ..." line."""
     line = next(line for line in question.splitlines() if line.startswith("Options: "))
     return dict(re.findall(r"\b([ABCD])\. ([a-z ]+)[,.]", line))
 
 
-def conclusion_of(text: str) -> tuple[str, str | None] | None:
-    """("circle", "B") from "..., so it is a circle. Circle is option B. ...": the concluded word
-    and the letter said for it (None if the next sentence names another word); None if the
-    explanation draws no conclusion."""
-    m = re.search(r", so (?:it is(?: at the)?|there (?:is|are)) (?:an? )?([a-z ]+?)\.(?: ([A-Za-z ]+) is option ([ABCD])\.)?", text)
-    if not m:
-        return None
-    word, named, letter = m.groups()
-    return word, letter if named and named.lower() == word else None
+# One check of multiple choice's explanation: "B. circle: a square is not a circle." -> the letter,
+# the option as copied, the concluded word restated, " not" or "", the option again.
+CHECK = re.compile(r"\b([ABCD])\. ([a-z ]+): (?:an? |the )?([a-z ]+?) is( not)? (?:an? |the )?([a-z ]+?)\.")
 
 
 def mc_tally(example: Example, text: str) -> Counter:
     kind = next(k for prefix, k in MC_KINDS.items() if example.question.startswith(prefix))
-    options, said, reference = options_of(example.question), conclusion_of(text), conclusion_of(example.answer)
+    options = options_of(example.question)
+    checks = CHECK.findall(text)
+    conclusion = re.search(r", so (?:it is(?: at the)?|there (?:is|are)) (?:an? )?([a-z ]+?)\.", text)
+    yes = [option for _, option, _, negated, _ in checks if not negated]
     t = Counter({(kind, "n"): 1})
     t[kind, "right letter"] += score("multiple_choice", example, text)
-    t[kind, "conclusion right"] += bool(said) and said[0] == reference[0]
-    t[kind, "letter of the conclusion"] += bool(said) and options.get(said[1]) == said[0]
+    t[kind, "first sentence right"] += text.split(". ")[0] == example.answer.split(". ")[0]
+    t[kind, "options read"] += len(checks)
+    t[kind, "options read right"] += sum(options.get(letter) == option for letter, option, _, _, _ in checks)
+    t[kind, "verdicts right"] += sum((said == option) == (not negated) and option == again
+                                     for _, option, said, negated, again in checks)
+    t[kind, "verdict agrees with conclusion"] += bool(conclusion) and yes == [conclusion.group(1)]
+    t[kind, "conclusion right"] += bool(conclusion) and conclusion.group(1) == options[example.answer[-2]]
     return t
 
 
@@ -159,10 +163,12 @@ def print_tables(r: dict) -> None:
     for key in ("  colour and shape right", "  colour right", "  shape right"):
         print(f"  {key:<34}{c.get(key, 0):>5} of {c.get('items at an occupied cell', 0)}")
     print("\nMultiple choice (held out, greedy)")
-    columns = ("n", "right letter", "conclusion right", "letter of the conclusion")
-    print(f"{'kind':<10}" + "".join(f"{col:>26}" for col in columns))
+    columns = ("n", "right letter", "first sentence right", "conclusion right", "verdict agrees with conclusion")
+    print(f"{'kind':<10}" + "".join(f"{col:>32}" for col in columns) + f"{'options read right':>24}"
+          + f"{'verdicts right':>20}")
     for kind, row in r["multiple_choice"].items():
-        print(f"{kind:<10}" + "".join(f"{row.get(col, 0):>26}" for col in columns))
+        read, verdicts = (f"{row.get(key, 0)} of {row.get('options read', 0)}" for key in ("options read right", "verdicts right"))
+        print(f"{kind:<10}" + "".join(f"{row.get(col, 0):>32}" for col in columns) + f"{read:>24}{verdicts:>20}")
     d = r["description"]
     print(f"\nDescriptions ({d['descriptions']} held out, greedy)")
     for key in ("with a word no training text uses", "with multiple choice's 'answer is'"):
