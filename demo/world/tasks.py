@@ -216,22 +216,6 @@ def checks(kind: str, options: list[str], letter: str) -> str:
     raise ValueError(f"{letter} is not among {options}")
 
 
-def option_drill(rng: random.Random) -> tuple[str, str]:
-    """Multiple choice's option checks on text alone, over the four question kinds' options and
-    conclusions: ("Options: A. x, B. y, C. z, D. w. So it is a y.", "A. x: a y is not a x. B. y:
-    a y is a y. The answer is B."). `train` practises them densely before the LM sees an image
-    (stage 3a)."""
-    kind = rng.choice(("shape", "colour", "position", "count"))
-    pool, conclusion = {
-        "shape": (list(SHAPES), "So it is a {}."), "colour": (list(COLOURS), "So it is {}."),
-        "position": (list(POSITIONS), "So it is at the {}."), "count": (list(NUMBERS[1:6]), "So there are {}."),
-    }[kind]
-    options, letter = _options(rng.choice(pool), pool, rng)
-    listed = ", ".join(f"{letter_}. {text}" for letter_, text in zip(LETTERS, options))
-    said = options[LETTERS.index(letter)]
-    return (f"Options: {listed}. {conclusion.format(said)}", f"{checks(kind, options, letter)} The answer is {letter}.")
-
-
 # --- short VQA ------------------------------------------------------------------------------
 
 

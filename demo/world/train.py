@@ -11,7 +11,7 @@ Stages, each timed (LLaVA's recipe, with the projector aligned to word-embedding
 see slots.py):
  1. data: the corpus, the BPE tokenizer and the training scene pool (rendered, processed)
  2. target tower: per-cell attribute pretraining of the vision tower
- 3a. target LM: multiple choice's letter lookup on text alone (`tasks.option_drill`)
+ 3a. target LM: multiple choice's option checks and letter, on slots (`data.drill_batches`)
  3. target LM: lookup facts, then a curriculum of tasks (CURRICULUM), with slots in place of
     the image tokens
  4. target projector: regressed onto the slots, tower and LM frozen
@@ -37,7 +37,7 @@ import torch
 from tqdm import tqdm
 
 from . import ASSETS
-from .data import ScenePool, batches, collate, drill_batches, drill_row, encode, fact_batches, sample_items
+from .data import ScenePool, batches, check_row, collate, drill_batches, encode, fact_batches, sample_items
 from .fit import CellHeads, fit
 from .gallery import write_examples
 from .generate import greedy
@@ -69,14 +69,12 @@ class Budget:
     gentle_steps: int = 0  # stage 5c
     verify_facts: bool = False  # stage 3: facts rows with `data.verification_facts` too
     drill_steps: int = 0  # stage 3a, batches of DRILL_ROWS rows of option drills
-    fact_drill_rows: int = 0  # stage 3: rows of option drills in each facts batch
 
 
 FULL = Budget(16000, 2000, 400, (300, 150, 300, 550, 600, 900), 400, 800, 800, 1900, 700, 1000, 600, 600, 400, 600, 2400,
-              caption_steps=1000, gentle_steps=400, verify_facts=True, drill_steps=600,
-              fact_drill_rows=4)
+              caption_steps=1000, gentle_steps=400, verify_facts=True, drill_steps=400)
 QUICK = Budget(64, 50, 3, (2, 2, 2, 2, 2, 3), 2, 3, 300, 16, 3, 3, 3, 3, 2, 3, 300, max_new_tokens=8, caption_steps=2,
-               gentle_steps=2, verify_facts=True, drill_steps=3, fact_drill_rows=1)
+               gentle_steps=2, verify_facts=True, drill_steps=3)
 
 # Share of batches per task in stage 3's last phase and in the distillation set (batches have
 # similar token counts); stage 5 has FINETUNE_MIX.
@@ -145,7 +143,8 @@ SHORT = ("vqa_colour", "vqa_shape", "vqa_count", "vqa_position", "vqa_yesno")
 # verdict only: the recipe without them answered yes/no 55% and position 47%, with them 91% and
 # 79%, colour and shape 96% (README, "What is left").
 FACT_SCENES = 32
-DRILL_ROWS = 16  # stage 3a: rows of `data.DRILLS_PER_ROW` option drills a batch
+DRILL_ROWS = 16  # stages 3a and 3: rows of `data.DRILLS_PER_ROW` option drills a batch
+DRILL_SHARE = 0.15  # this share of the steps of stage 3's last phase ("mix") are drill batches
 FACT_SHARE = 0.15  # after the facts phase, this share of the steps are still fact batches
 CURRICULUM = (
     ("facts", "facts", None),
@@ -195,32 +194,19 @@ def slot_probe(model, tok, image_id: int, n: int = 100) -> dict[str, float]:
 
 @torch.no_grad()
 def option_probe(model, tok, image_id: int, n: int = 100) -> dict[str, float]:
-    """Multiple choice's letter lookup, teacher-forced: "option_drill" is the share of held-out
-    `tasks.option_drill`s (text alone) whose answer ("Y is option B. The answer is B.") is the
-    LM's argmax token by token given the reference before it; "multiple_choice" the same for
-    the lookup that ends held-out questions (slots for the image), after the reference's reason."""
+    """Multiple choice's option checks and letter, teacher-forced: the share of held-out questions
+    (slots for the image) whose checks, letter and end are the LM's argmax token by token, given
+    the reference's prompt and reason before them."""
     training = model.training
     model.eval()
-    rng = random.Random(11)
-    rows = [drill_row(tok, rng, 1) for _ in range(n)]
-    batch = collate(rows, tok.pad_token_id)
-    pred = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.argmax(-1)
-    out = {"option_drill": all_right(pred, rows, [labels.count(-100) for _, labels in rows])}
     exs = examples("heldout", "multiple_choice", n, seed=11, render_images=False)
-    rows, starts = [], []
-    for e in exs:
-        cut = e.answer.index(" A. ")  # the reason ends here
-        ids, labels = encode(tok, e.question, e.answer[:cut])
-        tail = tok(e.answer[cut:], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        rows.append((ids[:-1] + tail, labels[:-1] + tail))  # the reason's <|end|> dropped
-        starts.append(len(ids) - 1)
+    rows = [check_row(tok, e.question, e.answer) for e in exs]
     vectors = slot_vectors(model.get_input_embeddings(), *slot_ids(tok, [e.scene for e in exs]))
     batch = collate(rows, tok.pad_token_id)
     del batch["labels"]
     pred = model(**embeds_with_slots(model, batch, vectors, image_id)).logits.argmax(-1)
-    out["multiple_choice"] = all_right(pred, rows, starts)
     model.train(training)
-    return out
+    return {"multiple_choice": all_right(pred, rows, [labels.count(-100) for _, labels in rows])}
 
 
 def all_right(pred: torch.Tensor, rows: list[tuple], starts: list[int]) -> float:
@@ -338,25 +324,25 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
     log["target_tower_cell_accuracy"] = pretrain_tower(tower, w.pool, budget.tower_steps, 1e-3, seed, "2 target tower")
     lap("2 target tower")
     params = set_trainable(target, *lm)
-    # 3a. the letter lookup that ends multiple choice, on text alone: learnt in dense practice
-    # before anything else (DRILL_ROWS), then kept in practice by drill rows in stage 3's facts
-    # batches and by multiple choice itself in its mix
+    # 3a. the option checks and letter that end multiple choice: learnt in dense practice before
+    # anything else (DRILL_ROWS), then kept in practice by drill batches in stage 3's last phase
+    # (DRILL_SHARE) and by multiple choice itself in its mix
+    drills = drill_batches(w.pool, w.tok, DRILL_ROWS, random.Random(seed + 29))
     if budget.drill_steps:
-        drills = drill_batches(w.tok, DRILL_ROWS, random.Random(seed + 29))
-        log["target_drill_loss"] = fit(params, budget.drill_steps, 1e-3, lambda s: target(**next(drills)).loss,
+        log["target_drill_loss"] = fit(params, budget.drill_steps, 1e-3,
+                                       lambda s: loss_on(target, next(drills), w.pool, w.image_id, slots=True),
                                        "3a target option drills")
         log["target_drill_probe"] = option_probe(target, w.tok, w.image_id)
         tqdm.write(f"option probe after the drills: {log['target_drill_probe']}")
         lap("3a target option drills")
     # 3. target LM on slots, phase by phase (one optimiser and one schedule across the phases)
-    streams = [fact_batches(w.pool, w.tok, FACT_SCENES, random.Random(seed + 30 + k), budget.verify_facts,
-                            budget.fact_drill_rows)
+    streams = [fact_batches(w.pool, w.tok, FACT_SCENES, random.Random(seed + 30 + k), budget.verify_facts)
                if mix == "facts" else
                batches(w.pool, w.tok, mix, budget.tokens, random.Random(seed + 30 + k), max_objects=most)
                for k, (_, mix, most) in enumerate(CURRICULUM)]
     ends = [sum(budget.slot_steps[:k + 1]) for k in range(len(CURRICULUM))]
     probes = log["target_slot_probe"] = {}
-    fact_rng = random.Random(seed + 39)
+    fact_rng, drill_rng = random.Random(seed + 39), random.Random(seed + 38)
 
     def loss_of(step):
         phase = next(k for k, end in enumerate(ends) if step < end)
@@ -365,6 +351,8 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
             tqdm.write(f"slot probe at step {step} ({CURRICULUM[phase][0]}): {probes[step]}")
         if phase and fact_rng.random() < FACT_SHARE:  # keep the lookup in practice
             return loss_on(target, next(streams[0]), w.pool, w.image_id, slots=True)
+        if phase == len(CURRICULUM) - 1 and drill_rng.random() < DRILL_SHARE:  # and the option checks
+            return loss_on(target, next(drills), w.pool, w.image_id, slots=True)
         return loss_on(target, next(streams[phase]), w.pool, w.image_id, slots=True)
 
     log["target_slot_loss"] = fit(params, ends[-1], 1e-3, loss_of, "3 target LM on slots")
