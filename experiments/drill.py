@@ -1,5 +1,5 @@
 """How fast does a fresh target LM learn the option drills? Text only, parts scored separately.
-usage (from the repository root): PYTHONPATH=. python experiments/drill.py STEPS PER_ROW ROWS [checks|reverse|induct|next|multi|restate|layout] [COPY_ROWS]"""
+usage (from the repository root of a checkout of 972c82c, which still has tasks.option_drill): PYTHONPATH=. python experiments/drill.py STEPS PER_ROW ROWS [checks|reverse|induct|next|multi|restate|layout] [COPY_ROWS]"""
 import random, sys, time
 cap = lambda w: w[0].upper() + w[1:]
 import torch

@@ -190,7 +190,7 @@ def test_quick_training_run_writes_models_that_load(tmp_path):
         torch.set_num_threads(threads)
     assert set(log["seconds"]) >= {"3a target option drills", "5 target end to end", "5b target captions",
                                    "5c target gentle captions"}
-    assert set(log["target_drill_probe"]) == {"option_drill", "multiple_choice"}
+    assert set(log["target_drill_probe"]) == {"multiple_choice"}
     LlavaForConditionalGeneration.from_pretrained(tmp_path / "target")
     LlavaForConditionalGeneration.from_pretrained(tmp_path / "drafter-image")
     AutoModelForCausalLM.from_pretrained(tmp_path / "drafter-text")
@@ -378,31 +378,6 @@ def test_verification_questions_carry_no_loss_only_their_verdicts_do():
     assert kept.count(" yes.") == kept.count(" no.") == 3  # circle and cross asked right and wrong, one pair each
 
 
-def test_fact_batches_add_text_only_drill_rows_after_the_scenes_rows():
-    import random
-
-    from demo.world.data import drill_row, fact_batches, facts
-    from demo.world.scenes import Obj, Scene
-
-    scene = Scene((Obj("circle", "red", "large", 0), Obj("cross", "blue", "small", 4)))
-
-    class Pool:
-        scenes = [scene]
-
-    tok = _world_tokenizer()
-    batch = next(fact_batches(Pool, tok, 1, random.Random(3), verify=True, drill_rows=2))
-    image = tok.convert_tokens_to_ids("<image>")
-    assert batch["input_ids"].shape[0] == 3 and batch["scenes"].tolist() == [0]  # the slots fill row 0 only
-    assert (batch["input_ids"][0] == image).sum() == 9 and (batch["input_ids"][1:] == image).sum() == 0
-    rng = random.Random(3)
-    rng.randrange(1)
-    facts(scene, rng, verify=True)  # row 0's draws
-    for row in (1, 2):
-        ids, labels = drill_row(tok, rng)
-        size = int(batch["attention_mask"][row].sum())
-        assert batch["input_ids"][row, :size].tolist() == ids and batch["labels"][row, :size].tolist() == labels
-
-
 def test_diagnose_takes_a_caption_apart_item_by_item():
     from demo.world.diagnose import caption_items, caption_tally
     from demo.world.scenes import Obj, Scene
@@ -477,48 +452,52 @@ def test_multiple_choice_checks_the_options_in_order_up_to_the_concluded_one():
     assert set(kinds) == {"Which", "What", "Where", "How"}
 
 
-def test_option_drills_check_the_options_against_the_conclusion():
-    import random
-    import re
-
-    from demo.world.diagnose import CHECK
-    from demo.world.tasks import LETTERS, option_drill
-
-    rng = random.Random(2)
-    kinds = Counter()
-    for _ in range(300):
-        context, answer = option_drill(rng)
-        listed, conclusion = re.fullmatch(r"Options: (.+)\. (So .+)\.", context).groups()
-        options = dict(re.findall(r"([ABCD])\. ([a-z ]+?)(?:,|$)", listed))
-        assert list(options) == list(LETTERS) and len(set(options.values())) == 4
-        said = re.fullmatch(r"So (?:it is a|it is at the|it is|there are) (.+)", conclusion)[1]
-        kinds[conclusion.split(said)[0]] += 1
-        letter = next(k for k, v in options.items() if v == said)
-        checks = CHECK.findall(answer)
-        assert [(c[0], c[1], c[2], bool(c[3])) for c in checks] == [
-            (k, options[k], said, k != letter) for k in LETTERS[:LETTERS.index(letter) + 1]]
-        assert answer.endswith(f"The answer is {letter}.")
-    assert sorted(kinds) == ["So it is ", "So it is a ", "So it is at the ", "So there are "]
-    assert all(n > 50 for n in kinds.values())
-
-
-def test_drill_batches_put_the_loss_on_the_drills_answers_only():
-    import random
-
-    from demo.world.data import DRILLS_PER_ROW, drill_batches
-    from demo.world.tasks import option_drill
+def test_a_check_row_puts_the_loss_on_the_checks_letter_and_end_with_the_reason_as_context():
+    from demo.world.data import check_row, encode
 
     tok = _world_tokenizer()
-    batch = next(drill_batches(tok, 3, random.Random(3)))
-    assert batch["input_ids"].shape[0] == 3
-    assert (batch["input_ids"] == tok.convert_tokens_to_ids("<image>")).sum() == 0  # text alone
-    rng = random.Random(3)
+    for e in heldout_examples("multiple_choice", 12):
+        ids, labels = check_row(tok, e.question, e.answer)
+        start = labels.count(-100)
+        assert all(l == -100 for l in labels[:start])  # the context is one prefix
+        whole_ids, whole_labels = encode(tok, e.question, e.answer)
+        assert ids == whole_ids and labels[start:] == whole_labels[start:]
+        assert start > whole_labels.count(-100)  # the reason is context too
+        reason, checks = e.answer.split(" A. ", 1)
+        assert tok.decode(ids[start:]) == " A. " + checks + "<|end|>"
+        assert tok.decode(ids[:start]).endswith(e.question + "<|end|>\n<|assistant|>\n" + reason)
+
+
+def test_drill_batches_hold_whole_multiple_choice_turns_on_pool_scenes_with_their_slots():
+    import random
+
+    from demo.world.data import DRILLS_PER_ROW, check_row, drill_batches
+    from demo.world.scenes import sample_scenes
+    from demo.world.tasks import qa
+
+    class Pool:
+        scenes = sample_scenes("train", 5, seed=1)
+
+    tok = _world_tokenizer()
+    batch = next(drill_batches(Pool, tok, 3, random.Random(3)))
+    image = tok.convert_tokens_to_ids("<image>")
+    assert batch["input_ids"].shape[0] == 3 and len(batch["scenes"]) == 3 * DRILLS_PER_ROW
+    assert ((batch["input_ids"] == image).sum(1) == 9 * DRILLS_PER_ROW).all()  # one image a turn, in row order
+    rng, scenes = random.Random(3), batch["scenes"].tolist()
     for row in range(3):
-        mine = [option_drill(rng) for _ in range(DRILLS_PER_ROW)]
-        ids, labels = batch["input_ids"][row].tolist(), batch["labels"][row].tolist()
+        want_ids, want_labels = [], []
+        for k in range(DRILLS_PER_ROW):
+            while True:  # the draws drill_row makes, scene by scene
+                s = rng.randrange(5)
+                pair = qa("multiple_choice", Pool.scenes[s], rng)
+                if pair:
+                    break
+            assert scenes[row * DRILLS_PER_ROW + k] == s
+            ids, labels = check_row(tok, *pair)
+            want_ids, want_labels = want_ids + ids, want_labels + labels
         size = int(batch["attention_mask"][row].sum())
-        assert tok.decode(ids[:size]) == "".join(f" {context} {answer}" for context, answer in mine)
-        assert tok.decode([t for t, l in zip(ids, labels) if l != -100]) == "".join(" " + a for _, a in mine)
+        assert batch["input_ids"][row, :size].tolist() == want_ids
+        assert batch["labels"][row, :size].tolist() == want_labels
 
 
 def test_option_probe_counts_a_row_only_when_every_token_from_its_start_is_predicted():
