@@ -11,9 +11,10 @@ Stages, each timed (LLaVA's recipe, with the projector aligned to word-embedding
 see slots.py):
  1. data: the corpus, the BPE tokenizer and the training scene pool (rendered, processed)
  2. target tower: per-cell attribute pretraining of the vision tower
- 3a. target LM: multiple choice's option checks and letter, on slots (`data.drill_batches`)
  3. target LM: lookup facts, then a curriculum of tasks (CURRICULUM), with slots in place of
     the image tokens
+ 3b. target LM: multiple choice's option checks and letter (`data.drill_batches`) alternating
+     with the task mix, on slots
  4. target projector: regressed onto the slots, tower and LM frozen
  5. target: end-to-end fine-tune of projector and LM on real images (tower frozen)
  5b. target: the same, captions at 70% of the batches, with a fresh schedule
@@ -68,13 +69,13 @@ class Budget:
     caption_steps: int = 0  # stage 5b
     gentle_steps: int = 0  # stage 5c
     verify_facts: bool = False  # stage 3: facts rows with `data.verification_facts` too
-    drill_steps: int = 0  # stage 3a, batches of DRILL_ROWS rows of option drills
+    drill_steps: int = 0  # stage 3b, half of them batches of DRILL_ROWS rows of option drills
 
 
 FULL = Budget(16000, 2000, 400, (300, 150, 300, 550, 600, 900), 400, 800, 800, 1900, 700, 1000, 600, 600, 400, 600, 2400,
-              caption_steps=1000, gentle_steps=400, verify_facts=True, drill_steps=400)
+              caption_steps=1000, gentle_steps=400, verify_facts=True, drill_steps=600)
 QUICK = Budget(64, 50, 3, (2, 2, 2, 2, 2, 3), 2, 3, 300, 16, 3, 3, 3, 3, 2, 3, 300, max_new_tokens=8, caption_steps=2,
-               gentle_steps=2, verify_facts=True, drill_steps=3)
+               gentle_steps=2, verify_facts=True, drill_steps=4)
 
 # Share of batches per task in stage 3's last phase and in the distillation set (batches have
 # similar token counts); stage 5 has FINETUNE_MIX.
@@ -143,8 +144,8 @@ SHORT = ("vqa_colour", "vqa_shape", "vqa_count", "vqa_position", "vqa_yesno")
 # verdict only: the recipe without them answered yes/no 55% and position 47%, with them 91% and
 # 79%, colour and shape 96% (README, "What is left").
 FACT_SCENES = 32
-DRILL_ROWS = 16  # stages 3a and 3: rows of `data.DRILLS_PER_ROW` option drills a batch
-DRILL_SHARE = 0.15  # this share of the steps of stage 3's last phase ("mix") are drill batches
+DRILL_ROWS = 16  # stage 3b: rows of `data.DRILLS_PER_ROW` option drills a batch
+DRILL_LR = 5e-4  # stage 3b's peak: between stage 3's 1e-3 and stage 5's 3e-4
 FACT_SHARE = 0.15  # after the facts phase, this share of the steps are still fact batches
 CURRICULUM = (
     ("facts", "facts", None),
@@ -324,17 +325,6 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
     log["target_tower_cell_accuracy"] = pretrain_tower(tower, w.pool, budget.tower_steps, 1e-3, seed, "2 target tower")
     lap("2 target tower")
     params = set_trainable(target, *lm)
-    # 3a. the option checks and letter that end multiple choice: learnt in dense practice before
-    # anything else (DRILL_ROWS), then kept in practice by drill batches in stage 3's last phase
-    # (DRILL_SHARE) and by multiple choice itself in its mix
-    drills = drill_batches(w.pool, w.tok, DRILL_ROWS, random.Random(seed + 29))
-    if budget.drill_steps:
-        log["target_drill_loss"] = fit(params, budget.drill_steps, 1e-3,
-                                       lambda s: loss_on(target, next(drills), w.pool, w.image_id, slots=True),
-                                       "3a target option drills")
-        log["target_drill_probe"] = option_probe(target, w.tok, w.image_id)
-        tqdm.write(f"option probe after the drills: {log['target_drill_probe']}")
-        lap("3a target option drills")
     # 3. target LM on slots, phase by phase (one optimiser and one schedule across the phases)
     streams = [fact_batches(w.pool, w.tok, FACT_SCENES, random.Random(seed + 30 + k), budget.verify_facts)
                if mix == "facts" else
@@ -342,7 +332,7 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
                for k, (_, mix, most) in enumerate(CURRICULUM)]
     ends = [sum(budget.slot_steps[:k + 1]) for k in range(len(CURRICULUM))]
     probes = log["target_slot_probe"] = {}
-    fact_rng, drill_rng = random.Random(seed + 39), random.Random(seed + 38)
+    fact_rng = random.Random(seed + 39)
 
     def loss_of(step):
         phase = next(k for k, end in enumerate(ends) if step < end)
@@ -351,14 +341,26 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
             tqdm.write(f"slot probe at step {step} ({CURRICULUM[phase][0]}): {probes[step]}")
         if phase and fact_rng.random() < FACT_SHARE:  # keep the lookup in practice
             return loss_on(target, next(streams[0]), w.pool, w.image_id, slots=True)
-        if phase == len(CURRICULUM) - 1 and drill_rng.random() < DRILL_SHARE:  # and the option checks
-            return loss_on(target, next(drills), w.pool, w.image_id, slots=True)
         return loss_on(target, next(streams[phase]), w.pool, w.image_id, slots=True)
 
     log["target_slot_loss"] = fit(params, ends[-1], 1e-3, loss_of, "3 target LM on slots")
     probes[ends[-1]] = slot_probe(target, w.tok, w.image_id)
     tqdm.write(f"slot probe at the end: {probes[ends[-1]]}")
     lap("3 target LM on slots")
+    # 3b. the option checks and letter that end multiple choice, in dense practice once the LM
+    # reads its slots, every other batch the task mix (a fresh schedule). Before stage 3 (a
+    # "3a", branch mc-layout) the drills were learnt and then lost in the facts phase, and the
+    # slot lookups came slower (README).
+    if budget.drill_steps:
+        drills = drill_batches(w.pool, w.tok, DRILL_ROWS, random.Random(seed + 29))
+        mixed = batches(w.pool, w.tok, MIX, budget.tokens, random.Random(seed + 37))
+        log["target_drill_loss"] = fit(
+            params, budget.drill_steps, DRILL_LR,
+            lambda s: loss_on(target, next(mixed if s % 2 else drills), w.pool, w.image_id, slots=True),
+            "3b target option drills")
+        log["target_drill_probe"] = slot_probe(target, w.tok, w.image_id)
+        tqdm.write(f"slot probe after the drills: {log['target_drill_probe']}")
+        lap("3b target option drills")
     # 4. target projector regression onto the slots
     set_trainable(target, projector)
     log["target_projector_r2"] = align_projector(target, w.pool, budget.align_steps, 1e-3, seed,
