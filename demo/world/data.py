@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from .scenes import COLOURS, GRID, POSITIONS, SHAPES, SIZES, Scene, render, sample_scenes
 from . import slots
-from .tasks import qa
+from .tasks import BRIEF, qa
 from .text import IMAGE_SEQ_LENGTH, IMAGE_TOKEN, prompt_text
 
 # Rough answer+prompt length in tokens per task; sets how many examples fill a batch.
@@ -35,6 +35,7 @@ TYPICAL_TOKENS = {
     "description": 130, "caption": 50, "multiple_choice": 110,
     "vqa_colour": 30, "vqa_shape": 30, "vqa_count": 28, "vqa_position": 32, "vqa_yesno": 32,
 }
+TYPICAL_TOKENS[BRIEF] = TYPICAL_TOKENS["multiple_choice"]
 
 
 def _pixels(args):

@@ -44,7 +44,7 @@ from .gallery import write_examples
 from .generate import greedy
 from .models import build, n_params
 from .slots import embeds_with_slots, slot_ids, slot_vectors
-from .tasks import corpus, examples, image_grounded_words
+from .tasks import BRIEF, corpus, examples, image_grounded_words
 from .text import IMAGE_TOKEN, build_processor, train_tokenizer, word_of_each_token
 
 
@@ -144,6 +144,8 @@ SHORT = ("vqa_colour", "vqa_shape", "vqa_count", "vqa_position", "vqa_yesno")
 # verdict only: the recipe without them answered yes/no 55% and position 47%, with them 91% and
 # 79%, colour and shape 96% (README, "What is left").
 FACT_SCENES = 32
+# The LM stage's mix: multiple choice with the brief checks (`tasks.BRIEF`), in MIX's order and shares.
+LM_MIX = {(BRIEF if task == "multiple_choice" else task): share for task, share in MIX.items()}
 DRILL_ROWS = 16  # stage 3b: rows of `data.DRILLS_PER_ROW` option drills a batch
 DRILL_LR = 5e-4  # stage 3b's peak: between stage 3's 1e-3 and stage 5's 3e-4
 FACT_SHARE = 0.15  # after the facts phase, this share of the steps are still fact batches
@@ -153,7 +155,7 @@ CURRICULUM = (
     ("colour", {"vqa_colour": 1.0}, None),
     ("colour, shape, position", {"vqa_colour": 1.0, "vqa_shape": 1.0, "vqa_position": 1.0}, None),
     ("short", {t: 1.0 for t in SHORT} | {"caption": 2.0}, None),
-    ("mix", MIX, None),
+    ("mix", LM_MIX, None),
 )
 
 
@@ -347,10 +349,10 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
     probes[ends[-1]] = slot_probe(target, w.tok, w.image_id)
     tqdm.write(f"slot probe at the end: {probes[ends[-1]]}")
     lap("3 target LM on slots")
-    # 3b. the option checks and letter that end multiple choice, in dense practice once the LM
-    # reads its slots, every other batch the task mix (a fresh schedule). Before stage 3 (a
+    # 3b. the restated option checks and letter that end multiple choice, in dense practice once
+    # the LM reads its slots, every other batch the task mix (a fresh schedule). Before stage 3 (a
     # "3a", branch mc-layout) the drills were learnt and then lost in the facts phase, and the
-    # slot lookups came slower (README).
+    # slot lookups came slower (README). From here on multiple choice is restated everywhere.
     if budget.drill_steps:
         drills = drill_batches(w.pool, w.tok, DRILL_ROWS, random.Random(seed + 29))
         mixed = batches(w.pool, w.tok, MIX, budget.tokens, random.Random(seed + 37))
