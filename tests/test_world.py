@@ -2,6 +2,8 @@
 
 import functools
 import json
+import random
+import re
 import subprocess
 import sys
 import time
@@ -450,6 +452,30 @@ def test_multiple_choice_checks_the_options_in_order_up_to_the_concluded_one():
         assert e.answer.endswith(f". The answer is {letter}.")
         kinds[e.question.split()[0]] += 1
     assert set(kinds) == {"Which", "What", "Where", "How"}
+
+
+def test_brief_multiple_choice_is_the_same_question_with_yes_no_checks():
+    from demo.world.tasks import BRIEF, qa
+    from demo.world.scenes import scene_stream
+
+    for i, scene in zip(range(40), scene_stream("train", 3)):
+        (question, restated), (same, brief) = (qa(t, scene, random.Random(i)) for t in ("multiple_choice", BRIEF))
+        assert question == same
+        reason, letter = restated.split(" A. ", 1)[0], restated[-2]
+        options = dict(re.findall(r"([ABCD])\. ([a-z ]+?)[,.]", question.split("Options: ")[1]))
+        checks = " ".join(f"{k}. {options[k]}: {'yes' if k == letter else 'no'}." for k in "ABCD"[:"ABCD".index(letter) + 1])
+        assert brief == f"{reason} {checks} The answer is {letter}."
+
+
+def test_the_lm_stage_and_the_tokenizer_see_only_brief_multiple_choice():
+    from demo.world.tasks import BRIEF, corpus
+    from demo.world.train import CURRICULUM, LM_MIX, MIX
+
+    assert list(LM_MIX.values()) == list(MIX.values()) and BRIEF in LM_MIX and "multiple_choice" not in LM_MIX
+    assert all("multiple_choice" not in mix for _, mix, _ in CURRICULUM if mix != "facts")
+    texts = corpus(20)
+    assert any(": yes. The answer is" in t for t in texts)
+    assert not any(" is not a " in t for t in texts)
 
 
 def test_a_check_row_puts_the_loss_on_the_checks_letter_and_end_with_the_reason_as_context():
