@@ -2,6 +2,8 @@
 
 import functools
 import json
+import random
+import re
 import subprocess
 import sys
 import time
@@ -188,7 +190,9 @@ def test_quick_training_run_writes_models_that_load(tmp_path):
         assert log["threads"] == 2 and torch.get_num_threads() == 1  # the caller's count is put back
     finally:
         torch.set_num_threads(threads)
-    assert set(log["seconds"]) >= {"5 target end to end", "5b target captions", "5c target gentle captions"}
+    assert set(log["seconds"]) >= {"3b target option drills", "5 target end to end", "5b target captions",
+                                   "5c target gentle captions"}
+    assert set(log["target_drill_probe"]) >= {"multiple_choice", "vqa_colour"}
     LlavaForConditionalGeneration.from_pretrained(tmp_path / "target")
     LlavaForConditionalGeneration.from_pretrained(tmp_path / "drafter-image")
     AutoModelForCausalLM.from_pretrained(tmp_path / "drafter-text")
@@ -403,28 +407,137 @@ def test_diagnose_flags_descriptions_with_broken_words_or_multiple_choice_phrasi
         "descriptions": 1, "with a word no training text uses": 1, "with multiple choice's 'answer is'": 1})
 
 
-def test_diagnose_checks_the_options_read_and_the_verdict_of_a_multiple_choice_answer():
+def test_diagnose_takes_a_multiple_choice_answers_checks_apart():
     from demo.world.diagnose import mc_tally, options_of
     from demo.world.scenes import SHAPES
     from demo.world.scoring import letter_in
 
-    ex = next(e for e in heldout_examples("multiple_choice", 40) if e.question.startswith("Which shape"))
-    assert mc_tally(ex, ex.answer)[("shape", "right letter")] == 1
+    ex = next(e for e in heldout_examples("multiple_choice", 40)
+              if e.question.startswith("Which shape") and not e.answer.endswith("The answer is A."))
     reference = mc_tally(ex, ex.answer)
-    assert reference[("shape", "options read right")] == reference[("shape", "options read")] > 0
-    assert reference[("shape", "first sentence right")] == reference[("shape", "verdict agrees with conclusion")] == 1
-    assert reference[("shape", "conclusion right")] == 1
+    checks = "ABCD".index(letter_in(ex.answer)) + 1
+    assert reference == Counter({("shape", k): v for k, v in {
+        "n": 1, "right letter": 1, "first sentence right": 1, "conclusion right": 1, "verdict agrees with conclusion": 1,
+        "options read": checks, "options read right": checks, "verdicts right": checks}.items()})
     options = options_of(ex.question)
     assert sorted(options) == ["A", "B", "C", "D"] and sorted(options.values()) == sorted(SHAPES)
-    wrong = f"The object is a blue circle, so it is a cross. A. {options['B']}: no. B. cross: yes. The answer is B."
-    t = mc_tally(ex, wrong)
-    assert t[("shape", "first sentence right")] == 0
-    assert t[("shape", "options read")] == 2
-    assert t[("shape", "options read right")] == (options["A"] == options["B"]) + (options["B"] == "cross")
-    assert t[("shape", "verdict agrees with conclusion")] == 1  # consistent with itself, however wrong
     right = options[letter_in(ex.answer)]
-    assert t[("shape", "conclusion right")] == (right == "cross")
+    wrong = next(s for s in SHAPES if s != right)
+    # the image misread, an option misread, a wrong verdict ("is" for two different words), then
+    # a verdict that agrees with the (wrong) conclusion
+    text = (f"The object is a blue {wrong}, so it is a {wrong}. A. {wrong}: a {wrong} is not a {wrong}. "
+            f"B. {options['B']}: a {wrong} is a {options['B']}. The answer is B.")
+    t = mc_tally(ex, text)
+    assert (t[("shape", "first sentence right")], t[("shape", "conclusion right")]) == (0, 0)
+    assert t[("shape", "options read")] == 2
+    assert t[("shape", "options read right")] == (options["A"] == wrong) + 1
+    assert t[("shape", "verdicts right")] == (options["B"] == wrong)  # "is not" for equal words is wrong
+    assert t[("shape", "verdict agrees with conclusion")] == (options["B"] == wrong)
+    assert t[("shape", "right letter")] == (letter_in(ex.answer) == "B")
     assert mc_tally(ex, f"The object is a circle, so it is a {right}. The answer is A.")[("shape", "conclusion right")] == 1
+
+
+def test_multiple_choice_checks_the_options_in_order_up_to_the_concluded_one():
+    from demo.world.diagnose import CHECK, options_of
+
+    kinds = Counter()
+    for e in heldout_examples("multiple_choice", 60):
+        options, letter = options_of(e.question), e.answer[-2]
+        reason, rest = e.answer.split(" A. ", 1)
+        checks = CHECK.findall(" A. " + rest)
+        assert [c[0] for c in checks] == list("ABCD"[:"ABCD".index(letter) + 1])
+        said = {c[2] for c in checks}
+        assert said == {options[letter]} and reason.endswith(f"{options[letter]}.")
+        for _, option, _, negated, again in checks:
+            assert option == again and (option == options[letter]) == (not negated)
+        assert e.answer.endswith(f". The answer is {letter}.")
+        kinds[e.question.split()[0]] += 1
+    assert set(kinds) == {"Which", "What", "Where", "How"}
+
+
+def test_brief_multiple_choice_is_the_same_question_with_yes_no_checks():
+    from demo.world.tasks import BRIEF, qa
+    from demo.world.scenes import scene_stream
+
+    for i, scene in zip(range(40), scene_stream("train", 3)):
+        (question, restated), (same, brief) = (qa(t, scene, random.Random(i)) for t in ("multiple_choice", BRIEF))
+        assert question == same
+        reason, letter = restated.split(" A. ", 1)[0], restated[-2]
+        options = dict(re.findall(r"([ABCD])\. ([a-z ]+?)[,.]", question.split("Options: ")[1]))
+        checks = " ".join(f"{k}. {options[k]}: {'yes' if k == letter else 'no'}." for k in "ABCD"[:"ABCD".index(letter) + 1])
+        assert brief == f"{reason} {checks} The answer is {letter}."
+
+
+def test_the_lm_stage_and_the_tokenizer_see_only_brief_multiple_choice():
+    from demo.world.tasks import BRIEF, corpus
+    from demo.world.train import CURRICULUM, LM_MIX, MIX
+
+    assert list(LM_MIX.values()) == list(MIX.values()) and BRIEF in LM_MIX and "multiple_choice" not in LM_MIX
+    assert all("multiple_choice" not in mix for _, mix, _ in CURRICULUM if mix != "facts")
+    texts = corpus(20)
+    assert any(": yes. The answer is" in t for t in texts)
+    assert not any(" is not a " in t for t in texts)
+
+
+def test_a_check_row_puts_the_loss_on_the_checks_letter_and_end_with_the_reason_as_context():
+    from demo.world.data import check_row, encode
+
+    tok = _world_tokenizer()
+    for e in heldout_examples("multiple_choice", 12):
+        ids, labels = check_row(tok, e.question, e.answer)
+        start = labels.count(-100)
+        assert all(l == -100 for l in labels[:start])  # the context is one prefix
+        whole_ids, whole_labels = encode(tok, e.question, e.answer)
+        assert ids == whole_ids and labels[start:] == whole_labels[start:]
+        assert start > whole_labels.count(-100)  # the reason is context too
+        reason, checks = e.answer.split(" A. ", 1)
+        assert tok.decode(ids[start:]) == " A. " + checks + "<|end|>"
+        assert tok.decode(ids[:start]).endswith(e.question + "<|end|>\n<|assistant|>\n" + reason)
+
+
+def test_drill_batches_hold_whole_multiple_choice_turns_on_pool_scenes_with_their_slots():
+    import random
+
+    from demo.world.data import DRILLS_PER_ROW, check_row, drill_batches
+    from demo.world.scenes import sample_scenes
+    from demo.world.tasks import qa
+
+    class Pool:
+        scenes = sample_scenes("train", 5, seed=1)
+
+    tok = _world_tokenizer()
+    batch = next(drill_batches(Pool, tok, 3, random.Random(3)))
+    image = tok.convert_tokens_to_ids("<image>")
+    assert batch["input_ids"].shape[0] == 3 and len(batch["scenes"]) == 3 * DRILLS_PER_ROW
+    assert ((batch["input_ids"] == image).sum(1) == 9 * DRILLS_PER_ROW).all()  # one image a turn, in row order
+    rng, scenes = random.Random(3), batch["scenes"].tolist()
+    for row in range(3):
+        want_ids, want_labels = [], []
+        for k in range(DRILLS_PER_ROW):
+            while True:  # the draws drill_row makes, scene by scene
+                s = rng.randrange(5)
+                pair = qa("multiple_choice", Pool.scenes[s], rng)
+                if pair:
+                    break
+            assert scenes[row * DRILLS_PER_ROW + k] == s
+            ids, labels = check_row(tok, *pair)
+            want_ids, want_labels = want_ids + ids, want_labels + labels
+        size = int(batch["attention_mask"][row].sum())
+        assert batch["input_ids"][row, :size].tolist() == want_ids
+        assert batch["labels"][row, :size].tolist() == want_labels
+
+
+def test_option_probe_counts_a_row_only_when_every_token_from_its_start_is_predicted():
+    import torch
+
+    from demo.world.train import all_right
+
+    rows = [([5, 6, 7, 8], None), ([5, 9, 9, 9], None)]
+    pred = torch.tensor([[6, 7, 8, 0], [9, 9, 4, 0]])  # the logit at j predicts token j + 1
+    assert all_right(pred, rows, [1, 1]) == 0.5  # row 1 misses its last token
+    assert all_right(pred, rows, [1, 3]) == 0.5
+    assert all_right(pred, rows, [3, 3]) == 0.5
+    assert all_right(pred, rows, [4, 4]) == 1.0  # nothing to predict
 
 
 def test_copy_accuracy_is_one_on_the_second_copy_for_a_model_that_copies_and_zero_on_the_first():

@@ -6,11 +6,12 @@ real image through the shipped processor, as `evaluate` does) and takes the answ
   occupied cells, is the number of items right, how many items name an empty cell, and at an
   occupied cell, are its colour and shape right;
 - multiple choice, per question kind (shape, colour, position, count): right letters, first
-  sentences equal to the reference's (the reading of the image), options read right from the
-  question ("B. circle: yes" where the question's B is a circle), and verdicts that agree with
-  the explanation's own conclusion ("so it is a circle" ... "B. circle: yes"), and conclusions
-  that name the right option's word: the right letters a perfect look-up of the options would
-  give, so the most multiple choice can reach with this reading of the image;
+  sentences equal to the reference's (the reading of the image), conclusions that name the
+  right option's word (the right letters perfect checks would give, so the most multiple
+  choice can reach with this reading of the image), and the checks taken apart ("B. circle: a
+  square is not a circle."): options read right from the question (the question's B is a
+  circle), verdicts right for the two words they compare, and whether the one option said to
+  match is the explanation's own conclusion;
 - descriptions, for fluency: how many hold a word that no training answer or question uses
   (a word broken mid-way, "illuststration"), and how many borrow multiple choice's "answer is"
   ("The answer is B.");
@@ -80,17 +81,24 @@ def options_of(question: str) -> dict[str, str]:
     return dict(re.findall(r"\b([ABCD])\. ([a-z ]+)[,.]", line))
 
 
+# One check of multiple choice's explanation: "B. circle: a square is not a circle." -> the letter,
+# the option as copied, the concluded word restated, " not" or "", the option again.
+CHECK = re.compile(r"\b([ABCD])\. ([a-z ]+): (?:an? |the )?([a-z ]+?) is( not)? (?:an? |the )?([a-z ]+?)\.")
+
+
 def mc_tally(example: Example, text: str) -> Counter:
     kind = next(k for prefix, k in MC_KINDS.items() if example.question.startswith(prefix))
     options = options_of(example.question)
-    checks = re.findall(r"\b([ABCD])\. ([a-z ]+): (yes|no)\.", text)
+    checks = CHECK.findall(text)
     conclusion = re.search(r", so (?:it is(?: at the)?|there (?:is|are)) (?:an? )?([a-z ]+?)\.", text)
-    yes = [value for _, value, verdict in checks if verdict == "yes"]
+    yes = [option for _, option, _, negated, _ in checks if not negated]
     t = Counter({(kind, "n"): 1})
     t[kind, "right letter"] += score("multiple_choice", example, text)
     t[kind, "first sentence right"] += text.split(". ")[0] == example.answer.split(". ")[0]
     t[kind, "options read"] += len(checks)
-    t[kind, "options read right"] += sum(options.get(letter) == value for letter, value, _ in checks)
+    t[kind, "options read right"] += sum(options.get(letter) == option for letter, option, _, _, _ in checks)
+    t[kind, "verdicts right"] += sum((said == option) == (not negated) and option == again
+                                     for _, option, said, negated, again in checks)
     t[kind, "verdict agrees with conclusion"] += bool(conclusion) and yes == [conclusion.group(1)]
     t[kind, "conclusion right"] += bool(conclusion) and conclusion.group(1) == options[letter_in(example.answer)]
     return t
@@ -156,10 +164,11 @@ def print_tables(r: dict) -> None:
         print(f"  {key:<34}{c.get(key, 0):>5} of {c.get('items at an occupied cell', 0)}")
     print("\nMultiple choice (held out, greedy)")
     columns = ("n", "right letter", "first sentence right", "conclusion right", "verdict agrees with conclusion")
-    print(f"{'kind':<10}" + "".join(f"{col:>32}" for col in columns) + f"{'options read right':>24}")
+    print(f"{'kind':<10}" + "".join(f"{col:>32}" for col in columns) + f"{'options read right':>24}"
+          + f"{'verdicts right':>20}")
     for kind, row in r["multiple_choice"].items():
-        read = f"{row.get('options read right', 0)} of {row.get('options read', 0)}"
-        print(f"{kind:<10}" + "".join(f"{row.get(col, 0):>32}" for col in columns) + f"{read:>24}")
+        read, verdicts = (f"{row.get(key, 0)} of {row.get('options read', 0)}" for key in ("options read right", "verdicts right"))
+        print(f"{kind:<10}" + "".join(f"{row.get(col, 0):>32}" for col in columns) + f"{read:>24}{verdicts:>20}")
     d = r["description"]
     print(f"\nDescriptions ({d['descriptions']} held out, greedy)")
     for key in ("with a word no training text uses", "with multiple choice's 'answer is'"):

@@ -13,6 +13,8 @@ see slots.py):
  2. target tower: per-cell attribute pretraining of the vision tower
  3. target LM: lookup facts, then a curriculum of tasks (CURRICULUM), with slots in place of
     the image tokens
+ 3b. target LM: multiple choice's option checks and letter (`data.drill_batches`) alternating
+     with the task mix, on slots
  4. target projector: regressed onto the slots, tower and LM frozen
  5. target: end-to-end fine-tune of projector and LM on real images (tower frozen)
  5b. target: the same, captions at 70% of the batches, with a fresh schedule
@@ -36,13 +38,13 @@ import torch
 from tqdm import tqdm
 
 from . import ASSETS
-from .data import ScenePool, batches, collate, encode, fact_batches, sample_items
+from .data import ScenePool, batches, check_row, collate, drill_batches, encode, fact_batches, sample_items
 from .fit import CellHeads, fit
 from .gallery import write_examples
 from .generate import greedy
 from .models import build, n_params
 from .slots import embeds_with_slots, slot_ids, slot_vectors
-from .tasks import corpus, examples, image_grounded_words
+from .tasks import BRIEF, corpus, examples, image_grounded_words
 from .text import IMAGE_TOKEN, build_processor, train_tokenizer, word_of_each_token
 
 
@@ -67,12 +69,13 @@ class Budget:
     caption_steps: int = 0  # stage 5b
     gentle_steps: int = 0  # stage 5c
     verify_facts: bool = False  # stage 3: facts rows with `data.verification_facts` too
+    drill_steps: int = 0  # stage 3b, half of them batches of DRILL_ROWS rows of option drills
 
 
 FULL = Budget(16000, 2000, 400, (300, 150, 300, 550, 600, 900), 400, 800, 800, 1900, 700, 1000, 600, 600, 400, 600, 2400,
-              caption_steps=1000, gentle_steps=400, verify_facts=True)
+              caption_steps=1000, gentle_steps=400, verify_facts=True, drill_steps=600)
 QUICK = Budget(64, 50, 3, (2, 2, 2, 2, 2, 3), 2, 3, 300, 16, 3, 3, 3, 3, 2, 3, 300, max_new_tokens=8, caption_steps=2,
-               gentle_steps=2, verify_facts=True)
+               gentle_steps=2, verify_facts=True, drill_steps=4)
 
 # Share of batches per task in stage 3's last phase and in the distillation set (batches have
 # similar token counts); stage 5 has FINETUNE_MIX.
@@ -141,6 +144,10 @@ SHORT = ("vqa_colour", "vqa_shape", "vqa_count", "vqa_position", "vqa_yesno")
 # verdict only: the recipe without them answered yes/no 55% and position 47%, with them 91% and
 # 79%, colour and shape 96% (README, "What is left").
 FACT_SCENES = 32
+# The LM stage's mix: multiple choice with the brief checks (`tasks.BRIEF`), in MIX's order and shares.
+LM_MIX = {(BRIEF if task == "multiple_choice" else task): share for task, share in MIX.items()}
+DRILL_ROWS = 16  # stage 3b: rows of `data.DRILLS_PER_ROW` option drills a batch
+DRILL_LR = 5e-4  # stage 3b's peak: between stage 3's 1e-3 and stage 5's 3e-4
 FACT_SHARE = 0.15  # after the facts phase, this share of the steps are still fact batches
 CURRICULUM = (
     ("facts", "facts", None),
@@ -148,7 +155,7 @@ CURRICULUM = (
     ("colour", {"vqa_colour": 1.0}, None),
     ("colour, shape, position", {"vqa_colour": 1.0, "vqa_shape": 1.0, "vqa_position": 1.0}, None),
     ("short", {t: 1.0 for t in SHORT} | {"caption": 2.0}, None),
-    ("mix", MIX, None),
+    ("mix", LM_MIX, None),
 )
 
 
@@ -169,7 +176,7 @@ def slot_probe(model, tok, image_id: int, n: int = 100) -> dict[str, float]:
     its image tokens before any projector exists."""
     model.eval()
     grounded = image_grounded_words() | {"yes"}  # and "no", a count word already
-    out = {}
+    out = option_probe(model, tok, image_id, n)
     for task in SHORT:
         exs = examples("heldout", task, n, seed=11, render_images=False)
         rows = [encode(tok, e.question, e.answer) for e in exs]
@@ -186,6 +193,30 @@ def slot_probe(model, tok, image_id: int, n: int = 100) -> dict[str, float]:
         out[task] = round(right / len(rows), 3)
     model.train()
     return out
+
+
+@torch.no_grad()
+def option_probe(model, tok, image_id: int, n: int = 100) -> dict[str, float]:
+    """Multiple choice's option checks and letter, teacher-forced: the share of held-out questions
+    (slots for the image) whose checks, letter and end are the LM's argmax token by token, given
+    the reference's prompt and reason before them."""
+    training = model.training
+    model.eval()
+    exs = examples("heldout", "multiple_choice", n, seed=11, render_images=False)
+    rows = [check_row(tok, e.question, e.answer) for e in exs]
+    vectors = slot_vectors(model.get_input_embeddings(), *slot_ids(tok, [e.scene for e in exs]))
+    batch = collate(rows, tok.pad_token_id)
+    del batch["labels"]
+    pred = model(**embeds_with_slots(model, batch, vectors, image_id)).logits.argmax(-1)
+    model.train(training)
+    return {"multiple_choice": all_right(pred, rows, [labels.count(-100) for _, labels in rows])}
+
+
+def all_right(pred: torch.Tensor, rows: list[tuple], starts: list[int]) -> float:
+    """The share of rows whose every token from its start on is the argmax at the position before."""
+    right = sum(all(pred[i, j - 1].item() == ids[j] for j in range(start, len(ids)))
+                for i, ((ids, _), start) in enumerate(zip(rows, starts)))
+    return round(right / len(rows), 3)
 
 
 def pretrain_tower(tower, pool: ScenePool, steps: int, lr: float, seed: int, desc: str) -> float:
@@ -295,8 +326,8 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
     # 2. target tower
     log["target_tower_cell_accuracy"] = pretrain_tower(tower, w.pool, budget.tower_steps, 1e-3, seed, "2 target tower")
     lap("2 target tower")
-    # 3. target LM on slots, phase by phase (one optimiser and one schedule across the phases)
     params = set_trainable(target, *lm)
+    # 3. target LM on slots, phase by phase (one optimiser and one schedule across the phases)
     streams = [fact_batches(w.pool, w.tok, FACT_SCENES, random.Random(seed + 30 + k), budget.verify_facts)
                if mix == "facts" else
                batches(w.pool, w.tok, mix, budget.tokens, random.Random(seed + 30 + k), max_objects=most)
@@ -318,6 +349,20 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
     probes[ends[-1]] = slot_probe(target, w.tok, w.image_id)
     tqdm.write(f"slot probe at the end: {probes[ends[-1]]}")
     lap("3 target LM on slots")
+    # 3b. the restated option checks and letter that end multiple choice, in dense practice once
+    # the LM reads its slots, every other batch the task mix (a fresh schedule). Before stage 3 (a
+    # "3a", branch mc-layout) the drills were learnt and then lost in the facts phase, and the
+    # slot lookups came slower (README). From here on multiple choice is restated everywhere.
+    if budget.drill_steps:
+        drills = drill_batches(w.pool, w.tok, DRILL_ROWS, random.Random(seed + 29))
+        mixed = batches(w.pool, w.tok, MIX, budget.tokens, random.Random(seed + 37))
+        log["target_drill_loss"] = fit(
+            params, budget.drill_steps, DRILL_LR,
+            lambda s: loss_on(target, next(mixed if s % 2 else drills), w.pool, w.image_id, slots=True),
+            "3b target option drills")
+        log["target_drill_probe"] = slot_probe(target, w.tok, w.image_id)
+        tqdm.write(f"slot probe after the drills: {log['target_drill_probe']}")
+        lap("3b target option drills")
     # 4. target projector regression onto the slots
     set_trainable(target, projector)
     log["target_projector_r2"] = align_projector(target, w.pool, budget.align_steps, 1e-3, seed,
