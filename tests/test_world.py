@@ -202,6 +202,32 @@ def test_quick_training_run_writes_models_that_load(tmp_path):
     assert all((tmp_path / "examples" / e["image"]).is_file() for e in gallery)
 
 
+def test_a_run_resumed_after_stage_5c_saves_the_weights_of_a_straight_run(tmp_path):
+    from dataclasses import replace
+
+    import torch
+    from safetensors.torch import load_file
+
+    from demo.world.train import QUICK, train
+
+    def weights(world, name):
+        return load_file(world / name / "model.safetensors")
+
+    train(replace(QUICK, image_drill_steps=0), tmp_path / "before", seed=0)  # a world without 5d
+    straight = train(QUICK, tmp_path / "straight", seed=0)
+    resumed = train(QUICK, tmp_path / "resumed", seed=0, resume=tmp_path / "before")
+    for name in ("target", "drafter-text", "drafter-image"):
+        a, b = weights(tmp_path / "straight", name), weights(tmp_path / "resumed", name)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+    before, after = weights(tmp_path / "before", "target"), weights(tmp_path / "straight", "target")
+    assert not all(torch.equal(before[k], after[k]) for k in before)  # 5d trained the target
+    assert resumed["resumed_from"] == str(tmp_path / "before") and "5d target option drills on images" in resumed["seconds"]
+    logged = [json.loads(json.dumps({k: v for k, v in log.items() if k.startswith("target_")})) for log in (resumed, straight)]
+    assert logged[0] == logged[1]  # stages 2-5c's from the world resumed, 5d's its own
+    with pytest.raises(ValueError):  # it has had its 5d already
+        train(QUICK, tmp_path / "twice", seed=0, resume=tmp_path / "straight")
+
+
 def test_lookup_gap_shifts_only_the_positions_after_the_last_image_token():
     import torch
 
