@@ -219,6 +219,7 @@ def test_a_run_resumed_after_stage_5c_saves_the_weights_of_a_straight_run(tmp_pa
     for name in ("target", "drafter-text", "drafter-image"):
         a, b = weights(tmp_path / "straight", name), weights(tmp_path / "resumed", name)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+        assert (tmp_path / "straight" / name / "config.json").read_text() == (tmp_path / "resumed" / name / "config.json").read_text()
     before, after = weights(tmp_path / "before", "target"), weights(tmp_path / "straight", "target")
     assert not all(torch.equal(before[k], after[k]) for k in before)  # 5d trained the target
     assert resumed["resumed_from"] == str(tmp_path / "before") and "5d target option drills on images" in resumed["seconds"]

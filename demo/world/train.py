@@ -508,7 +508,8 @@ def resume_target(w: World, world: Path, budget: Budget, seed: int, threads: int
         raise ValueError(f"{world} was not trained by this recipe up to stage 5c (same budget, seed and threads)")
     if AutoTokenizer.from_pretrained(world / "target").get_vocab() != w.tok.get_vocab():
         raise ValueError(f"{world} has another tokenizer")
-    w.target = LlavaForConditionalGeneration.from_pretrained(world / "target", dtype=torch.float32)
+    w.target = build("target", w.tok)  # as stage 2 does, so the saved config is a straight run's too
+    w.target.load_state_dict(LlavaForConditionalGeneration.from_pretrained(world / "target").state_dict())
     w.target.set_attn_implementation("sdpa")
     w.target.half().float()  # the buffers too (the rotary frequencies), as stage 5c leaves them
     log.update({k: v for k, v in prior.items() if k.startswith("target_")}, resumed_from=str(world))
