@@ -525,17 +525,21 @@ def test_a_check_row_puts_the_loss_on_the_checks_letter_and_end_with_the_reason_
 def test_drill_batches_hold_whole_multiple_choice_turns_on_pool_scenes_with_their_slots():
     import random
 
+    import torch
+
     from demo.world.data import DRILLS_PER_ROW, check_row, drill_batches
     from demo.world.scenes import sample_scenes
     from demo.world.tasks import qa
 
     class Pool:
         scenes = sample_scenes("train", 5, seed=1)
+        pixels = torch.arange(5, dtype=torch.float16).view(5, 1, 1, 1).expand(5, 3, 2, 2)
 
     tok = _world_tokenizer()
     batch = next(drill_batches(Pool, tok, 3, random.Random(3)))
     image = tok.convert_tokens_to_ids("<image>")
     assert batch["input_ids"].shape[0] == 3 and len(batch["scenes"]) == 3 * DRILLS_PER_ROW
+    assert torch.equal(batch["pixel_values"], Pool.pixels[batch["scenes"]].float())  # each turn's image, in order
     assert ((batch["input_ids"] == image).sum(1) == 9 * DRILLS_PER_ROW).all()  # one image a turn, in row order
     rng, scenes = random.Random(3), batch["scenes"].tolist()
     for row in range(3):

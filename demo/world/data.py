@@ -239,9 +239,11 @@ def drill_row(pool: "ScenePool", tok, rng: random.Random, n: int = DRILLS_PER_RO
 
 
 def drill_batches(pool: "ScenePool", tok, rows: int, rng: random.Random) -> Iterator[dict]:
-    """Endless batches of `rows` `drill_row`s, with the pool indices ("scenes") for the slots."""
+    """Endless batches of `rows` `drill_row`s, with the scenes' pool indices ("scenes", for the
+    slots) and pixels, in turn order, as `item_batch` gives them."""
     while True:
         drawn = [drill_row(pool, tok, rng) for _ in range(rows)]
         batch = collate([(ids, labels) for ids, labels, _ in drawn], tok.pad_token_id)
         batch["scenes"] = torch.tensor([s for _, _, scenes in drawn for s in scenes])
+        batch["pixel_values"] = pool.pixels[batch["scenes"]].float()
         yield batch

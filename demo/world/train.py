@@ -399,15 +399,10 @@ def stage_image_drills(w: World, budget: Budget, seed: int, log: dict) -> None:
     params = set_trainable(target, target.model.multi_modal_projector, target.model.language_model, target.lm_head)
     drills = drill_batches(w.pool, w.tok, DRILL_ROWS, random.Random(seed + 53))
     mixed = batches(w.pool, w.tok, FINETUNE_MIX, budget.tokens, random.Random(seed + 54))
-
-    def loss_of(step):
-        if step % 2:
-            return loss_on(target, next(mixed), w.pool, w.image_id)
-        batch = next(drills)
-        batch["pixel_values"] = w.pool.pixels[batch["scenes"]].float()
-        return loss_on(target, batch, w.pool, w.image_id)
-
-    log["target_image_drill_loss"] = fit(params, budget.image_drill_steps, 3e-4, loss_of, "5d target option drills on images")
+    log["target_image_drill_loss"] = fit(
+        params, budget.image_drill_steps, 3e-4,
+        lambda s: loss_on(target, next(mixed if s % 2 else drills), w.pool, w.image_id),
+        "5d target option drills on images")
     target.half().float()  # what ships is fp16: distil from exactly that
 
 
