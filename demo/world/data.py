@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from .scenes import COLOURS, GRID, POSITIONS, SHAPES, SIZES, Scene, render, sample_scenes
 from . import slots
-from .tasks import BRIEF, qa
+from .tasks import BRIEF, EARLY, qa
 from .text import IMAGE_SEQ_LENGTH, IMAGE_TOKEN, prompt_text
 
 # Rough answer+prompt length in tokens per task; sets how many examples fill a batch.
@@ -35,7 +35,7 @@ TYPICAL_TOKENS = {
     "description": 130, "caption": 50, "multiple_choice": 110,
     "vqa_colour": 30, "vqa_shape": 30, "vqa_count": 28, "vqa_position": 32, "vqa_yesno": 32,
 }
-TYPICAL_TOKENS[BRIEF] = TYPICAL_TOKENS["multiple_choice"]
+TYPICAL_TOKENS[BRIEF] = TYPICAL_TOKENS[EARLY] = TYPICAL_TOKENS["multiple_choice"]
 
 
 def _pixels(args):
@@ -222,15 +222,16 @@ def check_row(tok, question: str, answer: str) -> tuple[list[int], list[int]]:
     return ids, [-100] * context + labels[context:]
 
 
-def drill_row(pool: "ScenePool", tok, rng: random.Random, n: int = DRILLS_PER_ROW) -> tuple[list[int], list[int], list[int]]:
-    """`n` `check_row`s on random pool scenes as one row, and the scenes' pool indices in order
-    (a row holds n images). In the question's own layout: the copy of an option from the
+def drill_row(pool: "ScenePool", tok, rng: random.Random, n: int = DRILLS_PER_ROW,
+              task: str = "multiple_choice") -> tuple[list[int], list[int], list[int]]:
+    """`n` `check_row`s of `task` (a form of multiple choice) on random pool scenes as one row,
+    and the scenes' pool indices in order (a row holds n images). In the question's own layout: the copy of an option from the
     question's list was learnt on these (95% of held-out turns after 600 steps alone, README)
     and not on short drills of the same checks."""
     ids, labels, scenes = [], [], []
     while len(scenes) < n:
         s = rng.randrange(len(pool.scenes))
-        pair = qa("multiple_choice", pool.scenes[s], rng)
+        pair = qa(task, pool.scenes[s], rng)
         if pair is None:
             continue
         row_ids, row_labels = check_row(tok, *pair)
@@ -238,11 +239,12 @@ def drill_row(pool: "ScenePool", tok, rng: random.Random, n: int = DRILLS_PER_RO
     return ids, labels, scenes
 
 
-def drill_batches(pool: "ScenePool", tok, rows: int, rng: random.Random) -> Iterator[dict]:
-    """Endless batches of `rows` `drill_row`s, with the scenes' pool indices ("scenes", for the
+def drill_batches(pool: "ScenePool", tok, rows: int, rng: random.Random,
+                  task: str = "multiple_choice") -> Iterator[dict]:
+    """Endless batches of `rows` `drill_row`s of `task`, with the scenes' pool indices ("scenes", for the
     slots) and pixels, in turn order, as `item_batch` gives them."""
     while True:
-        drawn = [drill_row(pool, tok, rng) for _ in range(rows)]
+        drawn = [drill_row(pool, tok, rng, task=task) for _ in range(rows)]
         batch = collate([(ids, labels) for ids, labels, _ in drawn], tok.pad_token_id)
         batch["scenes"] = torch.tensor([s for _, _, scenes in drawn for s in scenes])
         batch["pixel_values"] = pool.pixels[batch["scenes"]].float()
