@@ -212,16 +212,14 @@ def _multiple_choice(scene: Scene, rng: random.Random, form: str = "multiple_cho
         n = len(scene.objects)
         kind = "count" if final else kind  # `EARLY`'s slip, above
         question = "How many shapes are in the image?"
-        if final:  # one to four, as an exam lists counts
+        are = f"there {'is' if n == 1 else 'are'} {NUMBERS[n]}"
+        if final:  # the counts one to four, as an exam lists them; the caption's listing
             options = list(NUMBERS[1:5])
             letter = LETTERS[options.index(NUMBERS[n])]
-        else:
-            options, letter = _options(NUMBERS[n], list(NUMBERS[1:6]), rng)
-        are = f"there {'is' if n == 1 else 'are'} {NUMBERS[n]}"
-        if final:
             listed = listing([f"{x.position_phrase}, {article(name(x, False))}" for x in scene.objects], "; ", "; and ")
             reason = cap(f"{listed}, so {are}.")
         else:
+            options, letter = _options(NUMBERS[n], list(NUMBERS[1:6]), rng)
             reason = f"The image contains {listing([article(name(x, False)) for x in scene.objects])}, so {are}."
     # The options on one line, so each letter is the same token (" A") as in the answer's checks;
     # on lines of their own the question's "A" and the answer's " A" were two unrelated tokens.

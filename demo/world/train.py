@@ -21,8 +21,8 @@ see slots.py):
  5c. target: the same mix again, at a third of the learning rate
  5d. target: stage 3b's option drills on real images, alternating with stage 5's mix
  (3b-5d teach multiple choice in its early form, `tasks.EARLY`; the LM stage the brief one)
- 5e. target: multiple choice in its final form, whole answers, stage 5's mix and the option
-     drills in turn. `--resume WORLD` takes stages 2-5d from a world saved by this recipe
+ 5e. target: multiple choice in its final form (whole answers; a fifth of the batches on
+     one-object scenes), alternating with stage 5's mix. `--resume WORLD` takes stages 2-5d from a world saved by this recipe
      without 5e (its fp16 target, as the stages hand it on) and goes on from here: the same
      weights as a straight run
  6. distillation set: the shipped (fp16-rounded) target's greedy answers on training scenes
