@@ -529,10 +529,11 @@ def test_final_multiple_choice_counts_by_the_captions_listing_with_count_and_pla
 
 def test_the_lm_stage_and_the_tokenizer_see_only_brief_multiple_choice():
     from demo.world.tasks import BRIEF, EARLY, corpus
-    from demo.world.train import CURRICULUM, LM_MIX, MIX, early
+    from demo.world.train import CURRICULUM, LM_MIX, MIX, in_form
 
     assert list(LM_MIX.values()) == list(MIX.values()) and BRIEF in LM_MIX and "multiple_choice" not in LM_MIX
-    assert list(early(MIX).values()) == list(MIX.values()) and EARLY in early(MIX) and "multiple_choice" not in early(MIX)
+    early = in_form(MIX, EARLY)
+    assert list(early.values()) == list(MIX.values()) and EARLY in early and "multiple_choice" not in early
     assert all("multiple_choice" not in mix for _, mix, _ in CURRICULUM if mix != "facts")
     texts = corpus(20)
     assert any(": yes. The answer is" in t for t in texts)

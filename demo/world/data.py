@@ -166,7 +166,7 @@ def verification_facts(scene: Scene, rng: random.Random) -> list[str]:
     Multiple choice's verdict compares an option with a looked-up word, and yes/no needs the
     absence. With the loss on every token they cost the lookups: a full run of FULL with them
     read yes/no 92% (the shipped 55%) but colour 85% and shape 83%, and its place lookups 60-64%
-    (README, "What is left"); the question is random by design (a wrong colour half the time),
+    (README, "What moved yes/no"); the question is random by design (a wrong colour half the time),
     so `fact_batches` puts the loss on the verdict only. So masked, a full run read yes/no 91%,
     colour 96%, shape 96% and its place lookups 98-100% (README)."""
     objects = scene.objects
@@ -225,9 +225,9 @@ def check_row(tok, question: str, answer: str) -> tuple[list[int], list[int]]:
 def drill_row(pool: "ScenePool", tok, rng: random.Random, n: int = DRILLS_PER_ROW,
               task: str = "multiple_choice") -> tuple[list[int], list[int], list[int]]:
     """`n` `check_row`s of `task` (a form of multiple choice) on random pool scenes as one row,
-    and the scenes' pool indices in order (a row holds n images). In the question's own layout: the copy of an option from the
-    question's list was learnt on these (95% of held-out turns after 600 steps alone, README)
-    and not on short drills of the same checks."""
+    and the scenes' pool indices in order (a row holds n images). In the question's own layout:
+    the copy of an option from the question's list was learnt on these (95% of held-out turns
+    after 600 steps alone, README) and not on short drills of the same checks."""
     ids, labels, scenes = [], [], []
     while len(scenes) < n:
         s = rng.randrange(len(pool.scenes))
@@ -241,8 +241,8 @@ def drill_row(pool: "ScenePool", tok, rng: random.Random, n: int = DRILLS_PER_RO
 
 def drill_batches(pool: "ScenePool", tok, rows: int, rng: random.Random,
                   task: str = "multiple_choice") -> Iterator[dict]:
-    """Endless batches of `rows` `drill_row`s of `task`, with the scenes' pool indices ("scenes", for the
-    slots) and pixels, in turn order, as `item_batch` gives them."""
+    """Endless batches of `rows` `drill_row`s of `task`, with the scenes' pool indices
+    ("scenes", for the slots) and pixels, in turn order, as `item_batch` gives them."""
     while True:
         drawn = [drill_row(pool, tok, rng, task=task) for _ in range(rows)]
         batch = collate([(ids, labels) for ids, labels, _ in drawn], tok.pad_token_id)

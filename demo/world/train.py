@@ -22,9 +22,9 @@ see slots.py):
  5d. target: stage 3b's option drills on real images, alternating with stage 5's mix
  (3b-5d teach multiple choice in its early form, `tasks.EARLY`; the LM stage the brief one)
  5e. target: multiple choice in its final form (whole answers; a fifth of the batches on
-     one-object scenes), alternating with stage 5's mix. `--resume WORLD` takes stages 2-5d from a world saved by this recipe
-     without 5e (its fp16 target, as the stages hand it on) and goes on from here: the same
-     weights as a straight run
+     one-object scenes), alternating with stage 5's mix. `--resume WORLD` takes stages 2-5d
+     from a world saved by this recipe without 5e (its fp16 target, as the stages hand it on)
+     and goes on from here: the same weights as a straight run
  6. distillation set: the shipped (fp16-rounded) target's greedy answers on training scenes
  7. text drafter: pretrain on corpus text, then fine-tune on the target's answers, image removed
  8. image drafter: tower pretraining, LM from the text drafter, the target's answers on slots,
@@ -152,17 +152,18 @@ SHORT = ("vqa_colour", "vqa_shape", "vqa_count", "vqa_position", "vqa_yesno")
 # steps, before the LM had seen a question, and as well with the text moved 10 positions away.
 # The fact batches also carry `data.verification_facts` ("is the circle red? no."), loss on the
 # verdict only: the recipe without them answered yes/no 55% and position 47%, with them 91% and
-# 79%, colour and shape 96% (README, "What is left").
+# 79%, colour and shape 96% (README, "What moved yes/no").
 FACT_SCENES = 32
-# The LM stage's mix: multiple choice with the brief checks (`tasks.BRIEF`), in MIX's order and shares.
-LM_MIX = {(BRIEF if task == "multiple_choice" else task): share for task, share in MIX.items()}
 
 
-def early(mix: dict[str, float]) -> dict[str, float]:
-    """Stages 3b-5d's version of a mix: multiple choice in its early form (`tasks.EARLY`)."""
-    return {(EARLY if task == "multiple_choice" else task): share for task, share in mix.items()}
+def in_form(mix: dict[str, float], form: str) -> dict[str, float]:
+    """`mix` with multiple choice in another of its forms (`tasks.BRIEF`, `tasks.EARLY`), in the
+    same order and shares: stages 3-5d train the earlier forms."""
+    return {(form if task == "multiple_choice" else task): share for task, share in mix.items()}
 
 
+# The LM stage's mix: multiple choice with the brief checks.
+LM_MIX = in_form(MIX, BRIEF)
 DRILL_ROWS = 16  # stage 3b: rows of `data.DRILLS_PER_ROW` option drills a batch
 DRILL_LR = 5e-4  # stage 3b's peak: between stage 3's 1e-3 and stage 5's 3e-4
 FINAL_FORM_LR = 2e-4  # stage 5e's peak
@@ -373,7 +374,7 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
     # slot lookups came slower (README). From here on multiple choice is restated everywhere.
     if budget.drill_steps:
         drills = drill_batches(w.pool, w.tok, DRILL_ROWS, random.Random(seed + 29), task=EARLY)
-        mixed = batches(w.pool, w.tok, early(MIX), budget.tokens, random.Random(seed + 37))
+        mixed = batches(w.pool, w.tok, in_form(MIX, EARLY), budget.tokens, random.Random(seed + 37))
         log["target_drill_loss"] = fit(
             params, budget.drill_steps, DRILL_LR,
             lambda s: loss_on(target, next(mixed if s % 2 else drills), w.pool, w.image_id, slots=True),
@@ -391,9 +392,9 @@ def stage_target(w: World, budget: Budget, seed: int, log: dict, lap) -> None:
     # schedule; a phase with no steps is skipped.
     params = set_trainable(target, projector, *lm)
     for key, mix, steps, lr, stream_seed, name in (
-            ("target_finetune_loss", early(FINETUNE_MIX), budget.finetune_steps, 3e-4, seed + 5, "5 target end to end"),
-            ("target_caption_loss", early(CAPTION_MIX), budget.caption_steps, 3e-4, seed + 51, "5b target captions"),
-            ("target_gentle_loss", early(CAPTION_MIX), budget.gentle_steps, 1e-4, seed + 52, "5c target gentle captions")):
+            ("target_finetune_loss", in_form(FINETUNE_MIX, EARLY), budget.finetune_steps, 3e-4, seed + 5, "5 target end to end"),
+            ("target_caption_loss", in_form(CAPTION_MIX, EARLY), budget.caption_steps, 3e-4, seed + 51, "5b target captions"),
+            ("target_gentle_loss", in_form(CAPTION_MIX, EARLY), budget.gentle_steps, 1e-4, seed + 52, "5c target gentle captions")):
         if not steps:
             continue
         stream = batches(w.pool, w.tok, mix, budget.tokens, random.Random(stream_seed))
@@ -411,7 +412,7 @@ def stage_image_drills(w: World, budget: Budget, seed: int, log: dict) -> None:
     target = w.target
     params = set_trainable(target, target.model.multi_modal_projector, target.model.language_model, target.lm_head)
     drills = drill_batches(w.pool, w.tok, DRILL_ROWS, random.Random(seed + 53), task=EARLY)
-    mixed = batches(w.pool, w.tok, early(FINETUNE_MIX), budget.tokens, random.Random(seed + 54))
+    mixed = batches(w.pool, w.tok, in_form(FINETUNE_MIX, EARLY), budget.tokens, random.Random(seed + 54))
     log["target_image_drill_loss"] = fit(
         params, budget.image_drill_steps, 3e-4,
         lambda s: loss_on(target, next(mixed if s % 2 else drills), w.pool, w.image_id),
@@ -546,7 +547,7 @@ def resume_target(w: World, world: Path, budget: Budget, seed: int, threads: int
     w.target = build("target", w.tok)  # as stage 2 does, so the saved config is a straight run's too
     w.target.load_state_dict(LlavaForConditionalGeneration.from_pretrained(world / "target").state_dict())
     w.target.set_attn_implementation("sdpa")
-    w.target.half().float()  # the buffers too (the rotary frequencies), as stage 5c leaves them
+    w.target.half().float()  # the buffers too (the rotary frequencies), as stage 5d leaves them
     log.update({k: v for k, v in prior.items() if k.startswith("target_")}, resumed_from=str(world))
     timings.update({k: v for k, v in prior["seconds"].items() if k[0] in "2345"})
 
