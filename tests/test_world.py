@@ -6,7 +6,6 @@ import random
 import re
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import pytest
@@ -149,7 +148,7 @@ def _shipped_target():
 def _shipped_target_accuracy(task: str) -> float:
     """The share `python -m demo.world.evaluate` reports for the target: the same 100 held-out
     examples (seed 0), greedy, at most 200 new tokens."""
-    from demo.world.diagnose import answers
+    from demo.world.evaluate import answers
 
     examples, texts = answers(*_shipped_target(), task, 100, max_new_tokens=200, seed=0)
     return sum(score(task, e, t) for e, t in zip(examples, texts)) / len(examples)
@@ -179,7 +178,8 @@ def test_quick_training_run_writes_models_that_load(tmp_path):
     from transformers import AutoModelForCausalLM, LlavaForConditionalGeneration
 
     from demo.world.gallery import PER_TASK
-    from demo.world.train import QUICK, train
+    from demo.world.recipe import QUICK
+    from demo.world.train import train
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -201,41 +201,48 @@ def test_quick_training_run_writes_models_that_load(tmp_path):
     assert all((tmp_path / "examples" / e["image"]).is_file() for e in gallery)
 
 
-def test_a_run_resumed_after_stage_5d_saves_the_weights_of_a_straight_run(tmp_path):
-    from dataclasses import replace
+def test_quick_recipe_is_the_full_one_with_fewer_steps_and_smaller_batches():
+    from dataclasses import fields, is_dataclass
 
-    import torch
-    from safetensors.torch import load_file
+    from demo.world.recipe import FULL, QUICK
 
-    from demo.world.train import QUICK, train
+    sizes = {"steps", "phase_steps", "finetune_steps", "scenes", "corpus_per_task", "items", "max_new_tokens",
+             "tokens", "drafter_tokens"}
 
-    def weights(world, name):
-        return load_file(world / name / "model.safetensors")
+    def differences(full, quick, path=""):
+        """The fields (dotted paths) where QUICK differs from FULL, each smaller in QUICK."""
+        out = set()
+        for f in fields(full):
+            a, b = getattr(full, f.name), getattr(quick, f.name)
+            if is_dataclass(a):
+                out |= differences(a, b, f"{path}{f.name}.")
+            elif a != b:
+                assert f.name in sizes and (b < a if isinstance(a, int) else len(b) == len(a)), (path + f.name, a, b)
+                out.add(path + f.name)
+        return out
 
-    # a world without 5e, and with other drafter budgets: the stages after 5d may change
-    train(replace(QUICK, final_form_steps=0, drafter_distill_steps=2), tmp_path / "before", seed=0)
-    straight = train(QUICK, tmp_path / "straight", seed=0)
-    resumed = train(QUICK, tmp_path / "resumed", seed=0, resume=tmp_path / "before")
-    for name in ("target", "drafter-text", "drafter-image"):
-        a, b = weights(tmp_path / "straight", name), weights(tmp_path / "resumed", name)
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
-        assert (tmp_path / "straight" / name / "config.json").read_text() == (tmp_path / "resumed" / name / "config.json").read_text()
-    before, after = weights(tmp_path / "before", "target"), weights(tmp_path / "straight", "target")
-    assert not all(torch.equal(before[k], after[k]) for k in before)  # 5e trained the target
-    assert resumed["resumed_from"] == str(tmp_path / "before")
-    assert resumed["seconds"].keys() == straight["seconds"].keys()  # 2-5d's timings from the world resumed
-    logged = [json.loads(json.dumps({k: v for k, v in log.items() if k.startswith("target_")})) for log in (resumed, straight)]
-    assert logged[0] == logged[1]  # stages 2-5d's from the world resumed, 5e's its own
-    with pytest.raises(ValueError):  # it has had its 5e already
-        train(QUICK, tmp_path / "twice", seed=0, resume=tmp_path / "straight")
-    with pytest.raises(ValueError):  # a stage before 5e had another budget
-        train(replace(QUICK, gentle_steps=3), tmp_path / "other", seed=0, resume=tmp_path / "before")
+    changed = differences(FULL, QUICK)
+    assert {"slots.phase_steps", "drills.steps", "image_drills.steps", "final_form.steps", "gentle.steps",
+            "image_drafter.finetune_steps", "text_drafter.distill.steps", "tokens"} <= changed
+
+
+def test_the_recipe_and_the_evaluation_do_not_import_the_experiments():
+    script = "import sys, demo.world.train, demo.world.evaluate; print(sorted(m for m in sys.modules if 'experiments' in m))"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_no_world_module_is_over_500_lines():
+    root = ASSETS.parents[1] / "demo" / "world"
+    lengths = {p.relative_to(root).as_posix(): len(p.read_text().splitlines()) for p in root.rglob("*.py")}
+    assert "experiments/diagnose.py" in lengths and "train.py" in lengths
+    assert max(lengths.values()) <= 500, lengths
 
 
 def test_lookup_gap_shifts_only_the_positions_after_the_last_image_token():
     import torch
 
-    from demo.world.lookup import gapped_positions
+    from demo.world.experiments.lookup import gapped_positions
 
     image = 7
     ids = torch.tensor([[1, image, image, 4, 5], [image, 3, 4, 5, 0]])
@@ -244,7 +251,7 @@ def test_lookup_gap_shifts_only_the_positions_after_the_last_image_token():
 
 
 def test_lookup_splits_questions_by_key_and_knows_the_chance_of_a_random_object():
-    from demo.world.lookup import chance, key_of
+    from demo.world.experiments.lookup import chance, key_of
     from demo.world.scenes import Obj, Scene
     from demo.world.tasks import Example
 
@@ -263,7 +270,7 @@ def test_lookup_at_gap_zero_is_the_apps_teacher_forced_argmax():
     from transformers import AutoProcessor, LlavaForConditionalGeneration
 
     from demo.world.evaluate import encode_examples
-    from demo.world.lookup import predictions, probes
+    from demo.world.experiments.lookup import predictions, probes
 
     model = LlavaForConditionalGeneration.from_pretrained(ASSETS / "target", dtype=torch.float32)
     processor = AutoProcessor.from_pretrained(ASSETS / "target")
@@ -285,7 +292,7 @@ def test_lookup_at_gap_zero_is_the_apps_teacher_forced_argmax():
 def test_recall_facts_are_every_lookup_the_scene_answers():
     import random
 
-    from demo.world.recall import facts
+    from demo.world.experiments.recall import facts
     from demo.world.scenes import Obj, Scene
 
     scene = Scene((Obj("circle", "red", "large", 0), Obj("circle", "blue", "small", 4), Obj("cross", "green", "large", 8)))
@@ -298,7 +305,7 @@ def test_recall_facts_are_every_lookup_the_scene_answers():
 def test_recall_rows_mark_each_value_right_after_its_key(form):
     import random
 
-    from demo.world.recall import facts, row
+    from demo.world.experiments.recall import facts, row
     from demo.world.text import IMAGE_SEQ_LENGTH
 
     tok = _world_tokenizer()
@@ -316,7 +323,7 @@ def test_recall_rows_mark_each_value_right_after_its_key(form):
 
 
 def test_recall_experiment_is_deterministic():
-    from demo.world.recall import run
+    from demo.world.experiments.recall import run
 
     first, second = (run(32, 1, 4, "is", every=2, heldout=40, pool=100) for _ in range(2))
     strip = [{k: v for k, v in entry.items() if k != "seconds"} for entry in first]
@@ -411,7 +418,7 @@ def test_verification_questions_carry_no_loss_only_their_verdicts_do():
 
 
 def test_diagnose_takes_a_caption_apart_item_by_item():
-    from demo.world.diagnose import caption_items, caption_tally
+    from demo.world.experiments.diagnose import caption_items, caption_tally
     from demo.world.scenes import Obj, Scene
 
     scene = Scene((Obj("circle", "blue", "large", 4), Obj("square", "blue", "small", 5)))
@@ -427,7 +434,7 @@ def test_diagnose_takes_a_caption_apart_item_by_item():
 
 
 def test_diagnose_flags_descriptions_with_broken_words_or_multiple_choice_phrasing():
-    from demo.world.diagnose import corpus_words, description_tally
+    from demo.world.experiments.diagnose import corpus_words, description_tally
 
     vocabulary = corpus_words(50)
     reference = heldout_examples("description", 3)
@@ -438,7 +445,7 @@ def test_diagnose_flags_descriptions_with_broken_words_or_multiple_choice_phrasi
 
 
 def test_diagnose_takes_a_multiple_choice_answers_checks_apart():
-    from demo.world.diagnose import mc_tally, options_of
+    from demo.world.experiments.diagnose import mc_tally, options_of
     from demo.world.scenes import SHAPES
     from demo.world.scoring import letter_in
 
@@ -468,7 +475,7 @@ def test_diagnose_takes_a_multiple_choice_answers_checks_apart():
 
 
 def test_multiple_choice_checks_the_options_in_order_up_to_the_concluded_one():
-    from demo.world.diagnose import CHECK, options_of
+    from demo.world.experiments.diagnose import CHECK, options_of
 
     kinds = Counter()
     for e in heldout_examples("multiple_choice", 60):
@@ -499,7 +506,7 @@ def test_brief_multiple_choice_is_the_early_question_with_yes_no_checks():
 
 
 def test_final_multiple_choice_counts_by_the_captions_listing_with_count_and_place_options_in_order():
-    from demo.world.diagnose import options_of
+    from demo.world.experiments.diagnose import options_of
     from demo.world.scenes import POSITIONS, scene_stream
     from demo.world.tasks import EARLY, NUMBERS, qa
 
@@ -529,7 +536,7 @@ def test_final_multiple_choice_counts_by_the_captions_listing_with_count_and_pla
 
 def test_the_lm_stage_and_the_tokenizer_see_only_brief_multiple_choice():
     from demo.world.tasks import BRIEF, EARLY, corpus
-    from demo.world.train import CURRICULUM, LM_MIX, MIX, in_form
+    from demo.world.recipe import CURRICULUM, LM_MIX, MIX, in_form
 
     assert list(LM_MIX.values()) == list(MIX.values()) and BRIEF in LM_MIX and "multiple_choice" not in LM_MIX
     early = in_form(MIX, EARLY)
@@ -595,7 +602,7 @@ def test_drill_batches_hold_whole_multiple_choice_turns_on_pool_scenes_with_thei
 def test_option_probe_counts_a_row_only_when_every_token_from_its_start_is_predicted():
     import torch
 
-    from demo.world.train import all_right
+    from demo.world.probes import all_right
 
     rows = [([5, 6, 7, 8], None), ([5, 9, 9, 9], None)]
     pred = torch.tensor([[6, 7, 8, 0], [9, 9, 4, 0]])  # the logit at j predicts token j + 1
@@ -610,7 +617,7 @@ def test_copy_accuracy_is_one_on_the_second_copy_for_a_model_that_copies_and_zer
 
     import torch
 
-    from demo.world.diagnose import copy_accuracy
+    from demo.world.experiments.diagnose import copy_accuracy
 
     length, vocab = 12, list(range(5, 50))
 

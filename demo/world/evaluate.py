@@ -23,7 +23,7 @@ from . import ASSETS
 from .data import collate
 from .generate import greedy
 from .scoring import score
-from .tasks import TASKS, heldout_examples, image_grounded_words
+from .tasks import TASKS, Example, heldout_examples, image_grounded_words
 from .text import word_of_each_token
 
 MODELS = ("target", "drafter-image", "drafter-text")
@@ -60,6 +60,16 @@ def encode_examples(processor, examples) -> tuple[list[list[int]], torch.Tensor]
         rows.append(enc["input_ids"][0].tolist())
         pixels.append(enc["pixel_values"][0])
     return rows, torch.stack(pixels)
+
+
+def answers(model, processor, task: str, n: int, max_new_tokens: int, seed: int = 0) -> tuple[list[Example], list[str]]:
+    """n held-out examples of `task` and the model's greedy answers to them, decoded."""
+    tok = processor.tokenizer
+    examples = heldout_examples(task, n, seed=seed)
+    rows, pixels = encode_examples(processor, examples)
+    ids = greedy(model, rows, tok.pad_token_id, tok.eos_token_id, tok.convert_tokens_to_ids(tok.image_token),
+                 pixels, max_new_tokens=max_new_tokens, desc=task)
+    return examples, tok.batch_decode(ids, skip_special_tokens=True)
 
 
 @torch.inference_mode()

@@ -23,9 +23,6 @@ from transformers import (
 
 from .text import IMAGE_SEQ_LENGTH, IMAGE_SIZE, PATCH_SIZE
 
-KINDS = ("target", "drafter-text", "drafter-image")
-
-
 @dataclass(frozen=True)
 class Shape:
     lm_hidden: int  # Llama hidden size

@@ -126,13 +126,6 @@ def _shape_points(shape: str, cx: float, cy: float, r: float) -> list[tuple[floa
     if shape == "triangle":
         return [(cx + r * math.cos(a), cy + 0.12 * r + r * math.sin(a))
                 for a in (-math.pi / 2, math.pi / 6, 5 * math.pi / 6)]
-    if shape == "star":
-        pts = []
-        for k in range(10):
-            rad = r if k % 2 == 0 else 0.42 * r
-            a = -math.pi / 2 + k * math.pi / 5
-            pts.append((cx + rad * math.cos(a), cy + 0.05 * r + rad * math.sin(a)))
-        return pts
     if shape == "cross":
         t = 0.34 * r  # half the arm thickness
         return [(cx - t, cy - r), (cx + t, cy - r), (cx + t, cy - t), (cx + r, cy - t),

@@ -186,7 +186,7 @@ def _options(correct: str, pool: list[str], rng: random.Random, ordered: bool = 
 #   the list began with.
 # `EARLY` also keeps a slip: a position question that falls back to a count (the object is not
 # unique) restated its count with position's article ("the three is not the one"). Stages 3b-5d
-# keep their data, so the shipped world is what the recipe makes (`train --resume`).
+# keep their data: the shipped weights are what the recipe makes with it.
 EARLY = "multiple_choice_early"
 
 

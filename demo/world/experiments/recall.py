@@ -1,5 +1,5 @@
 """Can a language model learn to look things up in its image tokens?
-`python -m demo.world.recall [--hidden 128] [--layers 2] [--steps 4000] [--form is|direct]`
+`python -m demo.world.experiments.recall [--hidden 128] [--layers 2] [--steps 4000] [--form is|direct]`
 
 Contract: an associative-recall experiment on the world's slots (see slots.py), separate from the
 shipped models and their training. A fresh Llama LM reads the nine slots of a training scene,
@@ -19,12 +19,12 @@ import time
 import torch
 from tqdm import tqdm
 
-from .data import collate
-from .fit import fit
-from .scenes import POSITIONS, Scene, sample_scenes
-from .slots import slot_ids, slot_vectors
-from .tasks import corpus
-from .text import IMAGE_SEQ_LENGTH, train_tokenizer
+from ..data import collate
+from ..fit import fit
+from ..scenes import POSITIONS, Scene, sample_scenes
+from ..slots import slot_ids, slot_vectors
+from ..tasks import corpus
+from ..text import IMAGE_SEQ_LENGTH, train_tokenizer
 
 SEPARATOR = {"is": " is", "direct": ""}
 

@@ -1,4 +1,4 @@
-"""Where long answers go wrong: `python -m demo.world.diagnose [--dir DIR] [--n N]`.
+"""Where long answers go wrong: `python -m demo.world.experiments.diagnose [--dir DIR] [--n N]`.
 
 Contract: answers held-out captions and multiple-choice questions greedily with the target (the
 real image through the shipped processor, as `evaluate` does) and takes the answers apart:
@@ -28,10 +28,10 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from . import ASSETS
-from .scenes import Scene
-from .scoring import letter_in, pairs_in, position_in, score, words
-from .tasks import Example, corpus, heldout_examples
+from .. import ASSETS
+from ..scenes import Scene
+from ..scoring import letter_in, pairs_in, position_in, score, words
+from ..tasks import Example, corpus
 
 
 def caption_items(text: str) -> list[tuple[int | None, tuple[str, str] | None]]:
@@ -104,19 +104,6 @@ def mc_tally(example: Example, text: str) -> Counter:
     return t
 
 
-def answers(model, processor, task: str, n: int, max_new_tokens: int, seed: int = 0) -> tuple[list[Example], list[str]]:
-    """n held-out examples of `task` and the model's greedy answers to them, decoded."""
-    from .evaluate import encode_examples
-    from .generate import greedy
-
-    tok = processor.tokenizer
-    examples = heldout_examples(task, n, seed=seed)
-    rows, pixels = encode_examples(processor, examples)
-    ids = greedy(model, rows, tok.pad_token_id, tok.eos_token_id, tok.convert_tokens_to_ids(tok.image_token),
-                 pixels, max_new_tokens=max_new_tokens, desc=task)
-    return examples, tok.batch_decode(ids, skip_special_tokens=True)
-
-
 def copy_accuracy(model, vocab: list[int], n: int = 64, length: int = 24, seed: int = 0) -> dict:
     """n sequences of `length` tokens drawn from `vocab`, each followed by itself; the share of
     tokens the model's argmax predicts right in the first copy (it has nothing to go on) and in
@@ -136,7 +123,7 @@ def copy_accuracy(model, vocab: list[int], n: int = 64, length: int = 24, seed: 
 
 
 def diagnose(directory: Path, n: int) -> dict:
-    from .evaluate import load_target
+    from ..evaluate import answers, load_target
 
     model, processor = load_target(directory)
     examples, texts = answers(model, processor, "caption", n, 120)
