@@ -41,23 +41,13 @@ from typing import TYPE_CHECKING
 import gradio as gr
 import pandas as pd
 
-from demo import analysis, analysis_charts, export, metrics, presets, render
+from demo import analysis, analysis_charts, export, metrics, presets, render, zerogpu
 from demo.world.scoring import score
 from demo.world.tasks import TASKS, heldout_examples
 
 if TYPE_CHECKING:
     from demo.events import Trace
     from demo.world.tasks import Example
-
-try:
-    import spaces
-
-    GPU = spaces.GPU
-except ImportError:
-
-    def GPU(fn):
-        return fn
-
 
 VQA = tuple(t for t in TASKS if t.startswith("vqa_"))
 TASK_KINDS = {"all": TASKS, "vqa": VQA} | {t: (t,) for t in TASKS}  # choice -> world tasks, cycled
@@ -346,6 +336,14 @@ def _downloads(batch: Batch) -> tuple:
                                                                                       interactive=True)
 
 
+def _duration(preset, task, drafter, gamma, n, seed) -> int:
+    """Seconds an analysis asks ZeroGPU for: n examples x the drafters, capped."""
+    count = _clamp(n, *N_RANGE) if isinstance(n, (int, float)) else N_RANGE[1]  # bad values are refused later
+    runs = count * (2 if drafter == BOTH else 1)
+    spec = presets.PRESETS.get(preset)
+    return zerogpu.duration(MAX_NEW_TOKENS, runs, spec.seconds_per_token if spec else presets.SECONDS_PER_TOKEN)
+
+
 def analyze(preset, task, drafter, gamma, n, seed):
     """Run SPD (greedy) on n held-out examples with the chosen drafter(s); stream the aggregates."""
     from demo import models  # torch and transformers: imported on first use, not to slow the start
@@ -358,6 +356,10 @@ def analyze(preset, task, drafter, gamma, n, seed):
     drafters = [d for d in known if d != BOTH] if drafter == BOTH else [drafter]
     batch = Batch(preset, task, drafters, _clamp(gamma, *GAMMA_RANGE), _clamp(n, *N_RANGE), int(seed or 0),
                   MAX_NEW_TOKENS)
+    try:
+        models.check_served(preset)  # preloaded deployments (a Space) never load in a request
+    except models.Unavailable as error:
+        raise gr.Error(str(error)) from None
     if not models.is_loaded(preset):
         available = models.availability(preset)
         if not available.ok:
@@ -477,7 +479,7 @@ def analysis_tab(race: RaceControls) -> None:
                                     elem_id="an-to-race")
     batch, selected = gr.State(None), gr.State(None)
 
-    running = go.click(GPU(analyze), [race.preset, task, drafter, gamma, n, seed],
+    running = go.click(zerogpu.GPU(duration=_duration)(analyze), [race.preset, task, drafter, gamma, n, seed],
                        [status, headline, by_category, by_position, words, runs, batch, csv_file, json_file, go, stop],
                        api_name="analysis", show_progress="hidden", concurrency_limit=1, concurrency_id="decode")
     small = {"api_visibility": "private", "queue": False}  # never behind decoding in the queue

@@ -22,7 +22,10 @@ from pathlib import Path
 
 import torch
 
+from demo import zerogpu
+
 OVERHEAD = 1.2  # bytes needed per byte of weights
+ZEROGPU_BYTES = 48 * 10**9  # ZeroGPU's default `large` size: half an RTX Pro 6000 Blackwell, 48 GB (hub docs)
 
 
 class NotEnoughMemory(RuntimeError):
@@ -123,7 +126,11 @@ def available_ram() -> int:
 
 
 def probe() -> Memory:
-    """This machine's free memory right now."""
+    """This machine's free memory right now. On ZeroGPU, outside a decorated call there is only
+    PyTorch's CUDA emulation, which knows no free memory: the documented size of the GPU a call
+    gets is used instead."""
+    if zerogpu.zero_gpu():
+        return Memory((ZEROGPU_BYTES,), available_ram(), True)
     if not torch.cuda.is_available():
         return Memory((), available_ram())
     gpus = tuple(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count()))
