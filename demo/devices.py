@@ -103,6 +103,8 @@ def plan(target_params: int, drafter_params: int, memory: Memory, what: str = "t
 def load_kwargs(plan: Plan, *, drafter: bool = False) -> dict:
     """`from_pretrained` arguments that put a model where the plan says (drafters never spread)."""
     kwargs = {"dtype": plan.dtype}
+    if plan.device.type == "cuda" and zerogpu.zero_gpu() and not plan.spread:
+        return kwargs  # placed with .to("cuda") under ZeroGPU's CUDA emulation, as its docs show
     if plan.device.type == "cuda":
         if plan.spread and not drafter:
             kwargs.update(device_map="auto", max_memory=dict(plan.max_memory))

@@ -235,8 +235,8 @@ def _prepare(request: Request, image_payload, show) -> Iterator:
     Yields show(fraction, message) while loading; returns (facts, lanes, notes)."""
     from demo import models  # torch and transformers: imported on first use, not to slow the start
 
-    image, notes = _image(image_payload)
     models.check_served(request.preset)  # preloaded deployments (a Space) never load in a request
+    image, notes = _image(image_payload)
     if not models.is_loaded(request.preset):
         try:
             available = models.availability(request.preset)
