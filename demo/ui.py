@@ -15,7 +15,11 @@ The Stop button ends a race or replay.
 This module holds no decoding logic and touches no caches or logits: it has `demo.validate`
 check the request, asks `demo.models` for the preset, starts the two generators, and maps their
 events to components with `demo.render` and `demo.charts`. Nothing is loaded at import time;
-`launch()` warms the default preset up in a background thread once the first page has loaded.
+`launch()` warms the default preset up in a background thread once the first page has loaded,
+unless the presets were preloaded at start-up (a Space, or DEMO_PRELOAD: `demo.zerogpu`); then
+only those are offered and served, and no request loads anything. The accelerator part of a race
+is `gpu_race`, decorated with `@spaces.GPU` on a Space: it yields plain data (the engine's events),
+and the handlers here turn them into components.
 
 Reliability, as the handlers guarantee it:
 - Both endpoints receive the raw request values (`preprocess=False`), so every malformed value

@@ -22,7 +22,8 @@ them before the app starts).
 Space; it is preinstalled there and must not be listed in requirements.txt), and leaves the
 function as it is elsewhere. Decorated functions take and return plain data only.
 
-Imports nothing heavy: the page is built before torch is imported.
+Imports nothing heavy: the page is built before torch is imported, and `spaces`, which must come
+before torch on ZeroGPU, is imported with this module (by `demo.ui`, before anything imports torch).
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ def preload_names(default: str) -> tuple[str, ...] | None:
     return names or None
 
 
-def duration(max_new_tokens: int, runs: int, seconds_per_token: float, base: float = 5.0) -> int:
+def duration(
+    max_new_tokens: int, runs: int, seconds_per_token: float, base: float = 5.0
+) -> int:
     """Seconds a decorated call asks for: `runs` decodes of up to `max_new_tokens` tokens each at
     `seconds_per_token` (the preset's budget), plus `base` for prefill and set-up, capped to
     [MIN_DURATION, MAX_DURATION]."""

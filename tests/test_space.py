@@ -33,6 +33,7 @@ def run_space(*args, env=None):
         text=True,
         timeout=120,
         env={**os.environ, **(env or {})},
+        check=False,
     )
 
 
@@ -44,24 +45,55 @@ def test_stage_writes_exactly_the_space_files(tmp_path):
     files = {str(f) for f in space.stage(folder)}
     copied = set(space.source_files())
     assert files == copied | {"README.md", "requirements.txt"}
-    assert {"app.py", ".gitattributes", "assets/world/target/model.safetensors", "demo/space.py"} <= files
-    assert not any(f.startswith(("tests/", "runs/", ".git/", ".ci/")) or "__pycache__" in f for f in files)
+    assert {
+        "app.py",
+        ".gitattributes",
+        "assets/world/target/model.safetensors",
+        "demo/space.py",
+    } <= files
+    assert not any(
+        f.startswith(("tests/", "runs/", ".git/", ".ci/")) or "__pycache__" in f
+        for f in files
+    )
     for name in copied:  # copied as they are
         assert (folder / name).stat().st_size == (ROOT / name).stat().st_size, name
     requirements = (folder / "requirements.txt").read_text().splitlines()
-    assert f"torch=={space.TORCH_FOR_SPACE}" in requirements and "torch==2.13.0" not in requirements
-    local = [line for line in (ROOT / "requirements.txt").read_text().splitlines() if not line.startswith("#")]
-    assert [r for r in requirements if not r.startswith(("#", "torch=="))] == [r for r in local if not r.startswith("torch==")]
+    assert (
+        f"torch=={space.TORCH_FOR_SPACE}" in requirements
+        and "torch==2.13.0" not in requirements
+    )
+    local = [
+        line
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+        if not line.startswith("#")
+    ]
+    assert [r for r in requirements if not r.startswith(("#", "torch=="))] == [
+        r for r in local if not r.startswith("torch==")
+    ]
     card = (folder / "README.md").read_text()
-    assert card == (ROOT / "README.md").read_text()  # embedded only: no hub repos to list
+    assert (
+        card == (ROOT / "README.md").read_text()
+    )  # embedded only: no hub repos to list
     assert 'python_version: "3.12"' in card and "suggested_hardware: zero-a10g" in card
 
 
 def test_stage_lists_the_hub_presets_repos_for_the_build_to_download(tmp_path):
     space.stage(tmp_path / "space", ("embedded", "smolvlm-500m"))
     head = (tmp_path / "space" / "README.md").read_text().split("\n---\n")[0]
-    repos = ["HuggingFaceTB/SmolVLM-500M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"]
-    assert head.endswith("\n".join(["models:", *(f"  - {r}" for r in repos), "preload_from_hub:", *(f"  - {r}" for r in repos)]))
+    repos = [
+        "HuggingFaceTB/SmolVLM-500M-Instruct",
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+    ]
+    assert head.endswith(
+        "\n".join(
+            [
+                "models:",
+                *(f"  - {r}" for r in repos),
+                "preload_from_hub:",
+                *(f"  - {r}" for r in repos),
+            ]
+        )
+    )
 
 
 def test_stage_refuses_a_folder_that_is_not_empty_unless_forced(tmp_path):
@@ -92,12 +124,21 @@ def test_dry_run_lists_every_file_with_its_size_and_contacts_nobody():
 @pytest.mark.parametrize(
     "env, sentence",
     [
-        ({"HF_TOKEN": "", "HF_HOME": "/nonexistent-hf-home"}, "No Hugging Face token: run `hf auth login` or set "
-         "HF_TOKEN, then push again; nothing was uploaded."),
-        ({"HF_TOKEN": "hf_test", "HF_HUB_OFFLINE": "1"}, "The Hugging Face hub is off on this machine "
-         "(HF_HUB_OFFLINE=1); nothing was uploaded."),
-        ({"HF_TOKEN": "hf_test", "HF_ENDPOINT": "http://127.0.0.1:9"}, "The Hugging Face hub cannot be reached "
-         "(ConnectError: [Errno 111] Connection refused); nothing was uploaded."),
+        (
+            {"HF_TOKEN": "", "HF_HOME": "/nonexistent-hf-home"},
+            "No Hugging Face token: run `hf auth login` or set HF_TOKEN, then push again; nothing was uploaded.",
+        ),
+        (
+            {"HF_TOKEN": "hf_test", "HF_HUB_OFFLINE": "1"},
+            "The Hugging Face hub is off on this machine (HF_HUB_OFFLINE=1); nothing was uploaded.",
+        ),
+        (  # nothing listens on port 9 of loopback: the connection is refused at once
+            {"HF_TOKEN": "hf_test", "HF_ENDPOINT": "http://127.0.0.1:9"},
+            (
+                "The Hugging Face hub cannot be reached (ConnectError: [Errno 111] Connection refused); "
+                "nothing was uploaded."
+            ),
+        ),
     ],
     ids=["no-token", "offline", "no-network"],
 )
@@ -108,10 +149,22 @@ def test_push_without_a_token_or_a_network_says_which_in_one_sentence(env, sente
 
 
 def test_every_tracked_file_over_10_mib_goes_through_lfs():
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
-    large = [f for f in tracked.stdout.split("\0") if f and (ROOT / f).is_file() and (ROOT / f).stat().st_size > space.LFS_LIMIT]
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    large = [
+        f
+        for f in tracked.stdout.split("\0")
+        if f and (ROOT / f).is_file() and (ROOT / f).stat().st_size > space.LFS_LIMIT
+    ]
     assert "assets/world/target/model.safetensors" in large
-    attrs = subprocess.run(["git", "check-attr", "filter", "--", *large], cwd=ROOT, capture_output=True, text=True, check=True)
+    attrs = subprocess.run(
+        ["git", "check-attr", "filter", "--", *large],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert attrs.stdout.splitlines() == [f"{f}: filter: lfs" for f in large]
 
 
@@ -123,7 +176,7 @@ def test_every_relative_link_in_readme_and_docs_resolves():
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     checked = 0
     for page in pages:
-        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
         for target in re.findall(r"\]\(([^)\s]+)\)", text):
             if re.match(r"[a-z]+:", target):
                 continue
@@ -131,7 +184,12 @@ def test_every_relative_link_in_readme_and_docs_resolves():
             file = (page.parent / path).resolve() if path else page
             assert file.exists(), f"{page.name}: {target}"
             if anchor:
-                headings = [_slug(h) for h in re.findall(r"^#+ (.+)$", file.read_text(), flags=re.M)]
+                headings = [
+                    _slug(h)
+                    for h in re.findall(
+                        r"^#+ (.+)$", file.read_text(), flags=re.MULTILINE
+                    )
+                ]
                 assert anchor in headings, f"{page.name}: {target}"
             checked += 1
     assert checked >= 8
@@ -156,11 +214,22 @@ def test_the_staged_space_serves_the_page_and_races_the_embedded_models(tmp_path
     space.stage(folder)
     port = _free_port()
     log = tmp_path / "app.log"
-    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "SPACE_ID": "someone/spd", **NO_HUB}
+    env = {
+        **os.environ,
+        "GRADIO_SERVER_PORT": str(port),
+        "SPACE_ID": "someone/spd",
+        **NO_HUB,
+    }
     env.pop("PYTHONPATH", None)
     env.pop(zerogpu.PRELOAD_ENV, None)
     with open(log, "w") as out:
-        server = subprocess.Popen([sys.executable, "app.py"], cwd=folder, stdout=out, stderr=subprocess.STDOUT, env=env)
+        server = subprocess.Popen(
+            [sys.executable, "app.py"],
+            cwd=folder,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     url = f"http://127.0.0.1:{port}/"
     try:
         deadline, page = time.monotonic() + 180, None
@@ -173,18 +242,39 @@ def test_the_staged_space_serves_the_page_and_races_the_embedded_models(tmp_path
         assert "<html" in page
         config = json.loads(urllib.request.urlopen(url + "config", timeout=10).read())
         assert config["title"] == "Speculative decoding, live"
-        selector = next(c for c in config["components"] if c["props"].get("elem_id") == "preset")
-        assert [choice[0] for choice in selector["props"]["choices"]] == ["embedded"]  # the one it serves
+        selector = next(
+            c for c in config["components"] if c["props"].get("elem_id") == "preset"
+        )
+        assert [choice[0] for choice in selector["props"]["choices"]] == [
+            "embedded"
+        ]  # the one it serves
         text = log.read_text()
-        assert text.index("preloaded preset 'embedded'") < text.index(url.rstrip("/"))  # loaded before serving
+        assert text.index("preloaded preset 'embedded'") < text.index(
+            url.rstrip("/")
+        )  # loaded before serving
         example = next((folder / "assets" / "world" / "examples").glob("*.png"))
         client = Client(url, verbose=False)
         result = client.predict(
-            handle_file(str(example)), "Describe the image.", "embedded", "image-aware", 4, True, 0.8, 0.95, 0, 32,
+            handle_file(str(example)),
+            "Describe the image.",
+            "embedded",
+            "image-aware",
+            4,
+            True,
+            0.8,
+            0.95,
+            0,
+            32,
             api_name="/trace",
         )
-        spd, ar = result["runs"]["speculative"]["trace"], result["runs"]["autoregressive"]["trace"]
-        assert result["comparison"]["identical"] is True and spd["summary"]["text"] == ar["summary"]["text"]
+        spd, ar = (
+            result["runs"]["speculative"]["trace"],
+            result["runs"]["autoregressive"]["trace"],
+        )
+        assert (
+            result["comparison"]["identical"] is True
+            and spd["summary"]["text"] == ar["summary"]["text"]
+        )
         assert len(spd["summary"]["token_ids"]) > 0
     finally:
         server.terminate()
@@ -243,10 +333,19 @@ def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_
     monkeypatch.setenv(zerogpu.PRELOAD_ENV, "tiny-a")
     monkeypatch.delitem(sys.modules, "app", raising=False)
     app = importlib.import_module("app")  # module scope: preloads, then builds the page
-    assert models.is_loaded("tiny-a") and set(models._LOADED["tiny-a"].drafters) == {"text-only", "image-aware"}
+    assert models.is_loaded("tiny-a") and set(models._LOADED["tiny-a"].drafters) == {
+        "text-only",
+        "image-aware",
+    }
     assert models.preloaded() == {"tiny-a": None}
-    selector = next(c for c in app.demo.config["components"] if c["props"].get("elem_id") == "preset")
-    assert [choice[0] for choice in selector["props"]["choices"]] == ["tiny-a"] and selector["props"]["value"] == "tiny-a"
+    selector = next(
+        c
+        for c in app.demo.config["components"]
+        if c["props"].get("elem_id") == "preset"
+    )
+    assert [choice[0] for choice in selector["props"]["choices"]] == [
+        "tiny-a"
+    ] and selector["props"]["value"] == "tiny-a"
     request.getfixturevalue("no_loading")  # from here on, a load fails the test
     ui.launch(app.demo, warm=None, prevent_thread_lock=True, quiet=True)
     try:
@@ -254,17 +353,32 @@ def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_
         path = two_tiny / "q.png"
         image.save(path)
         client = Client(app.demo.local_url, verbose=False)
-        result = client.predict(handle_file(str(path)), "Describe the image.", "tiny-a", "text-only", 3, True, 0.8,
-                                0.95, 0, 12, api_name="/trace")
+        result = client.predict(
+            handle_file(str(path)),
+            "Describe the image.",
+            "tiny-a",
+            "text-only",
+            3,
+            True,
+            0.8,
+            0.95,
+            0,
+            12,
+            api_name="/trace",
+        )
         assert result["comparison"]["identical"] is True
     finally:
         app.demo.close()
         sys.modules.pop("app", None)
 
 
-def test_a_decorated_handler_asked_for_an_unloaded_preset_refuses_without_loading(monkeypatch, two_tiny, no_loading):
+def test_a_decorated_handler_asked_for_an_unloaded_preset_refuses_without_loading(
+    monkeypatch, two_tiny, no_loading
+):
     monkeypatch.setattr(models, "_PRELOADED", {"tiny-a": None})
-    request = validate.Request("Describe the image.", "tiny-b", "text-only", 4, Sampling(), 8)
+    request = validate.Request(
+        "Describe the image.", "tiny-b", "text-only", 4, Sampling(), 8
+    )
     with pytest.raises(models.Unavailable) as refused:
         next(ui.gpu_race(request, None))
     assert str(refused.value) == (
@@ -279,7 +393,13 @@ def test_a_preset_that_fails_to_preload_is_named_with_the_reason_and_the_others_
     monkeypatch.setattr(models, "_PRELOADED", None)
     monkeypatch.setenv(zerogpu.PRELOAD_ENV, "tiny-a,broken,nonesuch")
     monkeypatch.setitem(
-        models.PRESETS, "broken", models.Preset("broken", str(tmp_path / "gone"), (models.DrafterSpec("d", "text-only", "x"),))
+        models.PRESETS,
+        "broken",
+        models.Preset(
+            "broken",
+            str(tmp_path / "gone"),
+            (models.DrafterSpec("d", "text-only", "x"),),
+        ),
     )
     outcome = models.preload(("tiny-a", "broken", "nonesuch"))
     assert outcome == {
@@ -289,15 +409,29 @@ def test_a_preset_that_fails_to_preload_is_named_with_the_reason_and_the_others_
     }
     choices, left = ui.offered("embedded")
     assert choices == ["tiny-a"]
-    assert left["broken"] == f"it failed to load at start-up: Model files missing: {tmp_path / 'gone'}."
-    assert left["embedded"] == "not loaded at start-up here (set DEMO_PRELOAD to serve it)."
-    assert "<b>broken</b>: it failed to load at start-up: Model files missing" in ui.left_out_html(left)
-    with pytest.raises(models.Unavailable, match=r"it failed to load at start-up \(Model files missing: .*\)\. It serves: tiny-a\.$"):
+    assert (
+        left["broken"]
+        == f"it failed to load at start-up: Model files missing: {tmp_path / 'gone'}."
+    )
+    assert (
+        left["embedded"]
+        == "not loaded at start-up here (set DEMO_PRELOAD to serve it)."
+    )
+    assert (
+        "<b>broken</b>: it failed to load at start-up: Model files missing"
+        in ui.left_out_html(left)
+    )
+    with pytest.raises(
+        models.Unavailable,
+        match=r"it failed to load at start-up \(Model files missing: .*\)\. It serves: tiny-a\.$",
+    ):
         models.check_served("broken")
     models.check_served("tiny-a")  # served: no refusal
 
 
-def test_off_a_space_the_selector_offers_the_presets_whose_files_are_here_and_names_the_rest(monkeypatch):
+def test_off_a_space_the_selector_offers_the_presets_whose_files_are_here_and_names_the_rest(
+    monkeypatch,
+):
     monkeypatch.setattr(models, "_PRELOADED", None)
     monkeypatch.delenv("SPACE_ID", raising=False)
     monkeypatch.delenv(zerogpu.PRELOAD_ENV, raising=False)
