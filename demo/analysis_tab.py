@@ -336,19 +336,34 @@ def _downloads(batch: Batch) -> tuple:
                                                                                       interactive=True)
 
 
-def _duration(preset, task, drafter, gamma, n, seed) -> int:
-    """Seconds an analysis asks ZeroGPU for: n examples x the drafters, capped."""
-    count = _clamp(n, *N_RANGE) if isinstance(n, (int, float)) else N_RANGE[1]  # bad values are refused later
-    runs = count * (2 if drafter == BOTH else 1)
+def _duration(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int) -> int:
+    """Seconds an analysis asks ZeroGPU for: one run per example and drafter, capped."""
     spec = presets.PRESETS.get(preset)
-    return zerogpu.duration(MAX_NEW_TOKENS, runs, spec.seconds_per_token if spec else presets.SECONDS_PER_TOKEN)
+    per_token = spec.seconds_per_token if spec else presets.SECONDS_PER_TOKEN
+    return zerogpu.duration(max_new_tokens, len(items) * len(drafters), per_token)
+
+
+@zerogpu.GPU(duration=_duration)
+def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int):
+    """The accelerator part of an analysis, yielding plain data only (on ZeroGPU it runs in another
+    process): ("run", i, drafter) before each run, then ("done", i, drafter, trace, observations)."""
+    from demo import models  # torch and transformers: imported on first use, not to slow the start
+    from demo.bench import run_spd
+    from demo.sampling import Sampling
+
+    models.check_served(preset)  # preloaded deployments (a Space) never load in a request
+    loaded = models.load(preset)
+    for i, item in enumerate(items):
+        for d in drafters:
+            yield "run", i, d
+            prompt = loaded.prompt(item.image, item.question, d)
+            trace = run_spd(loaded, prompt, d, gamma, Sampling(), max_new_tokens)
+            yield "done", i, d, trace, analysis.observations(trace, i, loaded.target.stop_ids)
 
 
 def analyze(preset, task, drafter, gamma, n, seed):
     """Run SPD (greedy) on n held-out examples with the chosen drafter(s); stream the aggregates."""
     from demo import models  # torch and transformers: imported on first use, not to slow the start
-    from demo.bench import run_spd
-    from demo.sampling import Sampling
 
     known = drafter_choices(preset)
     if preset not in presets.PRESETS or drafter not in known or task not in TASK_KINDS:
@@ -357,7 +372,7 @@ def analyze(preset, task, drafter, gamma, n, seed):
     batch = Batch(preset, task, drafters, _clamp(gamma, *GAMMA_RANGE), _clamp(n, *N_RANGE), int(seed or 0),
                   MAX_NEW_TOKENS)
     try:
-        models.check_served(preset)  # preloaded deployments (a Space) never load in a request
+        models.check_served(preset)
     except models.Unavailable as error:
         raise gr.Error(str(error)) from None
     if not models.is_loaded(preset):
@@ -366,19 +381,19 @@ def analyze(preset, task, drafter, gamma, n, seed):
             raise gr.Error(available.message)
     yield _view(batch, status_html("Loading the models…", 0.0), busy=True)
     started = time.perf_counter()
+    items = examples_for(task, batch.n, batch.seed)
+    total = len(items) * len(drafters)
     try:
-        loaded = models.load(preset)
-        items = examples_for(task, batch.n, batch.seed)
-        total = len(items) * len(drafters)
-        for i, item in enumerate(items):
-            for d in drafters:
-                note = f"example {i + 1}/{len(items)} · {d} drafter · {item.task.replace('_', ' ')}"
+        for step in decode_examples(preset, drafters, items, batch.gamma, batch.max_new_tokens):
+            if step[0] == "run":
+                _, i, d = step
+                note = f"example {i + 1}/{len(items)} · {d} drafter · {items[i].task.replace('_', ' ')}"
                 yield _view(batch, status_html(note, len(batch.runs) / total), busy=True)
-                prompt = loaded.prompt(item.image, item.question, d)
-                trace = run_spd(loaded, prompt, d, batch.gamma, Sampling(), batch.max_new_tokens)
-                obs = analysis.observations(trace, i, loaded.target.stop_ids)
-                correct = score(item.task, item, trace.summary.text)
-                batch.runs.append(Run(len(batch.runs) + 1, i, item, d, trace, obs, correct))
+                continue
+            _, i, d, trace, obs = step
+            item = items[i]
+            correct = score(item.task, item, trace.summary.text)
+            batch.runs.append(Run(len(batch.runs) + 1, i, item, d, trace, obs, correct))
     except Exception as error:  # models that will not load, a failed run: what finished stays on the page
         message = f"Stopped: {type(error).__name__}: {error}"
         yield _view(batch, status_html(message, error=True), busy=False)
@@ -479,7 +494,7 @@ def analysis_tab(race: RaceControls) -> None:
                                     elem_id="an-to-race")
     batch, selected = gr.State(None), gr.State(None)
 
-    running = go.click(zerogpu.GPU(duration=_duration)(analyze), [race.preset, task, drafter, gamma, n, seed],
+    running = go.click(analyze, [race.preset, task, drafter, gamma, n, seed],
                        [status, headline, by_category, by_position, words, runs, batch, csv_file, json_file, go, stop],
                        api_name="analysis", show_progress="hidden", concurrency_limit=1, concurrency_id="decode")
     small = {"api_visibility": "private", "queue": False}  # never behind decoding in the queue

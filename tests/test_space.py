@@ -3,8 +3,12 @@ the embedded models (a real `python app.py`, driven by gradio_client), the push'
 without a hub, the LFS rules, the card's links, and preloading (a Space, or DEMO_PRELOAD)."""
 
 import importlib
+import io
 import json
 import os
+import pickle
+import shutil
+import types
 import re
 import socket
 import subprocess
@@ -13,11 +17,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+import gradio.utils
 import pytest
 import tiny
+import torch
 from gradio_client import Client, handle_file
 
-from demo import models, presets, space, ui, validate, zerogpu
+from demo import analysis_tab, models, presets, space, ui, validate, zerogpu
 from demo.sampling import Sampling
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -384,7 +390,42 @@ def test_a_decorated_handler_asked_for_an_unloaded_preset_refuses_without_loadin
     assert str(refused.value) == (
         "This deployment does not serve preset 'tiny-b': it was not loaded at start-up. It serves: tiny-a."
     )
+    items = analysis_tab.examples_for("caption", 1, seed=0)
+    with pytest.raises(models.Unavailable, match="^This deployment does not serve preset 'tiny-b'"):
+        next(analysis_tab.decode_examples("tiny-b", ["text-only"], items, 4, 8))
     assert not models.is_loaded("tiny-b")
+
+
+class _PlainOnly(pickle.Pickler):
+    """Pickles like ZeroGPU does, but refuses what must not cross its process boundary."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, (torch.Tensor, torch.nn.Module, torch.Generator, types.GeneratorType)):
+            raise AssertionError(f"a decorated function yielded {type(obj).__name__}")
+        return NotImplemented
+
+
+def _plain(item) -> bool:
+    _PlainOnly(io.BytesIO()).dump(item)
+    return True
+
+
+def test_decorated_functions_yield_plain_data_only(monkeypatch, two_tiny):
+    monkeypatch.setattr(models, "_PRELOADED", None)
+    upload = Path(gradio.utils.get_upload_folder()) / "test-space"
+    upload.mkdir(parents=True, exist_ok=True)
+    tiny.images(1)[0].save(upload / "q.png")
+    request = validate.Request("Describe the image.", "tiny-a", "image-aware", 3, Sampling(), 10)
+    try:
+        items = list(ui.gpu_race(request, {"path": str(upload / "q.png"), "meta": {"_type": "gradio.FileData"}}))
+    finally:
+        shutil.rmtree(upload)
+    kinds = [item[0] for item in items]
+    assert kinds[kinds.index("ready") + 1 :] and set(kinds[kinds.index("ready") + 1 :]) == set(ui.LANES)
+    assert all(_plain(item) for item in items)
+    steps = list(analysis_tab.decode_examples("tiny-a", ["text-only"], analysis_tab.examples_for("vqa", 2, 0), 3, 8))
+    assert [s[0] for s in steps] == ["run", "done", "run", "done"]
+    assert all(_plain(step) for step in steps)
 
 
 def test_a_preset_that_fails_to_preload_is_named_with_the_reason_and_the_others_are_served(
