@@ -41,23 +41,13 @@ from typing import TYPE_CHECKING
 import gradio as gr
 import pandas as pd
 
-from demo import analysis, analysis_charts, export, metrics, presets, render
+from demo import analysis, analysis_charts, export, metrics, presets, render, zerogpu
 from demo.world.scoring import score
 from demo.world.tasks import TASKS, heldout_examples
 
 if TYPE_CHECKING:
     from demo.events import Trace
     from demo.world.tasks import Example
-
-try:
-    import spaces
-
-    GPU = spaces.GPU
-except ImportError:
-
-    def GPU(fn):
-        return fn
-
 
 VQA = tuple(t for t in TASKS if t.startswith("vqa_"))
 TASK_KINDS = {"all": TASKS, "vqa": VQA} | {t: (t,) for t in TASKS}  # choice -> world tasks, cycled
@@ -346,11 +336,34 @@ def _downloads(batch: Batch) -> tuple:
                                                                                       interactive=True)
 
 
-def analyze(preset, task, drafter, gamma, n, seed):
-    """Run SPD (greedy) on n held-out examples with the chosen drafter(s); stream the aggregates."""
+def _duration(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int) -> int:
+    """Seconds an analysis asks ZeroGPU for: one run per example and drafter, capped."""
+    spec = presets.PRESETS.get(preset)
+    per_token = spec.seconds_per_token if spec else presets.SECONDS_PER_TOKEN
+    return zerogpu.duration(max_new_tokens, len(items) * len(drafters), per_token)
+
+
+@zerogpu.GPU(duration=_duration)
+def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int):
+    """The accelerator part of an analysis, yielding plain data only (on ZeroGPU it runs in another
+    process): ("run", i, drafter) before each run, then ("done", i, drafter, trace, observations)."""
     from demo import models  # torch and transformers: imported on first use, not to slow the start
     from demo.bench import run_spd
     from demo.sampling import Sampling
+
+    models.check_served(preset)  # preloaded deployments (a Space) never load in a request
+    loaded = models.load(preset)
+    for i, item in enumerate(items):
+        for d in drafters:
+            yield "run", i, d
+            prompt = loaded.prompt(item.image, item.question, d)
+            trace = run_spd(loaded, prompt, d, gamma, Sampling(), max_new_tokens)
+            yield "done", i, d, trace, analysis.observations(trace, i, loaded.target.stop_ids)
+
+
+def analyze(preset, task, drafter, gamma, n, seed):
+    """Run SPD (greedy) on n held-out examples with the chosen drafter(s); stream the aggregates."""
+    from demo import models  # torch and transformers: imported on first use, not to slow the start
 
     known = drafter_choices(preset)
     if preset not in presets.PRESETS or drafter not in known or task not in TASK_KINDS:
@@ -358,25 +371,29 @@ def analyze(preset, task, drafter, gamma, n, seed):
     drafters = [d for d in known if d != BOTH] if drafter == BOTH else [drafter]
     batch = Batch(preset, task, drafters, _clamp(gamma, *GAMMA_RANGE), _clamp(n, *N_RANGE), int(seed or 0),
                   MAX_NEW_TOKENS)
+    try:
+        models.check_served(preset)
+    except models.Unavailable as error:
+        raise gr.Error(str(error)) from None
     if not models.is_loaded(preset):
         available = models.availability(preset)
         if not available.ok:
             raise gr.Error(available.message)
     yield _view(batch, status_html("Loading the models…", 0.0), busy=True)
     started = time.perf_counter()
+    items = examples_for(task, batch.n, batch.seed)
+    total = len(items) * len(drafters)
     try:
-        loaded = models.load(preset)
-        items = examples_for(task, batch.n, batch.seed)
-        total = len(items) * len(drafters)
-        for i, item in enumerate(items):
-            for d in drafters:
-                note = f"example {i + 1}/{len(items)} · {d} drafter · {item.task.replace('_', ' ')}"
+        for step in decode_examples(preset, drafters, items, batch.gamma, batch.max_new_tokens):
+            if step[0] == "run":
+                _, i, d = step
+                note = f"example {i + 1}/{len(items)} · {d} drafter · {items[i].task.replace('_', ' ')}"
                 yield _view(batch, status_html(note, len(batch.runs) / total), busy=True)
-                prompt = loaded.prompt(item.image, item.question, d)
-                trace = run_spd(loaded, prompt, d, batch.gamma, Sampling(), batch.max_new_tokens)
-                obs = analysis.observations(trace, i, loaded.target.stop_ids)
-                correct = score(item.task, item, trace.summary.text)
-                batch.runs.append(Run(len(batch.runs) + 1, i, item, d, trace, obs, correct))
+                continue
+            _, i, d, trace, obs = step
+            item = items[i]
+            correct = score(item.task, item, trace.summary.text)
+            batch.runs.append(Run(len(batch.runs) + 1, i, item, d, trace, obs, correct))
     except Exception as error:  # models that will not load, a failed run: what finished stays on the page
         message = f"Stopped: {type(error).__name__}: {error}"
         yield _view(batch, status_html(message, error=True), busy=False)
@@ -477,7 +494,7 @@ def analysis_tab(race: RaceControls) -> None:
                                     elem_id="an-to-race")
     batch, selected = gr.State(None), gr.State(None)
 
-    running = go.click(GPU(analyze), [race.preset, task, drafter, gamma, n, seed],
+    running = go.click(analyze, [race.preset, task, drafter, gamma, n, seed],
                        [status, headline, by_category, by_position, words, runs, batch, csv_file, json_file, go, stop],
                        api_name="analysis", show_progress="hidden", concurrency_limit=1, concurrency_id="decode")
     small = {"api_visibility": "private", "queue": False}  # never behind decoding in the queue

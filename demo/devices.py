@@ -22,7 +22,10 @@ from pathlib import Path
 
 import torch
 
+from demo import zerogpu
+
 OVERHEAD = 1.2  # bytes needed per byte of weights
+ZEROGPU_BYTES = 48 * 10**9  # ZeroGPU's default `large` size: half an RTX Pro 6000 Blackwell, 48 GB (hub docs)
 
 
 class NotEnoughMemory(RuntimeError):
@@ -100,6 +103,8 @@ def plan(target_params: int, drafter_params: int, memory: Memory, what: str = "t
 def load_kwargs(plan: Plan, *, drafter: bool = False) -> dict:
     """`from_pretrained` arguments that put a model where the plan says (drafters never spread)."""
     kwargs = {"dtype": plan.dtype}
+    if plan.device.type == "cuda" and zerogpu.zero_gpu() and not plan.spread:
+        return kwargs  # placed with .to("cuda") under ZeroGPU's CUDA emulation, as its docs show
     if plan.device.type == "cuda":
         if plan.spread and not drafter:
             kwargs.update(device_map="auto", max_memory=dict(plan.max_memory))
@@ -123,7 +128,11 @@ def available_ram() -> int:
 
 
 def probe() -> Memory:
-    """This machine's free memory right now."""
+    """This machine's free memory right now. On ZeroGPU, outside a decorated call there is only
+    PyTorch's CUDA emulation, which knows no free memory: the documented size of the GPU a call
+    gets is used instead."""
+    if zerogpu.zero_gpu():
+        return Memory((ZEROGPU_BYTES,), available_ram(), True)
     if not torch.cuda.is_available():
         return Memory((), available_ram())
     gpus = tuple(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count()))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "world"
+SECONDS_PER_TOKEN = 0.1  # the default per-token budget of a run on ZeroGPU (see Preset.seconds_per_token)
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class Preset:
     params: int = 0  # target parameter count, for the memory check before the files are here
     note: str = ""  # a caveat the UI states next to the preset
     image_kwargs: dict = field(default_factory=dict, hash=False)  # passed to the processor with each image
+    # Seconds per new token per run that a ZeroGPU call budgets (`demo.zerogpu.duration`): a
+    # generous allowance for the duration it asks for, not a measured speed.
+    seconds_per_token: float = SECONDS_PER_TOKEN
 
 
 PRESETS: dict[str, Preset] = {
@@ -41,6 +45,7 @@ PRESETS: dict[str, Preset] = {
             DrafterSpec("image-aware", "image-aware", str(ASSETS / "drafter-image")),
         ),
         description="The project's own LLaVA (trained on synthetic scenes) and two drafters, on CPU.",
+        seconds_per_token=0.05,
     ),
     "llava-1.5-7b": Preset(
         name="llava-1.5-7b",

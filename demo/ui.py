@@ -15,7 +15,11 @@ The Stop button ends a race or replay.
 This module holds no decoding logic and touches no caches or logits: it has `demo.validate`
 check the request, asks `demo.models` for the preset, starts the two generators, and maps their
 events to components with `demo.render` and `demo.charts`. Nothing is loaded at import time;
-`launch()` warms the default preset up in a background thread once the first page has loaded.
+`launch()` warms the default preset up in a background thread once the first page has loaded,
+unless the presets were preloaded at start-up (a Space, or DEMO_PRELOAD: `demo.zerogpu`); then
+only those are offered and served, and no request loads anything. The accelerator part of a race
+is `gpu_race`, decorated with `@spaces.GPU` on a Space: it yields plain data (the engine's events),
+and the handlers here turn them into components.
 
 Reliability, as the handlers guarantee it:
 - Both endpoints receive the raw request values (`preprocess=False`), so every malformed value
@@ -51,7 +55,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -60,23 +64,13 @@ import gradio as gr
 import gradio.utils
 from PIL import Image
 
-from demo import analysis_tab, charts, export, presets, render, validate
+from demo import analysis_tab, charts, export, presets, render, validate, zerogpu
 from demo.events import Event, RoundEvent, TokenEvent, Trace
 from demo.race import race
 from demo.validate import InvalidInput, Request
 
 # torch and the decoding engine are imported where a race starts (`start_race`, `_prepare`):
 # they take seconds to import, and the page should not wait for them.
-
-try:
-    import spaces
-
-    GPU = spaces.GPU
-except ImportError:
-
-    def GPU(fn):
-        return fn
-
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +239,7 @@ def _prepare(request: Request, image_payload, show) -> Iterator:
     Yields show(fraction, message) while loading; returns (facts, lanes, notes)."""
     from demo import models  # torch and transformers: imported on first use, not to slow the start
 
+    models.check_served(request.preset)  # preloaded deployments (a Space) never load in a request
     image, notes = _image(image_payload)
     if not models.is_loaded(request.preset):
         try:
@@ -329,6 +324,34 @@ def _racing(lanes: dict[str, Iterator[Event]]):
         yield race(lanes)
     finally:
         _close(lanes)
+
+
+def _race_duration(request: Request, image_payload) -> int:
+    """Seconds a race asks ZeroGPU for: both runs at the preset's per-token budget, capped."""
+    preset = presets.PRESETS.get(request.preset)
+    per_token = preset.seconds_per_token if preset else presets.SECONDS_PER_TOKEN
+    return zerogpu.duration(request.max_new_tokens, len(LANES), per_token)
+
+
+@zerogpu.GPU(duration=_race_duration)
+def gpu_race(request: Request, image_payload) -> Iterator[tuple]:
+    """The part of a race that needs the accelerator, yielding plain data only (on ZeroGPU it
+    runs in another process, its values pickled): ("loading", fraction, message) while a preset
+    loads (lazy deployments only), ("ready", facts, notes) once both runs are set up, then the
+    race's (lane, event) pairs. Both runs are closed however it ends."""
+    facts, lanes, notes = yield from _prepare(request, image_payload, lambda fraction, message: ("loading", fraction, message))
+    yield "ready", facts, notes
+    with _racing(lanes) as events:
+        yield from events
+
+
+def _until_ready(stream: Iterator[tuple], show) -> Iterator:
+    """Yield show(fraction, message) for `gpu_race`'s loading reports; returns (facts, notes)."""
+    for item in stream:
+        if item[0] == "ready":
+            return item[1], item[2]
+        yield show(item[1], item[2])
+    raise RuntimeError("the race ended before it started")
 
 
 def warm_up(preset: str) -> None:
@@ -572,29 +595,29 @@ def run_race(
                 adaptive,
                 threshold,
             )
-            facts, lanes, notes = yield from _prepare(
-                request, image, lambda fraction, message: _status(render.loading_html(fraction, message), busy=True)
-            )
-            for note in notes:
-                gr.Info(note)
-            yield from _race_to_page(request, facts, lanes, run.stop)
+            with closing(gpu_race(request, image)) as stream:
+                facts, notes = yield from _until_ready(
+                    stream, lambda fraction, message: _status(render.loading_html(fraction, message), busy=True)
+                )
+                for note in notes:
+                    gr.Info(note)
+                yield from _race_to_page(request, facts, stream, run.stop)
         except Exception as error:  # Gradio closing the handler is a GeneratorExit: not caught, not an error
             message = _message(error)
             yield _failed(message)
             raise gr.Error(message, print_exception=False) from None
 
 
-def _race_to_page(request: Request, facts: tuple[str, ...], lanes: dict, stop: threading.Event) -> Iterator[tuple]:
+def _race_to_page(request: Request, facts: tuple[str, ...], events, stop: threading.Event) -> Iterator[tuple]:
     traces = {lane: Trace() for lane in LANES}
     timeline = []  # the race in the order it ran, for the replay
     # The charts wait for the first redraw after the first token: drawing four plots costs the
     # browser more than the first tokens do.
     view = _view(traces, request, facts, charts_too=False)
     yield _update(view=view, downloads=(gr.DownloadButton(value=None, interactive=False),) * 2, busy=True)
-    with _racing(lanes) as events:
-        for frame in _frames(_recorded(events, timeline), traces, request, facts, stop):
-            view = frame or view
-            yield _update(view=frame)
+    for frame in _frames(_recorded(events, timeline), traces, request, facts, stop):
+        view = frame or view
+        yield _update(view=frame)
     if stop.is_set():  # the Stop button answers for the page
         return
     # The last update repeats the final view, so that an API client's result is the whole page.
@@ -649,10 +672,10 @@ def trace_api(
             min_confidence,
             presets=presets.PRESETS,
         )
-        _, lanes, _ = yield from _prepare(request, image, lambda fraction, message: gr.skip())
         traces = {lane: Trace() for lane in LANES}
-        last_yield = time.perf_counter()
-        with _racing(lanes) as events:
+        with closing(gpu_race(request, image)) as events:
+            yield from _until_ready(events, lambda fraction, message: gr.skip())
+            last_yield = time.perf_counter()
             for lane, event in events:
                 traces[lane].add(event)
                 if isinstance(event, RoundEvent) and time.perf_counter() - last_yield >= HEARTBEAT_EVERY:
@@ -774,6 +797,44 @@ def preset_html(name: str) -> str:
     return '<div class="preset-info">' + "<br>".join(line for line in lines if line) + "</div>"
 
 
+def offered(default: str) -> tuple[list[str], dict[str, str]]:
+    """The presets the selector offers, and the others with the reason each is left out.
+
+    Preloaded (a Space, or DEMO_PRELOAD): exactly the presets that loaded at start-up. Lazy: the
+    presets whose files are here or may be downloaded (`demo.hub`, no torch needed), and always
+    `default`, whose own status line says whether it can load."""
+    if zerogpu.preload_names(presets.DEFAULT_PRESET) is not None:
+        from demo import models  # already imported: the presets were loaded at start-up
+
+        outcome = models.preloaded()
+        if outcome is not None:
+            left = {name: f"it failed to load at start-up: {why}." for name, why in outcome.items() if why}
+            left |= {
+                name: f"not loaded at start-up here (set {zerogpu.PRELOAD_ENV} to serve it)."
+                for name in presets.PRESETS
+                if name not in outcome
+            }
+            return [name for name, why in outcome.items() if why is None and name in presets.PRESETS], left
+    from demo import hub
+
+    choices, left = [], {}
+    for name, preset in presets.PRESETS.items():
+        found = hub.availability([preset.target, *(s.path for s in preset.drafters)])
+        if found.ok or name == default:
+            choices.append(name)
+        else:
+            left[name] = found.message
+    return choices, left
+
+
+def left_out_html(left: dict[str, str]) -> str:
+    """The presets the selector does not offer, each with why."""
+    if not left:
+        return ""
+    rows = "".join(f"<br><b>{html.escape(name)}</b>: {html.escape(why)}" for name, why in left.items())
+    return f'<div class="preset-info"><span class="unavailable">Not offered here:</span>{rows}</div>'
+
+
 def _drafter_choices(preset: str) -> list[str]:
     return [s.name for s in presets.PRESETS[preset].drafters]
 
@@ -781,7 +842,10 @@ def _drafter_choices(preset: str) -> list[str]:
 def _inputs(default_preset: str, examples: list[Example]) -> SimpleNamespace:
     """The left column (image, examples) and the settings; returns the components by name."""
     c = SimpleNamespace()
-    drafters = _drafter_choices(default_preset)
+    choices, left = offered(default_preset)
+    if default_preset not in choices:
+        default_preset = choices[0] if choices else None
+    drafters = _drafter_choices(default_preset) if default_preset else []
     with gr.Column(scale=5, min_width=300):
         c.image = _raw_image(
             type="filepath",
@@ -819,11 +883,12 @@ def _inputs(default_preset: str, examples: list[Example]) -> SimpleNamespace:
         c.reference = gr.HTML(reference_html(None), js_on_load=None, elem_id="reference")
         with gr.Row():
             # Only the presets' own names and drafters: a request can never name a model or a path.
-            c.preset = gr.Dropdown(list(presets.PRESETS), value=default_preset, label="Model preset", elem_id="preset")
+            c.preset = gr.Dropdown(choices, value=default_preset, label="Model preset", elem_id="preset")
             c.drafter = gr.Dropdown(
                 drafters, value=drafters[0] if drafters else None, label="Drafter", elem_id="drafter"
             )
         c.preset_info = gr.HTML(js_on_load=None, elem_id="preset-info")
+        gr.HTML(left_out_html(left), js_on_load=None, visible=bool(left), elem_id="presets-left")
         with gr.Row():
             c.gamma = gr.Slider(
                 *validate.GAMMA_RANGE, value=DEFAULTS["gamma"], step=1, label="γ: drafts per round", elem_id="gamma"
@@ -930,7 +995,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: lis
     sampling = [c.temperature, c.top_p, c.seed, c.max_new]
     decode = {"concurrency_limit": 1, "concurrency_id": "decode", "preprocess": False}
     racing = c.run.click(
-        GPU(run_race),
+        run_race,  # its accelerator part is `gpu_race`
         [c.image, *settings, c.decoding, *sampling, c.adaptive, c.threshold],
         outputs,
         api_name="race",
@@ -946,7 +1011,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: lis
     min_confidence = gr.Number(0.0, visible=False)
     trace_out = gr.JSON(visible=False)
     gr.Button(visible=False).click(
-        GPU(trace_api),
+        trace_api,
         [c.image, *settings, greedy, *sampling, min_confidence],
         trace_out,
         api_name="trace",

@@ -1,0 +1,86 @@
+"""Serving from a Hugging Face Space with ZeroGPU: what to preload, and the `@spaces.GPU` decoration.
+
+On ZeroGPU (hub docs, `docs/hub/spaces-zerogpu.md`) a real GPU exists only inside a function
+decorated with `@spaces.GPU`, which runs in a separate process with pickled arguments and
+returns. Models must therefore be loaded, and placed on `cuda`, in the main process at start-up
+(outside the decorated functions PyTorch runs in a CUDA emulation mode); a model loaded inside a
+decorated call is gone when it returns. So the app has two ways of loading:
+
+    lazy (the default off a Space)   nothing loads at import or start-up; a preset loads on its
+                                     first request, and the default one warms up after the page
+    preload                          the presets named by DEMO_PRELOAD=name,name (or, on a Space,
+                                     the default preset when DEMO_PRELOAD is not set) load at
+                                     start-up, before the first request; only they are served,
+                                     and no request loads anything
+
+A Space's presets come from its settings: the variable DEMO_PRELOAD (Settings > Variables;
+`python -m demo.space push OWNER/NAME --presets a,b` sets it, and `stage --presets a,b` lists
+the hub presets' repos in the card's `models:` and `preload_from_hub:`, so the build downloads
+them before the app starts).
+
+`GPU(duration)` is `spaces.GPU(duration=duration)` where the `spaces` package imports (on a
+Space; it is preinstalled there and must not be listed in requirements.txt), and leaves the
+function as it is elsewhere. Decorated functions take and return plain data only.
+
+Imports nothing heavy: the page is built before torch is imported, and `spaces`, which must come
+before torch on ZeroGPU, is imported with this module (by `demo.ui`, before anything imports torch).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+PRELOAD_ENV = "DEMO_PRELOAD"
+MAX_DURATION = 120  # seconds: the longest a decorated call asks ZeroGPU for
+MIN_DURATION = 10
+
+
+def on_space() -> bool:
+    """Running on a Hugging Face Space (the hub sets SPACE_ID there)."""
+    return bool(os.environ.get("SPACE_ID"))
+
+
+def zero_gpu() -> bool:
+    """Running on ZeroGPU hardware (the hub sets SPACES_ZERO_GPU=true there)."""
+    return os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in {"1", "t", "true"}
+
+
+def preload_names(default: str) -> tuple[str, ...] | None:
+    """The presets to load at start-up, in order, or None for lazy loading.
+
+    DEMO_PRELOAD=name,name names them (an empty value means lazy, even on a Space); on a Space
+    without it, the default preset is preloaded.
+    """
+    value = os.environ.get(PRELOAD_ENV)
+    if value is None:
+        return (default,) if on_space() else None
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    return names or None
+
+
+def duration(
+    max_new_tokens: int, runs: int, seconds_per_token: float, base: float = 5.0
+) -> int:
+    """Seconds a decorated call asks for: `runs` decodes of up to `max_new_tokens` tokens each at
+    `seconds_per_token` (the preset's budget), plus `base` for prefill and set-up, capped to
+    [MIN_DURATION, MAX_DURATION]."""
+    wanted = base + runs * max_new_tokens * seconds_per_token
+    return int(min(MAX_DURATION, max(MIN_DURATION, wanted)))
+
+
+try:
+    import spaces  # preinstalled on Spaces; not a requirement anywhere
+
+    def GPU(duration: Callable[..., int]) -> Callable:
+        return spaces.GPU(duration=duration)
+
+except ImportError:
+
+    def GPU(duration: Callable[..., int]) -> Callable:
+        """No GPU to ask for: the function runs as it is."""
+
+        def decorate(fn: Callable) -> Callable:
+            return fn
+
+        return decorate
