@@ -139,9 +139,9 @@ def uploaded(app, path: Path) -> dict:
         (
             "huge.png",
             png_bytes(20_000, 20_000),
-            "The image is too large to decode safely; the limit is 16.8 megapixels",
+            "The image is too large to decode safely; the limit is 16,777,216 pixels",
         ),
-        ("bomb.png", png_bytes(6000, 6000, b"\0" * 6001 * 6000), "The image is 6,000 x 6,000 pixels (36.0 megapixels)"),
+        ("bomb.png", png_bytes(6000, 6000, b"\0" * 6001 * 6000), "The image is 6,000 x 6,000 pixels (36,000,000 in all)"),
         ("strip.png", png_bytes(2000, 20), "The image is 2000 x 20 pixels; its longer side may be at most 20 times"),
     ],
     ids=["text", "truncated", "20000x20000", "decompression-bomb", "narrow-strip"],
