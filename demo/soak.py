@@ -181,7 +181,9 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="soak-cache-") as cache:
         env = {**os.environ, "GRADIO_TEMP_DIR": cache, "GRADIO_ANALYTICS_ENABLED": "False"}
         env.pop("GRADIO_SERVER_NAME", None)
-        server = subprocess.Popen([sys.executable, "-m", "demo.soak", "--serve", str(port)], env=env)
+        root = Path(__file__).resolve().parent.parent
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+        server = subprocess.Popen([sys.executable, "-m", "demo.soak", "--serve", str(port)], env=env, cwd=root)
         try:
             _wait_up(url, server)
             print(f"server pid {server.pid} at {url}; cache {cache}; {args.warmup} warm-up races")
