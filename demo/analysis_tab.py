@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 import gradio as gr
 import pandas as pd
 
-from demo import analysis, analysis_charts, export, metrics, presets, render
+from demo import analysis, analysis_charts, export, metrics, presets, render, validate
 from demo.world.scoring import score
 from demo.world.tasks import TASKS, heldout_examples
 
@@ -302,8 +302,18 @@ def drafter_choices(preset: str) -> list[str]:
     return names + [BOTH] if len(names) > 1 else names
 
 
-def _clamp(value, low: int, high: int) -> int:
-    return min(max(int(round(value if value is not None else low)), low), high)
+def parse_settings(preset, task, drafter, gamma, n, seed) -> tuple:
+    """The analysis's settings as sent, checked by `demo.validate` as /race's and /trace's are:
+    (preset, task, drafters, gamma, n, seed), or InvalidInput naming the value and what would do."""
+    preset = validate.choice("model preset", preset, presets.PRESETS)
+    task = validate.choice("task", task, TASK_KINDS)
+    known = drafter_choices(preset)
+    drafter = validate.choice(f"drafter for preset {preset!r}", drafter, known)
+    gamma = validate.integer("gamma (drafts per round)", gamma, *GAMMA_RANGE)
+    n = validate.integer("N examples", n, *N_RANGE)
+    seed = validate.integer("example set (seed)", 0 if seed is None else seed, *validate.SEED_RANGE)
+    drafters = [d for d in known if d != BOTH] if drafter == BOTH else [drafter]
+    return preset, task, drafters, gamma, n, seed
 
 
 @functools.cache
@@ -352,12 +362,11 @@ def analyze(preset, task, drafter, gamma, n, seed):
     from demo.bench import run_spd
     from demo.sampling import Sampling
 
-    known = drafter_choices(preset)
-    if preset not in presets.PRESETS or drafter not in known or task not in TASK_KINDS:
-        raise gr.Error(f"Pick a task and one of the drafters of the {preset} preset: {' / '.join(known) or 'none'}.")
-    drafters = [d for d in known if d != BOTH] if drafter == BOTH else [drafter]
-    batch = Batch(preset, task, drafters, _clamp(gamma, *GAMMA_RANGE), _clamp(n, *N_RANGE), int(seed or 0),
-                  MAX_NEW_TOKENS)
+    try:
+        preset, task, drafters, gamma, n, seed = parse_settings(preset, task, drafter, gamma, n, seed)
+    except validate.InvalidInput as error:
+        raise gr.Error(str(error), print_exception=False) from None
+    batch = Batch(preset, task, drafters, gamma, n, seed, MAX_NEW_TOKENS)
     if not models.is_loaded(preset):
         available = models.availability(preset)
         if not available.ok:
@@ -479,7 +488,8 @@ def analysis_tab(race: RaceControls) -> None:
 
     running = go.click(GPU(analyze), [race.preset, task, drafter, gamma, n, seed],
                        [status, headline, by_category, by_position, words, runs, batch, csv_file, json_file, go, stop],
-                       api_name="analysis", show_progress="hidden", concurrency_limit=1, concurrency_id="decode")
+                       api_name="analysis", show_progress="hidden", concurrency_limit=1, concurrency_id="decode",
+                       preprocess=False)  # every value as sent reaches `parse_settings`, as on /race
     small = {"api_visibility": "private", "queue": False}  # never behind decoding in the queue
     stop.click(stopped, batch, [status, csv_file, json_file, go, stop], cancels=[running], **small)
     runs.select(show_run, batch, [image, trace_view, selected, to_race], **small)
