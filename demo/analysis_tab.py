@@ -461,15 +461,17 @@ def analysis_tab(race: RaceControls) -> None:
             stop = gr.Button("Stop", variant="stop", visible=False, size="sm", elem_id="an-stop")
     gr.Markdown(NOTE, elem_classes="an-note")
     with gr.Row(equal_height=False, elem_id="an-status-row"):
-        status = gr.HTML(status_html("No analysis yet."), js_on_load=None, elem_id="an-status", scale=5)
+        status = gr.HTML(status_html("No analysis yet."), js_on_load=None, label="status", elem_id="an-status", scale=5)
         csv_file = gr.DownloadButton("⤓ Observations (CSV)", interactive=False, elem_id="an-csv", scale=1,
                                      min_width=150, size="sm")
         json_file = gr.DownloadButton("⤓ Aggregates and runs (JSON)", interactive=False, elem_id="an-json", scale=1,
                                       min_width=150, size="sm")
-    headline = gr.HTML(headline_html(None, {}), js_on_load=None, elem_id="an-headline")
+    headline = gr.HTML(headline_html(None, {}), js_on_load=None, label="headline", elem_id="an-headline")
     with gr.Row():
-        by_category = gr.Plot(analysis_charts.category_figure({}), show_label=False, elem_id="an-chart-category")
-        by_position = gr.Plot(analysis_charts.position_figure({}), show_label=False, elem_id="an-chart-position")
+        by_category = gr.Plot(analysis_charts.category_figure({}), label="rejection by category chart", show_label=False,
+                              elem_id="an-chart-category")
+        by_position = gr.Plot(analysis_charts.position_figure({}), label="rejection by position chart", show_label=False,
+                              elem_id="an-chart-position")
     words = gr.Dataframe(words_table({}), label="Most rejected words, and what the drafter wrote instead",
                          interactive=False, wrap=True, max_height=360, elem_id="an-words",
                          column_widths=["12%", "12%", "12%", "9%", "9%", "10%", "36%"])

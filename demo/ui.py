@@ -917,29 +917,48 @@ def _race_view() -> SimpleNamespace:
     empty, g = Trace(), DEFAULTS["gamma"]
     with gr.Row(elem_id="race-head"):
         gr.HTML(render.legend_html(), js_on_load=None, elem_id="legend")
-    v.outcome = gr.HTML(render.outcome_html(empty, empty, True, None), js_on_load=None, elem_id="outcome")
+    v.outcome = gr.HTML(
+        render.outcome_html(empty, empty, True, None), js_on_load=None, label="outcome", elem_id="outcome"
+    )
     with gr.Row(equal_height=False):
         with gr.Column(min_width=320):
             v.spd_panel = gr.HTML(
-                render.panel_html(empty, "Speculative", "drafter + target", True), js_on_load=None, elem_id="spd-panel"
+                render.panel_html(empty, "Speculative", "drafter + target", True),
+                js_on_load=None,
+                label="speculative panel",
+                elem_id="spd-panel",
             )
-            v.spd_stats = gr.HTML(render.speculative_stats_html(empty, g, None), js_on_load=None, elem_id="spd-stats")
+            v.spd_stats = gr.HTML(
+                render.speculative_stats_html(empty, g, None), js_on_load=None, label="speculative stats", elem_id="spd-stats"
+            )
         with gr.Column(min_width=320):
             v.ar_panel = gr.HTML(
                 render.panel_html(empty, "Autoregressive (target only)", "one forward per token", True),
                 js_on_load=None,
+                label="autoregressive panel",
                 elem_id="ar-panel",
             )
-            v.ar_stats = gr.HTML(render.autoregressive_stats_html(empty), js_on_load=None, elem_id="ar-stats")
+            v.ar_stats = gr.HTML(
+                render.autoregressive_stats_html(empty), js_on_load=None, label="autoregressive stats", elem_id="ar-stats"
+            )
     # Empty charts at load: the browser fetches plotly.js before the first Run, not during it.
     with gr.Row(elem_id="charts"):
-        v.race_chart = gr.Plot(charts.race(empty, empty), show_label=False, elem_id="chart-race")
-        v.tau_chart = gr.Plot(charts.block_efficiency(empty, g), show_label=False, elem_id="chart-tau")
+        v.race_chart = gr.Plot(charts.race(empty, empty), label="race chart", show_label=False, elem_id="chart-race")
+        v.tau_chart = gr.Plot(
+            charts.block_efficiency(empty, g), label="block efficiency chart", show_label=False, elem_id="chart-tau"
+        )
     with gr.Row(elem_id="charts-2"):
-        v.hist_chart = gr.Plot(charts.accept_lengths(empty, g), show_label=False, elem_id="chart-hist")
-        v.pos_chart = gr.Plot(charts.acceptance_by_position(empty, g), show_label=False, elem_id="chart-pos")
+        v.hist_chart = gr.Plot(
+            charts.accept_lengths(empty, g), label="accept lengths chart", show_label=False, elem_id="chart-hist"
+        )
+        v.pos_chart = gr.Plot(
+            charts.acceptance_by_position(empty, g),
+            label="acceptance by position chart",
+            show_label=False,
+            elem_id="chart-pos",
+        )
     with gr.Accordion("Block by block: every verification round of the speculative run", open=True):
-        v.blocks = gr.HTML(render.blocks_html(empty), js_on_load=None, elem_id="blocks")
+        v.blocks = gr.HTML(render.blocks_html(empty), js_on_load=None, label="block view", elem_id="blocks")
     with gr.Row():
         v.json_file = gr.DownloadButton("Download the trace (JSON)", interactive=False, elem_id="download-json")
         v.csv_file = gr.DownloadButton("Download the tokens (CSV)", interactive=False, elem_id="download-csv")
@@ -992,7 +1011,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: lis
 
     greedy = gr.Checkbox(True, visible=False)
     min_confidence = gr.Number(0.0, visible=False)
-    trace_out = gr.JSON(visible=False)
+    trace_out = gr.JSON(visible=False, label="trace")
     gr.Button(visible=False).click(
         GPU(trace_api),
         [c.image, *settings, greedy, *sampling, min_confidence],
