@@ -166,7 +166,7 @@ def parse_request(
     top_p = number("top-p", top_p, 0.0, 1.0, low_open=True)
     seed = integer("seed", seed, *SEED_RANGE)
     min_confidence = number(
-        "the adaptive draft length's threshold (stop drafting below this drafter confidence; 0 = off)",
+        "threshold (stop drafting below this drafter confidence; min_confidence on /trace; 0 = off)",
         min_confidence,
         0.0,
         1.0,

@@ -86,7 +86,7 @@ def test_a_valid_request_keeps_its_values_and_settings_record_them():
         ({"seed": {"a": 1}}, "seed must be a whole number from 0 to 4294967295; got {'a': 1}."),
         (
             {"min_confidence": 1.5},
-            "the adaptive draft length's threshold (stop drafting below this drafter confidence; 0 = off) must be a number in [0, 1]; got 1.5.",
+            "threshold (stop drafting below this drafter confidence; min_confidence on /trace; 0 = off) must be a number in [0, 1]; got 1.5.",
         ),
     ],
 )
