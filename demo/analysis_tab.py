@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 import gradio as gr
 import pandas as pd
 
-from demo import analysis, analysis_charts, export, metrics, presets, render, zerogpu
+from demo import analysis, analysis_charts, export, metrics, presets, render, validate, zerogpu
 from demo.world.scoring import score
 from demo.world.tasks import TASKS, heldout_examples
 
@@ -292,8 +292,18 @@ def drafter_choices(preset: str) -> list[str]:
     return names + [BOTH] if len(names) > 1 else names
 
 
-def _clamp(value, low: int, high: int) -> int:
-    return min(max(int(round(value if value is not None else low)), low), high)
+def parse_settings(preset, task, drafter, gamma, n, seed) -> tuple:
+    """The analysis's settings as sent, checked by `demo.validate` as /race's and /trace's are:
+    (preset, task, drafters, gamma, n, seed), or InvalidInput naming the value and what would do."""
+    preset = validate.choice("model preset", preset, presets.PRESETS)
+    task = validate.choice("task", task, TASK_KINDS)
+    known = drafter_choices(preset)
+    drafter = validate.choice(f"drafter for preset {preset!r}", drafter, known)
+    gamma = validate.integer("gamma (drafts per round)", gamma, *GAMMA_RANGE)
+    n = validate.integer("N examples", n, *N_RANGE)
+    seed = validate.integer("example set (seed)", 0 if seed is None else seed, *validate.SEED_RANGE)
+    drafters = [d for d in known if d != BOTH] if drafter == BOTH else [drafter]
+    return preset, task, drafters, gamma, n, seed
 
 
 @functools.cache
@@ -365,12 +375,11 @@ def analyze(preset, task, drafter, gamma, n, seed):
     """Run SPD (greedy) on n held-out examples with the chosen drafter(s); stream the aggregates."""
     from demo import models  # torch and transformers: imported on first use, not to slow the start
 
-    known = drafter_choices(preset)
-    if preset not in presets.PRESETS or drafter not in known or task not in TASK_KINDS:
-        raise gr.Error(f"Pick a task and one of the drafters of the {preset} preset: {' / '.join(known) or 'none'}.")
-    drafters = [d for d in known if d != BOTH] if drafter == BOTH else [drafter]
-    batch = Batch(preset, task, drafters, _clamp(gamma, *GAMMA_RANGE), _clamp(n, *N_RANGE), int(seed or 0),
-                  MAX_NEW_TOKENS)
+    try:
+        preset, task, drafters, gamma, n, seed = parse_settings(preset, task, drafter, gamma, n, seed)
+    except validate.InvalidInput as error:
+        raise gr.Error(str(error), print_exception=False) from None
+    batch = Batch(preset, task, drafters, gamma, n, seed, MAX_NEW_TOKENS)
     try:
         models.check_served(preset)
     except models.Unavailable as error:
@@ -469,15 +478,17 @@ def analysis_tab(race: RaceControls) -> None:
             stop = gr.Button("Stop", variant="stop", visible=False, size="sm", elem_id="an-stop")
     gr.Markdown(NOTE, elem_classes="an-note")
     with gr.Row(equal_height=False, elem_id="an-status-row"):
-        status = gr.HTML(status_html("No analysis yet."), js_on_load=None, elem_id="an-status", scale=5)
+        status = gr.HTML(status_html("No analysis yet."), js_on_load=None, label="status", elem_id="an-status", scale=5)
         csv_file = gr.DownloadButton("⤓ Observations (CSV)", interactive=False, elem_id="an-csv", scale=1,
                                      min_width=150, size="sm")
         json_file = gr.DownloadButton("⤓ Aggregates and runs (JSON)", interactive=False, elem_id="an-json", scale=1,
                                       min_width=150, size="sm")
-    headline = gr.HTML(headline_html(None, {}), js_on_load=None, elem_id="an-headline")
+    headline = gr.HTML(headline_html(None, {}), js_on_load=None, label="headline", elem_id="an-headline")
     with gr.Row():
-        by_category = gr.Plot(analysis_charts.category_figure({}), show_label=False, elem_id="an-chart-category")
-        by_position = gr.Plot(analysis_charts.position_figure({}), show_label=False, elem_id="an-chart-position")
+        by_category = gr.Plot(analysis_charts.category_figure({}), label="rejection by category chart", show_label=False,
+                              elem_id="an-chart-category")
+        by_position = gr.Plot(analysis_charts.position_figure({}), label="rejection by position chart", show_label=False,
+                              elem_id="an-chart-position")
     words = gr.Dataframe(words_table({}), label="Most rejected words, and what the drafter wrote instead",
                          interactive=False, wrap=True, max_height=360, elem_id="an-words",
                          column_widths=["12%", "12%", "12%", "9%", "9%", "10%", "36%"])
@@ -496,7 +507,8 @@ def analysis_tab(race: RaceControls) -> None:
 
     running = go.click(analyze, [race.preset, task, drafter, gamma, n, seed],
                        [status, headline, by_category, by_position, words, runs, batch, csv_file, json_file, go, stop],
-                       api_name="analysis", show_progress="hidden", concurrency_limit=1, concurrency_id="decode")
+                       api_name="analysis", show_progress="hidden", concurrency_limit=1, concurrency_id="decode",
+                       preprocess=False)  # every value as sent reaches `parse_settings`, as on /race
     small = {"api_visibility": "private", "queue": False}  # never behind decoding in the queue
     stop.click(stopped, batch, [status, csv_file, json_file, go, stop], cancels=[running], **small)
     runs.select(show_run, batch, [image, trace_view, selected, to_race], **small)

@@ -99,6 +99,22 @@ def image_placeholder_ids(processor, names: tuple[str, ...] = ()) -> frozenset[i
     return frozenset(vocab[n] for n in candidates if n and n in vocab)
 
 
+WORD_JOINER = "\u2060"  # invisible, and no tokenizer here has an added token containing it
+
+
+def as_text(question: str, tokenizer) -> str:
+    """The question with every added-token string in it (<|end|>, <|user|>, <image>, <pad>...)
+    broken by a word joiner before its last character, so that the tokenizer reads it as the
+    characters typed, never as the control token: a question cannot end its turn, write the
+    assistant's, or add an image placeholder. Only the chat template's markers are tokens.
+    A question without such strings is returned unchanged (and tokenised exactly as before)."""
+    names = sorted({t.content for t in tokenizer.added_tokens_decoder.values() if len(t.content) > 1}, key=len, reverse=True)
+    for name in names:
+        if name in question:
+            question = question.replace(name, name[:-1] + WORD_JOINER + name[-1])
+    return question
+
+
 def _silent(fraction: float, message: str) -> None:
     pass
 
@@ -130,6 +146,7 @@ class Loaded:
         return [{"role": "user", "content": content}]
 
     def _inputs(self, processor, image: Image.Image | None, question: str) -> dict:
+        question = as_text(question, processor.tokenizer)
         text = processor.apply_chat_template(
             self.conversation(question, image is not None), add_generation_prompt=True, tokenize=False
         )

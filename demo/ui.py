@@ -83,6 +83,9 @@ HEARTBEAT_EVERY = 0.02  # seconds: a handler yields after a round once this much
 REPLAY_SECONDS = 12.0  # a replay lasts this long, whatever the race took
 WARM_UP_AFTER_S = 20.0  # launch() warms the default preset up this long after the start at the latest
 LANES = ("speculative", "autoregressive")
+# Gradio's cache (uploads, and each race's two downloads) is swept every 10 minutes of files
+# older than an hour: a page left open that long uploads its image again.
+DELETE_CACHE = (600, 3600)
 
 CSS = (
     render.CSS
@@ -377,6 +380,48 @@ def warm_up(preset: str) -> None:
         log.exception("warm-up of preset %r failed", preset)
 
 
+# --- what Gradio keeps per visitor --------------------------------------------------------------
+
+
+def _forget_stale_copies() -> None:
+    """Drop the component copies Gradio 6 files in this session after each run (call it in a
+    handler, after its last yield).
+
+    A handler's gr.skip() (the heartbeat, the charts between redraws, a status message) is a
+    prop update: Gradio files a fresh copy of that output component in the session, under the
+    output's id. The next plain value for the same output then files that copy again under the
+    copy's own id, with the value in the session's config, and nothing ever reads or removes it:
+    without this, every race left about 120 such copies in a visitor's session, holding its panels
+    and figures (0.7 MiB per 32-token race, 2.1 MiB per 128-token one, for good), and every /trace
+    one copy of its JSON. The page's components are the Blocks' own ids; everything else in the
+    session's blocks (this app renders nothing dynamically) is such a copy.
+    """
+    from gradio.context import LocalContext
+
+    blocks, request = LocalContext.blocks.get(None), LocalContext.request.get(None)
+    holder = getattr(blocks, "state_holder", None)
+    session = getattr(holder, "session_data", {}).get(getattr(request, "session_hash", None))
+    if session is None:
+        return
+    known = blocks.default_config.blocks
+    for key in [k for k in session.blocks_config.blocks if k not in known]:
+        del session.blocks_config.blocks[key]
+        session.config_values.pop(key, None)
+
+
+def _tidy(handler: Callable[..., Iterator]) -> Callable[..., Iterator]:
+    """The generator handler `handler`, followed by `_forget_stale_copies()` however it ends."""
+
+    @functools.wraps(handler)
+    def tidied(*args, **kwargs):
+        try:
+            yield from handler(*args, **kwargs)
+        finally:
+            _forget_stale_copies()
+
+    return tidied
+
+
 # --- the streaming handler --------------------------------------------------------------------
 
 
@@ -563,6 +608,7 @@ def _page_request(
     )
 
 
+@_tidy
 def run_race(
     image,
     question,
@@ -630,6 +676,7 @@ def _recorded(events, timeline: list) -> Iterator:
         yield pair
 
 
+@_tidy
 def replay_race(last, session: gr.Request = None):
     """Show the last race again, slowed down so that the slower run takes REPLAY_SECONDS; the
     clocks, numbers and order are the measured ones."""
@@ -650,6 +697,7 @@ def replay_race(last, session: gr.Request = None):
         yield _update(view=view, busy=False)
 
 
+@_tidy
 def trace_api(
     image, question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new_tokens, min_confidence=0.0
 ):
@@ -934,29 +982,48 @@ def _race_view() -> SimpleNamespace:
     empty, g = Trace(), DEFAULTS["gamma"]
     with gr.Row(elem_id="race-head"):
         gr.HTML(render.legend_html(), js_on_load=None, elem_id="legend")
-    v.outcome = gr.HTML(render.outcome_html(empty, empty, True, None), js_on_load=None, elem_id="outcome")
+    v.outcome = gr.HTML(
+        render.outcome_html(empty, empty, True, None), js_on_load=None, label="outcome", elem_id="outcome"
+    )
     with gr.Row(equal_height=False):
         with gr.Column(min_width=320):
             v.spd_panel = gr.HTML(
-                render.panel_html(empty, "Speculative", "drafter + target", True), js_on_load=None, elem_id="spd-panel"
+                render.panel_html(empty, "Speculative", "drafter + target", True),
+                js_on_load=None,
+                label="speculative panel",
+                elem_id="spd-panel",
             )
-            v.spd_stats = gr.HTML(render.speculative_stats_html(empty, g, None), js_on_load=None, elem_id="spd-stats")
+            v.spd_stats = gr.HTML(
+                render.speculative_stats_html(empty, g, None), js_on_load=None, label="speculative stats", elem_id="spd-stats"
+            )
         with gr.Column(min_width=320):
             v.ar_panel = gr.HTML(
                 render.panel_html(empty, "Autoregressive (target only)", "one forward per token", True),
                 js_on_load=None,
+                label="autoregressive panel",
                 elem_id="ar-panel",
             )
-            v.ar_stats = gr.HTML(render.autoregressive_stats_html(empty), js_on_load=None, elem_id="ar-stats")
+            v.ar_stats = gr.HTML(
+                render.autoregressive_stats_html(empty), js_on_load=None, label="autoregressive stats", elem_id="ar-stats"
+            )
     # Empty charts at load: the browser fetches plotly.js before the first Run, not during it.
     with gr.Row(elem_id="charts"):
-        v.race_chart = gr.Plot(charts.race(empty, empty), show_label=False, elem_id="chart-race")
-        v.tau_chart = gr.Plot(charts.block_efficiency(empty, g), show_label=False, elem_id="chart-tau")
+        v.race_chart = gr.Plot(charts.race(empty, empty), label="race chart", show_label=False, elem_id="chart-race")
+        v.tau_chart = gr.Plot(
+            charts.block_efficiency(empty, g), label="block efficiency chart", show_label=False, elem_id="chart-tau"
+        )
     with gr.Row(elem_id="charts-2"):
-        v.hist_chart = gr.Plot(charts.accept_lengths(empty, g), show_label=False, elem_id="chart-hist")
-        v.pos_chart = gr.Plot(charts.acceptance_by_position(empty, g), show_label=False, elem_id="chart-pos")
+        v.hist_chart = gr.Plot(
+            charts.accept_lengths(empty, g), label="accept lengths chart", show_label=False, elem_id="chart-hist"
+        )
+        v.pos_chart = gr.Plot(
+            charts.acceptance_by_position(empty, g),
+            label="acceptance by position chart",
+            show_label=False,
+            elem_id="chart-pos",
+        )
     with gr.Accordion("Block by block: every verification round of the speculative run", open=True):
-        v.blocks = gr.HTML(render.blocks_html(empty), js_on_load=None, elem_id="blocks")
+        v.blocks = gr.HTML(render.blocks_html(empty), js_on_load=None, label="block view", elem_id="blocks")
     with gr.Row():
         v.json_file = gr.DownloadButton("Download the trace (JSON)", interactive=False, elem_id="download-json")
         v.csv_file = gr.DownloadButton("Download the tokens (CSV)", interactive=False, elem_id="download-csv")
@@ -1009,7 +1076,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: lis
 
     greedy = gr.Checkbox(True, visible=False)
     min_confidence = gr.Number(0.0, visible=False)
-    trace_out = gr.JSON(visible=False)
+    trace_out = gr.JSON(visible=False, label="trace")
     gr.Button(visible=False).click(
         trace_api,
         [c.image, *settings, greedy, *sampling, min_confidence],
@@ -1022,7 +1089,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: lis
 def build_demo(default_preset: str = presets.DEFAULT_PRESET, examples_dir: Path = EXAMPLES_DIR) -> gr.Blocks:
     """The page. Offers the presets of `presets.PRESETS` and the examples in `examples_dir`."""
     examples = load_examples(examples_dir)
-    with gr.Blocks(title="Speculative decoding, live") as demo:
+    with gr.Blocks(title="Speculative decoding, live", delete_cache=DELETE_CACHE) as demo:
         gr.HTML(_header(), js_on_load=None)
         with gr.Tabs(elem_id="tabs") as tabs:
             with gr.Tab("Race", id="race", elem_id="tab-race"):
@@ -1058,7 +1125,7 @@ def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_siz
     started by the first page load or after WARM_UP_AFTER_S, whichever comes first.
 
     Defaults a caller may override through kwargs: listen on 127.0.0.1 (or $GRADIO_SERVER_NAME),
-    no share link. Always: at most `queue_size` requests waiting, uploads up to
+    no share link, no /monitoring page. Always: at most `queue_size` requests waiting, uploads up to
     `validate.MAX_FILE_BYTES`, no Python errors shown to users (show_error=False), the page's
     theme and CSS. Returns what `Blocks.launch` returns; pass prevent_thread_lock=True to get
     control back.
@@ -1066,6 +1133,7 @@ def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_siz
     block = not kwargs.pop("prevent_thread_lock", False)
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     kwargs.setdefault("share", False)
+    kwargs.setdefault("enable_monitoring", False)  # Gradio's /monitoring summary is open to anyone
     demo.queue(max_size=queue_size, default_concurrency_limit=1)
     if warm:
         # Not at once: importing torch and transformers holds the GIL for seconds, and the first

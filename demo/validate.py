@@ -38,7 +38,7 @@ MAX_NEW_RANGE = (1, 512)
 SEED_RANGE = (0, 2**32 - 1)
 MAX_TEMPERATURE = 5.0  # temperature in (0, MAX_TEMPERATURE]
 MAX_QUESTION_CHARS = 4000  # checked before tokenising; the token count is checked against the context later
-MAX_PIXELS = 4096 * 4096  # 16.8 megapixels: width x height, read from the header before decoding
+MAX_PIXELS = 4096 * 4096  # 16,777,216 pixels: width x height, read from the header before decoding
 MAX_ASPECT = 20  # longest side / shortest side: processors scale the shortest side up
 MAX_FILE_BYTES = 10 * 1024 * 1024  # the upload limit (Gradio enforces it at upload; checked again here)
 FORMATS = ("PNG", "JPEG", "GIF", "WEBP", "BMP", "TIFF")  # never EPS & co, which run external code
@@ -125,6 +125,12 @@ def question(value) -> str:
     value = value.strip()
     if not value:
         raise InvalidInput("Ask a question about the image first.")
+    bad = next((i for i, c in enumerate(value) if "\ud800" <= c <= "\udfff"), None)
+    if bad is not None:  # half of a UTF-16 pair: not text any tokenizer can read
+        raise InvalidInput(
+            f"The question holds an invalid character at position {bad + 1} (a lone UTF-16 surrogate, "
+            f"{ord(value[bad]):#06x}). Send the question as UTF-8 text."
+        )
     if len(value) > MAX_QUESTION_CHARS:
         raise InvalidInput(
             f"The question is {len(value):,} characters long; the limit is {MAX_QUESTION_CHARS:,}. Shorten it."
@@ -159,7 +165,12 @@ def parse_request(
     temperature = number("temperature", temperature, 0.0, MAX_TEMPERATURE, low_open=True)
     top_p = number("top-p", top_p, 0.0, 1.0, low_open=True)
     seed = integer("seed", seed, *SEED_RANGE)
-    min_confidence = number("min confidence (adaptive draft length; 0 = off)", min_confidence, 0.0, 1.0)
+    min_confidence = number(
+        "threshold (stop drafting below this drafter confidence; min_confidence on /trace; 0 = off)",
+        min_confidence,
+        0.0,
+        1.0,
+    )
     sampling = Sampling() if greedy else Sampling(greedy=False, temperature=temperature, top_p=top_p, seed=seed)
     return Request(text, preset, drafter, gamma, sampling, max_new_tokens, min_confidence)
 
@@ -189,8 +200,8 @@ def image_path(payload, uploads: str | Path) -> Path | None:
 
 def _too_large(width: int, height: int) -> str:
     return (
-        f"The image is {width:,} x {height:,} pixels ({width * height / 1e6:.1f} megapixels); the limit is "
-        f"{MAX_PIXELS / 1e6:.1f} megapixels (4096 x 4096). Scale it down and upload it again."
+        f"The image is {width:,} x {height:,} pixels ({width * height:,} in all); the limit is "
+        f"{MAX_PIXELS:,} pixels (4,096 x 4,096). Scale it down and upload it again."
     )
 
 
@@ -210,7 +221,7 @@ def open_image(path: str | Path) -> tuple[Image.Image, list[str]]:
         except InvalidInput:
             raise
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
-            limit = f"{MAX_PIXELS / 1e6:.1f} megapixels (4096 x 4096)"
+            limit = f"{MAX_PIXELS:,} pixels (4,096 x 4,096)"
             raise InvalidInput(f"The image is too large to decode safely; the limit is {limit}.") from error
         except Image.UnidentifiedImageError as error:
             kinds = f"{', '.join(FORMATS[:-1])} or {FORMATS[-1]}"

@@ -15,6 +15,7 @@ import gradio as gr
 import pytest
 import tiny
 from gradio_client import Client
+from gradio_client.exceptions import AppError
 from test_analysis import STOPS, shapes_trace, yes_trace
 
 from demo import analysis, analysis_tab, models, render
@@ -174,8 +175,31 @@ def test_analysis_streams_progress_then_charts_tables_and_downloads_that_agree(s
 
 def test_a_drafter_the_preset_lacks_is_refused_with_a_message(served):
     # the page offers only the preset's drafters; the Race tab's preset can change under a choice
-    with pytest.raises(gr.Error, match="drafters of the tiny-analysis preset: text-only / image-aware / both, side"):
+    with pytest.raises(gr.Error) as refused:
         next(analysis_tab.analyze(PRESET, "caption", "no-such-drafter", 3, 2, 0))
+    assert refused.value.message == (
+        "Unknown drafter for preset 'tiny-analysis': 'no-such-drafter'. "
+        f"Choose one of: text-only, image-aware, {BOTH}."
+    )
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"gamma": 0}, "gamma (drafts per round) must be a whole number from 1 to 10; got 0."),
+        ({"n": 0}, "N examples must be a whole number from 1 to 32; got 0."),
+        ({"n": 2.5}, "N examples must be a whole number from 1 to 32; got 2.5."),
+        ({"seed": 2**70}, "example set (seed) must be a whole number from 0 to 4294967295; got 1180591620717411303424."),
+        ({"task": "poetry"}, "Unknown task: 'poetry'."),
+        ({"preset": "nope"}, "Unknown model preset: 'nope'."),
+    ],
+)
+def test_analysis_settings_are_checked_as_on_race_naming_the_parameter(served, change, message):
+    values = {"preset": PRESET, "task": "caption", "drafter": BOTH, "gamma": 3, "n": 2, "seed": 0} | change
+    client = Client(served.local_url, verbose=False)
+    with pytest.raises(AppError) as refused:
+        client.predict(*values.values(), api_name="/analysis")
+    assert str(refused.value).startswith(message)
 
 
 # --- the tab in a browser ---------------------------------------------------------------------

@@ -55,7 +55,11 @@ def tiny_llava(tmp_path_factory) -> Path:
 
 
 def run(tiny_llava: Path, hf_home: Path, preset: str = "qwen2.5-vl-3b", **env) -> dict:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DEMO_"))}
+    # Every variable the hub, transformers or the demo reads is set here or absent, whatever the
+    # caller exported (HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1 are common on offline machines).
+    environment = {
+        k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DEMO_", "TRANSFORMERS_", "HUGGINGFACE_"))
+    }
     environment.update(HF_HOME=str(hf_home), PYTHONPATH=str(ROOT), **env)
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tiny_llava), preset],

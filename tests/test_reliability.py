@@ -139,9 +139,9 @@ def uploaded(app, path: Path) -> dict:
         (
             "huge.png",
             png_bytes(20_000, 20_000),
-            "The image is too large to decode safely; the limit is 16.8 megapixels",
+            "The image is too large to decode safely; the limit is 16,777,216 pixels",
         ),
-        ("bomb.png", png_bytes(6000, 6000, b"\0" * 6001 * 6000), "The image is 6,000 x 6,000 pixels (36.0 megapixels)"),
+        ("bomb.png", png_bytes(6000, 6000, b"\0" * 6001 * 6000), "The image is 6,000 x 6,000 pixels (36,000,000 in all)"),
         ("strip.png", png_bytes(2000, 20), "The image is 2000 x 20 pixels; its longer side may be at most 20 times"),
     ],
     ids=["text", "truncated", "20000x20000", "decompression-bomb", "narrow-strip"],
@@ -222,7 +222,7 @@ def test_a_question_too_long_for_the_context_is_refused_with_the_numbers(client,
         (6, {"t": 1}, "temperature must be a number in (0, 5]; got {'t': 1}."),
         (8, 1.5, "seed must be a whole number from 0 to 4294967295; got 1.5."),
         (9, None, "max new tokens must be a whole number from 1 to 512; got None."),
-        (10, -0.1, "min confidence (adaptive draft length; 0 = off) must be a number in [0, 1]; got -0.1."),
+        (10, -0.1, "threshold (stop drafting below this drafter confidence; min_confidence on /trace; 0 = off) must be a number in [0, 1]; got -0.1."),
     ],
 )
 def test_wrongly_typed_values_get_a_message_naming_the_value(client, world, position, value, message):

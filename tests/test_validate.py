@@ -86,7 +86,7 @@ def test_a_valid_request_keeps_its_values_and_settings_record_them():
         ({"seed": {"a": 1}}, "seed must be a whole number from 0 to 4294967295; got {'a': 1}."),
         (
             {"min_confidence": 1.5},
-            "min confidence (adaptive draft length; 0 = off) must be a number in [0, 1]; got 1.5.",
+            "threshold (stop drafting below this drafter confidence; min_confidence on /trace; 0 = off) must be a number in [0, 1]; got 1.5.",
         ),
     ],
 )
@@ -94,6 +94,16 @@ def test_bad_settings_are_refused_with_the_valid_range(change, message):
     with pytest.raises(InvalidInput) as refused:
         parse(**change)
     assert str(refused.value) == message
+
+
+def test_a_lone_surrogate_in_the_question_is_refused_with_its_position():
+    with pytest.raises(InvalidInput) as refused:
+        parse(question_text="Why \ud800?")
+    assert str(refused.value) == (
+        "The question holds an invalid character at position 5 (a lone UTF-16 surrogate, 0xd800). "
+        "Send the question as UTF-8 text."
+    )
+    assert parse(question_text="Why \U0001f600?").question == "Why \U0001f600?"  # a whole pair is text
 
 
 def test_long_values_are_shortened_in_messages():
@@ -267,9 +277,9 @@ def no_decoding(monkeypatch):
 @pytest.mark.parametrize(
     "width, height, message",
     [
-        (20_000, 20_000, "The image is too large to decode safely; the limit is 16.8 megapixels (4096 x 4096)."),
-        (10_000, 10_000, "The image is too large to decode safely; the limit is 16.8 megapixels (4096 x 4096)."),
-        (4097, 4096, "The image is 4,097 x 4,096 pixels (16.8 megapixels); the limit is 16.8 megapixels"),
+        (20_000, 20_000, "The image is too large to decode safely; the limit is 16,777,216 pixels (4,096 x 4,096)."),
+        (10_000, 10_000, "The image is too large to decode safely; the limit is 16,777,216 pixels (4,096 x 4,096)."),
+        (4097, 4096, "The image is 4,097 x 4,096 pixels (16,781,312 in all); the limit is 16,777,216 pixels"),
         (4000, 100, "The image is 4000 x 100 pixels; its longer side may be at most 20 times its shorter side."),
     ],
 )
@@ -286,7 +296,7 @@ def test_a_decompression_bomb_is_refused_before_decoding(tmp_path, no_decoding):
     path = tmp_path / "bomb.png"
     path.write_bytes(png_bytes(side, side, b"\x00" * ((side + 1) * side)))
     assert path.stat().st_size < 100_000
-    with pytest.raises(InvalidInput, match=r"^The image is 6,000 x 6,000 pixels \(36.0 megapixels\)"):
+    with pytest.raises(InvalidInput, match=r"^The image is 6,000 x 6,000 pixels \(36,000,000 in all\)"):
         validate.open_image(path)
 
 

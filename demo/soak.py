@@ -1,0 +1,214 @@
+"""Soak benchmark: does the server's memory stay flat over many races? `python -m demo.soak`.
+
+Launches the app (`demo.ui.launch`, no warm-up thread) in a child process on a free loopback
+port, with its own Gradio cache folder, and drives `/race` through gradio_client, one request
+after another, cycling through the embedded world's example images and questions. It prints
+the server's resident memory (RSS, from /proc) after the warm-up requests and after every
+`--every` requests, with the number of files in the server's Gradio cache, and ends with one
+JSON line.
+
+    python -m demo.soak --requests 500            the figure docs/soak.md quotes
+    python -m demo.soak --requests 60 --every 20  a quick look
+
+The growth figure is RSS at the end minus RSS after the warm-up: allocator noise and lazily
+built caches settle during the warm-up, so what grows afterwards is memory the server keeps.
+`soak(url, rss, ...)` is the same loop for a server run some other way (the tests run one
+in-process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from demo import presets
+
+EXAMPLES = presets.ASSETS / "examples"
+MIB = 2**20
+
+
+def rss_bytes(pid: int | str = "self") -> int:
+    """Resident set size of process `pid`, from /proc/<pid>/status (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+
+
+def count_files(folder: str | Path) -> int:
+    return sum(len(files) for _, _, files in os.walk(folder))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def examples(folder: Path = EXAMPLES) -> list[tuple[str, str]]:
+    """(image path, question) pairs of the embedded world's examples."""
+    rows = json.loads((folder / "examples.json").read_text())
+    return [(str(folder / r["image"]), r["question"]) for r in rows]
+
+
+def race_arguments(image: str, question: str, preset: str, drafter: str, max_new_tokens: int) -> dict:
+    """/race's arguments by name: greedy, gamma 4, the page's other defaults."""
+    from gradio_client import handle_file
+
+    return {
+        "image": handle_file(image),
+        "question": question,
+        "preset": preset,
+        "drafter": drafter,
+        "gamma": 4,
+        "decoding": "greedy",
+        "temperature": 0.8,
+        "top_p": 0.95,
+        "seed": 0,
+        "max_new_tokens": max_new_tokens,
+        "adaptive": False,
+        "threshold": 0.5,
+    }
+
+
+def soak(
+    url: str,
+    rss: Callable[[], int],
+    cache: Path | None,
+    *,
+    requests: int,
+    warmup: int,
+    every: int,
+    preset: str,
+    drafter: str,
+    max_new_tokens: int,
+    pairs: list[tuple[str, str]],
+    report: Callable[[str], None] = print,
+) -> dict:
+    """Drive `requests` races (after `warmup` more) against the app at `url`; returns the figures.
+
+    rss() reads the server's RSS in bytes; cache is its Gradio cache folder (None: not counted).
+    """
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
+    files = (lambda: count_files(cache)) if cache is not None else (lambda: None)
+
+    def one(i: int) -> None:
+        image, question = pairs[i % len(pairs)]
+        client.predict(**race_arguments(image, question, preset, drafter, max_new_tokens), api_name="/race")
+
+    for i in range(warmup):
+        one(i)
+    base = rss()
+    samples = [{"requests": 0, "rss_mib": round(base / MIB, 1), "cache_files": files()}]
+    report(f"{'requests':>8} {'RSS MiB':>9} {'growth MiB':>11} {'cache files':>12} {'s/race':>7}")
+    report(f"{0:>8} {base / MIB:>9.1f} {0.0:>11.1f} {samples[0]['cache_files'] or 0:>12}")
+    started = last = time.perf_counter()
+    for i in range(1, requests + 1):
+        one(warmup + i)
+        if i % every == 0 or i == requests:
+            now, r = time.perf_counter(), rss()
+            per = (now - last) / (i - samples[-1]["requests"])
+            samples.append({"requests": i, "rss_mib": round(r / MIB, 1), "cache_files": files()})
+            report(f"{i:>8} {r / MIB:>9.1f} {(r - base) / MIB:>11.1f} {samples[-1]['cache_files'] or 0:>12} {per:>7.2f}")
+            last = now
+    end = rss()
+    client.close()
+    return {
+        "requests": requests,
+        "warmup": warmup,
+        "preset": preset,
+        "drafter": drafter,
+        "max_new_tokens": max_new_tokens,
+        "rss_after_warmup_mib": round(base / MIB, 1),
+        "rss_end_mib": round(end / MIB, 1),
+        "growth_mib": round((end - base) / MIB, 1),
+        "growth_per_request_kib": round((end - base) / requests / 1024, 1),
+        "cache_files": files(),
+        "seconds": round(time.perf_counter() - started, 1),
+        "samples": samples,
+    }
+
+
+def _serve(port: int) -> None:
+    """The child process: the app on 127.0.0.1:port, as `launch()` serves it, without the warm-up."""
+    from demo import ui
+
+    ui.launch(ui.build_demo(), warm=None, server_name="127.0.0.1", server_port=port, quiet=True)
+
+
+def _wait_up(url: str, server: subprocess.Popen, timeout: float = 120.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the server exited with status {server.returncode}")
+        try:
+            if httpx.get(url + "config", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"the server did not answer at {url} within {timeout:.0f} s")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=500, help="races measured after the warm-up")
+    parser.add_argument("--warmup", type=int, default=20, help="races before the baseline RSS is read")
+    parser.add_argument("--every", type=int, default=100, help="print RSS every this many requests")
+    parser.add_argument("--preset", default=presets.DEFAULT_PRESET)
+    parser.add_argument("--drafter", default=None, help="default: the preset's first")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)  # the child process
+    args = parser.parse_args(argv)
+    if args.serve is not None:
+        _serve(args.serve)
+        return {}
+    drafter = args.drafter or presets.PRESETS[args.preset].drafters[0].name
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    with tempfile.TemporaryDirectory(prefix="soak-cache-") as cache:
+        env = {**os.environ, "GRADIO_TEMP_DIR": cache, "GRADIO_ANALYTICS_ENABLED": "False"}
+        env.pop("GRADIO_SERVER_NAME", None)
+        root = Path(__file__).resolve().parent.parent
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+        server = subprocess.Popen([sys.executable, "-m", "demo.soak", "--serve", str(port)], env=env, cwd=root)
+        try:
+            _wait_up(url, server)
+            print(f"server pid {server.pid} at {url}; cache {cache}; {args.warmup} warm-up races")
+            result = soak(
+                url,
+                lambda: rss_bytes(server.pid),
+                Path(cache),
+                requests=args.requests,
+                warmup=args.warmup,
+                every=args.every,
+                preset=args.preset,
+                drafter=drafter,
+                max_new_tokens=args.max_new_tokens,
+                pairs=examples(),
+            )
+        finally:
+            server.terminate()
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+    print(json.dumps({k: v for k, v in result.items() if k != "samples"}))
+    return result
+
+
+if __name__ == "__main__":
+    main()
