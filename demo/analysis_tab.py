@@ -279,7 +279,7 @@ def run_html(run: Run | None, gamma: int = 0) -> str:
             f"α = {_pct(alpha)} · answer {'correct ✓' if run.correct else 'wrong ✗'}</div>")
     question = f'<div class="an-q"><b>Question.</b> {html.escape(run.item.question)}</div>'
     reference = f'<div class="an-q"><b>Reference.</b> {html.escape(run.item.answer)}</div>'
-    panel = render.panel_html(run.trace, "Speculative", f"{run.drafter} drafter · γ = {gamma} · greedy", True)
+    panel = render.panel_html(run.trace, "Speculative", f"{run.drafter} drafter · γ = {gamma} · greedy")
     rejected = [o for o in run.obs if not o.accepted]
     rows = "".join(
         f'<tr><td>{o.index}</td><td class="{"grounded" if analysis.is_grounded(o.category) else ""}">'
@@ -348,8 +348,7 @@ def _downloads(batch: Batch) -> tuple:
 
 def analyze(preset, task, drafter, gamma, n, seed):
     """Run SPD (greedy) on n held-out examples with the chosen drafter(s); stream the aggregates."""
-    from demo import models  # torch and transformers: imported on first use, not to slow the start
-    from demo.bench import run_spd
+    from demo import models, speculative  # torch and transformers: imported on first use, not to slow the start
     from demo.sampling import Sampling
 
     known = drafter_choices(preset)
@@ -373,7 +372,8 @@ def analyze(preset, task, drafter, gamma, n, seed):
                 note = f"example {i + 1}/{len(items)} · {d} drafter · {item.task.replace('_', ' ')}"
                 yield _view(batch, status_html(note, len(batch.runs) / total), busy=True)
                 prompt = loaded.prompt(item.image, item.question, d)
-                trace = run_spd(loaded, prompt, d, batch.gamma, Sampling(), batch.max_new_tokens)
+                trace = speculative.run(loaded.target, prompt, drafter=loaded.drafter(d), gamma=batch.gamma,
+                                        sampling=Sampling(), max_new_tokens=batch.max_new_tokens)
                 obs = analysis.observations(trace, i, loaded.target.stop_ids)
                 correct = score(item.task, item, trace.summary.text)
                 batch.runs.append(Run(len(batch.runs) + 1, i, item, d, trace, obs, correct))
