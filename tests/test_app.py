@@ -189,7 +189,7 @@ def events_in_race_order(traces: dict[str, Trace]) -> list:
     pairs = []
     for lane, trace in traces.items():
         body = sorted(trace.tokens + trace.rounds, key=lambda e: (e.t, isinstance(e, RoundEvent)))
-        pairs += [(lane, e) for e in [trace.prefill, *body, trace.summary]]
+        pairs += [(lane, e) for e in [trace.start, trace.prefill, *body, trace.summary]]
     return sorted(pairs, key=lambda pair: pair[1].t)
 
 
