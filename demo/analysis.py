@@ -129,10 +129,10 @@ def observations(trace: Trace, example: int = 0, stop_ids: frozenset[int] = froz
         if accepted:
             draft, draft_word = tok.text, END if is_end else word or _label(tok.text)
         else:
-            draft = tok.rejected_text or ""
+            draft = tok.rejection.text
             r = rounds.get(tok.round)
             later = r.drafted_texts[r.n_accepted :] if r else (draft,)
-            draft_word = _drafter_word(prefix, later, tok.rejected_id in stop_ids)
+            draft_word = _drafter_word(prefix, later, tok.rejection.id in stop_ids)
         out.append(
             Observation(
                 example=example,

@@ -269,7 +269,7 @@ def run_html(run: Run | None, gamma: int = 0) -> str:
             f"α = {_pct(alpha)} · answer {'correct ✓' if run.correct else 'wrong ✗'}</div>")
     question = f'<div class="an-q"><b>Question.</b> {html.escape(run.item.question)}</div>'
     reference = f'<div class="an-q"><b>Reference.</b> {html.escape(run.item.answer)}</div>'
-    panel = render.panel_html(run.trace, "Speculative", f"{run.drafter} drafter · γ = {gamma} · greedy", True)
+    panel = render.panel_html(run.trace, "Speculative", f"{run.drafter} drafter · γ = {gamma} · greedy")
     rejected = [o for o in run.obs if not o.accepted]
     rows = "".join(
         f'<tr><td>{o.index}</td><td class="{"grounded" if analysis.is_grounded(o.category) else ""}">'
@@ -357,8 +357,7 @@ def _duration(preset: str, drafters: list[str], items: list, gamma: int, max_new
 def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int):
     """The accelerator part of an analysis, yielding plain data only (on ZeroGPU it runs in another
     process): ("run", i, drafter) before each run, then ("done", i, drafter, trace, observations)."""
-    from demo import models  # torch and transformers: imported on first use, not to slow the start
-    from demo.bench import run_spd
+    from demo import models, speculative  # torch and transformers: imported on first use, not to slow the start
     from demo.sampling import Sampling
 
     models.check_served(preset)  # preloaded deployments (a Space) never load in a request
@@ -367,7 +366,8 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
         for d in drafters:
             yield "run", i, d
             prompt = loaded.prompt(item.image, item.question, d)
-            trace = run_spd(loaded, prompt, d, gamma, Sampling(), max_new_tokens)
+            trace = speculative.run(loaded.target, prompt, drafter=loaded.drafter(d), gamma=gamma,
+                                    sampling=Sampling(), max_new_tokens=max_new_tokens)
             yield "done", i, d, trace, analysis.observations(trace, i, loaded.target.stop_ids)
 
 

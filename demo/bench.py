@@ -28,10 +28,10 @@ from pathlib import Path
 
 import torch
 
-from demo import analysis, metrics, models
+from demo import analysis, metrics, models, speculative
 from demo.events import Trace
 from demo.sampling import Sampling
-from demo.speculative import Stopwatch, autoregressive_generate, speculative_generate
+from demo.speculative import Stopwatch
 from demo.world.scoring import score
 from demo.world.tasks import heldout_examples
 
@@ -73,28 +73,22 @@ def examples_for(task: str, n: int, seed: int):
     return mixed[:n]
 
 
-def run_spd(loaded, prompt, drafter: str, gamma: int, sampling: Sampling, max_new: int,
-            min_confidence: float = 0.0) -> Trace:
-    generator = torch.Generator(device=loaded.device).manual_seed(sampling.seed)
-    return Trace.of(speculative_generate(loaded.target, loaded.drafter(drafter), prompt, gamma=gamma,
-                                         sampling=sampling, max_new_tokens=max_new, generator=generator,
-                                         min_confidence=min_confidence))
-
-
-def run_ar(loaded, prompt, sampling: Sampling, max_new: int) -> Trace:
-    generator = torch.Generator(device=loaded.device).manual_seed(sampling.seed)
-    return Trace.of(autoregressive_generate(loaded.target, prompt, sampling=sampling, max_new_tokens=max_new,
-                                            generator=generator))
-
-
 def run_pair(loaded, example, drafter: str, gamma: int, sampling: Sampling, max_new: int, spd_first: bool):
     """One SPD and one AR run of the same request, in the given order -> (spd, ar)."""
     prompt = loaded.prompt(example.image, example.question, drafter)
+
+    def spd():
+        return speculative.run(loaded.target, prompt, drafter=loaded.drafter(drafter), gamma=gamma, sampling=sampling,
+                               max_new_tokens=max_new)
+
+    def ar():
+        return speculative.run(loaded.target, prompt, sampling=sampling, max_new_tokens=max_new)
+
     if spd_first:
-        spd = run_spd(loaded, prompt, drafter, gamma, sampling, max_new)
-        return spd, run_ar(loaded, prompt, sampling, max_new)
-    ar = run_ar(loaded, prompt, sampling, max_new)
-    return run_spd(loaded, prompt, drafter, gamma, sampling, max_new), ar
+        first = spd()
+        return first, ar()
+    first = ar()
+    return spd(), first
 
 
 def step_costs(spd_traces: list[Trace], ar_traces: list[Trace], gamma: int) -> tuple[float, float, float]:
@@ -107,15 +101,6 @@ def step_costs(spd_traces: list[Trace], ar_traces: list[Trace], gamma: int) -> t
     return t1, t_verify, draft
 
 
-def pooled(traces: list[Trace]) -> Trace:
-    """One trace holding the rounds and tokens of several, for pooled rates."""
-    out = Trace()
-    for t in traces:
-        out.tokens += t.tokens
-        out.rounds += t.rounds
-    return out
-
-
 def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tuple[Cell, list[Trace]]:
     sampling = Sampling() if decoding == "greedy" else SAMPLING
     spds, ars = [], []
@@ -123,11 +108,10 @@ def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tup
         s, a = run_pair(loaded, ex, drafter, gamma, sampling, max_new, spd_first=i % 2 == 0)
         spds.append(s)
         ars.append(a)
-    all_spd, all_ar = pooled(spds), pooled(ars)
+    all_spd = metrics.pooled(spds)
     tok_s_spd = sum(metrics.decode_tokens(t) for t in spds) / sum(metrics.decode_seconds(t) for t in spds)
     tok_s_ar = sum(metrics.decode_tokens(t) for t in ars) / sum(metrics.decode_seconds(t) for t in ars)
     tau = metrics.tau(all_spd)
-    c = metrics.param_ratio(spds[0])
     t1, t_verify, t_draft = step_costs(spds, ars, gamma)
     identical = sum(s.summary.token_ids == a.summary.token_ids for s, a in zip(spds, ars))
     cell = Cell(
@@ -138,8 +122,8 @@ def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tup
         n=len(examples),
         tau=tau,
         alpha=metrics.alpha(all_spd),
-        acceptance_by_position=metrics.acceptance_by_position(all_spd, gamma),
-        mbsu=metrics.mbsu(tau, gamma, c),
+        acceptance_by_position=metrics.acceptance_by_position(all_spd),
+        mbsu=metrics.mbsu(all_spd),
         tok_s_spd=tok_s_spd,
         tok_s_ar=tok_s_ar,
         speedup=tok_s_spd / tok_s_ar,
@@ -178,10 +162,11 @@ def peer(loaded, examples, drafter: str, gamma: int, max_new: int, reps: int, mi
             n_in = prompt.target_inputs["input_ids"].shape[1]
 
             def ours_ar():
-                return run_ar(loaded, prompt, Sampling(), max_new).summary.token_ids
+                return speculative.run(loaded.target, prompt, sampling=Sampling(), max_new_tokens=max_new).summary.token_ids
 
             def ours_spd():
-                return run_spd(loaded, prompt, drafter, gamma, Sampling(), max_new, min_confidence).summary.token_ids
+                return speculative.run(loaded.target, prompt, drafter=d, gamma=gamma, sampling=Sampling(),
+                                       max_new_tokens=max_new, min_confidence=min_confidence).summary.token_ids
 
             def hf_generate():
                 out = model.generate(**prompt.target_inputs, max_new_tokens=max_new, do_sample=False,

@@ -71,41 +71,44 @@ def _level(y: float, text: str, colour: str) -> tuple[dict, dict]:
     return line, label
 
 
-def block_efficiency(spd: Trace, gamma: int) -> go.Figure:
-    """Running tau (tokens per target forward) after each round, with its floor and ceiling."""
+def block_efficiency(spd: Trace) -> go.Figure:
+    """Running tau (tokens per target forward) after each round, with its floor and, once the
+    run has said its gamma, its ceiling gamma+1."""
     taus = metrics.running_tau(spd)
     rounds = list(range(1, len(taus) + 1))
-    floor, floor_label = _level(1, "autoregressive: 1", AUTOREGRESSIVE)
-    ceiling, ceiling_label = _level(gamma + 1, f"γ+1 = {gamma + 1}", POSITION)
+    gamma = spd.gamma
+    levels = [_level(1, "autoregressive: 1", AUTOREGRESSIVE)]
+    if gamma:
+        levels.append(_level(gamma + 1, f"γ+1 = {gamma + 1}", POSITION))
     return _figure(
         "Block efficiency τ, running",
         {"title": {"text": "round"}, "range": [0.5, max(len(taus), 1) + 0.5]},
-        {"title": {"text": "tokens / target forward"}, "range": [0, gamma + 1.5]},
+        {"title": {"text": "tokens / target forward"}, "range": [0, max(gamma, 1) + 1.5]},
         [go.Scatter(x=rounds, y=taus, mode="lines+markers", name="τ", line={"color": SPECULATIVE}, marker={"size": 4})],
-        shapes=[floor, ceiling],
-        annotations=[floor_label, ceiling_label],
+        shapes=[line for line, _ in levels],
+        annotations=[label for _, label in levels],
     )
 
 
-def accept_lengths(spd: Trace, gamma: int) -> go.Figure:
-    """Rounds by number of accepted drafts: the accept-length histogram."""
-    counts = metrics.accept_length_histogram(spd, gamma)
+def accept_lengths(spd: Trace) -> go.Figure:
+    """Rounds by number of accepted drafts: the accept-length histogram, k = 0..gamma."""
+    counts = metrics.accept_length_histogram(spd)
     return _figure(
         "Accepted drafts per round",
         {"title": {"text": "drafts accepted in the round"}, "dtick": 1},
         {"title": {"text": "rounds"}, "rangemode": "tozero"},
-        [go.Bar(x=list(range(gamma + 1)), y=counts, name="rounds", marker={"color": SPECULATIVE})],
+        [go.Bar(x=list(range(spd.gamma + 1)), y=counts, name="rounds", marker={"color": SPECULATIVE})],
     )
 
 
-def acceptance_by_position(spd: Trace, gamma: int) -> go.Figure:
-    """Acceptance rate at each draft position: later drafts are accepted less often."""
-    rates = [None if math.isnan(r) else r for r in metrics.acceptance_by_position(spd, gamma)]
+def acceptance_by_position(spd: Trace) -> go.Figure:
+    """Acceptance rate at each draft position 1..gamma: later drafts are accepted less often."""
+    rates = [None if math.isnan(r) else r for r in metrics.acceptance_by_position(spd)]
     return _figure(
         "Acceptance rate by draft position",
         {"title": {"text": "draft position"}, "dtick": 1},
         {"title": {"text": "accepted / drafted"}, "range": [0, 1.05]},
-        [go.Bar(x=list(range(1, gamma + 1)), y=rates, name="acceptance", marker={"color": POSITION})],
+        [go.Bar(x=list(range(1, spd.gamma + 1)), y=rates, name="acceptance", marker={"color": POSITION})],
     )
 
 

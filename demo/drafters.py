@@ -8,12 +8,15 @@ Two kinds sit behind the one `Drafter` class; they differ only in the prompt the
                  "LLaVA drafter with image adapter")
 
 The drafter's vocabulary may be a prefix of the target's (LLaVA-1.5: 32000 of 32064). Ids it
-lacks are kept out of its input, and its distribution `q` is zero on them. The engine talks to a
-drafter through three calls:
+lacks are kept out of its input, and its distribution `q` is zero on them.
 
-    start(inputs)                 reset the cache and prefill the drafter's own prompt
-    draft(answer, n, ...)         feed the answer tokens not yet seen, propose up to n tokens
-    rollback(n_answer)            forget everything after the first n_answer answer tokens
+A `Drafter` is loaded once and shared by every run; it holds no per-run state. Each run gets its
+own `DraftState` (a KV cache and its bookkeeping), so two runs of one drafter never share a cache.
+The engine talks to a drafter through three calls:
+
+    drafter.start(inputs) -> state   a fresh state: the drafter's own prompt prefilled
+    state.draft(answer, n, ...)      feed the answer tokens not yet seen, propose up to n tokens
+    state.rollback(n_answer)         forget everything after the first n_answer answer tokens
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from demo.sampling import Sampling, sample, warp
 
 
 class Drafter:
+    """A loaded drafter model and what it may propose; shared, read-only, by every run."""
+
     def __init__(
         self,
         model,
@@ -54,7 +59,6 @@ class Drafter:
         allowed[[i for i in blocked_ids if i < vocab_size]] = False
         self.allowed = allowed.to(model.device)
         self.blocked_ids = blocked_ids
-        self.cache: DynamicCache | None = None
         self.cache_kw = cache_keyword(model)  # "cache", or "past_key_values" before transformers 5.2x
 
     @property
@@ -65,19 +69,30 @@ class Drafter:
         return token_id < self.usable and token_id not in self.blocked_ids
 
     @torch.inference_mode()
-    def start(self, inputs: dict) -> None:
-        """Prefill the drafter's own prompt (its input_ids, plus pixel_values if image-aware)."""
-        self.cache = DynamicCache(config=self.model.config)
-        self.model(**inputs, **{self.cache_kw: self.cache}, use_cache=True, logits_to_keep=1)
-        self.prompt_last = int(inputs["input_ids"][0, -1])
+    def start(self, inputs: dict) -> DraftState:
+        """A new run's state: prefill the drafter's own prompt (its input_ids, plus pixel_values if
+        image-aware) into a fresh cache."""
+        state = DraftState(self, DynamicCache(config=self.model.config), int(inputs["input_ids"][0, -1]))
+        self.model(**inputs, **{self.cache_kw: state.cache}, use_cache=True, logits_to_keep=1)
+        return state
+
+
+class DraftState:
+    """One run's drafting: the drafter's KV cache and which answer tokens it holds."""
+
+    def __init__(self, drafter: Drafter, cache: DynamicCache, prompt_last: int):
+        self.drafter = drafter
+        self.cache = cache
+        self.prompt_last = prompt_last  # the prompt's last id, re-fed when nothing new is readable
         self.fed_positions: list[int] = []  # answer position of each answer token in the cache
         self.fed_tokens: list[int] = []  # and its id
         self.consumed = 0  # answer positions already fed or skipped
 
     def _forward(self, ids: list[int]) -> torch.Tensor:
         """Feed ids, return the logits for the token after them: [V]."""
-        input_ids = torch.tensor([ids], device=self.device)
-        out = self.model(input_ids=input_ids, **{self.cache_kw: self.cache}, use_cache=True, logits_to_keep=1)
+        d = self.drafter
+        input_ids = torch.tensor([ids], device=d.device)
+        out = d.model(input_ids=input_ids, **{d.cache_kw: self.cache}, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
 
     @torch.inference_mode()
@@ -99,12 +114,13 @@ class Drafter:
         probability falls below min_confidence. The decision is taken before sampling, from q
         alone, so every draft is still an exact sample of q and verification stays exact.
         """
-        q = torch.zeros(0, self.target_vocab_size, device=self.device)
+        d = self.drafter
+        q = torch.zeros(0, d.target_vocab_size, device=d.device)
         if n == 0:
             return [], q
         # 1. catch up: feed the answer tokens this drafter has not seen (usually the target's
         #    last token, or a bonus pair), skipping ids it lacks.
-        pending = [(i, answer[i]) for i in range(self.consumed, len(answer)) if self.feedable(answer[i])]
+        pending = [(i, answer[i]) for i in range(self.consumed, len(answer)) if d.feedable(answer[i])]
         self.consumed = len(answer)
         if pending:
             self.fed_positions += [i for i, _ in pending]
@@ -118,20 +134,20 @@ class Drafter:
         # 2. draft one token at a time; each is fed back except the last.
         drafts, qs = [], []
         for step in range(n):
-            q = warp(logits.masked_fill(~self.allowed, float("-inf")), sampling)  # [V_d]
+            q = warp(logits.masked_fill(~d.allowed, float("-inf")), sampling)  # [V_d]
             if step > 0 and min_confidence > 0 and float(q.max()) < min_confidence:
                 break
             token = int(q.argmax()) if sampling.greedy else int(sample(q, generator))
             drafts.append(token)
             qs.append(q)
-            if token in self.stop_ids or step == n - 1:
+            if token in d.stop_ids or step == n - 1:
                 break
             self.fed_positions.append(len(answer) + step)
             self.fed_tokens.append(token)
             self.consumed = len(answer) + step + 1
             logits = self._forward([token])
-        q = torch.zeros(len(qs), self.target_vocab_size, device=self.device)
-        q[:, : self.usable] = torch.stack(qs)[:, : self.usable]
+        q = torch.zeros(len(qs), d.target_vocab_size, device=d.device)
+        q[:, : d.usable] = torch.stack(qs)[:, : d.usable]
         return drafts, q
 
     def rollback(self, n_answer: int) -> None:

@@ -3,9 +3,13 @@
 `demo.speculative` yields these dataclasses while it decodes; the UI, the charts, the
 benchmark, the exports and the tests only ever read them. One run produces, in order:
 
+    RunStart                       what runs: mode, target, drafter, gamma, sampling, budget
     PrefillEvent
     (TokenEvent+ RoundEvent)*      one group per target forward in decoding
     RunSummary
+
+The first event describes the run, so a trace explains itself: views, metrics and exports read
+gamma, the drafter and the sampling settings from it, never from extra arguments.
 
 Every event carries `t`: seconds of compute this run has used so far (prefill included),
 measured by the run's own clock, which stops while the consumer holds the generator. Two
@@ -22,13 +26,42 @@ Token kinds:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Literal, get_args
 
-TOKEN_KINDS = ("target", "accepted", "resampled", "bonus")
+if TYPE_CHECKING:  # a type only: the events import no torch, so the page can read them cheaply
+    from demo.sampling import Sampling
+
+Mode = Literal["speculative", "autoregressive"]
+TokenKind = Literal["target", "accepted", "resampled", "bonus"]
+Stop = Literal["eos", "max_new_tokens"]
+TOKEN_KINDS: tuple[TokenKind, ...] = get_args(TokenKind)
+
+
+@dataclass(frozen=True)
+class DrafterInfo:
+    name: str
+    kind: Literal["text-only", "image-aware"]
+    params: int  # parameter count
+    min_confidence: float  # adaptive draft length: stop drafting below this top probability; 0 = off
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """The first event of every run: what runs, so that the trace needs nothing beside it."""
+
+    mode: Mode
+    target: str  # the target's name
+    target_params: int
+    drafter: DrafterInfo | None  # None for autoregressive runs
+    gamma: int  # the most drafts per round; 0 for autoregressive
+    sampling: Sampling  # greedy or the warping (temperature, top-k, top-p) and the seed
+    max_new_tokens: int  # the budget: answer tokens at most
+    t: float = 0.0  # nothing computed yet
 
 
 @dataclass(frozen=True)
 class PrefillEvent:
-    mode: str  # "speculative" | "autoregressive"
+    mode: Mode
     prompt_tokens: int  # target prompt length, image placeholders included
     drafter_prompt_tokens: int  # 0 for autoregressive runs
     target_seconds: float  # target forward over the prompt (image encoded here, once)
@@ -37,21 +70,47 @@ class PrefillEvent:
 
 
 @dataclass(frozen=True)
+class Rejection:
+    """The draft a target rejected, carried by the "resampled" token that replaced it."""
+
+    id: int
+    text: str
+    p: float  # target probability of the rejected draft
+    q: float  # draft probability
+    accept_prob: float  # min(1, p/q) of that draft (greedy: 0.0)
+
+
+REJECTION_FIELDS = tuple(Rejection.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     index: int  # position in the answer, 0-based
     token_id: int
     text: str  # incremental text piece; pieces concatenate to the decoded answer
-    kind: str  # one of TOKEN_KINDS
+    kind: TokenKind
     round: int  # 0 = prefill, then 1, 2, ... one per target forward in decoding
     p: float  # target probability of this token (warped as used for the decision)
     q: float | None = None  # draft probability, for accepted tokens
     accept_prob: float | None = None  # min(1, p/q) for accepted tokens (greedy: 1.0)
-    rejected_id: int | None = None  # for "resampled": the draft the target rejected
-    rejected_text: str | None = None
-    rejected_p: float | None = None
-    rejected_q: float | None = None
-    rejected_accept_prob: float | None = None  # min(1, p/q) of that draft (greedy: 0.0)
+    rejection: Rejection | None = None  # for "resampled": the draft the target rejected
     t: float = 0.0
+
+    def to_dict(self) -> dict:
+        """The exported record: the rejection flattened into rejected_* fields (None when absent)."""
+        rejected = asdict(self.rejection) if self.rejection else dict.fromkeys(REJECTION_FIELDS)
+        return {
+            "index": self.index,
+            "token_id": self.token_id,
+            "text": self.text,
+            "kind": self.kind,
+            "round": self.round,
+            "p": self.p,
+            "q": self.q,
+            "accept_prob": self.accept_prob,
+            **{f"rejected_{name}": value for name, value in rejected.items()},
+            "t": self.t,
+        }
 
 
 @dataclass(frozen=True)
@@ -62,7 +121,7 @@ class RoundEvent:
     n_accepted: int  # leading drafts the target accepted
     target_id: int  # the target's own token: the resample, or the bonus
     n_emitted: int  # tokens this round added to the answer (after any stop truncation)
-    stop: str | None  # "eos" or "max_new_tokens" when the run ends in this round
+    stop: Stop | None  # set when the run ends in this round
     draft_seconds: float
     verify_seconds: float
     t: float
@@ -70,10 +129,10 @@ class RoundEvent:
 
 @dataclass(frozen=True)
 class RunSummary:
-    mode: str
+    mode: Mode
     token_ids: tuple[int, ...]
     text: str
-    stop: str  # "eos" | "max_new_tokens"
+    stop: Stop
     gamma: int  # 0 for autoregressive
     drafter: str | None  # drafter name, None for autoregressive
     target_params: int
@@ -84,13 +143,14 @@ class RunSummary:
     t: float
 
 
-Event = PrefillEvent | TokenEvent | RoundEvent | RunSummary
+Event = RunStart | PrefillEvent | TokenEvent | RoundEvent | RunSummary
 
 
 @dataclass
 class Trace:
     """All events of one run, split by type. Built incrementally by consumers."""
 
+    start: RunStart | None = None
     prefill: PrefillEvent | None = None
     tokens: list[TokenEvent] = field(default_factory=list)
     rounds: list[RoundEvent] = field(default_factory=list)
@@ -105,6 +165,8 @@ class Trace:
             self.rounds.append(event)
         elif isinstance(event, PrefillEvent):
             self.prefill = event
+        elif isinstance(event, RunStart):
+            self.start = event
         elif isinstance(event, RunSummary):
             self.summary = event
         else:
@@ -125,10 +187,21 @@ class Trace:
     def text(self) -> str:
         return "".join(tok.text for tok in self.tokens)
 
+    @property
+    def gamma(self) -> int:
+        """The most drafts per round, from the first event; 0 before it or for autoregressive runs."""
+        return self.start.gamma if self.start else 0
+
+    @property
+    def greedy(self) -> bool:
+        """Whether the run decodes greedily, from the first event; True before it."""
+        return self.start.sampling.greedy if self.start else True
+
     def to_dict(self) -> dict:
+        """The exported trace. The run's description is the export's "settings", not repeated here."""
         return {
             "prefill": asdict(self.prefill) if self.prefill else None,
-            "tokens": [asdict(t) for t in self.tokens],
+            "tokens": [t.to_dict() for t in self.tokens],
             "rounds": [asdict(r) for r in self.rounds],
             "summary": asdict(self.summary) if self.summary else None,
         }

@@ -1,10 +1,10 @@
 """Traces -> exportable records: one JSON document per race, one CSV row per token.
 
-Pure functions of `Trace`s and the run's settings, shared by the app's downloads, its API
+Pure functions of `Trace`s (each describes its own run) and the request's settings, shared by the app's downloads, its API
 endpoint and the benchmark. Numbers come from `demo.metrics`; NaN (a metric with nothing to
 count yet, e.g. alpha of an autoregressive run) becomes null, so the JSON is strict.
 
-    payload(settings, traces, gamma) -> dict     the whole race: settings, both traces, metrics
+    payload(settings, traces) -> dict            the whole race: settings, both traces, metrics
     comparison(spd, ar) -> dict                  identical outputs? first difference, speedup
     to_json(payload) -> str
     tokens_csv(traces) -> str                    run, index, text, kind, round, p, q, ... t
@@ -65,12 +65,9 @@ def comparison(spd: Trace, ar: Trace) -> dict:
     }
 
 
-def payload(settings: dict, traces: dict[str, Trace], gamma: int) -> dict:
+def payload(settings: dict, traces: dict[str, Trace]) -> dict:
     """The whole race: settings, and for each run its full event trace and its metrics."""
-    runs = {
-        name: {"metrics": metrics.summary(trace, gamma if name == "speculative" else 0), "trace": trace.to_dict()}
-        for name, trace in traces.items()
-    }
+    runs = {name: {"metrics": metrics.summary(trace), "trace": trace.to_dict()} for name, trace in traces.items()}
     out = {"settings": settings, "runs": runs}
     if all(t.done for t in traces.values()) and {"speculative", "autoregressive"} <= traces.keys():
         out["comparison"] = comparison(traces["speculative"], traces["autoregressive"])
@@ -88,6 +85,6 @@ def tokens_csv(traces: dict[str, Trace]) -> str:
     writer.writerow(CSV_COLUMNS)
     for name, trace in traces.items():
         for tok in trace.tokens:
-            row = {"run": name, **vars(tok)}
+            row = {"run": name, **tok.to_dict()}
             writer.writerow(["" if row[c] is None else row[c] for c in CSV_COLUMNS])
     return buffer.getvalue()

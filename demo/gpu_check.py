@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import platform
 import statistics
 import time
@@ -33,11 +34,11 @@ from PIL import Image
 from transformers import CLIPVisionConfig, DynamicCache, LlamaConfig, LlamaForCausalLM, LlavaConfig
 from transformers import LlavaForConditionalGeneration
 
-from demo import devices, metrics, models
+from demo import devices, metrics, models, speculative
 from demo.compat import cache_keyword
 from demo.events import Trace
 from demo.sampling import Sampling
-from demo.speculative import Prompt, autoregressive_generate, speculative_generate
+from demo.speculative import Prompt
 
 TAUS = (2.0, 2.5, 3.0)
 GAMMAS = tuple(range(1, 9))
@@ -192,6 +193,11 @@ def example_images(n: int) -> list[Image.Image]:
     return images + [Image.new("RGB", (64, 64), colours[i % 3]) for i in range(n - len(images))]
 
 
+def rate(traces: list[Trace]) -> float:
+    """Pooled decoding throughput: tokens after the prefill over seconds after it, all runs."""
+    return sum(metrics.decode_tokens(t) for t in traces) / sum(metrics.decode_seconds(t) for t in traces)
+
+
 def embedded_runs(shapes: Shapes, preset: str = "embedded") -> dict:
     """SPD vs AR on a preset's own models, greedy, per drafter and gamma; or why it was skipped."""
     available = models.availability(preset)
@@ -203,31 +209,23 @@ def embedded_runs(shapes: Shapes, preset: str = "embedded") -> dict:
     out = {}
     for spec in loaded.preset.drafters:
         for gamma in (2, 4):
-            spd_tokens = spd_seconds = ar_tokens = ar_seconds = drafted = accepted = rounds = identical = 0
+            spds, ars = [], []
             for i, (image, question) in enumerate([cases[0]] + cases):  # the first run only warms up
                 prompt = loaded.prompt(image, question, spec.name)
-                spd = Trace.of(speculative_generate(
-                    loaded.target, loaded.drafter(spec.name), prompt, gamma=gamma, sampling=greedy,
-                    max_new_tokens=shapes.max_new_tokens, generator=torch.Generator(device=loaded.device),
-                ))
-                ar = Trace.of(autoregressive_generate(
-                    loaded.target, Prompt(prompt.target_inputs), sampling=greedy,
-                    max_new_tokens=shapes.max_new_tokens, generator=torch.Generator(device=loaded.device),
-                ))
-                if i == 0:
-                    continue
-                spd_tokens += metrics.decode_tokens(spd)
-                spd_seconds += metrics.decode_seconds(spd)
-                ar_tokens += metrics.decode_tokens(ar)
-                ar_seconds += metrics.decode_seconds(ar)
-                drafted += metrics.drafted(spd)
-                accepted += metrics.accepted(spd)
-                rounds += len(spd.rounds)
-                identical += spd.summary.token_ids == ar.summary.token_ids
-            spd_rate, ar_rate = spd_tokens / spd_seconds, ar_tokens / ar_seconds
+                spd = speculative.run(loaded.target, prompt, drafter=loaded.drafter(spec.name), gamma=gamma,
+                                      sampling=greedy, max_new_tokens=shapes.max_new_tokens)
+                ar = speculative.run(loaded.target, Prompt(prompt.target_inputs), sampling=greedy,
+                                     max_new_tokens=shapes.max_new_tokens)
+                if i > 0:
+                    spds.append(spd)
+                    ars.append(ar)
+            spd_rate, ar_rate = rate(spds), rate(ars)
+            identical = sum(s.summary.token_ids == a.summary.token_ids for s, a in zip(spds, ars))
+            pooled = metrics.pooled(spds)
+            alpha = metrics.alpha(pooled)
             out[f"{spec.name} gamma={gamma}"] = {
-                "tau": spd_tokens / rounds,
-                "alpha": accepted / drafted if drafted else None,
+                "tau": metrics.tau(pooled),
+                "alpha": None if math.isnan(alpha) else alpha,
                 "spd_tok_s": spd_rate,
                 "ar_tok_s": ar_rate,
                 "speedup": spd_rate / ar_rate,

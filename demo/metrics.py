@@ -7,6 +7,9 @@
     MBSU   memory-bound speedup (Gagrani et al. 2024): tau / (1 + gamma * c), with
            c = drafter parameters / target parameters. It is the speedup when every forward
            costs the time to read the model's weights.
+
+gamma and the parameter counts come from the trace's first event (`RunStart`): a trace is
+measured on its own, with nothing passed beside it.
 """
 
 from __future__ import annotations
@@ -38,30 +41,34 @@ def alpha(trace: Trace) -> float:
     return accepted(trace) / n if n else math.nan
 
 
-def acceptance_by_position(trace: Trace, gamma: int) -> list[float]:
+def acceptance_by_position(trace: Trace) -> list[float]:
     """For draft positions 1..gamma: the fraction of drafts at that position the target accepted."""
     rates = []
-    for i in range(1, gamma + 1):
+    for i in range(1, trace.gamma + 1):
         proposed = [r for r in trace.rounds if len(r.drafted_ids) >= i]
         rates.append(sum(r.n_accepted >= i for r in proposed) / len(proposed) if proposed else math.nan)
     return rates
 
 
-def accept_length_histogram(trace: Trace, gamma: int) -> list[int]:
+def accept_length_histogram(trace: Trace) -> list[int]:
     """counts[k] = rounds in which exactly k drafts were accepted, k = 0..gamma."""
-    counts = [0] * (gamma + 1)
+    counts = [0] * (trace.gamma + 1)
     for r in trace.rounds:
         counts[r.n_accepted] += 1
     return counts
 
 
-def mbsu(tau_value: float, gamma: int, c: float) -> float:
-    return tau_value / (1 + gamma * c)
-
-
 def param_ratio(trace: Trace) -> float:
-    s = trace.summary
-    return s.drafter_params / s.target_params
+    """c = drafter parameters / target parameters (nan before the first event)."""
+    start = trace.start
+    if start is None or start.drafter is None:
+        return math.nan
+    return start.drafter.params / start.target_params
+
+
+def mbsu(trace: Trace) -> float:
+    """tau / (1 + gamma * c)."""
+    return tau(trace) / (1 + trace.gamma * param_ratio(trace))
 
 
 def decode_seconds(trace: Trace) -> float:
@@ -89,6 +96,16 @@ def predicted_speedup(tau_value: float, gamma: int, t1: float, t_verify: float, 
     return tau_value * t1 / (gamma * t_draft + t_verify)
 
 
+def pooled(traces: list[Trace]) -> Trace:
+    """One trace holding the rounds and tokens of several runs of one setting, for pooled rates;
+    it starts as the first of them does."""
+    out = Trace(start=traces[0].start if traces else None)
+    for t in traces:
+        out.tokens += t.tokens
+        out.rounds += t.rounds
+    return out
+
+
 def running_tau(trace: Trace) -> list[float]:
     """tau after each round, for the live chart."""
     out, tokens = [], 0
@@ -98,9 +115,11 @@ def running_tau(trace: Trace) -> list[float]:
     return out
 
 
-def summary(trace: Trace, gamma: int = 0) -> dict:
-    """The headline numbers of one run (speculative or autoregressive)."""
-    s = trace.summary
+def summary(trace: Trace, speculative: bool | None = None) -> dict:
+    """The headline numbers of one run; the speculative ones too for a speculative run (its
+    first event says which)."""
+    if speculative is None:
+        speculative = trace.gamma > 0
     result = {
         "tokens": len(trace.tokens),
         "target_forwards": len(trace.rounds),
@@ -109,8 +128,8 @@ def summary(trace: Trace, gamma: int = 0) -> dict:
         "prefill_s": trace.prefill.t if trace.prefill else math.nan,
         "decode_s": decode_seconds(trace),
     }
-    if gamma:
-        c = param_ratio(trace) if s else math.nan
+    if speculative:
+        c = param_ratio(trace) if trace.summary else math.nan
         result.update(
             alpha=alpha(trace),
             drafted=drafted(trace),
@@ -118,8 +137,8 @@ def summary(trace: Trace, gamma: int = 0) -> dict:
             resampled=sum(t.kind == "resampled" for t in trace.tokens),
             bonus=sum(t.kind == "bonus" for t in trace.tokens),
             c=c,
-            mbsu=mbsu(tau(trace), gamma, c),
-            acceptance_by_position=acceptance_by_position(trace, gamma),
-            accept_length_histogram=accept_length_histogram(trace, gamma),
+            mbsu=tau(trace) / (1 + trace.gamma * c),
+            acceptance_by_position=acceptance_by_position(trace),
+            accept_length_histogram=accept_length_histogram(trace),
         )
     return result

@@ -28,7 +28,6 @@ The API the UI uses:
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 from collections.abc import Callable
@@ -173,7 +172,7 @@ class Loaded:
         return Prompt(target_inputs, drafter_inputs)
 
     def drafter(self, name: str, progress: Progress | None = None) -> Drafter:
-        """A drafter for one run: its own cache and bookkeeping around the shared, loaded-once model."""
+        """The named drafter, loaded once and shared; each run makes its own state (`Drafter.start`)."""
         with self._lock:
             if name not in self.drafters:
                 spec = next((s for s in self.preset.drafters if s.name == name), None)
@@ -181,8 +180,7 @@ class Loaded:
                     known = ", ".join(s.name for s in self.preset.drafters)
                     raise KeyError(f"unknown drafter {name!r} for preset {self.preset.name!r} (known: {known})")
                 self.drafters[name] = self._load_drafter(spec, progress or _silent)
-            # A shallow copy shares the model and masks; `start()` gives it fresh per-run state.
-            return copy.copy(self.drafters[name])
+            return self.drafters[name]
 
     def _load_drafter(self, spec: DrafterSpec, progress: Progress) -> Drafter:
         progress(0.0, f"finding the drafter {spec.path}")

@@ -80,9 +80,9 @@ def token_details(tok: TokenEvent, greedy: bool) -> list[str]:
         rule, value = _acceptance(greedy, tok.accept_prob)
         lines.append(f"p = {_num(tok.p)}   q = {_num(tok.q)}   {rule}: {value}")
     elif tok.kind == "resampled":
-        rule, value = _acceptance(greedy, tok.rejected_accept_prob)
+        rule, value = _acceptance(greedy, tok.rejection.accept_prob)
         lines.append(
-            f"rejected draft {_quote(tok.rejected_text)}: p = {_num(tok.rejected_p)}   q = {_num(tok.rejected_q)}"
+            f"rejected draft {_quote(tok.rejection.text)}: p = {_num(tok.rejection.p)}   q = {_num(tok.rejection.q)}"
             f"   {rule}: {value}"
         )
         lines.append(f"target's token: p = {_num(tok.p)}")
@@ -100,11 +100,11 @@ def _tooltip(tok: TokenEvent, greedy: bool) -> str:
     if tok.kind == "accepted":
         rows = [("p (target)", _num(tok.p)), ("q (draft)", _num(tok.q)), _acceptance(greedy, tok.accept_prob)]
     elif tok.kind == "resampled":
-        rejected = f'<s class="rej">{visible(tok.rejected_text or "", line_breaks=False) or "∅"}</s>'
-        rule, value = _acceptance(greedy, tok.rejected_accept_prob)
+        rejected = f'<s class="rej">{visible(tok.rejection.text, line_breaks=False) or "∅"}</s>'
+        rule, value = _acceptance(greedy, tok.rejection.accept_prob)
         rows = [
             ("rejected draft", rejected),
-            ("its p / q", f"{_num(tok.rejected_p)} / {_num(tok.rejected_q)}"),
+            ("its p / q", f"{_num(tok.rejection.p)} / {_num(tok.rejection.q)}"),
             (f"its {rule}", value),
             ("p of this token", _num(tok.p)),
         ]
@@ -131,11 +131,11 @@ def token_span(tok: TokenEvent, greedy: bool, end: bool = False) -> str:
     )
 
 
-def tokens_html(trace: Trace, greedy: bool) -> str:
+def tokens_html(trace: Trace) -> str:
     """The answer as coloured, focusable token spans, one per TokenEvent."""
     ended = trace.summary is not None and trace.summary.stop == "eos"
     last = len(trace.tokens) - 1
-    spans = "".join(token_span(t, greedy, end=ended and i == last) for i, t in enumerate(trace.tokens))
+    spans = "".join(token_span(t, trace.greedy, end=ended and i == last) for i, t in enumerate(trace.tokens))
     return f'<div class="tokens">{spans}</div>'
 
 
@@ -148,13 +148,13 @@ def _status(trace: Trace) -> str:
     return "decoding…"
 
 
-def panel_html(trace: Trace, title: str, subtitle: str, greedy: bool) -> str:
+def panel_html(trace: Trace, title: str, subtitle: str) -> str:
     """A lane: its title, its own compute clock, and its tokens."""
     clock = f"{trace.t:.3f} s compute · {len(trace.tokens)} tokens · {_status(trace)}"
     return (
         f'<div class="panel"><div class="panel-head"><span class="panel-title">{html.escape(title)}</span>'
         f'<span class="panel-sub">{html.escape(subtitle)}</span>'
-        f'<span class="clock">{clock}</span></div>{tokens_html(trace, greedy)}</div>'
+        f'<span class="clock">{clock}</span></div>{tokens_html(trace)}</div>'
     )
 
 
@@ -210,7 +210,7 @@ def blocks_html(trace: Trace) -> str:
     return f'<div class="blocks">{"".join(rows)}</div>'
 
 
-def outcome_html(spd: Trace, ar: Trace, greedy: bool, comparison: dict | None, facts: tuple[str, ...] = ()) -> str:
+def outcome_html(spd: Trace, ar: Trace, comparison: dict | None, facts: tuple[str, ...] = ()) -> str:
     """The race's headline: progress while it runs; the speedup and the lossless check after.
 
     `comparison` is `demo.export.comparison(spd, ar)` once both runs are done, else None;
@@ -236,7 +236,7 @@ def outcome_html(spd: Trace, ar: Trace, greedy: bool, comparison: dict | None, f
             "γ+1 tokens, which on a CPU costs about two single steps, so it pays only when most drafts "
             "are accepted (see How it works)</span>"
         )
-    if not greedy:
+    if not spd.greedy:
         badge = (
             '<span class="badge badge-info" title="Speculative sampling keeps the target\'s distribution exactly; '
             'two runs draw different random numbers">sampling: outputs differ by design, same distribution</span>'
@@ -266,9 +266,9 @@ def _row(name: str, value: str, formula: str = "") -> str:
     return f'<tr><th scope="row">{name}</th><td class="num">{value}</td><td class="formula">{formula}</td></tr>'
 
 
-def speculative_stats_html(spd: Trace, gamma: int, speedup: float | None) -> str:
+def speculative_stats_html(spd: Trace, speedup: float | None) -> str:
     """The speculative run's numbers, each from demo.metrics, with its formula beside it."""
-    s = metrics.summary(spd, gamma)
+    s = metrics.summary(spd, speculative=True)
     n_decode = metrics.decode_tokens(spd)
     rows = [
         _row(
@@ -290,7 +290,7 @@ def speculative_stats_html(spd: Trace, gamma: int, speedup: float | None) -> str
         _row(
             "MBSU",
             _num(s["mbsu"], 2),
-            f"τ / (1 + γ·c), γ = {gamma}, c = drafter/target params = {_num(s['c'], 3)}",
+            f"τ / (1 + γ·c), γ = {spd.gamma if spd.start else '–'}, c = drafter/target params = {_num(s['c'], 3)}",
         ),
     ]
     return f'<table class="stats">{"".join(rows)}</table>'

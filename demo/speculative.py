@@ -6,12 +6,16 @@ Notation (Leviathan et al. 2023; Gagrani et al. 2024 for the multimodal setting)
     gamma  how many tokens the drafter proposes per round
     tau    block efficiency: answer tokens per target forward in decoding, bonus included
 
-A speculative round: (1) the drafter proposes up to gamma tokens; (2) one target forward over
-[last token] + drafts gives p at every draft position and one past; (3) the rule in
-`demo.sampling` accepts a prefix of the drafts and adds one token of the target's own (a
-resample at the first rejection, or a bonus when all were accepted); (4) the round is cut at a
-stop; (5) both KV caches forget the rejected drafts. The image is encoded once, at prefill;
-later forwards carry only token ids.
+A run is one prefill (`_prefill`, shared by both generators) and then rounds. A speculative
+round (`speculative_round`): (1) the drafter proposes up to gamma tokens; (2) one target
+forward over [last token] + drafts gives p at every draft position and one past, and the rule
+in `demo.sampling` accepts a prefix of the drafts and adds one token of the target's own (a
+resample at the first rejection, or a bonus when all were accepted); (3) both KV caches forget
+the rejected drafts; (4) the round's tokens are emitted, cut after a stop. The image is encoded
+once, at prefill; later forwards carry only token ids.
+
+    speculative_generate / autoregressive_generate   the runs, as event generators
+    run(...) -> Trace                                 one whole run, for the benchmark and checks
 
 Cache invariant for the target, at the top of every round:
     cache = prompt + answer[:-1]       (the last answer token is fed by the next forward)
@@ -31,8 +35,9 @@ from transformers import DynamicCache
 
 from demo.compat import cache_keyword
 from demo.detokenize import Detokenizer
-from demo.drafters import Drafter
-from demo.events import Event, PrefillEvent, RoundEvent, RunSummary, TokenEvent
+from demo.drafters import Drafter, DraftState
+from demo.events import DrafterInfo, Event, PrefillEvent, Rejection, RoundEvent, RunStart, RunSummary, TokenEvent
+from demo.events import Stop, Trace
 from demo.sampling import Sampling, acceptance_probs, sample, verify_greedy, verify_sampled, warp
 
 
@@ -111,6 +116,75 @@ def _stop_reason(answer: list[int], stop_ids: frozenset[int], max_new_tokens: in
     return None
 
 
+def run_start(target: Target, drafter: Drafter | None, *, gamma: int, sampling: Sampling, max_new_tokens: int,
+              min_confidence: float = 0.0) -> RunStart:
+    """The first event of a run: what runs, with what settings."""
+    info = None
+    if drafter is not None:
+        info = DrafterInfo(name=drafter.name, kind=drafter.kind, params=drafter.n_params,
+                           min_confidence=min_confidence)
+    return RunStart(
+        mode="speculative" if drafter is not None else "autoregressive",
+        target=target.name,
+        target_params=target.n_params,
+        drafter=info,
+        gamma=gamma if drafter is not None else 0,
+        sampling=sampling,
+        max_new_tokens=max_new_tokens,
+    )
+
+
+@dataclass
+class Decoding:
+    """One run's state between rounds, shared by the prefill and every round."""
+
+    target: Target
+    start: RunStart  # the run's settings
+    generator: torch.Generator
+    clock: Stopwatch  # this run's compute time
+    cache: DynamicCache  # the target's: prompt + answer[:-1] at the top of every round
+    detok: Detokenizer
+    answer: list[int]  # token ids so far
+    stop: Stop | None = None  # set by the token that ends the run
+
+    def append(self, token: int) -> str:
+        """Add a token to the answer; return its text piece (the rest of the text after a stop)."""
+        self.answer.append(token)
+        self.stop = _stop_reason(self.answer, self.target.stop_ids, self.start.max_new_tokens)
+        return self.detok.push(token) + (self.detok.flush() if self.stop else "")
+
+
+@torch.inference_mode()
+def _prefill(target: Target, prompt: Prompt, start: RunStart, generator: torch.Generator,
+             drafter: Drafter | None) -> tuple[Decoding, DraftState | None, PrefillEvent, TokenEvent]:
+    """0. prefill: the target encodes image + prompt and gives the first token on its own; the
+    drafter, if any, reads its own prompt (text only, or with the image) into a new state."""
+    state = Decoding(target, start, generator, Stopwatch(target.device), target.new_cache(),
+                     Detokenizer(target.tokenizer), [])
+    clock = state.clock
+    with clock:
+        logits = target.prefill(prompt.target_inputs, state.cache)
+        first, p_first = _first_token(logits, start.sampling, generator)
+    target_s = clock.last
+    drafting, drafter_s = None, 0.0
+    if drafter is not None:
+        with clock:
+            drafting = drafter.start(prompt.drafter_inputs)
+        drafter_s = clock.last
+    prefill = PrefillEvent(
+        mode=start.mode,
+        prompt_tokens=prompt.target_inputs["input_ids"].shape[1],
+        drafter_prompt_tokens=prompt.drafter_inputs["input_ids"].shape[1] if drafter is not None else 0,
+        target_seconds=target_s,
+        drafter_seconds=drafter_s,
+        t=clock.total,
+    )
+    with clock:
+        text = state.append(first)
+    token = TokenEvent(index=0, token_id=first, text=text, kind="target", round=0, p=p_first, t=clock.total)
+    return state, drafting, prefill, token
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The target's decision on one round's drafts."""
@@ -152,16 +226,75 @@ def _token_fields(j: int, drafts: list[int], v: Verdict, tokenizer) -> dict:
         return dict(kind="accepted", p=v.p_drafts[j], q=v.q_drafts[j], accept_prob=v.accept_probs[j])
     if v.n_accepted < len(drafts):
         k = v.n_accepted
-        return dict(
-            kind="resampled",
-            p=v.p_token,
-            rejected_id=drafts[k],
-            rejected_text=tokenizer.decode([drafts[k]]),
-            rejected_p=v.p_drafts[k],
-            rejected_q=v.q_drafts[k],
-            rejected_accept_prob=v.accept_probs[k],
-        )
+        rejection = Rejection(id=drafts[k], text=tokenizer.decode([drafts[k]]), p=v.p_drafts[k], q=v.q_drafts[k],
+                              accept_prob=v.accept_probs[k])
+        return dict(kind="resampled", p=v.p_token, rejection=rejection)
     return dict(kind="bonus" if drafts else "target", p=v.p_token)
+
+
+@torch.inference_mode()
+def speculative_round(state: Decoding, drafting: DraftState, index: int) -> tuple[list[TokenEvent], RoundEvent]:
+    """One round of speculative decoding: draft, verify, roll back, emit. Returns the round's
+    token events and its round event, all stamped with the run's clock at the round's end."""
+    target, start, clock, answer = state.target, state.start, state.clock, state.answer
+    # 1. draft: never more than the token budget can take (the round adds one token more).
+    with clock:
+        n_draft = min(start.gamma, start.max_new_tokens - len(answer) - 1)
+        drafts, q = drafting.draft(answer, n_draft, start.sampling, state.generator, start.drafter.min_confidence)
+    draft_s = clock.last  # q: [len(drafts), V]
+
+    # 2. verify all drafts in one target forward, accept a prefix, add the target's token.
+    with clock:
+        v = verify(target, state.cache, answer[-1], drafts, q, start.sampling, state.generator)
+    verify_s = clock.last
+
+    with clock:
+        # 3. roll back: the target cache holds prompt + answer + every draft; drop the rejected
+        #    ones (the round's last token is fed by the next round's forward). The drafter keeps
+        #    what it holds of the answer's first len(answer) + n_accepted tokens.
+        if len(drafts) > v.n_accepted:
+            state.cache.crop(-(len(drafts) - v.n_accepted))
+        drafting.rollback(len(answer) + v.n_accepted)
+        # 4. emit the accepted drafts and the target's token, cut after the first stop.
+        tokens = []
+        for j, token in enumerate(drafts[: v.n_accepted] + [v.token]):
+            text = state.append(token)
+            tokens.append(dict(_token_fields(j, drafts, v, target.tokenizer), index=len(answer) - 1,
+                               token_id=token, text=text, round=index))
+            if state.stop:
+                break
+        drafted_texts = tuple(target.tokenizer.decode([d]) for d in drafts)
+    events = [TokenEvent(**fields, t=clock.total) for fields in tokens]
+    return events, RoundEvent(
+        index=index,
+        drafted_ids=tuple(drafts),
+        drafted_texts=drafted_texts,
+        n_accepted=v.n_accepted,
+        target_id=v.token,
+        n_emitted=len(tokens),
+        stop=state.stop,
+        draft_seconds=draft_s,
+        verify_seconds=verify_s,
+        t=clock.total,
+    )
+
+
+def _summary(state: Decoding, prefill: PrefillEvent, n_rounds: int) -> RunSummary:
+    start = state.start
+    return RunSummary(
+        mode=start.mode,
+        token_ids=tuple(state.answer),
+        text=state.detok.text,
+        stop=state.stop,
+        gamma=start.gamma,
+        drafter=start.drafter.name if start.drafter else None,
+        target_params=start.target_params,
+        drafter_params=start.drafter.params if start.drafter else 0,
+        prefill_seconds=prefill.t,
+        decode_seconds=state.clock.total - prefill.t,
+        target_forwards=n_rounds,
+        t=state.clock.total,
+    )
 
 
 @torch.inference_mode()
@@ -179,97 +312,22 @@ def speculative_generate(
     """Speculative decoding of `target`, drafting with `drafter`; yields the run's events.
 
     gamma is the most drafts per round. With min_confidence > 0 the draft length adapts: the
-    drafter stops early where its top probability falls below it (see `Drafter.draft`).
+    drafter stops early where its top probability falls below it (see `DraftState.draft`).
     """
     assert gamma >= 1 and max_new_tokens >= 1
-    clock = Stopwatch(target.device)
-    detok = Detokenizer(target.tokenizer)
-    cache = target.new_cache()
-
-    # 0. prefill: the target encodes image + prompt and gives the first token on its own;
-    #    the drafter reads its own prompt (text only, or with the image).
-    with clock:
-        logits = target.prefill(prompt.target_inputs, cache)
-        first, p_first = _first_token(logits, sampling, generator)
-    target_s = clock.last
-    with clock:
-        drafter.start(prompt.drafter_inputs)
-    yield PrefillEvent(
-        mode="speculative",
-        prompt_tokens=prompt.target_inputs["input_ids"].shape[1],
-        drafter_prompt_tokens=prompt.drafter_inputs["input_ids"].shape[1],
-        target_seconds=target_s,
-        drafter_seconds=clock.last,
-        t=clock.total,
-    )
-    prefill_s = clock.total
-    answer = [first]
-    stop = _stop_reason(answer, target.stop_ids, max_new_tokens)
-    with clock:
-        text = detok.push(first) + (detok.flush() if stop else "")
-    yield TokenEvent(index=0, token_id=first, text=text, kind="target", round=0, p=p_first, t=clock.total)
-
+    start = run_start(target, drafter, gamma=gamma, sampling=sampling, max_new_tokens=max_new_tokens,
+                      min_confidence=min_confidence)
+    yield start
+    state, drafting, prefill, first = _prefill(target, prompt, start, generator, drafter)
+    yield prefill
+    yield first
     n_round = 0
-    while stop is None:
+    while state.stop is None:
         n_round += 1
-        # 1. draft: never more than the token budget can take (the round adds one token more).
-        with clock:
-            n_draft = min(gamma, max_new_tokens - len(answer) - 1)
-            drafts, q = drafter.draft(answer, n_draft, sampling, generator, min_confidence)
-        draft_s = clock.last
-
-        # 2.-3. verify all drafts in one target forward, accept a prefix, add the target's token.
-        with clock:
-            v = verify(target, cache, answer[-1], drafts, q, sampling, generator)
-        verify_s = clock.last
-
-        with clock:
-            # 4. roll back: the target cache holds prompt + answer + every draft; drop the
-            #    rejected ones (the round's last token is fed by the next round's forward).
-            if len(drafts) > v.n_accepted:
-                cache.crop(-(len(drafts) - v.n_accepted))
-            drafter.rollback(len(answer) + v.n_accepted)
-            # 5. emit the accepted drafts and the target's token, cut after the first stop.
-            new = drafts[: v.n_accepted] + [v.token]
-            tokens = []
-            for j, token in enumerate(new):
-                answer.append(token)
-                stop = _stop_reason(answer, target.stop_ids, max_new_tokens)
-                piece = detok.push(token) + (detok.flush() if stop else "")
-                tokens.append(dict(_token_fields(j, drafts, v, target.tokenizer), index=len(answer) - 1,
-                                   token_id=token, text=piece, round=n_round))
-                if stop:
-                    break
-            drafted_texts = tuple(target.tokenizer.decode([d]) for d in drafts)
-        for fields in tokens:
-            yield TokenEvent(**fields, t=clock.total)
-        yield RoundEvent(
-            index=n_round,
-            drafted_ids=tuple(drafts),
-            drafted_texts=drafted_texts,
-            n_accepted=v.n_accepted,
-            target_id=v.token,
-            n_emitted=len(tokens),
-            stop=stop,
-            draft_seconds=draft_s,
-            verify_seconds=verify_s,
-            t=clock.total,
-        )
-
-    yield RunSummary(
-        mode="speculative",
-        token_ids=tuple(answer),
-        text=detok.text,
-        stop=stop,
-        gamma=gamma,
-        drafter=drafter.name,
-        target_params=target.n_params,
-        drafter_params=drafter.n_params,
-        prefill_seconds=prefill_s,
-        decode_seconds=clock.total - prefill_s,
-        target_forwards=n_round,
-        t=clock.total,
-    )
+        tokens, round_event = speculative_round(state, drafting, n_round)
+        yield from tokens
+        yield round_event
+    yield _summary(state, prefill, n_round)
 
 
 @torch.inference_mode()
@@ -283,41 +341,21 @@ def autoregressive_generate(
 ) -> Iterator[Event]:
     """Plain decoding of the target, one forward per token; yields the same event types."""
     assert max_new_tokens >= 1
-    clock = Stopwatch(target.device)
-    detok = Detokenizer(target.tokenizer)
-    cache = target.new_cache()
-
-    # 0. prefill, exactly as in the speculative run.
-    with clock:
-        logits = target.prefill(prompt.target_inputs, cache)
-        token, p_token = _first_token(logits, sampling, generator)
-    yield PrefillEvent(
-        mode="autoregressive",
-        prompt_tokens=prompt.target_inputs["input_ids"].shape[1],
-        drafter_prompt_tokens=0,
-        target_seconds=clock.last,
-        drafter_seconds=0.0,
-        t=clock.total,
-    )
-    prefill_s = clock.total
-    answer = [token]
-    stop = _stop_reason(answer, target.stop_ids, max_new_tokens)
-    with clock:
-        text = detok.push(token) + (detok.flush() if stop else "")
-    yield TokenEvent(index=0, token_id=token, text=text, kind="target", round=0, p=p_token, t=clock.total)
-
-    step = 0
-    while stop is None:
+    start = run_start(target, None, gamma=0, sampling=sampling, max_new_tokens=max_new_tokens)
+    yield start
+    state, _, prefill, first = _prefill(target, prompt, start, generator, None)
+    yield prefill
+    yield first
+    clock, step = state.clock, 0
+    while state.stop is None:
         step += 1
         # 1. one target forward over the last token -> the next token.
         with clock:
-            logits = target.forward([answer[-1]], cache)[0]
+            logits = target.forward([state.answer[-1]], state.cache)[0]
             token, p_token = _first_token(logits, sampling, generator)
-            answer.append(token)
-            stop = _stop_reason(answer, target.stop_ids, max_new_tokens)
-            text = detok.push(token) + (detok.flush() if stop else "")
+            text = state.append(token)
         yield TokenEvent(
-            index=len(answer) - 1, token_id=token, text=text, kind="target", round=step, p=p_token, t=clock.total
+            index=len(state.answer) - 1, token_id=token, text=text, kind="target", round=step, p=p_token, t=clock.total
         )
         yield RoundEvent(
             index=step,
@@ -326,23 +364,30 @@ def autoregressive_generate(
             n_accepted=0,
             target_id=token,
             n_emitted=1,
-            stop=stop,
+            stop=state.stop,
             draft_seconds=0.0,
             verify_seconds=clock.last,
             t=clock.total,
         )
+    yield _summary(state, prefill, step)
 
-    yield RunSummary(
-        mode="autoregressive",
-        token_ids=tuple(answer),
-        text=detok.text,
-        stop=stop,
-        gamma=0,
-        drafter=None,
-        target_params=target.n_params,
-        drafter_params=0,
-        prefill_seconds=prefill_s,
-        decode_seconds=clock.total - prefill_s,
-        target_forwards=step,
-        t=clock.total,
-    )
+
+def run(
+    target: Target,
+    prompt: Prompt,
+    *,
+    drafter: Drafter | None = None,
+    gamma: int = 0,
+    sampling: Sampling,
+    max_new_tokens: int,
+    min_confidence: float = 0.0,
+) -> Trace:
+    """One whole run as a trace: speculative with a drafter, autoregressive without. Its random
+    numbers come from a generator seeded with `sampling.seed` on the target's device."""
+    generator = torch.Generator(device=target.device).manual_seed(sampling.seed)
+    if drafter is None:
+        return Trace.of(autoregressive_generate(target, prompt, sampling=sampling, max_new_tokens=max_new_tokens,
+                                                generator=generator))
+    return Trace.of(speculative_generate(target, drafter, prompt, gamma=gamma, sampling=sampling,
+                                         max_new_tokens=max_new_tokens, generator=generator,
+                                         min_confidence=min_confidence))

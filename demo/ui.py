@@ -440,20 +440,19 @@ def _view(traces: dict[str, Trace], request: Request, facts: tuple[str, ...], ch
     figures = (
         (
             charts.race(spd, ar),
-            charts.block_efficiency(spd, gamma),
-            charts.accept_lengths(spd, gamma),
-            charts.acceptance_by_position(spd, gamma),
+            charts.block_efficiency(spd),
+            charts.accept_lengths(spd),
+            charts.acceptance_by_position(spd),
         )
         if charts_too
         else (gr.skip(),) * 4
     )
-    greedy = request.sampling.greedy
     return (
-        render.panel_html(spd, "Speculative", f"{request.drafter} drafter · {drafts} · {mode}", greedy),
-        render.speculative_stats_html(spd, gamma, speedup),
-        render.panel_html(ar, "Autoregressive (target only)", f"one target forward per token · {mode}", greedy),
+        render.panel_html(spd, "Speculative", f"{request.drafter} drafter · {drafts} · {mode}"),
+        render.speculative_stats_html(spd, speedup),
+        render.panel_html(ar, "Autoregressive (target only)", f"one target forward per token · {mode}"),
         render.autoregressive_stats_html(ar),
-        render.outcome_html(spd, ar, greedy, comparison, facts),
+        render.outcome_html(spd, ar, comparison, facts),
         render.blocks_html(spd),
         *figures,
     )
@@ -470,7 +469,7 @@ def _export_dir() -> tempfile.TemporaryDirectory:
 def _downloads(traces: dict[str, Trace], request: Request) -> tuple:
     folder = Path(_export_dir().name)
     json_path, csv_path = folder / "trace.json", folder / "tokens.csv"
-    json_path.write_text(export.to_json(export.payload(request.settings(), traces, request.gamma)))
+    json_path.write_text(export.to_json(export.payload(request.settings(), traces)))
     csv_path.write_text(export.tokens_csv(traces))
     return (
         gr.DownloadButton(value=str(json_path), interactive=True),
@@ -729,7 +728,7 @@ def trace_api(
                 if isinstance(event, RoundEvent) and time.perf_counter() - last_yield >= HEARTBEAT_EVERY:
                     yield gr.skip()  # a chance for Gradio to close this handler (see `_frames`)
                     last_yield = time.perf_counter()
-        yield export.payload(request.settings(), traces, request.gamma)
+        yield export.payload(request.settings(), traces)
     except Exception as error:
         raise gr.Error(_message(error), print_exception=False) from None
 
@@ -979,26 +978,26 @@ def _inputs(default_preset: str, examples: list[Example]) -> SimpleNamespace:
 def _race_view() -> SimpleNamespace:
     """The race's outputs: outcome, both panels and their stats, charts, block view, downloads."""
     v = SimpleNamespace()
-    empty, g = Trace(), DEFAULTS["gamma"]
+    empty = Trace()
     with gr.Row(elem_id="race-head"):
         gr.HTML(render.legend_html(), js_on_load=None, elem_id="legend")
     v.outcome = gr.HTML(
-        render.outcome_html(empty, empty, True, None), js_on_load=None, label="outcome", elem_id="outcome"
+        render.outcome_html(empty, empty, None), js_on_load=None, label="outcome", elem_id="outcome"
     )
     with gr.Row(equal_height=False):
         with gr.Column(min_width=320):
             v.spd_panel = gr.HTML(
-                render.panel_html(empty, "Speculative", "drafter + target", True),
+                render.panel_html(empty, "Speculative", "drafter + target"),
                 js_on_load=None,
                 label="speculative panel",
                 elem_id="spd-panel",
             )
             v.spd_stats = gr.HTML(
-                render.speculative_stats_html(empty, g, None), js_on_load=None, label="speculative stats", elem_id="spd-stats"
+                render.speculative_stats_html(empty, None), js_on_load=None, label="speculative stats", elem_id="spd-stats"
             )
         with gr.Column(min_width=320):
             v.ar_panel = gr.HTML(
-                render.panel_html(empty, "Autoregressive (target only)", "one forward per token", True),
+                render.panel_html(empty, "Autoregressive (target only)", "one forward per token"),
                 js_on_load=None,
                 label="autoregressive panel",
                 elem_id="ar-panel",
@@ -1010,14 +1009,14 @@ def _race_view() -> SimpleNamespace:
     with gr.Row(elem_id="charts"):
         v.race_chart = gr.Plot(charts.race(empty, empty), label="race chart", show_label=False, elem_id="chart-race")
         v.tau_chart = gr.Plot(
-            charts.block_efficiency(empty, g), label="block efficiency chart", show_label=False, elem_id="chart-tau"
+            charts.block_efficiency(empty), label="block efficiency chart", show_label=False, elem_id="chart-tau"
         )
     with gr.Row(elem_id="charts-2"):
         v.hist_chart = gr.Plot(
-            charts.accept_lengths(empty, g), label="accept lengths chart", show_label=False, elem_id="chart-hist"
+            charts.accept_lengths(empty), label="accept lengths chart", show_label=False, elem_id="chart-hist"
         )
         v.pos_chart = gr.Plot(
-            charts.acceptance_by_position(empty, g),
+            charts.acceptance_by_position(empty),
             label="acceptance by position chart",
             show_label=False,
             elem_id="chart-pos",

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from demo import analysis
-from demo.events import PrefillEvent, RoundEvent, RunSummary, TokenEvent, Trace
+from demo.events import PrefillEvent, Rejection, RoundEvent, RunSummary, TokenEvent, Trace
 
 END = "<|end|>"  # the stop token as the tokenizer decodes it on its own; it adds no answer text
 END_ID = 2
@@ -40,8 +40,8 @@ def build(first: str, rounds: list[tuple[list[str], int, str | None]]) -> Trace:
             if own is not None:
                 rejected = {}
                 if k < len(drafts):
-                    rejected = dict(rejected_id=tid(drafts[k]), rejected_text=drafts[k], rejected_p=0.1,
-                                    rejected_q=0.7, rejected_accept_prob=0.0)
+                    rejected = dict(rejection=Rejection(id=tid(drafts[k]), text=drafts[k], p=0.1, q=0.7,
+                                                        accept_prob=0.0))
                 emitted.append(dict(text=own, kind="resampled" if k < len(drafts) else "bonus", **rejected))
         for e in emitted:
             text = e.pop("text")

@@ -189,7 +189,7 @@ def events_in_race_order(traces: dict[str, Trace]) -> list:
     pairs = []
     for lane, trace in traces.items():
         body = sorted(trace.tokens + trace.rounds, key=lambda e: (e.t, isinstance(e, RoundEvent)))
-        pairs += [(lane, e) for e in [trace.prefill, *body, trace.summary]]
+        pairs += [(lane, e) for e in [trace.start, trace.prefill, *body, trace.summary]]
     return sorted(pairs, key=lambda pair: pair[1].t)
 
 
@@ -238,7 +238,7 @@ def test_examples_are_read_from_the_examples_folder(tiny_world, tmp_path):
 
 def test_json_export_holds_settings_traces_metrics_and_comparison():
     traces = {"speculative": spd_trace(), "autoregressive": ar_trace()}
-    record = json.loads(export.to_json(export.payload({"gamma": 3}, traces, gamma=3)))
+    record = json.loads(export.to_json(export.payload({"gamma": 3}, traces)))
     assert record["settings"] == {"gamma": 3}
     assert record["runs"]["speculative"]["trace"]["summary"]["token_ids"] == [10, 11, 13, 15, 16, 17, 18, 2]
     assert record["runs"]["speculative"]["metrics"]["tau"] == pytest.approx(7 / 3)
@@ -251,7 +251,7 @@ def test_json_export_holds_settings_traces_metrics_and_comparison():
 
 
 def test_json_export_of_unfinished_runs_is_strict_json_without_a_comparison():
-    record = export.payload({}, {"speculative": Trace(), "autoregressive": Trace()}, gamma=4)
+    record = export.payload({}, {"speculative": Trace(), "autoregressive": Trace()})
     text = export.to_json(record)  # allow_nan=False: NaN metrics must have become null
     assert json.loads(text)["runs"]["speculative"]["metrics"]["tau"] is None
     assert "comparison" not in record

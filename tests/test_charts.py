@@ -21,20 +21,20 @@ def test_race_plots_tokens_against_each_runs_own_clock():
 
 def test_block_efficiency_is_the_running_tau_between_its_bounds():
     spd = spd_trace()
-    fig = charts.block_efficiency(spd, gamma=3)
+    fig = charts.block_efficiency(spd)
     assert list(fig.data[0].y) == metrics.running_tau(spd) == [2.0, 3.0, 7 / 3]
     assert list(fig.data[0].x) == [1, 2, 3]
     assert sorted(shape.y0 for shape in fig.layout.shapes) == [1, 4]
 
 
 def test_accept_length_histogram_counts_rounds_by_accepted_drafts():
-    fig = charts.accept_lengths(spd_trace(), gamma=3)
+    fig = charts.accept_lengths(spd_trace())
     assert list(fig.data[0].x) == [0, 1, 2, 3]
     assert list(fig.data[0].y) == [0, 2, 0, 1]
 
 
 def test_acceptance_by_position_leaves_positions_never_drafted_empty():
-    fig = charts.acceptance_by_position(spd_trace(), gamma=4)
+    fig = charts.acceptance_by_position(spd_trace(gamma=4))  # gamma 4, but no round drafted 4
     assert list(fig.data[0].x) == [1, 2, 3, 4]
     assert list(fig.data[0].y) == [1.0, 0.5, 0.5, None]
 
@@ -43,9 +43,9 @@ def test_acceptance_by_position_leaves_positions_never_drafted_empty():
     "draw",
     [
         lambda t: charts.race(t, t),
-        lambda t: charts.block_efficiency(t, 4),
-        lambda t: charts.accept_lengths(t, 4),
-        lambda t: charts.acceptance_by_position(t, 4),
+        charts.block_efficiency,
+        charts.accept_lengths,
+        charts.acceptance_by_position,
     ],
 )
 def test_every_chart_draws_an_empty_trace(draw):

@@ -6,11 +6,12 @@ import pytest
 import tiny
 import torch
 from tokenizers import Tokenizer, models
-from transformers import PreTrainedTokenizerFast
+from transformers import DynamicCache, PreTrainedTokenizerFast
 
-from demo import metrics
+from demo import metrics, speculative
+from demo.compat import cache_keyword
 from demo.drafters import Drafter
-from demo.events import PrefillEvent, RoundEvent, RunSummary, TokenEvent, Trace
+from demo.events import DrafterInfo, PrefillEvent, RoundEvent, RunStart, RunSummary, TokenEvent, Trace
 from demo.models import VocabMismatch, check_vocab_compatible
 from demo.sampling import Sampling
 from demo.speculative import Target, autoregressive_generate, speculative_generate
@@ -103,7 +104,7 @@ def test_greedy_autoregressive_output_identical_to_target_generate(world, refere
         assert list(ar(world, image, question).summary.token_ids) == reference
 
 
-def test_event_stream_has_prefill_then_token_groups_then_summary(world):
+def test_event_stream_has_start_then_prefill_then_token_groups_then_summary(world):
     image, question = CASES[0]
     events = list(
         speculative_generate(
@@ -116,10 +117,11 @@ def test_event_stream_has_prefill_then_token_groups_then_summary(world):
             generator=torch.Generator().manual_seed(0),
         )
     )
-    assert isinstance(events[0], PrefillEvent) and isinstance(events[-1], RunSummary)
-    assert isinstance(events[1], TokenEvent) and events[1].round == 0 and events[1].kind == "target"
+    assert isinstance(events[0], RunStart) and isinstance(events[1], PrefillEvent)
+    assert isinstance(events[-1], RunSummary)
+    assert isinstance(events[2], TokenEvent) and events[2].round == 0 and events[2].kind == "target"
     pending = []
-    for event in events[2:-1]:
+    for event in events[3:-1]:
         if isinstance(event, TokenEvent):
             pending.append(event)
             continue
@@ -133,7 +135,7 @@ def test_event_stream_has_prefill_then_token_groups_then_summary(world):
         assert [t.token_id for t in pending] == [*event.drafted_ids[: event.n_accepted], event.target_id]
         pending = []
     clocks = [e.t for e in events]
-    assert clocks == sorted(clocks) and clocks[0] > 0
+    assert clocks == sorted(clocks) and clocks[0] == 0.0 and clocks[1] > 0  # nothing computed before the start
 
 
 def test_resampled_token_reports_the_rejected_draft(world):
@@ -142,11 +144,13 @@ def test_resampled_token_reports_the_rejected_draft(world):
     assert resampled
     for token in resampled:
         r = trace.rounds[token.round - 1]
-        assert token.rejected_id == r.drafted_ids[r.n_accepted] != token.token_id
-        assert token.rejected_accept_prob == 0.0 and token.rejected_q is not None
+        assert token.rejection.id == r.drafted_ids[r.n_accepted] != token.token_id
+        assert token.rejection.text == r.drafted_texts[r.n_accepted]
+        assert token.rejection.accept_prob == 0.0 and 0.0 < token.rejection.q <= 1.0
     for token in trace.tokens:
         if token.kind == "accepted":
             assert token.accept_prob == 1.0 and 0.0 < token.q <= 1.0
+        assert (token.rejection is None) == (token.kind != "resampled")
 
 
 def test_tau_counts_bonus_tokens_and_matches_the_rounds(world):
@@ -155,7 +159,7 @@ def test_tau_counts_bonus_tokens_and_matches_the_rounds(world):
     full = [r for r in trace.rounds if r.stop is None]
     assert all(r.n_emitted == 5 and r.n_accepted == 4 for r in full)
     assert metrics.tau(trace) == (len(trace.tokens) - 1) / len(trace.rounds)
-    assert metrics.accept_length_histogram(trace, 4)[4] == len([r for r in trace.rounds if r.n_accepted == 4])
+    assert metrics.accept_length_histogram(trace)[4] == len([r for r in trace.rounds if r.n_accepted == 4])
 
 
 def test_max_new_tokens_is_never_exceeded(world):
@@ -276,3 +280,116 @@ def test_vocab_check_refuses_a_drafter_whose_ids_mean_other_tokens(tok):
     swapped = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")))
     with pytest.raises(VocabMismatch, match=f"token id 100 is {b!r} for the drafter but {a!r} for the target"):
         check_vocab_compatible(tok, swapped, "swapped")
+
+
+# --- one round, the run's first event, per-run drafter state, run() ----------------------------
+
+
+def fresh_cache(model, inputs: dict, extra: list[int]) -> DynamicCache:
+    """The cache one forward builds over a prompt's inputs followed by extra ids."""
+    inputs = dict(inputs)
+    inputs["input_ids"] = torch.cat([inputs["input_ids"], torch.tensor([extra], dtype=torch.long)], dim=1)
+    inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+    cache = DynamicCache(config=model.config)
+    with torch.inference_mode():
+        model(**inputs, **{cache_keyword(model): cache}, use_cache=True)
+    return cache
+
+
+def assert_same_cache(cache: DynamicCache, expected: DynamicCache) -> None:
+    assert cache.get_seq_length() == expected.get_seq_length()
+    for layer, want in zip(cache.layers, expected.layers, strict=True):
+        torch.testing.assert_close(layer.keys, want.keys, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(layer.values, want.values, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("drafter", ["image-partly", "text-partly"])
+def test_round_rollback_keeps_exactly_the_accepted_tokens_in_both_caches(world, drafter):
+    image, question = CASES[1]
+    prompt = world.prompt(image, question, drafter)
+    d = world.drafter(drafter)
+    start = speculative.run_start(world.target, d, gamma=4, sampling=GREEDY, max_new_tokens=MAX_NEW)
+    state, drafting, _, _ = speculative._prefill(world.target, prompt, start, torch.Generator().manual_seed(0), d)
+    rejected_rounds, index = 0, 0
+    while state.stop is None:
+        index += 1
+        before = len(state.answer)
+        tokens, r = speculative.speculative_round(state, drafting, index)
+        # The round emits the accepted drafts, then the target's own token, onto the answer.
+        assert [t.token_id for t in tokens] == [*r.drafted_ids[: r.n_accepted], r.target_id]
+        assert state.answer[before:] == [t.token_id for t in tokens] and r.n_emitted == len(tokens)
+        if state.stop:
+            break  # the last round may be cut at the stop; nothing decodes after it
+        rejected_rounds += r.n_accepted < len(r.drafted_ids)
+        # Target: prompt + answer[:-1] (the last token is fed by the next round), as one fresh forward builds it.
+        assert_same_cache(state.cache, fresh_cache(world.target.model, prompt.target_inputs, state.answer[:-1]))
+        # Drafter: its prompt + the answer tokens it was fed, each one the answer's token at its position.
+        assert drafting.fed_tokens == [state.answer[i] for i in drafting.fed_positions]
+        assert_same_cache(drafting.cache, fresh_cache(d.model, prompt.drafter_inputs, drafting.fed_tokens))
+    assert rejected_rounds >= 2
+
+
+def test_first_event_says_what_runs_and_the_trace_alone_gives_its_metrics(world):
+    image, question = CASES[0]
+    d = world.drafter("image-partly")
+    sampling = Sampling(greedy=False, temperature=0.7, top_p=0.9, seed=3)
+    spd_trace = speculative.run(world.target, world.prompt(image, question, "image-partly"), drafter=d, gamma=3,
+                                sampling=sampling, max_new_tokens=9, min_confidence=0.25)
+    assert spd_trace.start == RunStart(
+        mode="speculative",
+        target="tiny-llava",
+        target_params=world.target.n_params,
+        drafter=DrafterInfo(name="image-partly", kind="image-aware", params=d.n_params, min_confidence=0.25),
+        gamma=3,
+        sampling=sampling,
+        max_new_tokens=9,
+        t=0.0,
+    )
+    ar_trace = speculative.run(world.target, world.prompt(image, question), sampling=sampling, max_new_tokens=9)
+    assert ar_trace.start == RunStart("autoregressive", "tiny-llava", world.target.n_params, None, 0, sampling, 9)
+    numbers = metrics.summary(spd_trace)  # no gamma passed: the trace says it
+    assert len(numbers["acceptance_by_position"]) == 3 and len(numbers["accept_length_histogram"]) == 4
+    assert numbers["c"] == d.n_params / world.target.n_params
+    assert numbers["mbsu"] == numbers["tau"] / (1 + 3 * numbers["c"]) == metrics.mbsu(spd_trace)
+    assert "alpha" not in metrics.summary(ar_trace) and spd_trace.greedy is False
+
+
+def test_two_interleaved_runs_of_one_drafter_do_not_share_its_state(world):
+    d = world.drafter("image-partly")
+    assert world.drafter("image-partly") is d  # the loaded drafter is shared; each run starts its own state
+
+    def events(image, question):
+        return speculative_generate(world.target, d, world.prompt(image, question, "image-partly"), gamma=4,
+                                    sampling=GREEDY, max_new_tokens=MAX_NEW, generator=torch.Generator().manual_seed(0))
+
+    cases = {"a": CASES[1], "b": CASES[6]}
+    alone = {name: Trace.of(events(*case)) for name, case in cases.items()}
+    together = {name: Trace() for name in cases}
+    live = {name: events(*case) for name, case in cases.items()}
+    while live:  # strict alternation: every round of one run falls between rounds of the other
+        for name in list(live):
+            event = next(live[name], None)
+            if event is None:
+                del live[name]
+            else:
+                together[name].add(event)
+    for name in cases:
+        assert [r.drafted_ids for r in together[name].rounds] == [r.drafted_ids for r in alone[name].rounds]
+        assert together[name].summary.token_ids == alone[name].summary.token_ids
+    assert any(r.n_accepted for t in alone.values() for r in t.rounds)  # the drafter's cache mattered
+    inputs = world.prompt(*CASES[1], "image-partly").drafter_inputs
+    assert d.start(inputs).cache is not d.start(inputs).cache
+
+
+def test_run_is_the_event_stream_seeded_from_the_sampling_settings(world):
+    sampling = Sampling(greedy=False, seed=5)
+    prompt = world.prompt(*CASES[2], "text-partly")
+    d = world.drafter("text-partly")
+    trace = speculative.run(world.target, prompt, drafter=d, gamma=3, sampling=sampling, max_new_tokens=MAX_NEW)
+    by_hand = Trace.of(speculative_generate(world.target, d, prompt, gamma=3, sampling=sampling,
+                                            max_new_tokens=MAX_NEW, generator=torch.Generator().manual_seed(5)))
+    assert trace.summary.token_ids == by_hand.summary.token_ids
+    assert [r.drafted_ids for r in trace.rounds] == [r.drafted_ids for r in by_hand.rounds]
+    ar_run = speculative.run(world.target, prompt, sampling=sampling, max_new_tokens=MAX_NEW)
+    ar_by_hand = ar(world, *CASES[2], sampling=sampling, seed=5)
+    assert ar_run.summary.token_ids == ar_by_hand.summary.token_ids and ar_run.start.mode == "autoregressive"

@@ -5,8 +5,9 @@ import math
 import pytest
 
 from demo import metrics
-from demo.events import PrefillEvent, RoundEvent, RunSummary, TokenEvent, Trace
+from demo.events import DrafterInfo, PrefillEvent, RoundEvent, RunStart, RunSummary, TokenEvent, Trace
 from demo.race import race
+from demo.sampling import Sampling
 
 
 def round_event(index, drafted, n_accepted, n_emitted=None, t=0.0, stop=None):
@@ -27,7 +28,10 @@ def round_event(index, drafted, n_accepted, n_emitted=None, t=0.0, stop=None):
 def spd_trace(rounds, gamma=4, target_params=1000, drafter_params=50, prefill_t=1.0, end_t=3.0):
     """A speculative trace with the given (drafted, accepted) rounds; t grows linearly to end_t."""
     trace = Trace()
-    trace.add(PrefillEvent("speculative", 10, 8, 0.8, 0.2, t=prefill_t))
+    mode = "speculative" if gamma else "autoregressive"
+    drafter = DrafterInfo("d", "text-only", drafter_params, 0.0) if gamma else None
+    trace.add(RunStart(mode, "target", target_params, drafter, gamma, Sampling(), 100))
+    trace.add(PrefillEvent(mode, 10, 8, 0.8, 0.2, t=prefill_t))
     trace.add(TokenEvent(index=0, token_id=1, text="a", kind="target", round=0, p=0.9, t=prefill_t))
     n = 1
     for i, (drafted, n_acc) in enumerate(rounds, start=1):
@@ -38,7 +42,7 @@ def spd_trace(rounds, gamma=4, target_params=1000, drafter_params=50, prefill_t=
             n += 1
         trace.add(round_event(i, drafted, n_acc, t=t))
     trace.add(
-        RunSummary("speculative", (1,) * n, "ab", "eos", gamma, "d", target_params, drafter_params, prefill_t,
+        RunSummary(mode, (1,) * n, "ab", "eos", gamma, "d", target_params, drafter_params, prefill_t,
                    end_t - prefill_t, len(rounds), t=end_t)
     )
     return trace
@@ -60,17 +64,17 @@ def test_alpha_is_accepted_over_drafted():
 def test_acceptance_by_position_conditions_on_the_draft_being_proposed():
     trace = spd_trace([(4, 4), (2, 1), (1, 0)])
     # position 1: proposed in 3 rounds, accepted in 2; position 2: proposed in 2, accepted in 1
-    assert metrics.acceptance_by_position(trace, 4) == [2 / 3, 1 / 2, 1.0, 1.0]
+    assert metrics.acceptance_by_position(trace) == [2 / 3, 1 / 2, 1.0, 1.0]
 
 
 def test_accept_length_histogram_counts_rounds_by_accepted_drafts():
-    assert metrics.accept_length_histogram(spd_trace(ROUNDS), 4) == [1, 1, 1, 0, 1]
+    assert metrics.accept_length_histogram(spd_trace(ROUNDS)) == [1, 1, 1, 0, 1]
 
 
 def test_mbsu_discounts_tau_by_drafting_cost():
     trace = spd_trace(ROUNDS, gamma=4, target_params=1000, drafter_params=50)
     assert metrics.param_ratio(trace) == 0.05
-    assert metrics.mbsu(metrics.tau(trace), 4, 0.05) == pytest.approx((11 / 4) / 1.2)
+    assert metrics.mbsu(trace) == pytest.approx((11 / 4) / 1.2)
 
 
 def test_tokens_per_second_excludes_the_prefill():
@@ -129,3 +133,18 @@ def test_speedup_is_nan_while_the_baseline_has_no_decoded_tokens():
     ar = Trace()
     ar.add(PrefillEvent("autoregressive", 10, 0, 0.8, 0.0, t=1.0))
     assert math.isnan(metrics.speedup(spd_trace(ROUNDS), ar))
+
+
+def test_pooled_runs_start_as_the_first_so_their_rates_need_no_gamma_beside_them():
+    whole = spd_trace(ROUNDS)
+    pooled = metrics.pooled([spd_trace(ROUNDS[:2]), spd_trace(ROUNDS[2:])])
+    assert pooled.gamma == 4 and len(pooled.rounds) == 4
+    assert metrics.tau(pooled) == metrics.tau(whole) == 11 / 4
+    assert metrics.acceptance_by_position(pooled) == metrics.acceptance_by_position(whole)
+    assert metrics.mbsu(pooled) == metrics.mbsu(whole) == pytest.approx((11 / 4) / 1.2)
+
+
+def test_a_trace_before_its_first_event_has_no_gamma_and_no_parameter_ratio():
+    assert Trace().gamma == 0 and metrics.acceptance_by_position(Trace()) == []
+    assert math.isnan(metrics.param_ratio(Trace()))
+    assert "alpha" not in metrics.summary(Trace()) and "alpha" in metrics.summary(Trace(), speculative=True)

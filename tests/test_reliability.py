@@ -367,8 +367,9 @@ def probe(monkeypatch):
         return cache
 
     def watched_start(self, inputs):
-        start(self, inputs)
-        seen.caches.append(weakref.ref(self.cache))
+        state = start(self, inputs)
+        seen.caches.append(weakref.ref(state.cache))
+        return state
 
     monkeypatch.setattr(ui, "race", timed_race)
     monkeypatch.setattr(ui, "_close", timed_close)

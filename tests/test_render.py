@@ -3,18 +3,22 @@
 import re
 
 from demo import metrics, render
-from demo.events import PrefillEvent, RoundEvent, RunSummary, TokenEvent, Trace
+from demo.events import DrafterInfo, PrefillEvent, Rejection, RoundEvent, RunStart, RunSummary, TokenEvent, Trace
+from demo.sampling import Sampling
 
 
-def spd_trace(stop: str = "eos") -> Trace:
-    """A speculative run with gamma 3 and every kind of token:
+def spd_trace(stop: str = "eos", greedy: bool = True, gamma: int = 3) -> Trace:
+    """A speculative run with gamma 3 (the most drafts per round it announces: `gamma`) and every
+    kind of token:
 
     prefill -> "The" (target)
     round 1: drafts " red" " circle" " is"; accepts " red", rejects " circle" -> resamples " square"
     round 2: drafts " on" " top" "\\n"; accepts all three -> bonus "<b>&"
     round 3: drafts "" (the end); accepts it -> the answer ends inside the drafts
     """
+    drafter = DrafterInfo("text-only", "text-only", 100, 0.0)
     events = [
+        RunStart("speculative", "tiny", 1000, drafter, gamma, Sampling(greedy=greedy), 8),
         PrefillEvent("speculative", 40, 24, 0.030, 0.004, t=0.034),
         TokenEvent(0, 10, "The", "target", 0, p=0.9, t=0.035),
         TokenEvent(1, 11, " red", "accepted", 1, p=0.8, q=0.6, accept_prob=1.0, t=0.060),
@@ -25,11 +29,7 @@ def spd_trace(stop: str = "eos") -> Trace:
             "resampled",
             1,
             p=0.7,
-            rejected_id=12,
-            rejected_text=" circle",
-            rejected_p=0.05,
-            rejected_q=0.9,
-            rejected_accept_prob=0.0556,
+            rejection=Rejection(id=12, text=" circle", p=0.05, q=0.9, accept_prob=0.0556),
             t=0.060,
         ),
         RoundEvent(1, (11, 12, 14), (" red", " circle", " is"), 1, 13, 2, None, 0.01, 0.015, t=0.060),
@@ -58,8 +58,11 @@ def spd_trace(stop: str = "eos") -> Trace:
     return Trace.of(events)
 
 
-def ar_trace(ids=(10, 11, 13), texts=("The", " red", " square")) -> Trace:
-    events = [PrefillEvent("autoregressive", 40, 0, 0.03, 0.0, t=0.03)]
+def ar_trace(ids=(10, 11, 13), texts=("The", " red", " square"), greedy: bool = True) -> Trace:
+    events = [
+        RunStart("autoregressive", "tiny", 1000, None, 0, Sampling(greedy=greedy), 8),
+        PrefillEvent("autoregressive", 40, 0, 0.03, 0.0, t=0.03),
+    ]
     for i, (token, text) in enumerate(zip(ids, texts, strict=True)):
         events.append(TokenEvent(i, token, text, "target", i, p=0.5, t=0.03 + 0.01 * (i + 1)))
         if i:
@@ -92,12 +95,12 @@ def spans(html: str) -> list[str]:
 
 
 def test_one_focusable_span_per_token_classed_by_its_kind():
-    html = render.tokens_html(spd_trace(), greedy=False)
+    html = render.tokens_html(spd_trace(greedy=False))
     assert spans(html) == ["target", "accepted", "resampled", "accepted", "accepted", "accepted", "bonus", "accepted"]
 
 
 def test_token_text_is_escaped():
-    html = render.tokens_html(spd_trace(), greedy=False)
+    html = render.tokens_html(spd_trace(greedy=False))
     assert "&lt;b&gt;&amp;" in html
     assert "<b>&" not in html
 
@@ -111,9 +114,9 @@ def test_newline_and_control_characters_stay_visible():
 
 
 def test_answer_ending_at_eos_shows_an_end_marker_on_the_last_token():
-    html = render.tokens_html(spd_trace(stop="eos"), greedy=False)
+    html = render.tokens_html(spd_trace(stop="eos", greedy=False))
     assert html.count("⏹ end") == 1
-    assert "⏹ end" not in render.tokens_html(spd_trace(stop="max_new_tokens"), greedy=False)
+    assert "⏹ end" not in render.tokens_html(spd_trace(stop="max_new_tokens", greedy=False))
 
 
 def test_tooltip_of_accepted_token_gives_p_q_and_acceptance_probability():
@@ -170,7 +173,7 @@ def test_block_view_keeps_only_the_latest_rounds():
 
 def test_speculative_stats_show_the_metrics_beside_their_formulas():
     trace = spd_trace()
-    html = render.speculative_stats_html(trace, gamma=3, speedup=1.5)
+    html = render.speculative_stats_html(trace, speedup=1.5)
     assert metrics.tau(trace) == 7 / 3
     assert '<td class="num">2.33</td><td class="formula">tokens after prefill / target forwards = 7 / 3</td>' in html
     assert '<td class="num">0.71</td><td class="formula">accepted / drafted = 5 / 7</td>' in html
@@ -181,31 +184,31 @@ def test_speculative_stats_show_the_metrics_beside_their_formulas():
 
 
 def test_stats_of_an_empty_trace_show_dashes_not_errors():
-    html = render.speculative_stats_html(Trace(), gamma=4, speedup=None)
+    html = render.speculative_stats_html(Trace(), speedup=None)
     assert html.count('<td class="num">–</td>') == 5
     assert "–" in render.autoregressive_stats_html(Trace())
 
 
 def test_lossless_badge_only_when_the_outputs_are_identical():
     spd, ar = spd_trace(), ar_trace()
-    same = render.outcome_html(spd, ar, True, {"identical": True, "first_difference": None, "speedup": 2.0})
+    same = render.outcome_html(spd, ar, {"identical": True, "first_difference": None, "speedup": 2.0})
     assert "lossless ✓ identical outputs (8 tokens)" in same and "×2.00" in same
-    differ = render.outcome_html(spd, ar, True, {"identical": False, "first_difference": 3, "speedup": 2.0})
+    differ = render.outcome_html(spd, ar, {"identical": False, "first_difference": 3, "speedup": 2.0})
     assert "lossless" not in differ and "outputs differ from token 3 on" in differ
-    sampled = render.outcome_html(spd, ar, False, {"identical": False, "first_difference": 3, "speedup": 2.0})
+    sampled = render.outcome_html(spd_trace(greedy=False), ar_trace(greedy=False), {"identical": False, "first_difference": 3, "speedup": 2.0})
     assert "lossless" not in sampled and "differ by design, same distribution" in sampled
 
 
 def test_a_slower_speculative_run_is_explained_not_hidden():
     spd, ar = spd_trace(), ar_trace()
-    slower = render.outcome_html(spd, ar, True, {"identical": True, "first_difference": None, "speedup": 0.8})
+    slower = render.outcome_html(spd, ar, {"identical": True, "first_difference": None, "speedup": 0.8})
     assert "<b>×0.80</b>" in slower and "slower here" in slower
-    faster = render.outcome_html(spd, ar, True, {"identical": True, "first_difference": None, "speedup": 1.2})
+    faster = render.outcome_html(spd, ar, {"identical": True, "first_difference": None, "speedup": 1.2})
     assert "slower here" not in faster
 
 
 def test_panel_shows_its_own_compute_clock():
-    html = render.panel_html(spd_trace(), "Speculative", "text-only", greedy=True)
+    html = render.panel_html(spd_trace(), "Speculative", "text-only")
     assert "0.110 s compute · 8 tokens · done (end of answer)" in html
 
 
@@ -216,7 +219,7 @@ def test_legend_lists_every_kind_with_its_non_colour_cue():
 
 
 def test_outcome_states_the_presets_facts_about_the_pairing():
-    html = render.outcome_html(Trace(), Trace(), True, None, ("The drafter cannot propose <end>.",))
+    html = render.outcome_html(Trace(), Trace(), None, ("The drafter cannot propose <end>.",))
     assert '<div class="fact">The drafter cannot propose &lt;end&gt;.</div>' in html
     assert "press <b>Run the race</b>" in html
 
@@ -231,3 +234,15 @@ def test_errors_are_escaped_and_announced():
     assert render.error_html("bad <thing>") == (
         '<div class="outcome"><div class="error-box" role="alert">bad &lt;thing&gt;</div></div>'
     )
+
+
+def test_exported_token_flattens_its_rejection_into_the_rejected_columns():
+    trace = spd_trace()
+    record = trace.to_dict()
+    assert set(record) == {"prefill", "tokens", "rounds", "summary"}  # the run's start is the export's settings
+    assert record["tokens"][2] == {
+        "index": 2, "token_id": 13, "text": " square", "kind": "resampled", "round": 1, "p": 0.7, "q": None,
+        "accept_prob": None, "rejected_id": 12, "rejected_text": " circle", "rejected_p": 0.05, "rejected_q": 0.9,
+        "rejected_accept_prob": 0.0556, "t": 0.06,
+    }
+    assert record["tokens"][1]["rejected_id"] is None and record["tokens"][1]["rejected_text"] is None
