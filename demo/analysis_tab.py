@@ -94,7 +94,7 @@ class RaceControls:
     decoding: gr.Radio  # set to "greedy"
     max_new: gr.Slider
     run: gr.Button | None = None  # clicked once the inputs are in, so the race starts by itself
-    reference: gr.HTML | None = None  # the task and reference answer line, filled by ui.reference_html
+    reference: gr.HTML | None = None  # the task and reference answer line, filled by render.reference_html
     adaptive: gr.Checkbox | None = None  # adaptive draft length: turned off, as in the analysis
 
     def targets(self) -> list:
@@ -444,9 +444,7 @@ def race_inputs(batch: Batch | None, number, current_preset: str, race: RaceCont
     out = (gr.Tabs(selected=race.race_tab), run.item.image, run.item.question, run.drafter, batch.gamma, "greedy",
            batch.max_new_tokens)
     if race.reference is not None:
-        from demo import ui  # the Race tab's own reference line (imported here: ui imports this module)
-
-        out += (ui.reference_html(ui.Example("", run.item.question, run.item.task, run.item.answer)),)
+        out += (render.reference_html(run.item.task, run.item.answer),)
     if race.adaptive is not None:
         out += (False,)
     return out

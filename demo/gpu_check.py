@@ -31,8 +31,14 @@ from dataclasses import dataclass
 import torch
 import transformers
 from PIL import Image
-from transformers import CLIPVisionConfig, DynamicCache, LlamaConfig, LlamaForCausalLM, LlavaConfig
-from transformers import LlavaForConditionalGeneration
+from transformers import (
+    CLIPVisionConfig,
+    DynamicCache,
+    LlamaConfig,
+    LlamaForCausalLM,
+    LlavaConfig,
+    LlavaForConditionalGeneration,
+)
 
 from demo import devices, metrics, models, speculative
 from demo.compat import cache_keyword
@@ -167,7 +173,7 @@ def step_costs(shapes: Shapes, device: torch.device, dtype: torch.dtype) -> dict
         "verify_ms": {gamma: forward_ms[gamma + 1] for gamma in GAMMAS},
         "draft_ms": draft_ms,
     }
-    del target, drafter, cache, d_cache
+    target = drafter = cache = d_cache = None  # free them (the closures above hold them too) before empty_cache
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return result

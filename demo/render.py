@@ -258,6 +258,15 @@ def loading_html(fraction: float, message: str) -> str:
     )
 
 
+def reference_html(task: str | None, answer: str | None) -> str:
+    """An example's task family and reference answer, for judging the answers by eye (None: no
+    example chosen). The Race tab shows it for its examples, the Analysis tab for a run it sends there."""
+    if task is None:
+        return '<div class="reference">Pick an example below, or upload your own image.</div>'
+    task = html.escape(task.replace("_", " "))
+    return f'<div class="reference"><span class="task">{task}</span> reference answer: <q>{html.escape(answer)}</q></div>'
+
+
 def error_html(message: str) -> str:
     return f'<div class="outcome"><div class="error-box" role="alert">{html.escape(message)}</div></div>'
 

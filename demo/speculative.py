@@ -36,8 +36,18 @@ from transformers import DynamicCache
 from demo.compat import cache_keyword
 from demo.detokenize import Detokenizer
 from demo.drafters import Drafter, DraftState
-from demo.events import DrafterInfo, Event, PrefillEvent, Rejection, RoundEvent, RunStart, RunSummary, TokenEvent
-from demo.events import Stop, Trace
+from demo.events import (
+    DrafterInfo,
+    Event,
+    PrefillEvent,
+    Rejection,
+    RoundEvent,
+    RunStart,
+    RunSummary,
+    Stop,
+    TokenEvent,
+    Trace,
+)
 from demo.sampling import Sampling, acceptance_probs, sample, verify_greedy, verify_sampled, warp
 
 

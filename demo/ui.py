@@ -360,7 +360,6 @@ def _until_ready(stream: Iterator[tuple], show) -> Iterator:
 def warm_up(preset: str) -> None:
     """Load a preset and its drafters and decode a few tokens with each, so the first Run is fast."""
     from demo import models  # torch and transformers: imported on first use, not to slow the start
-
     from demo.sampling import Sampling
 
     available = models.availability(preset)
@@ -818,11 +817,7 @@ def _header() -> str:
 
 def reference_html(example: Example | None) -> str:
     """The chosen example's task family and reference answer (for judging the answers by eye)."""
-    if example is None:
-        return '<div class="reference">Pick an example below, or upload your own image.</div>'
-    task = html.escape(example.task.replace("_", " "))
-    answer = html.escape(example.answer)
-    return f'<div class="reference"><span class="task">{task}</span> reference answer: <q>{answer}</q></div>'
+    return render.reference_html(None if example is None else example.task, None if example is None else example.answer)
 
 
 def preset_html(name: str) -> str:

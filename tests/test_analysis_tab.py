@@ -130,6 +130,7 @@ def test_racing_a_run_fills_the_race_tab_inputs_and_selects_it():
     assert all(o == gr.skip() for o in skipped) and len(skipped) == len(race.targets()) == 9
 
 
+@pytest.mark.slow
 def test_importing_the_tab_imports_no_torch():
     code = "import sys, demo.analysis_tab; sys.exit('torch' in sys.modules or 'transformers' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
@@ -150,6 +151,7 @@ def served(tmp_path_factory):
     models.PRESETS.pop(PRESET, None)
 
 
+@pytest.mark.slow
 def test_analysis_streams_progress_then_charts_tables_and_downloads_that_agree(served):
     client = Client(served.local_url, verbose=False)
     job = client.submit(PRESET, "caption", BOTH, 3, 2, 0, api_name="/analysis")
@@ -205,6 +207,7 @@ def test_analysis_settings_are_checked_as_on_race_naming_the_parameter(served, c
 # --- the tab in a browser ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_tab_in_chromium_runs_shows_a_trace_and_races_it_on_the_race_tab(served):
     from playwright.sync_api import sync_playwright
 

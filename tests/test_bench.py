@@ -13,6 +13,7 @@ def tiny_preset(tmp_path_factory):
     return tiny.save_preset(tmp_path_factory.mktemp("preset"), name="tiny-bench")
 
 
+@pytest.mark.slow
 def test_bench_writes_report_files_and_ends_with_one_json_line(tiny_preset, tmp_path, capsys):
     out = tmp_path / "bench"
     bench.main([

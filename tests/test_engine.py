@@ -207,6 +207,7 @@ def test_generation_stops_at_the_first_stop_token_and_truncates_the_round(world,
         assert last.drafted_ids[-1] == stop_id and last.n_emitted == last.n_accepted
 
 
+@pytest.mark.slow
 def test_text_pieces_concatenate_to_the_decoded_answer(world):
     for drafter, (image, question) in itertools.product(["text-partly", "image-partly"], CASES):
         for trace in (spd(world, drafter, image, question, 4), ar(world, image, question)):

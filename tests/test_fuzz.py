@@ -180,6 +180,7 @@ def consume(handler, arguments) -> str:
     return "result"
 
 
+@pytest.mark.slow
 def test_500_malformed_calls_to_the_handlers_end_in_a_result_or_a_message(files):
     outcomes = Counter()
     pool = ThreadPoolExecutor(1)
@@ -214,6 +215,7 @@ def test_500_malformed_calls_to_the_handlers_end_in_a_result_or_a_message(files)
     assert after[0] <= before[0] + 3 and after[1] <= before[1] + 1
 
 
+@pytest.mark.slow
 def test_60_malformed_calls_over_http_end_in_a_result_or_a_message(files):
     demo = ui.build_demo(default_preset=PRESET)
     ui.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)

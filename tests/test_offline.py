@@ -70,6 +70,7 @@ def run(tiny_llava: Path, hf_home: Path, preset: str = "qwen2.5-vl-3b", **env) -
     return json.loads(lines[-1].removeprefix("REPORT "))
 
 
+@pytest.mark.slow
 def test_offline_hub_preset_is_refused_quickly_and_local_models_still_decode(tiny_llava, tmp_path):
     report = run(tiny_llava, tmp_path / "hf", HF_HUB_OFFLINE="1", DEMO_ALLOW_DOWNLOADS="1")
     ok, local, message, seconds = report["availability"]
@@ -84,6 +85,7 @@ def test_offline_hub_preset_is_refused_quickly_and_local_models_still_decode(tin
     assert report["local_tokens"] == 8
 
 
+@pytest.mark.slow
 def test_unreachable_hub_is_reported_quickly_and_local_models_still_decode(tiny_llava, tmp_path):
     report = run(tiny_llava, tmp_path / "hf", HF_ENDPOINT="http://127.0.0.1:9", DEMO_ALLOW_DOWNLOADS="1")
     ok, local, message, seconds = report["availability"]
@@ -98,6 +100,7 @@ def test_unreachable_hub_is_reported_quickly_and_local_models_still_decode(tiny_
     assert report["local_tokens"] == 8
 
 
+@pytest.mark.slow
 def test_downloads_are_off_unless_allowed(tiny_llava, tmp_path):
     report = run(tiny_llava, tmp_path / "hf")
     ok, _, message, seconds = report["availability"]
@@ -120,6 +123,7 @@ def fake_cache(hf_home: Path, repo: str, files: Path) -> None:
     (entry / "refs" / "main").write_text("0" * 40)
 
 
+@pytest.mark.slow
 def test_cached_hub_preset_loads_offline_through_the_real_preset(tiny_llava, tmp_path):
     hf_home = tmp_path / "hf"
     fake_cache(hf_home, "llava-hf/llava-1.5-7b-hf", tiny_llava / "target")

@@ -180,6 +180,7 @@ def target_law(target, prompt, sampling, length: int) -> dict[tuple[int, ...], f
 @pytest.mark.parametrize(
     "accept_everything, min_confidence", [(False, 0.0), (False, 0.3), (True, 0.0)], ids=["fixed", "adaptive", "broken"]
 )
+@pytest.mark.slow
 def test_speculative_sampling_loop_matches_the_target_law_of_the_first_three_tokens(
     small_world, monkeypatch, accept_everything, min_confidence
 ):

@@ -7,13 +7,13 @@ import io
 import json
 import os
 import pickle
-import shutil
-import types
 import re
+import shutil
 import socket
 import subprocess
 import sys
 import time
+import types
 import urllib.request
 from pathlib import Path
 
@@ -214,6 +214,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not EMBEDDED, reason="the embedded models are not trained yet")
 def test_the_staged_space_serves_the_page_and_races_the_embedded_models(tmp_path):
     folder = tmp_path / "space"

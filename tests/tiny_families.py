@@ -38,10 +38,10 @@ from transformers import (
     LlavaForConditionalGeneration,
     LlavaProcessor,
     PreTrainedTokenizerFast,
-    Qwen2Config,
-    Qwen2ForCausalLM,
     Qwen2_5_VLConfig,
     Qwen2_5_VLForConditionalGeneration,
+    Qwen2Config,
+    Qwen2ForCausalLM,
     Qwen2VLImageProcessorPil,
 )
 

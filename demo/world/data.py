@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .scenes import COLOURS, GRID, POSITIONS, SHAPES, SIZES, Scene, render, sample_scenes
 from . import slots
+from .scenes import COLOURS, GRID, POSITIONS, SHAPES, SIZES, Scene, render, sample_scenes
 from .tasks import BRIEF, EARLY, qa
 from .text import IMAGE_SEQ_LENGTH, IMAGE_TOKEN, prompt_text
 

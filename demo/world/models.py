@@ -23,6 +23,7 @@ from transformers import (
 
 from .text import IMAGE_SEQ_LENGTH, IMAGE_SIZE, PATCH_SIZE
 
+
 @dataclass(frozen=True)
 class Shape:
     lm_hidden: int  # Llama hidden size
