@@ -33,13 +33,27 @@ def _layout(title: str, empty: bool, **extra) -> dict:
         "plot_bgcolor": "white",
         "font": {"size": 11},
         "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.02, "yanchor": "bottom"},
-        "yaxis": {"title": {"text": "rejected / drafted"}, "tickformat": ".0%", "range": [0, 1.05],
-                  "gridcolor": "#e6e6e6", "zeroline": False},
+        "yaxis": {
+            "title": {"text": "rejected / drafted"},
+            "tickformat": ".0%",
+            "range": [0, 1.05],
+            "gridcolor": "#e6e6e6",
+            "zeroline": False,
+        },
         **extra,
     }
     if empty:
-        layout["annotations"] = [{"text": "no drafts checked yet", "showarrow": False, "xref": "paper",
-                                  "yref": "paper", "x": 0.5, "y": 0.5, "font": {"size": 13, "color": "#888"}}]
+        layout["annotations"] = [
+            {
+                "text": "no drafts checked yet",
+                "showarrow": False,
+                "xref": "paper",
+                "yref": "paper",
+                "x": 0.5,
+                "y": 0.5,
+                "font": {"size": 13, "color": "#888"},
+            }
+        ]
     return layout
 
 
@@ -50,20 +64,28 @@ def category_figure(summaries: dict[str, dict]) -> go.Figure:
     bars = []
     for i, (drafter, s) in enumerate(summaries.items()):
         cells = [s["by_category"].get(c, {"drafted": 0, "rejected": 0, "rejection_rate": None}) for c in present]
-        bars.append(go.Bar(
-            x=[groups, [LABELS.get(c, c) for c in present]],
-            y=[cell["rejection_rate"] for cell in cells],
-            name=drafter,
-            marker={"color": colour(drafter, i)},
-            customdata=[[cell["rejected"], cell["drafted"]] for cell in cells],
-            hovertemplate=f"{drafter}<br>%{{x}}: %{{y:.0%}} rejected<br>(%{{customdata[0]}} of "
-                          "%{customdata[1]} drafted)<extra></extra>",
-        ))
-    return go.Figure(bars, _layout(
-        "Rejection rate by word category", not present, barmode="group", bargap=0.25,
-        showlegend=len(summaries) > 1,
-        xaxis={"tickangle": 0, "automargin": True},
-    ))
+        bars.append(
+            go.Bar(
+                x=[groups, [LABELS.get(c, c) for c in present]],
+                y=[cell["rejection_rate"] for cell in cells],
+                name=drafter,
+                marker={"color": colour(drafter, i)},
+                customdata=[[cell["rejected"], cell["drafted"]] for cell in cells],
+                hovertemplate=f"{drafter}<br>%{{x}}: %{{y:.0%}} rejected<br>(%{{customdata[0]}} of "
+                "%{customdata[1]} drafted)<extra></extra>",
+            )
+        )
+    return go.Figure(
+        bars,
+        _layout(
+            "Rejection rate by word category",
+            not present,
+            barmode="group",
+            bargap=0.25,
+            showlegend=len(summaries) > 1,
+            xaxis={"tickangle": 0, "automargin": True},
+        ),
+    )
 
 
 def position_figure(summaries: dict[str, dict]) -> go.Figure:
@@ -71,19 +93,31 @@ def position_figure(summaries: dict[str, dict]) -> go.Figure:
     lines = []
     for i, (drafter, s) in enumerate(summaries.items()):
         bins = s["by_answer_position"]
-        lines.append(go.Scatter(
-            x=[(b["from"] + b["to"]) / 2 for b in bins],
-            y=[b["rejection_rate"] for b in bins],
-            mode="lines+markers",
-            name=drafter,
-            line={"color": colour(drafter, i), "width": 2.5},
-            customdata=[[b["from"], b["to"], b["rejected"], b["drafted"]] for b in bins],
-            hovertemplate=f"{drafter}<br>%{{customdata[0]:.0%}}–%{{customdata[1]:.0%}} of the answer: "
-                          "%{y:.0%} rejected<br>(%{customdata[2]} of %{customdata[3]} drafted)<extra></extra>",
-        ))
+        lines.append(
+            go.Scatter(
+                x=[(b["from"] + b["to"]) / 2 for b in bins],
+                y=[b["rejection_rate"] for b in bins],
+                mode="lines+markers",
+                name=drafter,
+                line={"color": colour(drafter, i), "width": 2.5},
+                customdata=[[b["from"], b["to"], b["rejected"], b["drafted"]] for b in bins],
+                hovertemplate=f"{drafter}<br>%{{customdata[0]:.0%}}–%{{customdata[1]:.0%}} of the answer: "
+                "%{y:.0%} rejected<br>(%{customdata[2]} of %{customdata[3]} drafted)<extra></extra>",
+            )
+        )
     empty = not any(b["drafted"] for s in summaries.values() for b in s["by_answer_position"])
-    return go.Figure(lines, _layout(
-        "Rejection rate along the answer", empty, showlegend=len(summaries) > 1,
-        xaxis={"title": {"text": "position in the answer (start → end)"}, "tickformat": ".0%", "range": [0, 1],
-               "dtick": 0.1, "gridcolor": "#e6e6e6"},
-    ))
+    return go.Figure(
+        lines,
+        _layout(
+            "Rejection rate along the answer",
+            empty,
+            showlegend=len(summaries) > 1,
+            xaxis={
+                "title": {"text": "position in the answer (start → end)"},
+                "tickformat": ".0%",
+                "range": [0, 1],
+                "dtick": 0.1,
+                "gridcolor": "#e6e6e6",
+            },
+        ),
+    )

@@ -130,9 +130,17 @@ class Batch:
     seconds: float = 0.0  # wall time of the whole batch, models loaded
 
     def settings(self) -> dict:
-        return {"preset": self.preset, "task": self.task, "drafters": self.drafters, "gamma": self.gamma,
-                "n": self.n, "seed": self.seed, "decoding": "greedy", "max_new_tokens": self.max_new_tokens,
-                "split": "heldout"}
+        return {
+            "preset": self.preset,
+            "task": self.task,
+            "drafters": self.drafters,
+            "gamma": self.gamma,
+            "n": self.n,
+            "seed": self.seed,
+            "decoding": "greedy",
+            "max_new_tokens": self.max_new_tokens,
+            "split": "heldout",
+        }
 
 
 def examples_for(task: str, n: int, seed: int) -> list[Example]:
@@ -145,8 +153,9 @@ def examples_for(task: str, n: int, seed: int) -> list[Example]:
 
 def summaries(batch: Batch) -> dict[str, dict]:
     """Each drafter's aggregates over its runs so far."""
-    return {d: analysis.summary([o for r in batch.runs if r.drafter == d for o in r.obs], TOP_WORDS)
-            for d in batch.drafters}
+    return {
+        d: analysis.summary([o for r in batch.runs if r.drafter == d for o in r.obs], TOP_WORDS) for d in batch.drafters
+    }
 
 
 def _pct(x: float) -> str:
@@ -156,8 +165,10 @@ def _pct(x: float) -> str:
 def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
     """The numbers in sentences, one per drafter, then the drafters compared on grounded words."""
     if batch is None or not batch.runs:
-        return ('<div class="an-headline">Pick a task, a drafter and how many examples, then press '
-                "<b>Run analysis</b>.</div>")
+        return (
+            '<div class="an-headline">Pick a task, a drafter and how many examples, then press '
+            "<b>Run analysis</b>.</div>"
+        )
     lines = []
     for d, s in sums.items():
         g = s["grounded"]
@@ -167,8 +178,10 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
             lines.append(f"<p><b>{html.escape(d)}</b>: the target accepted all {g['drafted']} drafts.</p>")
             continue
         if not g["grounded_drafted"]:
-            lines.append(f"<p><b>{html.escape(d)}</b> drafter: no image-grounded word was drafted; the target "
-                         f"rejects {_pct(g['other_rejection_rate'])} of its drafts.</p>")
+            lines.append(
+                f"<p><b>{html.escape(d)}</b> drafter: no image-grounded word was drafted; the target "
+                f"rejects {_pct(g['other_rejection_rate'])} of its drafts.</p>"
+            )
             continue
         joint = "but" if g["grounded_share_of_rejections"] > g["grounded_share_of_drafted"] else "and"
         lines.append(
@@ -183,20 +196,32 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
         said = ", the ".join(f"<b>{html.escape(d)}</b> drafter's {_pct(rates[d])}" for d in ranked)
         lines.append(f"<p>Rejected on image-grounded words: the {said}.</p>")
     done = len({r.example for r in batch.runs})
-    lines.append(f'<p class="n">{done} example{"s" * (done != 1)} · '
-                 f"{sum(s['grounded']['drafted'] for s in sums.values())} drafted positions checked · "
-                 f"greedy · γ = {batch.gamma}</p>")
+    lines.append(
+        f'<p class="n">{done} example{"s" * (done != 1)} · '
+        f"{sum(s['grounded']['drafted'] for s in sums.values())} drafted positions checked · "
+        f"greedy · γ = {batch.gamma}</p>"
+    )
     return f'<div class="an-headline">{"".join(lines)}</div>'
 
 
 WORD_COLUMNS = ["drafter", "word", "category", "rejected", "drafted", "rejected %", "drafter wrote instead"]
-RUN_COLUMNS = ["#", "task", "drafter", "question", "answer", "τ", "α %", "rejected", "on grounded words",
-               "correct"]
+RUN_COLUMNS = ["#", "task", "drafter", "question", "answer", "τ", "α %", "rejected", "on grounded words", "correct"]
 
 
 def words_table(sums: dict[str, dict]) -> pd.DataFrame:
-    rows = [[d, w["word"], w["category"], w["rejected"], w["drafted"], round(100 * w["rejection_rate"], 1),
-             w["drafter_said"]] for d, s in sums.items() for w in s["most_rejected"]]
+    rows = [
+        [
+            d,
+            w["word"],
+            w["category"],
+            w["rejected"],
+            w["drafted"],
+            round(100 * w["rejection_rate"], 1),
+            w["drafter_said"],
+        ]
+        for d, s in sums.items()
+        for w in s["most_rejected"]
+    ]
     return pd.DataFrame(rows, columns=WORD_COLUMNS)
 
 
@@ -211,9 +236,15 @@ def run_row(run: Run) -> list:
     share = analysis.grounded_share(run.obs)
     alpha = metrics.alpha(run.trace)
     return [
-        run.number, run.item.task.replace("_", " "), run.drafter, _short(run.item.question, 60),
-        _short(run.trace.summary.text, 60), round(metrics.tau(run.trace), 2),
-        None if math.isnan(alpha) else round(100 * alpha, 1), share["rejected"], share["grounded_rejected"],
+        run.number,
+        run.item.task.replace("_", " "),
+        run.drafter,
+        _short(run.item.question, 60),
+        _short(run.trace.summary.text, 60),
+        round(metrics.tau(run.trace), 2),
+        None if math.isnan(alpha) else round(100 * alpha, 1),
+        share["rejected"],
+        share["grounded_rejected"],
         "✓" if run.correct else "✗",
     ]
 
@@ -230,8 +261,15 @@ def observations_csv(batch: Batch) -> str:
     writer.writeheader()
     for r in batch.runs:
         for row in analysis.rows(r.obs):
-            writer.writerow({"run": r.number, "drafter": r.drafter, "task": r.item.task, **row,
-                             "grounded": analysis.is_grounded(row["category"])})
+            writer.writerow(
+                {
+                    "run": r.number,
+                    "drafter": r.drafter,
+                    "task": r.item.task,
+                    **row,
+                    "grounded": analysis.is_grounded(row["category"]),
+                }
+            )
     return buffer.getvalue()
 
 
@@ -240,15 +278,26 @@ def record(batch: Batch) -> dict:
     runs = []
     for r in batch.runs:
         share = analysis.grounded_share(r.obs)
-        runs.append({
-            "run": r.number, "example": r.example, "task": r.item.task, "drafter": r.drafter,
-            "question": r.item.question, "reference": r.item.answer, "answer": r.trace.summary.text,
-            "correct": r.correct, "tau": metrics.tau(r.trace), "alpha": metrics.alpha(r.trace),
-            "drafted": share["drafted"], "rejected": share["rejected"],
-            "grounded_rejected": share["grounded_rejected"],
-        })
-    return export._strict({"settings": batch.settings(), "seconds": batch.seconds,
-                           "by_drafter": summaries(batch), "runs": runs})
+        runs.append(
+            {
+                "run": r.number,
+                "example": r.example,
+                "task": r.item.task,
+                "drafter": r.drafter,
+                "question": r.item.question,
+                "reference": r.item.answer,
+                "answer": r.trace.summary.text,
+                "correct": r.correct,
+                "tau": metrics.tau(r.trace),
+                "alpha": metrics.alpha(r.trace),
+                "drafted": share["drafted"],
+                "rejected": share["rejected"],
+                "grounded_rejected": share["grounded_rejected"],
+            }
+        )
+    return export._strict(
+        {"settings": batch.settings(), "seconds": batch.seconds, "by_drafter": summaries(batch), "runs": runs}
+    )
 
 
 def status_html(text: str, fraction: float | None = None, error: bool = False) -> str:
@@ -264,9 +313,11 @@ def run_html(run: Run | None, gamma: int = 0) -> str:
         return '<div class="an-note">Select a row of the table to see that run\'s trace here.</div>'
     tau, alpha = metrics.tau(run.trace), metrics.alpha(run.trace)
     task = html.escape(run.item.task.replace("_", " "))
-    head = (f'<div class="an-run-head"><span class="tag">#{run.number} · {task}</span>'
-            f"{html.escape(run.drafter)} drafter · γ = {gamma} · greedy · τ = {tau:.2f} · "
-            f"α = {_pct(alpha)} · answer {'correct ✓' if run.correct else 'wrong ✗'}</div>")
+    head = (
+        f'<div class="an-run-head"><span class="tag">#{run.number} · {task}</span>'
+        f"{html.escape(run.drafter)} drafter · γ = {gamma} · greedy · τ = {tau:.2f} · "
+        f"α = {_pct(alpha)} · answer {'correct ✓' if run.correct else 'wrong ✗'}</div>"
+    )
     question = f'<div class="an-q"><b>Question.</b> {html.escape(run.item.question)}</div>'
     reference = f'<div class="an-q"><b>Reference.</b> {html.escape(run.item.answer)}</div>'
     panel = render.panel_html(run.trace, "Speculative", f"{run.drafter} drafter · γ = {gamma} · greedy")
@@ -277,10 +328,16 @@ def run_html(run: Run | None, gamma: int = 0) -> str:
         f"<td>{html.escape(o.draft_word)}</td></tr>"
         for o in rejected
     )
-    table = (f'<table class="an-rej"><tr><th>position</th><th>the target wrote</th><th>category</th>'
-             f"<th>the drafter wrote</th></tr>{rows}</table>" if rejected else "<p>No draft was rejected.</p>")
-    rounds = (f"<details><summary>Round by round ({len(run.trace.rounds)} rounds)</summary>"
-              f"{render.blocks_html(run.trace)}</details>")
+    table = (
+        f'<table class="an-rej"><tr><th>position</th><th>the target wrote</th><th>category</th>'
+        f"<th>the drafter wrote</th></tr>{rows}</table>"
+        if rejected
+        else "<p>No draft was rejected.</p>"
+    )
+    rounds = (
+        f"<details><summary>Round by round ({len(run.trace.rounds)} rounds)</summary>"
+        f"{render.blocks_html(run.trace)}</details>"
+    )
     return head + question + reference + panel + f"<h4>Rejections ({len(rejected)})</h4>" + table + rounds
 
 
@@ -342,8 +399,9 @@ def _downloads(batch: Batch) -> tuple:
     csv_path, json_path = folder / "analysis.csv", folder / "analysis.json"
     csv_path.write_text(observations_csv(batch))
     json_path.write_text(export.to_json(record(batch)))
-    return gr.DownloadButton(value=str(csv_path), interactive=True), gr.DownloadButton(value=str(json_path),
-                                                                                      interactive=True)
+    return gr.DownloadButton(value=str(csv_path), interactive=True), gr.DownloadButton(
+        value=str(json_path), interactive=True
+    )
 
 
 def _duration(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int) -> int:
@@ -366,8 +424,14 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
         for d in drafters:
             yield "run", i, d
             prompt = loaded.prompt(item.image, item.question, d)
-            trace = speculative.run(loaded.target, prompt, drafter=loaded.drafter(d), gamma=gamma,
-                                    sampling=Sampling(), max_new_tokens=max_new_tokens)
+            trace = speculative.run(
+                loaded.target,
+                prompt,
+                drafter=loaded.drafter(d),
+                gamma=gamma,
+                sampling=Sampling(),
+                max_new_tokens=max_new_tokens,
+            )
             yield "done", i, d, trace, analysis.observations(trace, i, loaded.target.stop_ids)
 
 
@@ -408,9 +472,11 @@ def analyze(preset, task, drafter, gamma, n, seed):
         yield _view(batch, status_html(message, error=True), busy=False)
         raise gr.Error(message) from error
     batch.seconds = time.perf_counter() - started
-    done = (f"Done: {len(items)} examples × {len(drafters)} drafter{'s' * (len(drafters) > 1)} in "
-            f"{batch.seconds:.1f} s (greedy, at most {batch.max_new_tokens} new tokens). "
-            "Select a row to see its trace.")
+    done = (
+        f"Done: {len(items)} examples × {len(drafters)} drafter{'s' * (len(drafters) > 1)} in "
+        f"{batch.seconds:.1f} s (greedy, at most {batch.max_new_tokens} new tokens). "
+        "Select a row to see its trace."
+    )
     yield _view(batch, status_html(done), busy=False, files=_downloads(batch))
 
 
@@ -438,11 +504,20 @@ def race_inputs(batch: Batch | None, number, current_preset: str, race: RaceCont
     if run is None:
         return skip
     if current_preset != batch.preset:
-        gr.Warning(f"The Race tab now uses preset {current_preset!r}; this analysis ran on {batch.preset!r}. "
-                   "Pick that preset again to race its examples.")
+        gr.Warning(
+            f"The Race tab now uses preset {current_preset!r}; this analysis ran on {batch.preset!r}. "
+            "Pick that preset again to race its examples."
+        )
         return skip
-    out = (gr.Tabs(selected=race.race_tab), run.item.image, run.item.question, run.drafter, batch.gamma, "greedy",
-           batch.max_new_tokens)
+    out = (
+        gr.Tabs(selected=race.race_tab),
+        run.item.image,
+        run.item.question,
+        run.drafter,
+        batch.gamma,
+        "greedy",
+        batch.max_new_tokens,
+    )
     if race.reference is not None:
         out += (render.reference_html(run.item.task, run.item.answer),)
     if race.adaptive is not None:
@@ -453,11 +528,13 @@ def race_inputs(batch: Batch | None, number, current_preset: str, race: RaceCont
 # --- layout -----------------------------------------------------------------------------------
 
 
-NOTE = (f"Speculative decoding only, **greedy** (deterministic), at most {MAX_NEW_TOKENS} new tokens, on "
-        "held-out scenes of the embedded world, with the Race tab's model preset. A rejection is counted at "
-        "the target's word: a *colour* rejection means the drafter wrote something else where the target "
-        "wrote a colour. Image-grounded words (colour, shape, size, count, position, yes/no) are grouped "
-        "apart from option letters, function words, template text, punctuation and the end.")
+NOTE = (
+    f"Speculative decoding only, **greedy** (deterministic), at most {MAX_NEW_TOKENS} new tokens, on "
+    "held-out scenes of the embedded world, with the Race tab's model preset. A rejection is counted at "
+    "the target's word: a *colour* rejection means the drafter wrote something else where the target "
+    "wrote a colour. Image-grounded words (colour, shape, size, count, position, yes/no) are grouped "
+    "apart from option letters, function words, template text, punctuation and the end."
+)
 
 
 def analysis_tab(race: RaceControls) -> None:
@@ -465,10 +542,12 @@ def analysis_tab(race: RaceControls) -> None:
     drafters = drafter_choices(race.preset.value)
     with gr.Row(elem_id="an-controls"):
         task = gr.Dropdown(TASK_CHOICES, value="all", label="Task", elem_id="an-task", scale=2)
-        drafter = gr.Dropdown(drafters, value=drafters[0] if drafters else None, label="Drafter",
-                              elem_id="an-drafter", scale=2)
-        gamma = gr.Slider(*GAMMA_RANGE, value=GAMMA_DEFAULT, step=1, label="γ: drafts per round", elem_id="an-gamma",
-                          scale=2)
+        drafter = gr.Dropdown(
+            drafters, value=drafters[0] if drafters else None, label="Drafter", elem_id="an-drafter", scale=2
+        )
+        gamma = gr.Slider(
+            *GAMMA_RANGE, value=GAMMA_DEFAULT, step=1, label="γ: drafts per round", elem_id="an-gamma", scale=2
+        )
         n = gr.Slider(*N_RANGE, value=N_DEFAULT, step=1, label="N examples", elem_id="an-n", scale=2)
         seed = gr.Number(0, precision=0, minimum=0, label="Example set (seed)", elem_id="an-seed", scale=1)
         with gr.Column(scale=2, min_width=160):
@@ -477,43 +556,86 @@ def analysis_tab(race: RaceControls) -> None:
     gr.Markdown(NOTE, elem_classes="an-note")
     with gr.Row(equal_height=False, elem_id="an-status-row"):
         status = gr.HTML(status_html("No analysis yet."), js_on_load=None, label="status", elem_id="an-status", scale=5)
-        csv_file = gr.DownloadButton("⤓ Observations (CSV)", interactive=False, elem_id="an-csv", scale=1,
-                                     min_width=150, size="sm")
-        json_file = gr.DownloadButton("⤓ Aggregates and runs (JSON)", interactive=False, elem_id="an-json", scale=1,
-                                      min_width=150, size="sm")
+        csv_file = gr.DownloadButton(
+            "⤓ Observations (CSV)", interactive=False, elem_id="an-csv", scale=1, min_width=150, size="sm"
+        )
+        json_file = gr.DownloadButton(
+            "⤓ Aggregates and runs (JSON)", interactive=False, elem_id="an-json", scale=1, min_width=150, size="sm"
+        )
     headline = gr.HTML(headline_html(None, {}), js_on_load=None, label="headline", elem_id="an-headline")
     with gr.Row():
-        by_category = gr.Plot(analysis_charts.category_figure({}), label="rejection by category chart", show_label=False,
-                              elem_id="an-chart-category")
-        by_position = gr.Plot(analysis_charts.position_figure({}), label="rejection by position chart", show_label=False,
-                              elem_id="an-chart-position")
-    words = gr.Dataframe(words_table({}), label="Most rejected words, and what the drafter wrote instead",
-                         interactive=False, wrap=True, max_height=360, elem_id="an-words",
-                         column_widths=["12%", "12%", "12%", "9%", "9%", "10%", "36%"])
-    runs = gr.Dataframe(runs_table(None), label="Runs: select one to see its recorded trace below", interactive=False,
-                        wrap=True, max_height=400, elem_id="an-runs",
-                        column_widths=["4%", "10%", "9%", "22%", "22%", "5%", "6%", "7%", "7%", "8%"])
+        by_category = gr.Plot(
+            analysis_charts.category_figure({}),
+            label="rejection by category chart",
+            show_label=False,
+            elem_id="an-chart-category",
+        )
+        by_position = gr.Plot(
+            analysis_charts.position_figure({}),
+            label="rejection by position chart",
+            show_label=False,
+            elem_id="an-chart-position",
+        )
+    words = gr.Dataframe(
+        words_table({}),
+        label="Most rejected words, and what the drafter wrote instead",
+        interactive=False,
+        wrap=True,
+        max_height=360,
+        elem_id="an-words",
+        column_widths=["12%", "12%", "12%", "9%", "9%", "10%", "36%"],
+    )
+    runs = gr.Dataframe(
+        runs_table(None),
+        label="Runs: select one to see its recorded trace below",
+        interactive=False,
+        wrap=True,
+        max_height=400,
+        elem_id="an-runs",
+        column_widths=["4%", "10%", "9%", "22%", "22%", "5%", "6%", "7%", "7%", "8%"],
+    )
     with gr.Group(elem_id="an-trace"):
         with gr.Row(equal_height=False):
-            image = gr.Image(type="pil", interactive=False, show_label=False, height=220, scale=1, min_width=180,
-                             buttons=[], visible=False, elem_id="an-image")
+            image = gr.Image(
+                type="pil",
+                interactive=False,
+                show_label=False,
+                height=220,
+                scale=1,
+                min_width=180,
+                buttons=[],
+                visible=False,
+                elem_id="an-image",
+            )
             with gr.Column(scale=5):
                 trace_view = gr.HTML(run_html(None), js_on_load=None, elem_id="an-trace-view")
-                to_race = gr.Button("Race this example on the Race tab ▶", interactive=False, visible=False,
-                                    elem_id="an-to-race")
+                to_race = gr.Button(
+                    "Race this example on the Race tab ▶", interactive=False, visible=False, elem_id="an-to-race"
+                )
     batch, selected = gr.State(None), gr.State(None)
 
-    running = go.click(analyze, [race.preset, task, drafter, gamma, n, seed],
-                       [status, headline, by_category, by_position, words, runs, batch, csv_file, json_file, go, stop],
-                       api_name="analysis", show_progress="hidden", concurrency_limit=1, concurrency_id="decode",
-                       preprocess=False)  # every value as sent reaches `parse_settings`, as on /race
+    running = go.click(
+        analyze,
+        [race.preset, task, drafter, gamma, n, seed],
+        [status, headline, by_category, by_position, words, runs, batch, csv_file, json_file, go, stop],
+        api_name="analysis",
+        show_progress="hidden",
+        concurrency_limit=1,
+        concurrency_id="decode",
+        preprocess=False,
+    )  # every value as sent reaches `parse_settings`, as on /race
     small = {"api_visibility": "private", "queue": False}  # never behind decoding in the queue
     stop.click(stopped, batch, [status, csv_file, json_file, go, stop], cancels=[running], **small)
     runs.select(show_run, batch, [image, trace_view, selected, to_race], **small)
-    race.preset.change(lambda p: gr.Dropdown(choices=drafter_choices(p), value=(drafter_choices(p) or [None])[0]),
-                       race.preset, drafter, **small)
-    event = to_race.click(lambda b, number, p: race_inputs(b, number, p, race), [batch, selected, race.preset],
-                          race.targets(), **small)
+    race.preset.change(
+        lambda p: gr.Dropdown(choices=drafter_choices(p), value=(drafter_choices(p) or [None])[0]),
+        race.preset,
+        drafter,
+        **small,
+    )
+    event = to_race.click(
+        lambda b, number, p: race_inputs(b, number, p, race), [batch, selected, race.preset], race.targets(), **small
+    )
     if race.run is not None and race.run.elem_id:
         event.then(None, js=f"() => {{ document.getElementById({race.run.elem_id!r})?.click(); }}")
 
@@ -529,23 +651,44 @@ def build_standalone(default_preset: str = presets.DEFAULT_PRESET) -> gr.Blocks:
                     with gr.Column():
                         question = gr.Textbox(label="Question", lines=2, elem_id="question")
                         reference = gr.HTML(elem_id="reference")
-                        preset = gr.Dropdown(list(presets.PRESETS), value=default_preset, label="Model preset",
-                                             elem_id="preset")
+                        preset = gr.Dropdown(
+                            list(presets.PRESETS), value=default_preset, label="Model preset", elem_id="preset"
+                        )
                         drafter = gr.Dropdown(names, value=names[0], label="Drafter", elem_id="drafter")
                         gamma = gr.Slider(1, 10, value=4, step=1, label="γ", elem_id="gamma")
-                        decoding = gr.Radio(["greedy", "sampling"], value="sampling", label="Decoding",
-                                            elem_id="decoding")
+                        decoding = gr.Radio(
+                            ["greedy", "sampling"], value="sampling", label="Decoding", elem_id="decoding"
+                        )
                         max_new = gr.Slider(1, 512, value=128, step=1, label="Max new tokens", elem_id="max-new")
                         adaptive = gr.Checkbox(True, label="Adaptive draft length", elem_id="adaptive")
                         run = gr.Button("Run the race", variant="primary", elem_id="run")
                 said = gr.Markdown(elem_id="raced")
-                run.click(lambda im, q, p, d, g, dec, m, a: f"Raced: {q!r} with {p}/{d}, γ = {g}, {dec}, {m} tokens, "
-                          f"adaptive {'on' if a else 'off'}, image {'given' if im is not None else 'missing'}.",
-                          [image, question, preset, drafter, gamma, decoding, max_new, adaptive], said, api_name="race")
+                run.click(
+                    lambda im, q, p, d, g, dec, m, a: (
+                        f"Raced: {q!r} with {p}/{d}, γ = {g}, {dec}, {m} tokens, "
+                        f"adaptive {'on' if a else 'off'}, image {'given' if im is not None else 'missing'}."
+                    ),
+                    [image, question, preset, drafter, gamma, decoding, max_new, adaptive],
+                    said,
+                    api_name="race",
+                )
             with gr.Tab("Analysis", id="analysis"):
-                analysis_tab(RaceControls(tabs=tabs, race_tab="race", image=image, question=question, preset=preset,
-                                          drafter=drafter, gamma=gamma, decoding=decoding, max_new=max_new, run=run,
-                                          reference=reference, adaptive=adaptive))
+                analysis_tab(
+                    RaceControls(
+                        tabs=tabs,
+                        race_tab="race",
+                        image=image,
+                        question=question,
+                        preset=preset,
+                        drafter=drafter,
+                        gamma=gamma,
+                        decoding=decoding,
+                        max_new=max_new,
+                        run=run,
+                        reference=reference,
+                        adaptive=adaptive,
+                    )
+                )
     return demo
 
 

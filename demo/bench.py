@@ -78,8 +78,14 @@ def run_pair(loaded, example, drafter: str, gamma: int, sampling: Sampling, max_
     prompt = loaded.prompt(example.image, example.question, drafter)
 
     def spd():
-        return speculative.run(loaded.target, prompt, drafter=loaded.drafter(drafter), gamma=gamma, sampling=sampling,
-                               max_new_tokens=max_new)
+        return speculative.run(
+            loaded.target,
+            prompt,
+            drafter=loaded.drafter(drafter),
+            gamma=gamma,
+            sampling=sampling,
+            max_new_tokens=max_new,
+        )
 
     def ar():
         return speculative.run(loaded.target, prompt, sampling=sampling, max_new_tokens=max_new)
@@ -162,24 +168,48 @@ def peer(loaded, examples, drafter: str, gamma: int, max_new: int, reps: int, mi
             n_in = prompt.target_inputs["input_ids"].shape[1]
 
             def ours_ar():
-                return speculative.run(loaded.target, prompt, sampling=Sampling(), max_new_tokens=max_new).summary.token_ids
+                return speculative.run(
+                    loaded.target, prompt, sampling=Sampling(), max_new_tokens=max_new
+                ).summary.token_ids
 
             def ours_spd():
-                return speculative.run(loaded.target, prompt, drafter=d, gamma=gamma, sampling=Sampling(),
-                                       max_new_tokens=max_new, min_confidence=min_confidence).summary.token_ids
+                return speculative.run(
+                    loaded.target,
+                    prompt,
+                    drafter=d,
+                    gamma=gamma,
+                    sampling=Sampling(),
+                    max_new_tokens=max_new,
+                    min_confidence=min_confidence,
+                ).summary.token_ids
 
             def hf_generate():
-                out = model.generate(**prompt.target_inputs, max_new_tokens=max_new, do_sample=False,
-                                     eos_token_id=stops, pad_token_id=pad)
+                out = model.generate(
+                    **prompt.target_inputs,
+                    max_new_tokens=max_new,
+                    do_sample=False,
+                    eos_token_id=stops,
+                    pad_token_id=pad,
+                )
                 return tuple(out[0, n_in:].tolist())
 
             def hf_assisted():
-                out = model.generate(**prompt.target_inputs, max_new_tokens=max_new, do_sample=False,
-                                     eos_token_id=stops, pad_token_id=pad, assistant_model=d.model)
+                out = model.generate(
+                    **prompt.target_inputs,
+                    max_new_tokens=max_new,
+                    do_sample=False,
+                    eos_token_id=stops,
+                    pad_token_id=pad,
+                    assistant_model=d.model,
+                )
                 return tuple(out[0, n_in:].tolist())
 
-            order = [("ours_ar", ours_ar), ("hf_generate", hf_generate), ("ours_spd", ours_spd),
-                     ("hf_assisted", hf_assisted)]
+            order = [
+                ("ours_ar", ours_ar),
+                ("hf_generate", hf_generate),
+                ("ours_spd", ours_spd),
+                ("hf_assisted", hf_assisted),
+            ]
             if rep % 2:
                 order.reverse()
             for name, fn in order:
@@ -208,13 +238,17 @@ def peer(loaded, examples, drafter: str, gamma: int, max_new: int, reps: int, mi
 
 
 def print_table(cells: list[Cell]) -> None:
-    header = f"{'task':16} {'drafter':12} {'g':>2} {'decoding':9} {'tau':>5} {'alpha':>6} {'MBSU':>5} " \
-             f"{'SPD tok/s':>9} {'AR tok/s':>8} {'speedup':>7} {'predicted':>9}  lossless"
+    header = (
+        f"{'task':16} {'drafter':12} {'g':>2} {'decoding':9} {'tau':>5} {'alpha':>6} {'MBSU':>5} "
+        f"{'SPD tok/s':>9} {'AR tok/s':>8} {'speedup':>7} {'predicted':>9}  lossless"
+    )
     print(header)
     print("-" * len(header))
     for c in cells:
-        print(f"{c.task:16} {c.drafter:12} {c.gamma:>2} {c.decoding:9} {c.tau:5.2f} {c.alpha:6.2f} {c.mbsu:5.2f} "
-              f"{c.tok_s_spd:9.1f} {c.tok_s_ar:8.1f} {c.speedup:7.2f} {c.predicted_speedup:9.2f}  {c.lossless}")
+        print(
+            f"{c.task:16} {c.drafter:12} {c.gamma:>2} {c.decoding:9} {c.tau:5.2f} {c.alpha:6.2f} {c.mbsu:5.2f} "
+            f"{c.tok_s_spd:9.1f} {c.tok_s_ar:8.1f} {c.speedup:7.2f} {c.predicted_speedup:9.2f}  {c.lossless}"
+        )
 
 
 def write_outputs(out: Path, cells: list[Cell], peer_result: dict | None, obs: dict, meta: dict) -> None:
@@ -248,8 +282,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--n", type=int, default=3, help="held-out examples per cell")
     parser.add_argument("--max-new-tokens", type=int, default=160)
     parser.add_argument("--peer-gamma", type=int, default=16, help="our SPD's longest draft in the peer run")
-    parser.add_argument("--peer-min-confidence", type=float, default=0.4,
-                        help="our SPD stops drafting below this drafter confidence (transformers' default threshold)")
+    parser.add_argument(
+        "--peer-min-confidence",
+        type=float,
+        default=0.4,
+        help="our SPD stops drafting below this drafter confidence (transformers' default threshold)",
+    )
     parser.add_argument("--peer-reps", type=int, default=2)
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--seed", type=int, default=0, help="which held-out examples")
@@ -272,14 +310,18 @@ def main(argv: list[str] | None = None) -> dict:
                     if decoding == "greedy" and gamma == int(args.gammas.split(",")[-1]):
                         for i, t in enumerate(spds):
                             obs[drafter] += analysis.observations(t, i, loaded.target.stop_ids)
-                    print(f"[{time.time() - started:6.1f}s] {task} {drafter} gamma={gamma} {decoding}: "
-                          f"tau {cell.tau:.2f} speedup {cell.speedup:.2f}", flush=True)
+                    print(
+                        f"[{time.time() - started:6.1f}s] {task} {drafter} gamma={gamma} {decoding}: "
+                        f"tau {cell.tau:.2f} speedup {cell.speedup:.2f}",
+                        flush=True,
+                    )
     peer_result = None
     if not args.no_peer:
         examples = examples_for("description", 2, args.seed) + examples_for("vqa", 2, args.seed)
-        peer_result = {d: peer(loaded, examples, d, args.peer_gamma, args.max_new_tokens, args.peer_reps,
-                            args.peer_min_confidence)
-                       for d in drafters}
+        peer_result = {
+            d: peer(loaded, examples, d, args.peer_gamma, args.max_new_tokens, args.peer_reps, args.peer_min_confidence)
+            for d in drafters
+        }
     meta = {
         "preset": args.preset,
         "date": time.strftime("%Y-%m-%d"),
@@ -294,18 +336,35 @@ def main(argv: list[str] | None = None) -> dict:
     if peer_result:
         print()
         for d, p in peer_result.items():
-            assisted = f"{p['spd_vs_hf_assisted']:.2f}" if p["spd_vs_hf_assisted"] else f"n/a ({p['hf_assisted_error']})"
-            print(f"peer [{d}, gamma {p['gamma']}]: our AR / HF generate = {p['ar_vs_hf_generate']:.3f}; "
-                  f"our SPD / HF assisted = {assisted}")
+            assisted = (
+                f"{p['spd_vs_hf_assisted']:.2f}" if p["spd_vs_hf_assisted"] else f"n/a ({p['hf_assisted_error']})"
+            )
+            print(
+                f"peer [{d}, gamma {p['gamma']}]: our AR / HF generate = {p['ar_vs_hf_generate']:.3f}; "
+                f"our SPD / HF assisted = {assisted}"
+            )
     print()
     for d, o in obs.items():
         share = analysis.grounded_share(o)
-        print(f"analysis [{d}]: image-grounded words are {share['grounded_share_of_drafted']:.0%} of drafted "
-              f"positions and {share['grounded_share_of_rejections']:.0%} of rejections")
+        print(
+            f"analysis [{d}]: image-grounded words are {share['grounded_share_of_drafted']:.0%} of drafted "
+            f"positions and {share['grounded_share_of_rejections']:.0%} of rejections"
+        )
     write_outputs(Path(args.out), cells, peer_result, obs, meta)
     print(f"wrote {args.out}/report.html, cells.csv, analysis.csv, bench.json")
-    keys = ("task", "drafter", "gamma", "decoding", "tau", "alpha", "mbsu", "tok_s_spd", "tok_s_ar", "speedup",
-            "lossless")
+    keys = (
+        "task",
+        "drafter",
+        "gamma",
+        "decoding",
+        "tau",
+        "alpha",
+        "mbsu",
+        "tok_s_spd",
+        "tok_s_ar",
+        "speedup",
+        "lossless",
+    )
     first_peer = next(iter(peer_result.values())) if peer_result else {}
     line = {
         "cells": [{k: getattr(c, k) for k in keys} for c in cells],

@@ -95,8 +95,7 @@ def plan(target_params: int, drafter_params: int, memory: Memory, what: str = "t
     dtype_name = str(dtype).removeprefix("torch.")
     across = f", and {gib(total)} across all {len(memory.gpus)} GPUs" if len(memory.gpus) > 1 else ""
     raise NotEnoughMemory(
-        f"{what} needs about {gib(need)} of GPU memory in {dtype_name}, but only {gib(first)} is free "
-        f"on cuda:0{across}"
+        f"{what} needs about {gib(need)} of GPU memory in {dtype_name}, but only {gib(first)} is free on cuda:0{across}"
     )
 
 

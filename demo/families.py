@@ -69,9 +69,9 @@ class MRopeTarget(Target):
         start = cache.get_seq_length() + cache.rope_delta
         positions = torch.arange(start, start + len(ids), device=self.device).view(1, 1, -1).expand(3, 1, -1)
         input_ids = torch.tensor([ids], device=self.device)
-        return self.model(
-            input_ids=input_ids, position_ids=positions, **{self.cache_kw: cache}, use_cache=True
-        ).logits[0]
+        return self.model(input_ids=input_ids, position_ids=positions, **{self.cache_kw: cache}, use_cache=True).logits[
+            0
+        ]
 
 
 class Qwen2_5_VLImageProcessor(Qwen2_5_VLProcessor):

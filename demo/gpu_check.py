@@ -70,22 +70,76 @@ class Shapes:
 
 
 FULL = Shapes(  # llava-hf/llava-1.5-7b-hf and double7/vicuna-68m (JackFram/llama-68m's shape)
-    vision=dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
-                image_size=336, patch_size=14, projection_dim=768),
-    text=dict(vocab_size=32064, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-              num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096),
-    drafter=dict(vocab_size=32000, hidden_size=768, intermediate_size=3072, num_hidden_layers=2,
-                 num_attention_heads=12, num_key_value_heads=12, max_position_embeddings=2048),
-    image_token=32000, prompt_text=40, answer=64, warmup=5, repeats=30, max_new_tokens=64, cases=3,
+    vision=dict(
+        hidden_size=1024,
+        intermediate_size=4096,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+        image_size=336,
+        patch_size=14,
+        projection_dim=768,
+    ),
+    text=dict(
+        vocab_size=32064,
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        max_position_embeddings=4096,
+    ),
+    drafter=dict(
+        vocab_size=32000,
+        hidden_size=768,
+        intermediate_size=3072,
+        num_hidden_layers=2,
+        num_attention_heads=12,
+        num_key_value_heads=12,
+        max_position_embeddings=2048,
+    ),
+    image_token=32000,
+    prompt_text=40,
+    answer=64,
+    warmup=5,
+    repeats=30,
+    max_new_tokens=64,
+    cases=3,
 )
 SMOKE = Shapes(
-    vision=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                image_size=32, patch_size=8, projection_dim=32),
-    text=dict(vocab_size=1064, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512),
-    drafter=dict(vocab_size=1000, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                 num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512),
-    image_token=1000, prompt_text=8, answer=8, warmup=1, repeats=3, max_new_tokens=8, cases=1,
+    vision=dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=32,
+        patch_size=8,
+        projection_dim=32,
+    ),
+    text=dict(
+        vocab_size=1064,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=512,
+    ),
+    drafter=dict(
+        vocab_size=1000,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    ),
+    image_token=1000,
+    prompt_text=8,
+    answer=8,
+    warmup=1,
+    repeats=3,
+    max_new_tokens=8,
+    cases=1,
 )
 
 
@@ -151,13 +205,19 @@ def step_costs(shapes: Shapes, device: torch.device, dtype: torch.dtype) -> dict
         target(input_ids=text(k, shapes.drafter["vocab_size"]), **{t_kw: cache}, use_cache=True)
         cache.crop(-k)
 
-    forward_ms = {k: median_ms(lambda k=k: target_step(k), shapes.warmup, shapes.repeats) for k in (1,) + tuple(
-        gamma + 1 for gamma in GAMMAS)}
+    forward_ms = {
+        k: median_ms(lambda k=k: target_step(k), shapes.warmup, shapes.repeats)
+        for k in (1,) + tuple(gamma + 1 for gamma in GAMMAS)
+    }
 
     # The drafter's cache: the text-only prompt (no image tokens), then the answer so far.
     d_kw, d_cache = cache_keyword(drafter), DynamicCache(config=drafter.config)
-    drafter(input_ids=text(1 + shapes.prompt_text + shapes.answer, shapes.drafter["vocab_size"]),
-            **{d_kw: d_cache}, use_cache=True, logits_to_keep=1)
+    drafter(
+        input_ids=text(1 + shapes.prompt_text + shapes.answer, shapes.drafter["vocab_size"]),
+        **{d_kw: d_cache},
+        use_cache=True,
+        logits_to_keep=1,
+    )
 
     def draft_step() -> None:  # as Drafter._forward: one token, logits for the last position only
         drafter(input_ids=text(1, shapes.drafter["vocab_size"]), **{d_kw: d_cache}, use_cache=True, logits_to_keep=1)
@@ -186,8 +246,10 @@ def predictions(costs: dict) -> dict:
         verify, t1, draft = costs["verify_ms"][gamma], costs["t1_ms"], costs["draft_ms"]
         out[gamma] = {
             "break_even_tau": (gamma * draft + verify) / t1,
-            **{f"tau={tau}": metrics.predicted_speedup(tau, gamma, t1, verify, draft) if tau <= gamma + 1 else None
-               for tau in TAUS},
+            **{
+                f"tau={tau}": metrics.predicted_speedup(tau, gamma, t1, verify, draft) if tau <= gamma + 1 else None
+                for tau in TAUS
+            },
         }
     return out
 
@@ -218,10 +280,17 @@ def embedded_runs(shapes: Shapes, preset: str = "embedded") -> dict:
             spds, ars = [], []
             for i, (image, question) in enumerate([cases[0]] + cases):  # the first run only warms up
                 prompt = loaded.prompt(image, question, spec.name)
-                spd = speculative.run(loaded.target, prompt, drafter=loaded.drafter(spec.name), gamma=gamma,
-                                      sampling=greedy, max_new_tokens=shapes.max_new_tokens)
-                ar = speculative.run(loaded.target, Prompt(prompt.target_inputs), sampling=greedy,
-                                     max_new_tokens=shapes.max_new_tokens)
+                spd = speculative.run(
+                    loaded.target,
+                    prompt,
+                    drafter=loaded.drafter(spec.name),
+                    gamma=gamma,
+                    sampling=greedy,
+                    max_new_tokens=shapes.max_new_tokens,
+                )
+                ar = speculative.run(
+                    loaded.target, Prompt(prompt.target_inputs), sampling=greedy, max_new_tokens=shapes.max_new_tokens
+                )
                 if i > 0:
                     spds.append(spd)
                     ars.append(ar)
@@ -241,27 +310,37 @@ def embedded_runs(shapes: Shapes, preset: str = "embedded") -> dict:
 
 
 def table(report: dict) -> str:
-    lines = [f"GPU check {report['date']}  device: {report['device']}  torch {report['torch']}  "
-             f"transformers {report['transformers']}  dtype {report['dtype']}{'  (SMOKE: tiny shapes)' if report['smoke'] else ''}",
-             "", "1. embedded models, greedy, SPD vs AR"]
+    lines = [
+        f"GPU check {report['date']}  device: {report['device']}  torch {report['torch']}  "
+        f"transformers {report['transformers']}  dtype {report['dtype']}{'  (SMOKE: tiny shapes)' if report['smoke'] else ''}",
+        "",
+        "1. embedded models, greedy, SPD vs AR",
+    ]
     embedded = report["embedded"]
     if "skipped" in embedded:
         lines.append(f"   skipped: {embedded['skipped']}")
     else:
-        lines.append(f"   {'drafter, gamma':<26}{'tau':>6}{'alpha':>7}{'SPD tok/s':>11}{'AR tok/s':>10}{'speedup':>9}"
-                     f"{'same':>7}")
+        lines.append(
+            f"   {'drafter, gamma':<26}{'tau':>6}{'alpha':>7}{'SPD tok/s':>11}{'AR tok/s':>10}{'speedup':>9}{'same':>7}"
+        )
         for name, r in embedded.items():
             alpha = f"{r['alpha']:.2f}" if r["alpha"] is not None else "-"
-            lines.append(f"   {name:<26}{r['tau']:>6.2f}{alpha:>7}{r['spd_tok_s']:>11.1f}{r['ar_tok_s']:>10.1f}"
-                         f"{r['speedup']:>8.2f}x{r['identical']:>7}")
+            lines.append(
+                f"   {name:<26}{r['tau']:>6.2f}{alpha:>7}{r['spd_tok_s']:>11.1f}{r['ar_tok_s']:>10.1f}"
+                f"{r['speedup']:>8.2f}x{r['identical']:>7}"
+            )
     c = report["steps"]
-    lines += ["", f"2. llava-1.5-7b-shaped target ({c['target_params'] / 1e9:.2f}B params, {c['image_tokens']} image "
-              f"tokens, context {c['context']}) and vicuna-68m-shaped drafter ({c['drafter_params'] / 1e6:.0f}M)",
-              f"   1-token step T1 = {c['t1_ms']:.2f} ms   drafter step D = {c['draft_ms']:.2f} ms   "
-              f"D/T1 = {c['draft_ms'] / c['t1_ms']:.3f}",
-              "", "3. predicted speedup tau*T1/(gamma*D + T_{gamma+1})",
-              f"   {'gamma':>5}{'T_{g+1} ms':>12}{'T_{g+1}/T1':>12}{'break-even tau':>16}"
-              + "".join(f"{'tau=' + str(t):>10}" for t in TAUS)]
+    lines += [
+        "",
+        f"2. llava-1.5-7b-shaped target ({c['target_params'] / 1e9:.2f}B params, {c['image_tokens']} image "
+        f"tokens, context {c['context']}) and vicuna-68m-shaped drafter ({c['drafter_params'] / 1e6:.0f}M)",
+        f"   1-token step T1 = {c['t1_ms']:.2f} ms   drafter step D = {c['draft_ms']:.2f} ms   "
+        f"D/T1 = {c['draft_ms'] / c['t1_ms']:.3f}",
+        "",
+        "3. predicted speedup tau*T1/(gamma*D + T_{gamma+1})",
+        f"   {'gamma':>5}{'T_{g+1} ms':>12}{'T_{g+1}/T1':>12}{'break-even tau':>16}"
+        + "".join(f"{'tau=' + str(t):>10}" for t in TAUS),
+    ]
     for gamma, p in report["predicted"].items():
         verify = c["verify_ms"][gamma]
         cells = "".join(f"{p[f'tau={t}']:>9.2f}x" if p[f"tau={t}"] is not None else f"{'-':>10}" for t in TAUS)

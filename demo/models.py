@@ -57,8 +57,6 @@ class VocabMismatch(ValueError):
     """A drafter whose token ids do not mean what the target's ids mean."""
 
 
-
-
 def stop_ids_of(tokenizer, model) -> frozenset[int]:
     """EOS ids from the generation config and tokenizer, plus the chat template's end of turn."""
     ids = set()
@@ -107,7 +105,9 @@ def as_text(question: str, tokenizer) -> str:
     characters typed, never as the control token: a question cannot end its turn, write the
     assistant's, or add an image placeholder. Only the chat template's markers are tokens.
     A question without such strings is returned unchanged (and tokenised exactly as before)."""
-    names = sorted({t.content for t in tokenizer.added_tokens_decoder.values() if len(t.content) > 1}, key=len, reverse=True)
+    names = sorted(
+        {t.content for t in tokenizer.added_tokens_decoder.values() if len(t.content) > 1}, key=len, reverse=True
+    )
     for name in names:
         if name in question:
             question = question.replace(name, name[:-1] + WORD_JOINER + name[-1])

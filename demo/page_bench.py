@@ -56,8 +56,13 @@ def open_page(page, give_up_s: float = 60.0) -> tuple[subprocess.Popen, float]:
     terminates it) and the seconds from its start to a usable page."""
     port = free_port()
     started = time.perf_counter()
-    app = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env={**os.environ, "GRADIO_SERVER_PORT": str(port)},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    app = subprocess.Popen(
+        [sys.executable, "app.py"],
+        cwd=ROOT,
+        env={**os.environ, "GRADIO_SERVER_PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         while True:
             if app.poll() is not None:
@@ -115,15 +120,19 @@ def main() -> None:
         results = []
         for i in range(args.runs):
             results.append(run_once(browser, args.read_s))
-            print(f"run {i + 1}: start to usable page {results[-1][0]:.2f} s, first token {results[-1][1]:.2f} s",
-                  flush=True)
+            print(
+                f"run {i + 1}: start to usable page {results[-1][0]:.2f} s, first token {results[-1][1]:.2f} s",
+                flush=True,
+            )
         browser.close()
     for name, k, target in (("start to usable page", 0, START_TARGET_S), ("first token", 1, FIRST_TOKEN_TARGET_S)):
         values = [r[k] for r in results]
         median = statistics.median(values)
         verdict = "meets" if median <= target else "MISSES"
-        print(f"{name:<22} median {median:.2f} s (min {min(values):.2f}, max {max(values):.2f}) "
-              f"{verdict} the target of {target:g} s")
+        print(
+            f"{name:<22} median {median:.2f} s (min {min(values):.2f}, max {max(values):.2f}) "
+            f"{verdict} the target of {target:g} s"
+        )
 
 
 if __name__ == "__main__":

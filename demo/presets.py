@@ -69,9 +69,7 @@ PRESETS: dict[str, Preset] = {
     "smolvlm-500m": Preset(
         name="smolvlm-500m",
         target="HuggingFaceTB/SmolVLM-500M-Instruct",
-        drafters=(
-            DrafterSpec("smollm2-135m", "text-only", "HuggingFaceTB/SmolLM2-135M-Instruct", params=134_500_000),
-        ),
+        drafters=(DrafterSpec("smollm2-135m", "text-only", "HuggingFaceTB/SmolLM2-135M-Instruct", params=134_500_000),),
         description="CPU-friendly: SmolVLM-500M drafted by the text-only SmolLM2-135M.",
         family="idefics3",
         params=507_500_000,

@@ -264,7 +264,9 @@ def reference_html(task: str | None, answer: str | None) -> str:
     if task is None:
         return '<div class="reference">Pick an example below, or upload your own image.</div>'
     task = html.escape(task.replace("_", " "))
-    return f'<div class="reference"><span class="task">{task}</span> reference answer: <q>{html.escape(answer)}</q></div>'
+    return (
+        f'<div class="reference"><span class="task">{task}</span> reference answer: <q>{html.escape(answer)}</q></div>'
+    )
 
 
 def error_html(message: str) -> str:

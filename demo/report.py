@@ -31,8 +31,11 @@ def tau_figure(cells) -> go.Figure:
     fig = go.Figure()
     for i, ((task, drafter), points) in enumerate(_series(cells, "greedy", "tau").items()):
         fig.add_scatter(
-            x=[g for g, _ in points], y=[v for _, v in points], name=f"{task} / {drafter}",
-            mode="lines+markers", line=dict(color=PALETTE[i % len(PALETTE)], dash="solid" if "text" in drafter else "dash"),
+            x=[g for g, _ in points],
+            y=[v for _, v in points],
+            name=f"{task} / {drafter}",
+            mode="lines+markers",
+            line=dict(color=PALETTE[i % len(PALETTE)], dash="solid" if "text" in drafter else "dash"),
         )
     fig.update_layout(title="Block efficiency tau by draft length (greedy)", xaxis_title="gamma", yaxis_title="tau")
     return fig
@@ -44,13 +47,26 @@ def speedup_figure(cells) -> go.Figure:
     predicted = _series(cells, "greedy", "predicted_speedup")
     for i, key in enumerate(measured):
         colour = PALETTE[i % len(PALETTE)]
-        fig.add_scatter(x=[g for g, _ in measured[key]], y=[v for _, v in measured[key]], mode="lines+markers",
-                        name=f"{key[0]} / {key[1]} measured", line=dict(color=colour))
-        fig.add_scatter(x=[g for g, _ in predicted[key]], y=[v for _, v in predicted[key]], mode="lines",
-                        name=f"{key[0]} / {key[1]} cost model", line=dict(color=colour, dash="dot"))
+        fig.add_scatter(
+            x=[g for g, _ in measured[key]],
+            y=[v for _, v in measured[key]],
+            mode="lines+markers",
+            name=f"{key[0]} / {key[1]} measured",
+            line=dict(color=colour),
+        )
+        fig.add_scatter(
+            x=[g for g, _ in predicted[key]],
+            y=[v for _, v in predicted[key]],
+            mode="lines",
+            name=f"{key[0]} / {key[1]} cost model",
+            line=dict(color=colour, dash="dot"),
+        )
     fig.add_hline(y=1.0, line=dict(color="grey", width=1))
-    fig.update_layout(title="Wall-clock speedup of SPD over AR (greedy): measured vs cost model",
-                      xaxis_title="gamma", yaxis_title="speedup")
+    fig.update_layout(
+        title="Wall-clock speedup of SPD over AR (greedy): measured vs cost model",
+        xaxis_title="gamma",
+        yaxis_title="speedup",
+    )
     return fig
 
 
@@ -71,22 +87,31 @@ def _table(rows: list[dict]) -> str:
 
 
 def page(cells, peer_result, analysis_summary, meta) -> str:
-    figures = [tau_figure(cells), speedup_figure(cells), category_figure(analysis_summary),
-               position_figure(analysis_summary)]
+    figures = [
+        tau_figure(cells),
+        speedup_figure(cells),
+        category_figure(analysis_summary),
+        position_figure(analysis_summary),
+    ]
     charts = "".join(f"<div class='chart'>{_fig_html(f, i == 0)}</div>" for i, f in enumerate(figures))
     peer_rows = []
     for d, p in (peer_result or {}).items():
-        peer_rows.append({
-            "drafter": d, "our longest draft": p["gamma"], "our confidence stop": p.get("min_confidence", 0.0),
-            "our AR tok/s": p["tok_s"]["ours_ar"], "HF generate tok/s": p["tok_s"]["hf_generate"],
-            "our AR / HF generate": p["ar_vs_hf_generate"],
-            "our SPD tok/s": p["tok_s"]["ours_spd"], "HF assisted tok/s": p["tok_s"]["hf_assisted"],
-            "our SPD / HF assisted": p["spd_vs_hf_assisted"] if p["spd_vs_hf_assisted"] else
-            f"HF cannot run this: {p['hf_assisted_error']}",
-        })
-    rejected = "".join(
-        f"<h3>{html.escape(d)}</h3>{_table(a['most_rejected'])}" for d, a in analysis_summary.items()
-    )
+        peer_rows.append(
+            {
+                "drafter": d,
+                "our longest draft": p["gamma"],
+                "our confidence stop": p.get("min_confidence", 0.0),
+                "our AR tok/s": p["tok_s"]["ours_ar"],
+                "HF generate tok/s": p["tok_s"]["hf_generate"],
+                "our AR / HF generate": p["ar_vs_hf_generate"],
+                "our SPD tok/s": p["tok_s"]["ours_spd"],
+                "HF assisted tok/s": p["tok_s"]["hf_assisted"],
+                "our SPD / HF assisted": p["spd_vs_hf_assisted"]
+                if p["spd_vs_hf_assisted"]
+                else f"HF cannot run this: {p['hf_assisted_error']}",
+            }
+        )
+    rejected = "".join(f"<h3>{html.escape(d)}</h3>{_table(a['most_rejected'])}" for d, a in analysis_summary.items())
     meta_line = html.escape(", ".join(f"{k}: {v}" for k, v in meta.items() if k != "args"))
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>Speculative decoding benchmark</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2rem;color:#222}} table{{border-collapse:collapse;font-size:13px}}

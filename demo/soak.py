@@ -119,7 +119,9 @@ def soak(
             now, r = time.perf_counter(), rss()
             per = (now - last) / (i - samples[-1]["requests"])
             samples.append({"requests": i, "rss_mib": round(r / MIB, 1), "cache_files": files()})
-            report(f"{i:>8} {r / MIB:>9.1f} {(r - base) / MIB:>11.1f} {samples[-1]['cache_files'] or 0:>12} {per:>7.2f}")
+            report(
+                f"{i:>8} {r / MIB:>9.1f} {(r - base) / MIB:>11.1f} {samples[-1]['cache_files'] or 0:>12} {per:>7.2f}"
+            )
             last = now
     end = rss()
     client.close()

@@ -34,9 +34,7 @@ from pathlib import Path
 from demo import presets, zerogpu
 
 ROOT = Path(__file__).resolve().parent.parent
-TORCH_FOR_SPACE = (
-    "2.11.0"  # the newest torch that hub-docs' spaces-zerogpu.md lists as supported
-)
+TORCH_FOR_SPACE = "2.11.0"  # the newest torch that hub-docs' spaces-zerogpu.md lists as supported
 INCLUDE = (
     "app.py",
     "demo/",
@@ -71,10 +69,7 @@ def source_files(root: Path = ROOT) -> list[str]:
     return sorted(
         f
         for f in listed
-        if f
-        and (root / f).is_file()
-        and any(f == i or f.startswith(i) for i in INCLUDE)
-        and "__pycache__" not in f
+        if f and (root / f).is_file() and any(f == i or f.startswith(i) for i in INCLUDE) and "__pycache__" not in f
     )
 
 
@@ -87,11 +82,7 @@ def space_requirements(local: str) -> str:
     for line in local.splitlines():
         if line.startswith("#"):
             continue
-        lines.append(
-            f"torch=={TORCH_FOR_SPACE}"
-            if line.replace(" ", "").startswith("torch==")
-            else line
-        )
+        lines.append(f"torch=={TORCH_FOR_SPACE}" if line.replace(" ", "").startswith("torch==") else line)
     return "\n".join(lines) + "\n"
 
 
@@ -100,16 +91,10 @@ def hub_repos(names: tuple[str, ...]) -> list[str]:
     repos = []
     for name in names:
         if name not in presets.PRESETS:
-            raise SpaceError(
-                f"Unknown preset {name!r}; the presets are: {', '.join(presets.PRESETS)}."
-            )
+            raise SpaceError(f"Unknown preset {name!r}; the presets are: {', '.join(presets.PRESETS)}.")
         p = presets.PRESETS[name]
         for ref in (p.target, *(s.path for s in p.drafters)):
-            if (
-                not Path(ref).is_absolute()
-                and not ref.startswith(".")
-                and ref not in repos
-            ):
+            if not Path(ref).is_absolute() and not ref.startswith(".") and ref not in repos:
                 repos.append(ref)
     return repos
 
@@ -118,9 +103,7 @@ def space_card(readme: str, names: tuple[str, ...]) -> str:
     """README.md with `models:` and `preload_from_hub:` in its front matter set to the hub
     presets' repos (removed when there are none)."""
     if not readme.startswith("---\n"):
-        raise SpaceError(
-            "README.md has no front matter (a block between two '---' lines), so it is no Space card."
-        )
+        raise SpaceError("README.md has no front matter (a block between two '---' lines), so it is no Space card.")
     head, body = readme[4:].split("\n---\n", 1)
     kept, skipping = [], False
     for line in head.splitlines():
@@ -150,35 +133,25 @@ def stage(
     """Write the Space's files into `folder`; returns them, relative to it, sorted."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
-        raise SpaceError(
-            f"{folder} is a file, not a folder; stage into an empty or new folder."
-        )
+        raise SpaceError(f"{folder} is a file, not a folder; stage into an empty or new folder.")
     if folder.exists() and any(folder.iterdir()):
         if not force:
             raise SpaceError(
                 f"{folder} is not empty; stage into an empty or new folder, or pass --force to replace it."
             )
         shutil.rmtree(folder)
-    card = space_card(
-        (ROOT / "README.md").read_text(), names
-    )  # checked before anything is written
+    card = space_card((ROOT / "README.md").read_text(), names)  # checked before anything is written
     folder.mkdir(parents=True, exist_ok=True)
     for name in source_files():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, folder / name)
     (folder / "README.md").write_text(card)
-    (folder / "requirements.txt").write_text(
-        space_requirements((ROOT / "requirements.txt").read_text())
-    )
+    (folder / "requirements.txt").write_text(space_requirements((ROOT / "requirements.txt").read_text()))
     return sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file())
 
 
 def lfs_patterns(folder: Path) -> list[str]:
-    lines = (
-        (folder / ".gitattributes").read_text().splitlines()
-        if (folder / ".gitattributes").is_file()
-        else []
-    )
+    lines = (folder / ".gitattributes").read_text().splitlines() if (folder / ".gitattributes").is_file() else []
     return [line.split()[0] for line in lines if "filter=lfs" in line]
 
 
@@ -189,9 +162,7 @@ def listing(folder: Path, files: list[Path]) -> str:
     for f in files:
         size = (folder / f).stat().st_size
         total += size
-        lfs = any(
-            fnmatch.fnmatch(f.name, p) or fnmatch.fnmatch(str(f), p) for p in patterns
-        )
+        lfs = any(fnmatch.fnmatch(f.name, p) or fnmatch.fnmatch(str(f), p) for p in patterns)
         rows.append(f"{size:>12,}  {'LFS' if lfs else 'git'}  {f}")
     rows.append(f"{total:>12,}  bytes in {len(files)} files")
     return "\n".join(rows)
@@ -203,16 +174,11 @@ def push(repo_id: str, names: tuple[str, ...], dry_run: bool = False) -> str:
     from huggingface_hub.errors import OfflineModeIsEnabled
 
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise SpaceError(
-            f"{repo_id!r} is not OWNER/NAME, e.g. my-name/speculative-decoding."
-        )
+        raise SpaceError(f"{repo_id!r} is not OWNER/NAME, e.g. my-name/speculative-decoding.")
     with tempfile.TemporaryDirectory(prefix="space-") as tmp:
         files = stage(Path(tmp), names)
         if dry_run:
-            return (
-                f"Would upload to spaces/{repo_id} (DEMO_PRELOAD={','.join(names)}):\n"
-                + listing(Path(tmp), files)
-            )
+            return f"Would upload to spaces/{repo_id} (DEMO_PRELOAD={','.join(names)}):\n" + listing(Path(tmp), files)
         token = get_token()
         if not token:
             raise SpaceError(
@@ -220,17 +186,13 @@ def push(repo_id: str, names: tuple[str, ...], dry_run: bool = False) -> str:
             )
         api = HfApi(token=token)
         try:
-            api.create_repo(
-                repo_id, repo_type="space", space_sdk="gradio", exist_ok=True
-            )
+            api.create_repo(repo_id, repo_type="space", space_sdk="gradio", exist_ok=True)
             api.add_space_variable(repo_id, zerogpu.PRELOAD_ENV, ",".join(names))
         except (OfflineModeIsEnabled, OSError) as error:
             raise SpaceError(_unreachable(error) + "; nothing was uploaded.") from error
         except Exception as error:
             if _network(error):
-                raise SpaceError(
-                    _unreachable(error) + "; nothing was uploaded."
-                ) from error
+                raise SpaceError(_unreachable(error) + "; nothing was uploaded.") from error
             raise
         try:
             commit = api.upload_folder(
@@ -265,27 +227,21 @@ def _unreachable(error: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m demo.space", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m demo.space", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (
         ("stage", "write the Space's files into DIR"),
         ("push", "create or update the Space"),
     ):
         command = commands.add_parser(name, help=help_text)
-        command.add_argument(
-            "target", metavar="DIR" if name == "stage" else "OWNER/NAME"
-        )
+        command.add_argument("target", metavar="DIR" if name == "stage" else "OWNER/NAME")
         command.add_argument(
             "--presets",
             default=presets.DEFAULT_PRESET,
             help="comma-separated presets the Space preloads and serves (default: %(default)s)",
         )
         if name == "stage":
-            command.add_argument(
-                "--force", action="store_true", help="replace what DIR holds"
-            )
+            command.add_argument("--force", action="store_true", help="replace what DIR holds")
         else:
             command.add_argument(
                 "--dry-run",
@@ -293,9 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                 help="list what would be uploaded, with sizes",
             )
     args = parser.parse_args(argv)
-    names = tuple(
-        dict.fromkeys(n.strip() for n in args.presets.split(",") if n.strip())
-    )
+    names = tuple(dict.fromkeys(n.strip() for n in args.presets.split(",") if n.strip()))
     try:
         if args.command == "stage":
             files = stage(Path(args.target), names, force=args.force)

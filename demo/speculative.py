@@ -126,13 +126,19 @@ def _stop_reason(answer: list[int], stop_ids: frozenset[int], max_new_tokens: in
     return None
 
 
-def run_start(target: Target, drafter: Drafter | None, *, gamma: int, sampling: Sampling, max_new_tokens: int,
-              min_confidence: float = 0.0) -> RunStart:
+def run_start(
+    target: Target,
+    drafter: Drafter | None,
+    *,
+    gamma: int,
+    sampling: Sampling,
+    max_new_tokens: int,
+    min_confidence: float = 0.0,
+) -> RunStart:
     """The first event of a run: what runs, with what settings."""
     info = None
     if drafter is not None:
-        info = DrafterInfo(name=drafter.name, kind=drafter.kind, params=drafter.n_params,
-                           min_confidence=min_confidence)
+        info = DrafterInfo(name=drafter.name, kind=drafter.kind, params=drafter.n_params, min_confidence=min_confidence)
     return RunStart(
         mode="speculative" if drafter is not None else "autoregressive",
         target=target.name,
@@ -165,12 +171,14 @@ class Decoding:
 
 
 @torch.inference_mode()
-def _prefill(target: Target, prompt: Prompt, start: RunStart, generator: torch.Generator,
-             drafter: Drafter | None) -> tuple[Decoding, DraftState | None, PrefillEvent, TokenEvent]:
+def _prefill(
+    target: Target, prompt: Prompt, start: RunStart, generator: torch.Generator, drafter: Drafter | None
+) -> tuple[Decoding, DraftState | None, PrefillEvent, TokenEvent]:
     """0. prefill: the target encodes image + prompt and gives the first token on its own; the
     drafter, if any, reads its own prompt (text only, or with the image) into a new state."""
-    state = Decoding(target, start, generator, Stopwatch(target.device), target.new_cache(),
-                     Detokenizer(target.tokenizer), [])
+    state = Decoding(
+        target, start, generator, Stopwatch(target.device), target.new_cache(), Detokenizer(target.tokenizer), []
+    )
     clock = state.clock
     with clock:
         logits = target.prefill(prompt.target_inputs, state.cache)
@@ -207,8 +215,9 @@ class Verdict:
     accept_probs: list[float]  # min(1, p/q) per draft; greedy: 1.0 if it matched the argmax, else 0.0
 
 
-def verify(target: Target, cache, last: int, drafts: list[int], q: torch.Tensor, sampling: Sampling,
-           generator: torch.Generator) -> Verdict:
+def verify(
+    target: Target, cache, last: int, drafts: list[int], q: torch.Tensor, sampling: Sampling, generator: torch.Generator
+) -> Verdict:
     """One target forward over [last] + drafts, then the acceptance rule. q: [len(drafts), V]."""
     logits = target.forward([last] + drafts, cache)  # [n+1, V]
     p = warp(logits, sampling)  # [n+1, V]
@@ -236,8 +245,13 @@ def _token_fields(j: int, drafts: list[int], v: Verdict, tokenizer) -> dict:
         return dict(kind="accepted", p=v.p_drafts[j], q=v.q_drafts[j], accept_prob=v.accept_probs[j])
     if v.n_accepted < len(drafts):
         k = v.n_accepted
-        rejection = Rejection(id=drafts[k], text=tokenizer.decode([drafts[k]]), p=v.p_drafts[k], q=v.q_drafts[k],
-                              accept_prob=v.accept_probs[k])
+        rejection = Rejection(
+            id=drafts[k],
+            text=tokenizer.decode([drafts[k]]),
+            p=v.p_drafts[k],
+            q=v.q_drafts[k],
+            accept_prob=v.accept_probs[k],
+        )
         return dict(kind="resampled", p=v.p_token, rejection=rejection)
     return dict(kind="bonus" if drafts else "target", p=v.p_token)
 
@@ -269,8 +283,15 @@ def speculative_round(state: Decoding, drafting: DraftState, index: int) -> tupl
         tokens = []
         for j, token in enumerate(drafts[: v.n_accepted] + [v.token]):
             text = state.append(token)
-            tokens.append(dict(_token_fields(j, drafts, v, target.tokenizer), index=len(answer) - 1,
-                               token_id=token, text=text, round=index))
+            tokens.append(
+                dict(
+                    _token_fields(j, drafts, v, target.tokenizer),
+                    index=len(answer) - 1,
+                    token_id=token,
+                    text=text,
+                    round=index,
+                )
+            )
             if state.stop:
                 break
         drafted_texts = tuple(target.tokenizer.decode([d]) for d in drafts)
@@ -325,8 +346,9 @@ def speculative_generate(
     drafter stops early where its top probability falls below it (see `DraftState.draft`).
     """
     assert gamma >= 1 and max_new_tokens >= 1
-    start = run_start(target, drafter, gamma=gamma, sampling=sampling, max_new_tokens=max_new_tokens,
-                      min_confidence=min_confidence)
+    start = run_start(
+        target, drafter, gamma=gamma, sampling=sampling, max_new_tokens=max_new_tokens, min_confidence=min_confidence
+    )
     yield start
     state, drafting, prefill, first = _prefill(target, prompt, start, generator, drafter)
     yield prefill
@@ -396,8 +418,20 @@ def run(
     numbers come from a generator seeded with `sampling.seed` on the target's device."""
     generator = torch.Generator(device=target.device).manual_seed(sampling.seed)
     if drafter is None:
-        return Trace.of(autoregressive_generate(target, prompt, sampling=sampling, max_new_tokens=max_new_tokens,
-                                                generator=generator))
-    return Trace.of(speculative_generate(target, drafter, prompt, gamma=gamma, sampling=sampling,
-                                         max_new_tokens=max_new_tokens, generator=generator,
-                                         min_confidence=min_confidence))
+        return Trace.of(
+            autoregressive_generate(
+                target, prompt, sampling=sampling, max_new_tokens=max_new_tokens, generator=generator
+            )
+        )
+    return Trace.of(
+        speculative_generate(
+            target,
+            drafter,
+            prompt,
+            gamma=gamma,
+            sampling=sampling,
+            max_new_tokens=max_new_tokens,
+            generator=generator,
+            min_confidence=min_confidence,
+        )
+    )

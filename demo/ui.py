@@ -342,7 +342,9 @@ def gpu_race(request: Request, image_payload) -> Iterator[tuple]:
     runs in another process, its values pickled): ("loading", fraction, message) while a preset
     loads (lazy deployments only), ("ready", facts, notes) once both runs are set up, then the
     race's (lane, event) pairs. Both runs are closed however it ends."""
-    facts, lanes, notes = yield from _prepare(request, image_payload, lambda fraction, message: ("loading", fraction, message))
+    facts, lanes, notes = yield from _prepare(
+        request, image_payload, lambda fraction, message: ("loading", fraction, message)
+    )
     yield "ready", facts, notes
     with _racing(lanes) as events:
         yield from events
@@ -976,9 +978,7 @@ def _race_view() -> SimpleNamespace:
     empty = Trace()
     with gr.Row(elem_id="race-head"):
         gr.HTML(render.legend_html(), js_on_load=None, elem_id="legend")
-    v.outcome = gr.HTML(
-        render.outcome_html(empty, empty, None), js_on_load=None, label="outcome", elem_id="outcome"
-    )
+    v.outcome = gr.HTML(render.outcome_html(empty, empty, None), js_on_load=None, label="outcome", elem_id="outcome")
     with gr.Row(equal_height=False):
         with gr.Column(min_width=320):
             v.spd_panel = gr.HTML(
@@ -988,7 +988,10 @@ def _race_view() -> SimpleNamespace:
                 elem_id="spd-panel",
             )
             v.spd_stats = gr.HTML(
-                render.speculative_stats_html(empty, None), js_on_load=None, label="speculative stats", elem_id="spd-stats"
+                render.speculative_stats_html(empty, None),
+                js_on_load=None,
+                label="speculative stats",
+                elem_id="spd-stats",
             )
         with gr.Column(min_width=320):
             v.ar_panel = gr.HTML(
@@ -998,7 +1001,10 @@ def _race_view() -> SimpleNamespace:
                 elem_id="ar-panel",
             )
             v.ar_stats = gr.HTML(
-                render.autoregressive_stats_html(empty), js_on_load=None, label="autoregressive stats", elem_id="ar-stats"
+                render.autoregressive_stats_html(empty),
+                js_on_load=None,
+                label="autoregressive stats",
+                elem_id="ar-stats",
             )
     # Empty charts at load: the browser fetches plotly.js before the first Run, not during it.
     with gr.Row(elem_id="charts"):
@@ -1094,10 +1100,22 @@ def build_demo(default_preset: str = presets.DEFAULT_PRESET, examples_dir: Path 
                     gr.Markdown(HOW_IT_WORKS)
             with gr.Tab("Analysis", id="analysis", elem_id="tab-analysis"):
                 c = controls
-                analysis_tab.analysis_tab(analysis_tab.RaceControls(
-                    tabs=tabs, race_tab="race", image=c.image, question=c.question, preset=c.preset,
-                    drafter=c.drafter, gamma=c.gamma, decoding=c.decoding, max_new=c.max_new, run=c.run,
-                    reference=c.reference, adaptive=c.adaptive))
+                analysis_tab.analysis_tab(
+                    analysis_tab.RaceControls(
+                        tabs=tabs,
+                        race_tab="race",
+                        image=c.image,
+                        question=c.question,
+                        preset=c.preset,
+                        drafter=c.drafter,
+                        gamma=c.gamma,
+                        decoding=c.decoding,
+                        max_new=c.max_new,
+                        run=c.run,
+                        reference=c.reference,
+                        adaptive=c.adaptive,
+                    )
+                )
         _wire(demo, controls, view, examples)
     return demo
 
@@ -1111,6 +1129,7 @@ def _once(fn: Callable[[], None]) -> Callable[[], None]:
             if not done:
                 done.append(True)
                 fn()
+
     return call
 
 

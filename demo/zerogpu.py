@@ -59,9 +59,7 @@ def preload_names(default: str) -> tuple[str, ...] | None:
     return names or None
 
 
-def duration(
-    max_new_tokens: int, runs: int, seconds_per_token: float, base: float = 5.0
-) -> int:
+def duration(max_new_tokens: int, runs: int, seconds_per_token: float, base: float = 5.0) -> int:
     """Seconds a decorated call asks for: `runs` decodes of up to `max_new_tokens` tokens each at
     `seconds_per_token` (the preset's budget), plus `base` for prefill and set-up, capped to
     [MIN_DURATION, MAX_DURATION]."""

@@ -40,8 +40,9 @@ def build(first: str, rounds: list[tuple[list[str], int, str | None]]) -> Trace:
             if own is not None:
                 rejected = {}
                 if k < len(drafts):
-                    rejected = dict(rejection=Rejection(id=tid(drafts[k]), text=drafts[k], p=0.1, q=0.7,
-                                                        accept_prob=0.0))
+                    rejected = dict(
+                        rejection=Rejection(id=tid(drafts[k]), text=drafts[k], p=0.1, q=0.7, accept_prob=0.0)
+                    )
                 emitted.append(dict(text=own, kind="resampled" if k < len(drafts) else "bonus", **rejected))
         for e in emitted:
             text = e.pop("text")
@@ -49,15 +50,32 @@ def build(first: str, rounds: list[tuple[list[str], int, str | None]]) -> Trace:
             answer.append(text)
         stop = "eos" if answer[-1] == END else None
         own_id = tid(own) if own is not None else END_ID
-        events.append(RoundEvent(r, tuple(tid(d) for d in drafts), tuple(drafts), k, own_id, len(emitted), stop,
-                                 0.001, 0.002, t=t))
-    events.append(RunSummary("speculative", tuple(tid(a) for a in answer), "".join(map(piece, answer)), "eos", 3,
-                             "text-only", 1000, 100, 0.011, t - 0.011, len(rounds), t=t))
+        events.append(
+            RoundEvent(
+                r, tuple(tid(d) for d in drafts), tuple(drafts), k, own_id, len(emitted), stop, 0.001, 0.002, t=t
+            )
+        )
+    events.append(
+        RunSummary(
+            "speculative",
+            tuple(tid(a) for a in answer),
+            "".join(map(piece, answer)),
+            "eos",
+            3,
+            "text-only",
+            1000,
+            100,
+            0.011,
+            t - 0.011,
+            len(rounds),
+            t=t,
+        )
+    )
     return Trace.of(events)
 
 
 def shapes_trace() -> Trace:
-    """"The red circle is in the top left corner." (12 tokens, the end included):
+    """ "The red circle is in the top left corner." (12 tokens, the end included):
 
     R1 drafts " blue" " square" " is": rejects " blue" -> " red"
     R2 drafts " cir" "cus" " is": accepts " cir", rejects "cus" -> "cle" (the drafter meant "circus")
@@ -66,23 +84,26 @@ def shapes_trace() -> Trace:
     R5 drafts " corner" <end>: accepts " corner", rejects the end -> "."
     R6 drafts <end>: accepted, the answer ends
     """
-    return build("The", [
-        ([" blue", " square", " is"], 0, " red"),
-        ([" cir", "cus", " is"], 1, "cle"),
-        ([" is", " in", " the"], 3, " top"),
-        ([" right", " corner"], 0, " left"),
-        ([" corner", END], 1, "."),
-        ([END], 1, None),
-    ])
+    return build(
+        "The",
+        [
+            ([" blue", " square", " is"], 0, " red"),
+            ([" cir", "cus", " is"], 1, "cle"),
+            ([" is", " in", " the"], 3, " top"),
+            ([" right", " corner"], 0, " left"),
+            ([" corner", END], 1, "."),
+            ([END], 1, None),
+        ],
+    )
 
 
 def yes_trace() -> Trace:
-    """"Yes, Red." R1 drafts "," " Blue": rejects " Blue" -> " Red"; R2 drafts "." <end>: both accepted."""
+    """ "Yes, Red." R1 drafts "," " Blue": rejects " Blue" -> " Red"; R2 drafts "." <end>: both accepted."""
     return build("Yes", [([",", " Blue"], 1, " Red"), ([".", END], 2, None)])
 
 
 def choice_trace() -> Trace:
-    """"The answer is B. A small star" (multiple choice, then a caption's article):
+    """ "The answer is B. A small star" (multiple choice, then a caption's article):
 
     R1 drafts " answer" " is" " A": rejects option " A" -> " B"
     R2 drafts "." " A" " small": accepts all -> bonus " star"
@@ -127,7 +148,13 @@ def test_words_are_categorised_by_whether_only_the_image_can_tell_them(word, aft
 def test_the_end_token_is_its_own_category_and_grounded_ones_are_known():
     assert analysis.category("", is_end=True) == "end"
     assert [c for c in analysis.CATEGORIES if analysis.is_grounded(c)] == [
-        "colour", "shape", "size", "count", "position", "yes/no"]
+        "colour",
+        "shape",
+        "size",
+        "count",
+        "position",
+        "yes/no",
+    ]
 
 
 def test_observations_are_the_checked_drafts_with_their_words_and_what_the_drafter_meant():
@@ -201,15 +228,39 @@ def test_most_rejected_words_say_what_the_drafter_wrote_instead():
     obs = analysis.observations(shapes_trace(), 0, STOPS) + analysis.observations(yes_trace(), 1, STOPS)
     assert analysis.most_rejected(obs) == [
         # "red" and "Red" are one word; so are the drafter's "blue" and "Blue"
-        {"word": "red", "category": "colour", "rejected": 2, "drafted": 2, "rejection_rate": 1.0,
-         "drafter_said": "blue (2)"},
+        {
+            "word": "red",
+            "category": "colour",
+            "rejected": 2,
+            "drafted": 2,
+            "rejection_rate": 1.0,
+            "drafter_said": "blue (2)",
+        },
         # ties: the higher rate first, then alphabetical
-        {"word": "left", "category": "position", "rejected": 1, "drafted": 1, "rejection_rate": 1.0,
-         "drafter_said": "right (1)"},
-        {"word": ".", "category": "punctuation", "rejected": 1, "drafted": 2, "rejection_rate": 0.5,
-         "drafter_said": "(end) (1)"},
-        {"word": "circle", "category": "shape", "rejected": 1, "drafted": 2, "rejection_rate": 0.5,
-         "drafter_said": "circus (1)"},
+        {
+            "word": "left",
+            "category": "position",
+            "rejected": 1,
+            "drafted": 1,
+            "rejection_rate": 1.0,
+            "drafter_said": "right (1)",
+        },
+        {
+            "word": ".",
+            "category": "punctuation",
+            "rejected": 1,
+            "drafted": 2,
+            "rejection_rate": 0.5,
+            "drafter_said": "(end) (1)",
+        },
+        {
+            "word": "circle",
+            "category": "shape",
+            "rejected": 1,
+            "drafted": 2,
+            "rejection_rate": 0.5,
+            "drafter_said": "circus (1)",
+        },
     ]
     assert [r["word"] for r in analysis.most_rejected(obs, k=2)] == ["red", "left"]
 
@@ -233,6 +284,13 @@ def test_summary_bundles_every_aggregate_and_rows_flatten_observations():
     assert set(summary) == {"by_category", "grounded", "most_rejected", "by_answer_position"}
     assert len(summary["most_rejected"]) == 1 and len(summary["by_answer_position"]) == 2
     assert analysis.rows(obs)[1] == {
-        "example": 5, "index": 2, "rel": 0.4, "token": " Red", "word": "Red", "category": "colour",
-        "accepted": False, "draft": " Blue", "draft_word": "Blue",
+        "example": 5,
+        "index": 2,
+        "rel": 0.4,
+        "token": " Red",
+        "word": "Red",
+        "category": "colour",
+        "accepted": False,
+        "draft": " Blue",
+        "draft_word": "Blue",
     }

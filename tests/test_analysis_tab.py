@@ -46,8 +46,15 @@ def hand_batch() -> Batch:
 
 def test_examples_cycle_through_the_world_tasks_of_a_choice():
     vqa = analysis_tab.examples_for("vqa", 7, seed=0)
-    assert [e.task for e in vqa] == ["vqa_colour", "vqa_shape", "vqa_count", "vqa_position", "vqa_yesno",
-                                     "vqa_colour", "vqa_shape"]
+    assert [e.task for e in vqa] == [
+        "vqa_colour",
+        "vqa_shape",
+        "vqa_count",
+        "vqa_position",
+        "vqa_yesno",
+        "vqa_colour",
+        "vqa_shape",
+    ]
     captions = analysis_tab.examples_for("caption", 2, seed=0)
     assert [e.question for e in captions] == [e.question for e in heldout_examples("caption", 2, 0)]
 
@@ -55,12 +62,18 @@ def test_examples_cycle_through_the_world_tasks_of_a_choice():
 def test_headline_sentences_are_computed_from_the_numbers():
     batch = hand_batch()
     text = analysis_tab.headline_html(batch, analysis_tab.summaries(batch))
-    assert ("<b>text-only</b> drafter: image-grounded words are <b>50%</b> of drafted positions but <b>75%</b> of "
-            "rejections; the target rejects 60% of drafts on them, 20% elsewhere.") in text
-    assert ("<b>image-aware</b> drafter: image-grounded words are <b>25%</b> of drafted positions but <b>100%</b> "
-            "of rejections; the target rejects 100% of drafts on them, 0% elsewhere.") in text
-    assert "Rejected on image-grounded words: the <b>text-only</b> drafter's 60%, the <b>image-aware</b> " \
-           "drafter's 100%." in text
+    assert (
+        "<b>text-only</b> drafter: image-grounded words are <b>50%</b> of drafted positions but <b>75%</b> of "
+        "rejections; the target rejects 60% of drafts on them, 20% elsewhere."
+    ) in text
+    assert (
+        "<b>image-aware</b> drafter: image-grounded words are <b>25%</b> of drafted positions but <b>100%</b> "
+        "of rejections; the target rejects 100% of drafts on them, 0% elsewhere."
+    ) in text
+    assert (
+        "Rejected on image-grounded words: the <b>text-only</b> drafter's 60%, the <b>image-aware</b> "
+        "drafter's 100%." in text
+    )
     assert "1 example · 14 drafted positions checked · greedy · γ = 3" in text
 
 
@@ -84,8 +97,18 @@ def test_tables_list_the_most_rejected_words_and_one_row_per_run():
     assert words.values.tolist()[-1] == ["image-aware", "red", "colour", 1, 1, 100.0, "blue (1)"]
     runs = analysis_tab.runs_table(batch)
     # shapes_trace: 11 tokens after the prefill in 6 rounds; 6 of 14 drafts accepted; 4 rejected, 3 on grounded words
-    assert runs.values.tolist()[0] == [1, "caption", "text-only", "Caption this.",
-                                       "The red circle is in the top left corner.", 1.83, 42.9, 4, 3, "✓"]
+    assert runs.values.tolist()[0] == [
+        1,
+        "caption",
+        "text-only",
+        "Caption this.",
+        "The red circle is in the top left corner.",
+        1.83,
+        42.9,
+        4,
+        3,
+        "✓",
+    ]
     assert runs.values.tolist()[1][-3:] == [1, 1, "✗"]
 
 
@@ -93,14 +116,28 @@ def test_csv_has_one_row_per_observation_and_json_is_strict_with_aggregates_and_
     batch = hand_batch()
     rows = list(csv.DictReader(io.StringIO(analysis_tab.observations_csv(batch))))
     assert len(rows) == 10 + 4
-    assert rows[2] == {"run": "1", "drafter": "text-only", "task": "caption", "example": "0", "index": "3",
-                       "rel": str(3 / 12), "token": "cle", "word": "circle", "category": "shape", "accepted": "False",
-                       "draft": "cus", "draft_word": "circus", "grounded": "True"}
+    assert rows[2] == {
+        "run": "1",
+        "drafter": "text-only",
+        "task": "caption",
+        "example": "0",
+        "index": "3",
+        "rel": str(3 / 12),
+        "token": "cle",
+        "word": "circle",
+        "category": "shape",
+        "accepted": "False",
+        "draft": "cus",
+        "draft_word": "circus",
+        "grounded": "True",
+    }
     record = json.loads(json.dumps(analysis_tab.record(batch), allow_nan=False))
     assert record["settings"]["drafters"] == ["text-only", "image-aware"]
     assert record["by_drafter"]["text-only"]["grounded"]["grounded_share_of_rejections"] == 0.75
     assert [(r["run"], r["drafter"], r["rejected"], r["grounded_rejected"], r["correct"]) for r in record["runs"]] == [
-        (1, "text-only", 4, 3, True), (2, "image-aware", 1, 1, False)]
+        (1, "text-only", 4, 3, True),
+        (2, "image-aware", 1, 1, False),
+    ]
 
 
 def test_a_selected_run_shows_its_trace_and_each_rejection():
@@ -109,17 +146,27 @@ def test_a_selected_run_shows_its_trace_and_each_rejection():
     image, view, number, button = analysis_tab.show_run(batch, select)
     assert number == 1 and button.interactive and button.visible
     assert "#1 · caption" in view and "τ = 1.83" in view and "Rejections (4)" in view
-    assert '<td>circle</td><td>shape</td><td>circus</td>' in view.replace(' class=""', "").replace(
-        ' class="grounded"', "")
+    assert "<td>circle</td><td>shape</td><td>circus</td>" in view.replace(' class=""', "").replace(
+        ' class="grounded"', ""
+    )
     assert 'class="tok tok-resampled"' in view  # the coloured answer, from demo.render
 
 
 def test_racing_a_run_fills_the_race_tab_inputs_and_selects_it():
     with gr.Blocks():
-        race = analysis_tab.RaceControls(gr.Tabs(), "race", gr.Image(type="pil"), gr.Textbox(), gr.Dropdown([PRESET]),
-                                         gr.Dropdown(["text-only", "image-aware"]), gr.Slider(1, 10),
-                                         gr.Radio(["greedy", "sampling"]), gr.Slider(1, 512), reference=gr.HTML(),
-                                         adaptive=gr.Checkbox())
+        race = analysis_tab.RaceControls(
+            gr.Tabs(),
+            "race",
+            gr.Image(type="pil"),
+            gr.Textbox(),
+            gr.Dropdown([PRESET]),
+            gr.Dropdown(["text-only", "image-aware"]),
+            gr.Slider(1, 10),
+            gr.Radio(["greedy", "sampling"]),
+            gr.Slider(1, 512),
+            reference=gr.HTML(),
+            adaptive=gr.Checkbox(),
+        )
     batch = hand_batch()
     out = analysis_tab.race_inputs(batch, 2, PRESET, race)
     assert out[0].selected == "race"
@@ -163,13 +210,24 @@ def test_analysis_streams_progress_then_charts_tables_and_downloads_that_agree(s
     assert json.loads(by_category["plot"])["layout"]["title"]["text"] == "Rejection rate by word category"
     record = json.loads(Path(json_file["value"]).read_text())
     assert record["settings"] | {"drafters": None} == {
-        "preset": PRESET, "task": "caption", "drafters": None, "gamma": 3, "n": 2, "seed": 0, "decoding": "greedy",
-        "max_new_tokens": 8, "split": "heldout"}
+        "preset": PRESET,
+        "task": "caption",
+        "drafters": None,
+        "gamma": 3,
+        "n": 2,
+        "seed": 0,
+        "decoding": "greedy",
+        "max_new_tokens": 8,
+        "split": "heldout",
+    }
     observations = list(csv.DictReader(io.StringIO(Path(csv_file["value"]).read_text())))
     for drafter, summary in record["by_drafter"].items():
         mine = [o for o in observations if o["drafter"] == drafter]
-        assert summary["grounded"]["drafted"] == len(mine) == sum(
-            r["drafted"] for r in record["runs"] if r["drafter"] == drafter)
+        assert (
+            summary["grounded"]["drafted"]
+            == len(mine)
+            == sum(r["drafted"] for r in record["runs"] if r["drafter"] == drafter)
+        )
         assert summary["grounded"]["rejected"] == sum(o["accepted"] == "False" for o in mine)
     assert [row[7] for row in runs["data"]] == [r["rejected"] for r in record["runs"]]
     assert f"{len(observations)} drafted positions checked" in headline
@@ -180,8 +238,7 @@ def test_a_drafter_the_preset_lacks_is_refused_with_a_message(served):
     with pytest.raises(gr.Error) as refused:
         next(analysis_tab.analyze(PRESET, "caption", "no-such-drafter", 3, 2, 0))
     assert refused.value.message == (
-        "Unknown drafter for preset 'tiny-analysis': 'no-such-drafter'. "
-        f"Choose one of: text-only, image-aware, {BOTH}."
+        f"Unknown drafter for preset 'tiny-analysis': 'no-such-drafter'. Choose one of: text-only, image-aware, {BOTH}."
     )
 
 
@@ -191,7 +248,10 @@ def test_a_drafter_the_preset_lacks_is_refused_with_a_message(served):
         ({"gamma": 0}, "gamma (drafts per round) must be a whole number from 1 to 10; got 0."),
         ({"n": 0}, "N examples must be a whole number from 1 to 32; got 0."),
         ({"n": 2.5}, "N examples must be a whole number from 1 to 32; got 2.5."),
-        ({"seed": 2**70}, "example set (seed) must be a whole number from 0 to 4294967295; got 1180591620717411303424."),
+        (
+            {"seed": 2**70},
+            "example set (seed) must be a whole number from 0 to 4294967295; got 1180591620717411303424.",
+        ),
         ({"task": "poetry"}, "Unknown task: 'poetry'."),
         ({"preset": "nope"}, "Unknown model preset: 'nope'."),
     ],

@@ -26,13 +26,25 @@ def test_every_endpoint_names_its_outputs(app):
     endpoints = info["named_endpoints"]
     assert sorted(endpoints) == ["/analysis", "/race", "/trace"]
     assert [r["label"] for r in endpoints["/race"]["returns"]] == [
-        "speculative panel", "speculative stats", "autoregressive panel", "autoregressive stats", "outcome",
-        "block view", "race chart", "block efficiency chart", "accept lengths chart", "acceptance by position chart",
-        "Download the trace (JSON)", "Download the tokens (CSV)",
+        "speculative panel",
+        "speculative stats",
+        "autoregressive panel",
+        "autoregressive stats",
+        "outcome",
+        "block view",
+        "race chart",
+        "block efficiency chart",
+        "accept lengths chart",
+        "acceptance by position chart",
+        "Download the trace (JSON)",
+        "Download the tokens (CSV)",
     ]
     assert [r["label"] for r in endpoints["/trace"]["returns"]] == ["trace"]
     assert [r["label"] for r in endpoints["/analysis"]["returns"]][:4] == [
-        "status", "headline", "rejection by category chart", "rejection by position chart"
+        "status",
+        "headline",
+        "rejection by category chart",
+        "rejection by position chart",
     ]
     for endpoint in endpoints.values():
         for returned in endpoint["returns"]:

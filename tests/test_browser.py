@@ -24,6 +24,8 @@ from test_app import write_examples
 from demo import models, page_bench, ui
 from demo.page_bench import DRAWN
 
+pytestmark = pytest.mark.slow  # servers and browsers: seconds each, the full suite only
+
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = Path(os.environ.get("SCREENSHOT_DIR", ROOT / "runs" / "screenshots"))
 EMBEDDED = Path(models.PRESETS[models.DEFAULT_PRESET].target).exists() and ui.load_examples()
@@ -170,7 +172,9 @@ def test_analysis_tab_finds_rejections_and_races_a_run_on_the_race_tab(browser, 
     page.wait_for_selector("#outcome .badge", timeout=120_000)
     assert page.locator("#tab-race").is_visible()
     assert "lossless ✓ identical outputs" in page.inner_text("#outcome")
-    assert page.evaluate(tokens, "#spd-panel .tok") == recorded  # greedy: the race reproduces the analysed run token for token
+    assert (
+        page.evaluate(tokens, "#spd-panel .tok") == recorded
+    )  # greedy: the race reproduces the analysed run token for token
     page.close()
 
 

@@ -62,14 +62,21 @@ def test_load_kwargs_place_target_and_drafters_as_planned():
     spread = plan(LLAVA_7B, VICUNA_68M, Memory((10 * GiB, 10 * GiB), GiB))
     assert devices.load_kwargs(cpu) == {"dtype": torch.float32}
     assert devices.load_kwargs(one) == {"dtype": torch.bfloat16, "device_map": "cuda:0"}
-    assert devices.load_kwargs(spread) == {"dtype": torch.bfloat16, "device_map": "auto", "max_memory": spread.max_memory}
+    assert devices.load_kwargs(spread) == {
+        "dtype": torch.bfloat16,
+        "device_map": "auto",
+        "max_memory": spread.max_memory,
+    }
     assert devices.load_kwargs(spread, drafter=True) == {"dtype": torch.bfloat16, "device_map": "cuda:0"}
 
 
 def test_probe_reads_this_machine():
     memory = devices.probe()
-    assert memory.gpus == (tuple(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count()))
-                           if torch.cuda.is_available() else ())
+    assert memory.gpus == (
+        tuple(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count()))
+        if torch.cuda.is_available()
+        else ()
+    )
     assert 0 < memory.cpu <= devices.available_ram() * 2
 
 
@@ -82,7 +89,10 @@ def test_load_refuses_a_preset_that_does_not_fit_before_loading_any_weights(tmp_
     monkeypatch.setitem(models.PRESETS, preset.name, preset)
     monkeypatch.setattr(devices, "probe", lambda: Memory((), 1000))
     monkeypatch.setattr(models, "_load_model", lambda *a, **k: pytest.fail("weights loaded despite the refusal"))
-    with pytest.raises(NotEnoughMemory, match=r"^preset 'tiny-llava' needs about 0\.0 GiB of RAM in float32 on CPU, "
-                       r"but only 0\.0 GiB is available$"):
+    with pytest.raises(
+        NotEnoughMemory,
+        match=r"^preset 'tiny-llava' needs about 0\.0 GiB of RAM in float32 on CPU, "
+        r"but only 0\.0 GiB is available$",
+    ):
         models.load(preset.name)
     assert not models.is_loaded(preset.name)

@@ -178,7 +178,11 @@ def with_stop(world, drafter: str, stop_id: int) -> tuple[Target, Drafter]:
     stopping = Target(target.model, target.tokenizer, name="stop", stop_ids=frozenset({stop_id}))
     d = world.drafter(drafter)
     d2 = Drafter(
-        d.model, name=d.name, kind=d.kind, target_vocab_size=target.vocab_size, stop_ids=frozenset({stop_id}),
+        d.model,
+        name=d.name,
+        kind=d.kind,
+        target_vocab_size=target.vocab_size,
+        stop_ids=frozenset({stop_id}),
         blocked_ids=d.blocked_ids,
     )
     return stopping, d2
@@ -194,8 +198,13 @@ def test_generation_stops_at_the_first_stop_token_and_truncates_the_round(world,
     target, d = with_stop(world, drafter, stop_id)
     for gamma in (1, 4, 8):
         events = speculative_generate(
-            target, d, world.prompt(image, question, drafter), gamma=gamma, sampling=GREEDY,
-            max_new_tokens=MAX_NEW, generator=torch.Generator().manual_seed(0),
+            target,
+            d,
+            world.prompt(image, question, drafter),
+            gamma=gamma,
+            sampling=GREEDY,
+            max_new_tokens=MAX_NEW,
+            generator=torch.Generator().manual_seed(0),
         )
         trace = Trace.of(events)
         assert trace.summary.token_ids == free[: first + 1]
@@ -232,7 +241,12 @@ def test_after_rejection_target_logits_equal_fresh_forward_over_same_prefix(worl
     prompt = world.prompt(image, question, "image-partly")
     trace = Trace.of(
         speculative_generate(
-            target, world.drafter("image-partly"), prompt, gamma=4, sampling=GREEDY, max_new_tokens=MAX_NEW,
+            target,
+            world.drafter("image-partly"),
+            prompt,
+            gamma=4,
+            sampling=GREEDY,
+            max_new_tokens=MAX_NEW,
             generator=torch.Generator().manual_seed(0),
         )
     )
@@ -259,8 +273,12 @@ def test_drafter_with_prefix_vocabulary_never_proposes_ids_it_lacks(world, tok, 
     small = tiny.llama(tok)
     small.resize_token_embeddings(len(tok) - 50)
     lacking = Drafter(
-        small, name="small-vocab", kind="text-only", target_vocab_size=world.target.vocab_size,
-        stop_ids=world.target.stop_ids, blocked_ids=frozenset(),
+        small,
+        name="small-vocab",
+        kind="text-only",
+        target_vocab_size=world.target.vocab_size,
+        stop_ids=world.target.stop_ids,
+        blocked_ids=frozenset(),
     )
     world.drafters["small-vocab"] = lacking
     for (image, question), reference in zip(CASES, references):
@@ -334,8 +352,15 @@ def test_first_event_says_what_runs_and_the_trace_alone_gives_its_metrics(world)
     image, question = CASES[0]
     d = world.drafter("image-partly")
     sampling = Sampling(greedy=False, temperature=0.7, top_p=0.9, seed=3)
-    spd_trace = speculative.run(world.target, world.prompt(image, question, "image-partly"), drafter=d, gamma=3,
-                                sampling=sampling, max_new_tokens=9, min_confidence=0.25)
+    spd_trace = speculative.run(
+        world.target,
+        world.prompt(image, question, "image-partly"),
+        drafter=d,
+        gamma=3,
+        sampling=sampling,
+        max_new_tokens=9,
+        min_confidence=0.25,
+    )
     assert spd_trace.start == RunStart(
         mode="speculative",
         target="tiny-llava",
@@ -360,8 +385,15 @@ def test_two_interleaved_runs_of_one_drafter_do_not_share_its_state(world):
     assert world.drafter("image-partly") is d  # the loaded drafter is shared; each run starts its own state
 
     def events(image, question):
-        return speculative_generate(world.target, d, world.prompt(image, question, "image-partly"), gamma=4,
-                                    sampling=GREEDY, max_new_tokens=MAX_NEW, generator=torch.Generator().manual_seed(0))
+        return speculative_generate(
+            world.target,
+            d,
+            world.prompt(image, question, "image-partly"),
+            gamma=4,
+            sampling=GREEDY,
+            max_new_tokens=MAX_NEW,
+            generator=torch.Generator().manual_seed(0),
+        )
 
     cases = {"a": CASES[1], "b": CASES[6]}
     alone = {name: Trace.of(events(*case)) for name, case in cases.items()}
@@ -387,8 +419,17 @@ def test_run_is_the_event_stream_seeded_from_the_sampling_settings(world):
     prompt = world.prompt(*CASES[2], "text-partly")
     d = world.drafter("text-partly")
     trace = speculative.run(world.target, prompt, drafter=d, gamma=3, sampling=sampling, max_new_tokens=MAX_NEW)
-    by_hand = Trace.of(speculative_generate(world.target, d, prompt, gamma=3, sampling=sampling,
-                                            max_new_tokens=MAX_NEW, generator=torch.Generator().manual_seed(5)))
+    by_hand = Trace.of(
+        speculative_generate(
+            world.target,
+            d,
+            prompt,
+            gamma=3,
+            sampling=sampling,
+            max_new_tokens=MAX_NEW,
+            generator=torch.Generator().manual_seed(5),
+        )
+    )
     assert trace.summary.token_ids == by_hand.summary.token_ids
     assert [r.drafted_ids for r in trace.rounds] == [r.drafted_ids for r in by_hand.rounds]
     ar_run = speculative.run(world.target, prompt, sampling=sampling, max_new_tokens=MAX_NEW)

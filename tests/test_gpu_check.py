@@ -30,8 +30,13 @@ def test_smoke_mode_prints_a_table_and_ends_with_one_json_line(no_embedded, caps
     for gamma, row in report["predicted"].items():
         expected = metrics.predicted_speedup(2.5, gamma, steps["t1_ms"], steps["verify_ms"][gamma], steps["draft_ms"])
         assert row["tau=2.5"] == (expected if gamma >= 2 else None)  # tau 2.5 needs at least 2 drafts
-        assert row["break_even_tau"] * steps["t1_ms"] == pytest.approx(gamma * steps["draft_ms"] + steps["verify_ms"][gamma])
-    assert sum(line.strip().startswith(str(g)) for g in gpu_check.GAMMAS for line in out[-len(gpu_check.GAMMAS) - 1:-1]) == 8
+        assert row["break_even_tau"] * steps["t1_ms"] == pytest.approx(
+            gamma * steps["draft_ms"] + steps["verify_ms"][gamma]
+        )
+    assert (
+        sum(line.strip().startswith(str(g)) for g in gpu_check.GAMMAS for line in out[-len(gpu_check.GAMMAS) - 1 : -1])
+        == 8
+    )
 
 
 def test_embedded_runs_compare_speculative_with_autoregressive(tmp_path, monkeypatch):

@@ -19,8 +19,12 @@ from demo.speculative import Prompt, Target, autoregressive_generate, speculativ
 GREEDY = Sampling()
 MAX_NEW = 20
 IMAGES = tiny.images(3)
-CASES = [(IMAGES[0], "Describe the image."), (IMAGES[1], "What colour is the circle?"),
-         (IMAGES[2].resize((64, 40)), "Where is the star?"), (None, "Write a short caption.")]
+CASES = [
+    (IMAGES[0], "Describe the image."),
+    (IMAGES[1], "What colour is the circle?"),
+    (IMAGES[2].resize((64, 40)), "Where is the star?"),
+    (None, "Write a short caption."),
+]
 
 
 class Built(dict):
@@ -60,14 +64,19 @@ def reference(loaded, prompt: Prompt, max_new: int = MAX_NEW) -> list[int]:
     out = loaded.target.model.generate(
         **inputs, max_new_tokens=max_new, do_sample=False, eos_token_id=sorted(loaded.target.stop_ids), pad_token_id=0
     )
-    return out[0, inputs["input_ids"].shape[1]:].tolist()
+    return out[0, inputs["input_ids"].shape[1] :].tolist()
 
 
 def spd(loaded, prompt: Prompt, gamma: int, target: Target | None = None, max_new: int = MAX_NEW) -> Trace:
     return Trace.of(
         speculative_generate(
-            target or loaded.target, loaded.drafter("text"), prompt, gamma=gamma, sampling=GREEDY,
-            max_new_tokens=max_new, generator=torch.Generator().manual_seed(0),
+            target or loaded.target,
+            loaded.drafter("text"),
+            prompt,
+            gamma=gamma,
+            sampling=GREEDY,
+            max_new_tokens=max_new,
+            generator=torch.Generator().manual_seed(0),
         )
     )
 
@@ -75,7 +84,10 @@ def spd(loaded, prompt: Prompt, gamma: int, target: Target | None = None, max_ne
 def ar(loaded, prompt: Prompt, target: Target | None = None) -> Trace:
     return Trace.of(
         autoregressive_generate(
-            target or loaded.target, prompt, sampling=GREEDY, max_new_tokens=MAX_NEW,
+            target or loaded.target,
+            prompt,
+            sampling=GREEDY,
+            max_new_tokens=MAX_NEW,
             generator=torch.Generator().manual_seed(0),
         )
     )
@@ -184,10 +196,17 @@ def test_qwen_interleaved_requests_with_different_images_each_match_generate(fam
     prompts = [loaded.prompt(image, question, "text") for image, question in CASES[:3]]
     expected = [reference(loaded, p) for p in prompts]
     runs = [
-        iter(speculative_generate(
-            loaded.target, loaded.drafter("text"), p, gamma=3, sampling=GREEDY, max_new_tokens=MAX_NEW,
-            generator=torch.Generator().manual_seed(0),
-        ))
+        iter(
+            speculative_generate(
+                loaded.target,
+                loaded.drafter("text"),
+                p,
+                gamma=3,
+                sampling=GREEDY,
+                max_new_tokens=MAX_NEW,
+                generator=torch.Generator().manual_seed(0),
+            )
+        )
         for p in prompts
     ]
     traces = [Trace() for _ in runs]
@@ -216,7 +235,8 @@ def test_switching_drafter_does_not_reload_the_target(family_presets, monkeypatc
     base = family_presets["llava"]
     spec = base.drafters[0]
     preset = models.Preset(
-        "tiny-two-drafters", base.target,
+        "tiny-two-drafters",
+        base.target,
         (models.DrafterSpec("a", spec.kind, spec.path), models.DrafterSpec("b", spec.kind, spec.path)),
     )
     calls = []

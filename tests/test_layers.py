@@ -18,21 +18,67 @@ PACKAGE = ROOT / "demo"
 # (dotted prefixes). engine < models < page | benchmark; world trains and evaluates the models.
 LAYERS = {
     "engine": (
-        {"demo.events", "demo.sampling", "demo.drafters", "demo.speculative", "demo.metrics", "demo.race",
-         "demo.detokenize", "demo.compat", "demo.export"},
-        ("gradio", "plotly", "demo.ui", "demo.analysis_tab", "demo.render", "demo.charts", "demo.analysis_charts",
-         "demo.bench", "demo.report", "demo.page_bench", "demo.gpu_check", "demo.soak", "demo.models",
-         "demo.presets", "demo.hub", "demo.families", "demo.devices", "demo.world", "demo.validate"),
+        {
+            "demo.events",
+            "demo.sampling",
+            "demo.drafters",
+            "demo.speculative",
+            "demo.metrics",
+            "demo.race",
+            "demo.detokenize",
+            "demo.compat",
+            "demo.export",
+        },
+        (
+            "gradio",
+            "plotly",
+            "demo.ui",
+            "demo.analysis_tab",
+            "demo.render",
+            "demo.charts",
+            "demo.analysis_charts",
+            "demo.bench",
+            "demo.report",
+            "demo.page_bench",
+            "demo.gpu_check",
+            "demo.soak",
+            "demo.models",
+            "demo.presets",
+            "demo.hub",
+            "demo.families",
+            "demo.devices",
+            "demo.world",
+            "demo.validate",
+        ),
     ),
     "page": (
         {"demo.ui", "demo.analysis_tab", "demo.render", "demo.charts", "demo.analysis_charts"},
-        ("demo.bench", "demo.report", "demo.page_bench", "demo.gpu_check", "demo.soak", "demo.world.train",
-         "demo.world.recipe", "demo.world.data", "demo.world.fit", "demo.world.experiments"),
+        (
+            "demo.bench",
+            "demo.report",
+            "demo.page_bench",
+            "demo.gpu_check",
+            "demo.soak",
+            "demo.world.train",
+            "demo.world.recipe",
+            "demo.world.data",
+            "demo.world.fit",
+            "demo.world.experiments",
+        ),
     ),
     "models": (
         {"demo.models", "demo.presets", "demo.hub", "demo.families", "demo.devices"},
-        ("gradio", "plotly", "demo.ui", "demo.analysis_tab", "demo.render", "demo.charts", "demo.bench",
-         "demo.report", "demo.world"),
+        (
+            "gradio",
+            "plotly",
+            "demo.ui",
+            "demo.analysis_tab",
+            "demo.render",
+            "demo.charts",
+            "demo.bench",
+            "demo.report",
+            "demo.world",
+        ),
     ),
     "benchmark": (
         {"demo.bench", "demo.report", "demo.page_bench", "demo.gpu_check", "demo.soak"},
@@ -65,9 +111,7 @@ def _imports(path: Path) -> set[str]:
 
 
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
-GRAPH = {
-    name: {m for m in _imports(path) if m in MODULES and m != name} for name, path in MODULES.items()
-}
+GRAPH = {name: {m for m in _imports(path) if m in MODULES and m != name} for name, path in MODULES.items()}
 
 
 def _layer(name: str) -> str | None:
@@ -84,10 +128,7 @@ def test_each_module_imports_only_the_layers_below_it(name):
     if layer is None:
         return
     wrong = sorted(
-        imported
-        for imported in _imports(MODULES[name])
-        for prefix in LAYERS[layer][1]
-        if _matches(imported, prefix)
+        imported for imported in _imports(MODULES[name]) for prefix in LAYERS[layer][1] if _matches(imported, prefix)
     )
     assert not wrong, f"{name} (layer {layer}) imports {wrong}"
 

@@ -42,8 +42,20 @@ def spd_trace(rounds, gamma=4, target_params=1000, drafter_params=50, prefill_t=
             n += 1
         trace.add(round_event(i, drafted, n_acc, t=t))
     trace.add(
-        RunSummary(mode, (1,) * n, "ab", "eos", gamma, "d", target_params, drafter_params, prefill_t,
-                   end_t - prefill_t, len(rounds), t=end_t)
+        RunSummary(
+            mode,
+            (1,) * n,
+            "ab",
+            "eos",
+            gamma,
+            "d",
+            target_params,
+            drafter_params,
+            prefill_t,
+            end_t - prefill_t,
+            len(rounds),
+            t=end_t,
+        )
     )
     return trace
 

@@ -63,7 +63,11 @@ def run(tiny_llava: Path, hf_home: Path, preset: str = "qwen2.5-vl-3b", **env) -
     environment.update(HF_HOME=str(hf_home), PYTHONPATH=str(ROOT), **env)
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tiny_llava), preset],
-        env=environment, cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env=environment,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
     assert done.returncode == 0 and lines, done.stderr[-3000:]
@@ -81,7 +85,9 @@ def test_offline_hub_preset_is_refused_quickly_and_local_models_still_decode(tin
     )
     kind, text, seconds = report["load"]
     assert kind == "Unavailable" and seconds < 10
-    assert text == "Not in the local Hugging Face cache: Qwen/Qwen2.5-VL-3B-Instruct; the hub is off (HF_HUB_OFFLINE=1)."
+    assert (
+        text == "Not in the local Hugging Face cache: Qwen/Qwen2.5-VL-3B-Instruct; the hub is off (HF_HUB_OFFLINE=1)."
+    )
     assert report["local_tokens"] == 8
 
 
@@ -145,12 +151,16 @@ def test_downloadable_preset_is_sized_against_free_memory_before_anything_loads(
     monkeypatch.setattr(hub, "probe", lambda repo, seconds=hub.PROBE_SECONDS: None)  # the hub answers
     monkeypatch.setattr(devices, "probe", lambda: devices.Memory((), 8 * 2**30))
     assert models.availability("llava-1.5-7b") == hub.Availability(
-        False, False, "preset 'llava-1.5-7b' needs about 31.9 GiB of RAM in float32 on CPU, but only 8.0 GiB is available."
+        False,
+        False,
+        "preset 'llava-1.5-7b' needs about 31.9 GiB of RAM in float32 on CPU, but only 8.0 GiB is available.",
     )
     monkeypatch.setattr(devices, "probe", lambda: devices.Memory((80 * 2**30,), 8 * 2**30))
     assert models.availability("llava-1.5-7b") == hub.Availability(
-        True, False, "Will be downloaded on first use: llava-hf/llava-1.5-7b-hf, double7/vicuna-68m; "
-        "it will run on cuda:0, bfloat16, needs 15.9 GiB of 80.0 GiB free."
+        True,
+        False,
+        "Will be downloaded on first use: llava-hf/llava-1.5-7b-hf, double7/vicuna-68m; "
+        "it will run on cuda:0, bfloat16, needs 15.9 GiB of 80.0 GiB free.",
     )
 
 

@@ -141,7 +141,11 @@ def uploaded(app, path: Path) -> dict:
             png_bytes(20_000, 20_000),
             "The image is too large to decode safely; the limit is 16,777,216 pixels",
         ),
-        ("bomb.png", png_bytes(6000, 6000, b"\0" * 6001 * 6000), "The image is 6,000 x 6,000 pixels (36,000,000 in all)"),
+        (
+            "bomb.png",
+            png_bytes(6000, 6000, b"\0" * 6001 * 6000),
+            "The image is 6,000 x 6,000 pixels (36,000,000 in all)",
+        ),
         ("strip.png", png_bytes(2000, 20), "The image is 2000 x 20 pixels; its longer side may be at most 20 times"),
     ],
     ids=["text", "truncated", "20000x20000", "decompression-bomb", "narrow-strip"],
@@ -191,6 +195,7 @@ def test_converted_images_give_the_same_answer_as_their_rgb_equivalent(client, w
         assert token_ids(got) == token_ids(want), path.name
 
 
+@pytest.mark.slow
 def test_a_question_too_long_for_the_context_is_refused_with_the_numbers(client, world):
     long = " ".join(["Describe every shape and colour of the scene in detail."] * 60)  # ~3,400 characters
     message = refusal(client, *args(world, question=long))
@@ -222,7 +227,11 @@ def test_a_question_too_long_for_the_context_is_refused_with_the_numbers(client,
         (6, {"t": 1}, "temperature must be a number in (0, 5]; got {'t': 1}."),
         (8, 1.5, "seed must be a whole number from 0 to 4294967295; got 1.5."),
         (9, None, "max new tokens must be a whole number from 1 to 512; got None."),
-        (10, -0.1, "threshold (stop drafting below this drafter confidence; min_confidence on /trace; 0 = off) must be a number in [0, 1]; got -0.1."),
+        (
+            10,
+            -0.1,
+            "threshold (stop drafting below this drafter confidence; min_confidence on /trace; 0 = off) must be a number in [0, 1]; got -0.1.",
+        ),
     ],
 )
 def test_wrongly_typed_values_get_a_message_naming_the_value(client, world, position, value, message):
@@ -261,6 +270,7 @@ def test_uploads_over_the_size_limit_are_refused(app, client, world, tmp_path):
 # --- load -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sixteen_concurrent_clients_each_get_the_solo_result(app, client, world):
     requests = [
         args(
@@ -302,6 +312,7 @@ def gate(monkeypatch):
     release.set()
 
 
+@pytest.mark.slow
 def test_beyond_the_queue_bound_callers_are_told_at_once_that_it_is_full(world, gate):
     demo = serve(queue_size=2)
     try:

@@ -195,7 +195,9 @@ def test_lossless_badge_only_when_the_outputs_are_identical():
     assert "lossless ✓ identical outputs (8 tokens)" in same and "×2.00" in same
     differ = render.outcome_html(spd, ar, {"identical": False, "first_difference": 3, "speedup": 2.0})
     assert "lossless" not in differ and "outputs differ from token 3 on" in differ
-    sampled = render.outcome_html(spd_trace(greedy=False), ar_trace(greedy=False), {"identical": False, "first_difference": 3, "speedup": 2.0})
+    sampled = render.outcome_html(
+        spd_trace(greedy=False), ar_trace(greedy=False), {"identical": False, "first_difference": 3, "speedup": 2.0}
+    )
     assert "lossless" not in sampled and "differ by design, same distribution" in sampled
 
 
@@ -241,8 +243,19 @@ def test_exported_token_flattens_its_rejection_into_the_rejected_columns():
     record = trace.to_dict()
     assert set(record) == {"prefill", "tokens", "rounds", "summary"}  # the run's start is the export's settings
     assert record["tokens"][2] == {
-        "index": 2, "token_id": 13, "text": " square", "kind": "resampled", "round": 1, "p": 0.7, "q": None,
-        "accept_prob": None, "rejected_id": 12, "rejected_text": " circle", "rejected_p": 0.05, "rejected_q": 0.9,
-        "rejected_accept_prob": 0.0556, "t": 0.06,
+        "index": 2,
+        "token_id": 13,
+        "text": " square",
+        "kind": "resampled",
+        "round": 1,
+        "p": 0.7,
+        "q": None,
+        "accept_prob": None,
+        "rejected_id": 12,
+        "rejected_text": " circle",
+        "rejected_p": 0.05,
+        "rejected_q": 0.9,
+        "rejected_accept_prob": 0.0556,
+        "t": 0.06,
     }
     assert record["tokens"][1]["rejected_id"] is None and record["tokens"][1]["rejected_text"] is None

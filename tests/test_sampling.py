@@ -119,13 +119,9 @@ def test_two_draft_rule_gives_p_at_both_positions_in_100k_draws():
 def test_temperature_top_k_and_top_p_warp_as_specified():
     logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
     torch.testing.assert_close(warp(logits, Sampling(greedy=False)), torch.tensor([0.5, 0.3, 0.15, 0.05]))
-    torch.testing.assert_close(
-        warp(logits, Sampling(greedy=False, top_k=2)), torch.tensor([0.625, 0.375, 0.0, 0.0])
-    )
+    torch.testing.assert_close(warp(logits, Sampling(greedy=False, top_k=2)), torch.tensor([0.625, 0.375, 0.0, 0.0]))
     # top_p 0.8: 0.5 + 0.3 reaches it, so the two least likely tokens go.
-    torch.testing.assert_close(
-        warp(logits, Sampling(greedy=False, top_p=0.8)), torch.tensor([0.625, 0.375, 0.0, 0.0])
-    )
+    torch.testing.assert_close(warp(logits, Sampling(greedy=False, top_p=0.8)), torch.tensor([0.625, 0.375, 0.0, 0.0]))
     torch.testing.assert_close(
         warp(logits, Sampling(greedy=False, top_p=0.81)), torch.tensor([0.5, 0.3, 0.15, 0.0]) / 0.95
     )
@@ -153,7 +149,11 @@ def small_world(tok):
     drafter_model = tiny.llama(tok, seed=6)
     drafter_model.resize_token_embeddings(VOCAB)
     drafter = Drafter(
-        drafter_model, name="d", kind="text-only", target_vocab_size=VOCAB, stop_ids=frozenset({3}),
+        drafter_model,
+        name="d",
+        kind="text-only",
+        target_vocab_size=VOCAB,
+        stop_ids=frozenset({3}),
         blocked_ids=frozenset({0, 1, 2, 3}),
     )
     image = tiny.images(1)[0]
@@ -200,7 +200,13 @@ def test_speculative_sampling_loop_matches_the_target_law_of_the_first_three_tok
     for _ in range(n):
         trace = Trace.of(
             speculative_generate(
-                target, drafter, prompt, gamma=2, sampling=sampling, max_new_tokens=4, generator=g,
+                target,
+                drafter,
+                prompt,
+                gamma=2,
+                sampling=sampling,
+                max_new_tokens=4,
+                generator=g,
                 min_confidence=min_confidence,
             )
         )

@@ -15,6 +15,8 @@ import torch
 
 from demo import models, soak, ui
 
+pytestmark = pytest.mark.slow  # servers and browsers: seconds each, the full suite only
+
 RACES, WARMUP = 60, 20
 GROWTH_PER_RACE_KIB = 150  # the leak: ~700 KiB per 32-token race; the fixed server: under 100
 

@@ -57,29 +57,17 @@ def test_stage_writes_exactly_the_space_files(tmp_path):
         "assets/world/target/model.safetensors",
         "demo/space.py",
     } <= files
-    assert not any(
-        f.startswith(("tests/", "runs/", ".git/", ".ci/")) or "__pycache__" in f
-        for f in files
-    )
+    assert not any(f.startswith(("tests/", "runs/", ".git/", ".ci/")) or "__pycache__" in f for f in files)
     for name in copied:  # copied as they are
         assert (folder / name).stat().st_size == (ROOT / name).stat().st_size, name
     requirements = (folder / "requirements.txt").read_text().splitlines()
-    assert (
-        f"torch=={space.TORCH_FOR_SPACE}" in requirements
-        and "torch==2.13.0" not in requirements
-    )
-    local = [
-        line
-        for line in (ROOT / "requirements.txt").read_text().splitlines()
-        if not line.startswith("#")
-    ]
+    assert f"torch=={space.TORCH_FOR_SPACE}" in requirements and "torch==2.13.0" not in requirements
+    local = [line for line in (ROOT / "requirements.txt").read_text().splitlines() if not line.startswith("#")]
     assert [r for r in requirements if not r.startswith(("#", "torch=="))] == [
         r for r in local if not r.startswith("torch==")
     ]
     card = (folder / "README.md").read_text()
-    assert (
-        card == (ROOT / "README.md").read_text()
-    )  # embedded only: no hub repos to list
+    assert card == (ROOT / "README.md").read_text()  # embedded only: no hub repos to list
     assert 'python_version: "3.12"' in card and "suggested_hardware: zero-a10g" in card
 
 
@@ -155,9 +143,7 @@ def test_push_without_a_token_or_a_network_says_which_in_one_sentence(env, sente
 
 
 def test_every_tracked_file_over_10_mib_goes_through_lfs():
-    tracked = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
-    )
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
     large = [
         f
         for f in tracked.stdout.split("\0")
@@ -190,12 +176,7 @@ def test_every_relative_link_in_readme_and_docs_resolves():
             file = (page.parent / path).resolve() if path else page
             assert file.exists(), f"{page.name}: {target}"
             if anchor:
-                headings = [
-                    _slug(h)
-                    for h in re.findall(
-                        r"^#+ (.+)$", file.read_text(), flags=re.MULTILINE
-                    )
-                ]
+                headings = [_slug(h) for h in re.findall(r"^#+ (.+)$", file.read_text(), flags=re.MULTILINE)]
                 assert anchor in headings, f"{page.name}: {target}"
             checked += 1
     assert checked >= 8
@@ -249,16 +230,10 @@ def test_the_staged_space_serves_the_page_and_races_the_embedded_models(tmp_path
         assert "<html" in page
         config = json.loads(urllib.request.urlopen(url + "config", timeout=10).read())
         assert config["title"] == "Speculative decoding, live"
-        selector = next(
-            c for c in config["components"] if c["props"].get("elem_id") == "preset"
-        )
-        assert [choice[0] for choice in selector["props"]["choices"]] == [
-            "embedded"
-        ]  # the one it serves
+        selector = next(c for c in config["components"] if c["props"].get("elem_id") == "preset")
+        assert [choice[0] for choice in selector["props"]["choices"]] == ["embedded"]  # the one it serves
         text = log.read_text()
-        assert text.index("preloaded preset 'embedded'") < text.index(
-            url.rstrip("/")
-        )  # loaded before serving
+        assert text.index("preloaded preset 'embedded'") < text.index(url.rstrip("/"))  # loaded before serving
         example = next((folder / "assets" / "world" / "examples").glob("*.png"))
         client = Client(url, verbose=False)
         result = client.predict(
@@ -278,10 +253,7 @@ def test_the_staged_space_serves_the_page_and_races_the_embedded_models(tmp_path
             result["runs"]["speculative"]["trace"],
             result["runs"]["autoregressive"]["trace"],
         )
-        assert (
-            result["comparison"]["identical"] is True
-            and spd["summary"]["text"] == ar["summary"]["text"]
-        )
+        assert result["comparison"]["identical"] is True and spd["summary"]["text"] == ar["summary"]["text"]
         assert len(spd["summary"]["token_ids"]) > 0
     finally:
         server.terminate()
@@ -345,14 +317,10 @@ def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_
         "image-aware",
     }
     assert models.preloaded() == {"tiny-a": None}
-    selector = next(
-        c
-        for c in app.demo.config["components"]
-        if c["props"].get("elem_id") == "preset"
-    )
-    assert [choice[0] for choice in selector["props"]["choices"]] == [
-        "tiny-a"
-    ] and selector["props"]["value"] == "tiny-a"
+    selector = next(c for c in app.demo.config["components"] if c["props"].get("elem_id") == "preset")
+    assert [choice[0] for choice in selector["props"]["choices"]] == ["tiny-a"] and selector["props"][
+        "value"
+    ] == "tiny-a"
     request.getfixturevalue("no_loading")  # from here on, a load fails the test
     ui.launch(app.demo, warm=None, prevent_thread_lock=True, quiet=True)
     try:
@@ -379,13 +347,9 @@ def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_
         sys.modules.pop("app", None)
 
 
-def test_a_decorated_handler_asked_for_an_unloaded_preset_refuses_without_loading(
-    monkeypatch, two_tiny, no_loading
-):
+def test_a_decorated_handler_asked_for_an_unloaded_preset_refuses_without_loading(monkeypatch, two_tiny, no_loading):
     monkeypatch.setattr(models, "_PRELOADED", {"tiny-a": None})
-    request = validate.Request(
-        "Describe the image.", "tiny-b", "text-only", 4, Sampling(), 8
-    )
+    request = validate.Request("Describe the image.", "tiny-b", "text-only", 4, Sampling(), 8)
     with pytest.raises(models.Unavailable) as refused:
         next(ui.gpu_race(request, None))
     assert str(refused.value) == (
@@ -451,18 +415,9 @@ def test_a_preset_that_fails_to_preload_is_named_with_the_reason_and_the_others_
     }
     choices, left = ui.offered("embedded")
     assert choices == ["tiny-a"]
-    assert (
-        left["broken"]
-        == f"it failed to load at start-up: Model files missing: {tmp_path / 'gone'}."
-    )
-    assert (
-        left["embedded"]
-        == "not loaded at start-up here (set DEMO_PRELOAD to serve it)."
-    )
-    assert (
-        "<b>broken</b>: it failed to load at start-up: Model files missing"
-        in ui.left_out_html(left)
-    )
+    assert left["broken"] == f"it failed to load at start-up: Model files missing: {tmp_path / 'gone'}."
+    assert left["embedded"] == "not loaded at start-up here (set DEMO_PRELOAD to serve it)."
+    assert "<b>broken</b>: it failed to load at start-up: Model files missing" in ui.left_out_html(left)
     with pytest.raises(
         models.Unavailable,
         match=r"it failed to load at start-up \(Model files missing: .*\)\. It serves: tiny-a\.$",

@@ -193,9 +193,14 @@ def test_quick_training_run_writes_models_that_load(tmp_path):
         assert log["threads"] == 2 and torch.get_num_threads() == 1  # the caller's count is put back
     finally:
         torch.set_num_threads(threads)
-    assert set(log["seconds"]) >= {"3b target option drills", "5 target end to end", "5b target captions",
-                                   "5c target gentle captions", "5d target option drills on images",
-                                   "5e target multiple choice, final form"}
+    assert set(log["seconds"]) >= {
+        "3b target option drills",
+        "5 target end to end",
+        "5b target captions",
+        "5c target gentle captions",
+        "5d target option drills on images",
+        "5e target multiple choice, final form",
+    }
     assert set(log["target_drill_probe"]) >= {"multiple_choice", "vqa_colour"}
     LlavaForConditionalGeneration.from_pretrained(tmp_path / "target")
     LlavaForConditionalGeneration.from_pretrained(tmp_path / "drafter-image")
@@ -211,8 +216,17 @@ def test_quick_recipe_is_the_full_one_with_fewer_steps_and_smaller_batches():
 
     from demo.world.recipe import FULL, QUICK
 
-    sizes = {"steps", "phase_steps", "finetune_steps", "scenes", "corpus_per_task", "items", "max_new_tokens",
-             "tokens", "drafter_tokens"}
+    sizes = {
+        "steps",
+        "phase_steps",
+        "finetune_steps",
+        "scenes",
+        "corpus_per_task",
+        "items",
+        "max_new_tokens",
+        "tokens",
+        "drafter_tokens",
+    }
 
     def differences(full, quick, path=""):
         """The fields (dotted paths) where QUICK differs from FULL, each smaller in QUICK."""
@@ -227,13 +241,23 @@ def test_quick_recipe_is_the_full_one_with_fewer_steps_and_smaller_batches():
         return out
 
     changed = differences(FULL, QUICK)
-    assert {"slots.phase_steps", "drills.steps", "image_drills.steps", "final_form.steps", "gentle.steps",
-            "image_drafter.finetune_steps", "text_drafter.distill.steps", "tokens"} <= changed
+    assert {
+        "slots.phase_steps",
+        "drills.steps",
+        "image_drills.steps",
+        "final_form.steps",
+        "gentle.steps",
+        "image_drafter.finetune_steps",
+        "text_drafter.distill.steps",
+        "tokens",
+    } <= changed
 
 
 @pytest.mark.slow
 def test_the_recipe_and_the_evaluation_do_not_import_the_experiments():
-    script = "import sys, demo.world.train, demo.world.evaluate; print(sorted(m for m in sys.modules if 'experiments' in m))"
+    script = (
+        "import sys, demo.world.train, demo.world.evaluate; print(sorted(m for m in sys.modules if 'experiments' in m))"
+    )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -265,7 +289,9 @@ def test_lookup_splits_questions_by_key_and_knows_the_chance_of_a_random_object(
     assert key_of("What shape is the red object?") == "name"
     assert key_of("What colour is the shape in the middle of the top row?") == "place"
     assert key_of("Which shape can you see in the top left corner?") == "place"
-    scene = Scene((Obj("circle", "red", "large", 0), Obj("square", "red", "small", 4), Obj("cross", "blue", "large", 8)))
+    scene = Scene(
+        (Obj("circle", "red", "large", 0), Obj("square", "red", "small", 4), Obj("cross", "blue", "large", 8))
+    )
     ex = Example(None, "What colour is the cross?", "The cross is blue.", "vqa_colour", scene)
     assert chance(ex, "colour", "blue") == 1 / 3 and chance(ex, "colour", "red") == 2 / 3
     assert chance(ex, "shape", "cross") == 1 / 3
@@ -289,8 +315,8 @@ def test_lookup_at_gap_zero_is_the_apps_teacher_forced_argmax():
     expected = []
     with torch.inference_mode():
         for i, (row, p) in enumerate(zip(rows, items)):
-            assert row == p.ids[:len(row)]
-            logits = model(input_ids=torch.tensor([p.ids]), pixel_values=pixels[i:i + 1]).logits
+            assert row == p.ids[: len(row)]
+            logits = model(input_ids=torch.tensor([p.ids]), pixel_values=pixels[i : i + 1]).logits
             expected.append(logits[0, p.at - 1].argmax().item())
     assert predictions(model, processor, items, gap=0) == expected
 
@@ -301,10 +327,18 @@ def test_recall_facts_are_every_lookup_the_scene_answers():
     from demo.world.experiments.recall import facts
     from demo.world.scenes import Obj, Scene
 
-    scene = Scene((Obj("circle", "red", "large", 0), Obj("circle", "blue", "small", 4), Obj("cross", "green", "large", 8)))
+    scene = Scene(
+        (Obj("circle", "red", "large", 0), Obj("circle", "blue", "small", 4), Obj("cross", "green", "large", 8))
+    )
     got = facts(scene, random.Random(0))
-    assert sorted(got) == sorted([("cross", "green", "name"), ("top left", "red", "place"),
-                                  ("centre", "blue", "place"), ("bottom right", "green", "place")])
+    assert sorted(got) == sorted(
+        [
+            ("cross", "green", "name"),
+            ("top left", "red", "place"),
+            ("centre", "blue", "place"),
+            ("bottom right", "green", "place"),
+        ]
+    )
 
 
 @pytest.mark.parametrize("form", ["is", "direct"])
@@ -350,9 +384,12 @@ def test_lookup_facts_state_every_unique_key_once_and_rows_hold_them_after_the_i
     from demo.world.data import fact_batches, facts
     from demo.world.scenes import Obj, Scene
 
-    scene = Scene((Obj("circle", "red", "large", 0), Obj("circle", "blue", "small", 4), Obj("cross", "red", "large", 8)))
-    assert sorted(facts(scene, random.Random(0))) == sorted([
-        "cross is red.", "top left is red.", "centre is blue.", "bottom right is red.", "blue is circle."])
+    scene = Scene(
+        (Obj("circle", "red", "large", 0), Obj("circle", "blue", "small", 4), Obj("cross", "red", "large", 8))
+    )
+    assert sorted(facts(scene, random.Random(0))) == sorted(
+        ["cross is red.", "top left is red.", "centre is blue.", "bottom right is red.", "blue is circle."]
+    )
 
     class Pool:
         scenes = [scene]
@@ -366,7 +403,7 @@ def test_lookup_facts_state_every_unique_key_once_and_rows_hold_them_after_the_i
     rng = random.Random(5)
     rng.randrange(1)  # the scene draw
     assert tok.decode(ids[9:]) == "".join(" " + fact for fact in facts(scene, rng))
-    labels = batch["labels"][0][:len(ids)].tolist()
+    labels = batch["labels"][0][: len(ids)].tolist()
     assert labels == [-100] * 9 + ids[9:]  # the loss on every fact token, none on the image
 
 
@@ -428,12 +465,22 @@ def test_diagnose_takes_a_caption_apart_item_by_item():
     from demo.world.scenes import Obj, Scene
 
     scene = Scene((Obj("circle", "blue", "large", 4), Obj("square", "blue", "small", 5)))
-    text = ("A simple drawing: in the middle of the right side, a blue square; in the centre, a large red circle; "
-            "and in the top left corner, a green cross.")
+    text = (
+        "A simple drawing: in the middle of the right side, a blue square; in the centre, a large red circle; "
+        "and in the top left corner, a green cross."
+    )
     assert caption_items(text) == [(5, ("blue", "square")), (4, ("red", "circle")), (0, ("green", "cross"))]
-    assert caption_tally(scene, text) == Counter({
-        "captions": 1, "items": 3, "items at an occupied cell": 2, "items at an empty cell": 1,
-        "  colour and shape right": 1, "  colour right": 1, "  shape right": 2})
+    assert caption_tally(scene, text) == Counter(
+        {
+            "captions": 1,
+            "items": 3,
+            "items at an occupied cell": 2,
+            "items at an empty cell": 1,
+            "  colour and shape right": 1,
+            "  colour right": 1,
+            "  shape right": 2,
+        }
+    )
     right = "In the centre, a blue circle; and in the middle of the right side, a small blue square."
     assert caption_tally(scene, right)["places are the occupied cells"] == 1
     assert caption_tally(scene, right)["number of items right"] == 1
@@ -446,8 +493,9 @@ def test_diagnose_flags_descriptions_with_broken_words_or_multiple_choice_phrasi
     reference = heldout_examples("description", 3)
     assert sum((description_tally(e.answer, vocabulary) for e in reference), Counter()) == Counter(descriptions=3)
     broken = "Here we have a minimal illuststration of geometric shapes. The answer is B."
-    assert description_tally(broken, vocabulary) == Counter({
-        "descriptions": 1, "with a word no training text uses": 1, "with multiple choice's 'answer is'": 1})
+    assert description_tally(broken, vocabulary) == Counter(
+        {"descriptions": 1, "with a word no training text uses": 1, "with multiple choice's 'answer is'": 1}
+    )
 
 
 def test_diagnose_takes_a_multiple_choice_answers_checks_apart():
@@ -455,21 +503,38 @@ def test_diagnose_takes_a_multiple_choice_answers_checks_apart():
     from demo.world.scenes import SHAPES
     from demo.world.scoring import letter_in
 
-    ex = next(e for e in heldout_examples("multiple_choice", 40)
-              if e.question.startswith("Which shape") and not e.answer.endswith("The answer is A."))
+    ex = next(
+        e
+        for e in heldout_examples("multiple_choice", 40)
+        if e.question.startswith("Which shape") and not e.answer.endswith("The answer is A.")
+    )
     reference = mc_tally(ex, ex.answer)
     checks = "ABCD".index(letter_in(ex.answer)) + 1
-    assert reference == Counter({("shape", k): v for k, v in {
-        "n": 1, "right letter": 1, "first sentence right": 1, "conclusion right": 1, "verdict agrees with conclusion": 1,
-        "options read": checks, "options read right": checks, "verdicts right": checks}.items()})
+    assert reference == Counter(
+        {
+            ("shape", k): v
+            for k, v in {
+                "n": 1,
+                "right letter": 1,
+                "first sentence right": 1,
+                "conclusion right": 1,
+                "verdict agrees with conclusion": 1,
+                "options read": checks,
+                "options read right": checks,
+                "verdicts right": checks,
+            }.items()
+        }
+    )
     options = options_of(ex.question)
     assert sorted(options) == ["A", "B", "C", "D"] and sorted(options.values()) == sorted(SHAPES)
     right = options[letter_in(ex.answer)]
     wrong = next(s for s in SHAPES if s != right)
     # the image misread, an option misread, a wrong verdict ("is" for two different words), then
     # a verdict that agrees with the (wrong) conclusion
-    text = (f"The object is a blue {wrong}, so it is a {wrong}. A. {wrong}: a {wrong} is not a {wrong}. "
-            f"B. {options['B']}: a {wrong} is a {options['B']}. The answer is B.")
+    text = (
+        f"The object is a blue {wrong}, so it is a {wrong}. A. {wrong}: a {wrong} is not a {wrong}. "
+        f"B. {options['B']}: a {wrong} is a {options['B']}. The answer is B."
+    )
     t = mc_tally(ex, text)
     assert (t[("shape", "first sentence right")], t[("shape", "conclusion right")]) == (0, 0)
     assert t[("shape", "options read")] == 2
@@ -477,7 +542,10 @@ def test_diagnose_takes_a_multiple_choice_answers_checks_apart():
     assert t[("shape", "verdicts right")] == (options["B"] == wrong)  # "is not" for equal words is wrong
     assert t[("shape", "verdict agrees with conclusion")] == (options["B"] == wrong)
     assert t[("shape", "right letter")] == (letter_in(ex.answer) == "B")
-    assert mc_tally(ex, f"The object is a circle, so it is a {right}. The answer is A.")[("shape", "conclusion right")] == 1
+    assert (
+        mc_tally(ex, f"The object is a circle, so it is a {right}. The answer is A.")[("shape", "conclusion right")]
+        == 1
+    )
 
 
 def test_multiple_choice_checks_the_options_in_order_up_to_the_concluded_one():
@@ -488,7 +556,7 @@ def test_multiple_choice_checks_the_options_in_order_up_to_the_concluded_one():
         options, letter = options_of(e.question), e.answer[-2]
         reason, rest = e.answer.split(" A. ", 1)
         checks = CHECK.findall(" A. " + rest)
-        assert [c[0] for c in checks] == list("ABCD"[:"ABCD".index(letter) + 1])
+        assert [c[0] for c in checks] == list("ABCD"[: "ABCD".index(letter) + 1])
         said = {c[2] for c in checks}
         assert said == {options[letter]} and reason.endswith(f"{options[letter]}.")
         for _, option, _, negated, again in checks:
@@ -507,7 +575,9 @@ def test_brief_multiple_choice_is_the_early_question_with_yes_no_checks():
         assert question == same
         reason, letter = restated.split(" A. ", 1)[0], restated[-2]
         options = dict(re.findall(r"([ABCD])\. ([a-z ]+?)[,.]", question.split("Options: ")[1]))
-        checks = " ".join(f"{k}. {options[k]}: {'yes' if k == letter else 'no'}." for k in "ABCD"[:"ABCD".index(letter) + 1])
+        checks = " ".join(
+            f"{k}. {options[k]}: {'yes' if k == letter else 'no'}." for k in "ABCD"[: "ABCD".index(letter) + 1]
+        )
         assert brief == f"{reason} {checks} The answer is {letter}."
 
 
@@ -518,7 +588,9 @@ def test_final_multiple_choice_counts_by_the_captions_listing_with_count_and_pla
 
     kinds = Counter()
     for i, scene in zip(range(200), scene_stream("train", 4)):
-        (question, answer), (early_question, early_answer) = (qa(t, scene, random.Random(i)) for t in ("multiple_choice", EARLY))
+        (question, answer), (early_question, early_answer) = (
+            qa(t, scene, random.Random(i)) for t in ("multiple_choice", EARLY)
+        )
         options, early_options = options_of(question), options_of(early_question)
         right, early_right = options[answer[-2]], early_options[early_answer[-2]]
         assert right == early_right  # one question, one answer
@@ -526,7 +598,10 @@ def test_final_multiple_choice_counts_by_the_captions_listing_with_count_and_pla
         kinds[asked.split()[0]] += 1
         if asked.startswith("How many"):
             n = len(scene.objects)
-            items = [f"{o.position_phrase}, {'an' if o.colour == 'orange' else 'a'} {o.colour} {o.shape}" for o in scene.objects]
+            items = [
+                f"{o.position_phrase}, {'an' if o.colour == 'orange' else 'a'} {o.colour} {o.shape}"
+                for o in scene.objects
+            ]
             listed = items[0] if n == 1 else "; ".join(items[:-1]) + "; and " + items[-1]
             assert reason == listed[0].upper() + listed[1:] + f", so there {'is' if n == 1 else 'are'} {NUMBERS[n]}."
             assert list(options.values()) == ["one", "two", "three", "four"]
@@ -633,7 +708,7 @@ def test_copy_accuracy_is_one_on_the_second_copy_for_a_model_that_copies_and_zer
 
         def forward(self, input_ids):
             ahead = torch.zeros_like(input_ids)
-            ahead[:, length - 1:] = input_ids[:, :input_ids.shape[1] - length + 1]
+            ahead[:, length - 1 :] = input_ids[:, : input_ids.shape[1] - length + 1]
             return SimpleNamespace(logits=torch.nn.functional.one_hot(ahead, 50).float())
 
     result = copy_accuracy(Copier(), vocab, n=8, length=length)

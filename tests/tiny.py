@@ -165,7 +165,7 @@ def images(n: int) -> list[Image.Image]:
     for i in range(n):
         pixels = torch.randint(0, 256, (IMAGE_SIZE * 2, IMAGE_SIZE * 2, 3), generator=g, dtype=torch.uint8)
         if i % 3 == 1:
-            pixels[:, : IMAGE_SIZE] = torch.tensor([255 - 20 * i, 40, 20 * i], dtype=torch.uint8)
+            pixels[:, :IMAGE_SIZE] = torch.tensor([255 - 20 * i, 40, 20 * i], dtype=torch.uint8)
         out.append(Image.fromarray(pixels.numpy(), "RGB"))
     return out
 

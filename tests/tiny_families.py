@@ -81,8 +81,14 @@ SMOLVLM_TEMPLATE = (
     "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
 )
 QWEN_SPECIALS = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
-    "<|image_pad|>", "<|video_pad|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
 ]
 IDEFICS3_EXTRA = (
     ["<global-img>"]
@@ -105,8 +111,14 @@ def bpe(specials: list[str]) -> Tokenizer:
 
 def llama_text(vocab: int, tok, **special) -> LlamaConfig:
     return LlamaConfig(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=1024, **special,
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        **special,
     )
 
 
@@ -132,7 +144,10 @@ def _llava(root: Path) -> None:
     n = base.get_vocab_size()
     drafter_tok = PreTrainedTokenizerFast(tokenizer_object=base, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     target_tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe(["<unk>", "<s>", "</s>"]), unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+        tokenizer_object=bpe(["<unk>", "<s>", "</s>"]),
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
         extra_special_tokens={"image_token": "<image>"},
     )
     target_tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
@@ -143,11 +158,17 @@ def _llava(root: Path) -> None:
     torch.manual_seed(0)
     config = LlavaConfig(
         vision_config=CLIPVisionConfig(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-            image_size=tiny.IMAGE_SIZE, patch_size=tiny.PATCH,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=tiny.IMAGE_SIZE,
+            patch_size=tiny.PATCH,
         ),
         text_config=llama_text(n + PAD_ROWS, target_tok, **special),
-        image_token_index=image, image_seq_length=tiny.IMAGE_TOKENS, vision_feature_layer=-1,
+        image_token_index=image,
+        image_seq_length=tiny.IMAGE_TOKENS,
+        vision_feature_layer=-1,
         vision_feature_select_strategy="default",
     )
     target = finish(LlavaForConditionalGeneration(config).eval(), 2, pad)
@@ -157,8 +178,12 @@ def _llava(root: Path) -> None:
         image_processor=CLIPImageProcessorPil(
             size={"shortest_edge": tiny.IMAGE_SIZE}, crop_size={"height": tiny.IMAGE_SIZE, "width": tiny.IMAGE_SIZE}
         ),
-        tokenizer=target_tok, patch_size=tiny.PATCH, vision_feature_select_strategy="default",
-        num_additional_image_tokens=1, image_token="<image>", chat_template=LLAVA_TEMPLATE,
+        tokenizer=target_tok,
+        patch_size=tiny.PATCH,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        image_token="<image>",
+        chat_template=LLAVA_TEMPLATE,
     )
     drafter_config = llama_text(n, drafter_tok, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     drafter = cut_lm(target.model.language_model, target.lm_head, drafter_config, LlamaForCausalLM, n)
@@ -170,24 +195,44 @@ def _llava(root: Path) -> None:
 
 def _qwen(root: Path) -> None:
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe(QWEN_SPECIALS), eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        tokenizer_object=bpe(QWEN_SPECIALS),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
     )
     ids = dict(zip(QWEN_SPECIALS, tok.convert_tokens_to_ids(QWEN_SPECIALS)))
     vocab = len(tok) + PAD_ROWS
     text = dict(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=1024,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, bos_token_id=None, eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        bos_token_id=None,
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
     )
     torch.manual_seed(0)
     config = Qwen2_5_VLConfig(
         vision_config=dict(
-            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4, spatial_merge_size=2,
-            temporal_patch_size=2, window_size=16, out_hidden_size=64, fullatt_block_indexes=[1],
+            depth=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            patch_size=4,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            window_size=16,
+            out_hidden_size=64,
+            fullatt_block_indexes=[1],
         ),
         text_config={**text, "rope_parameters": {**text["rope_parameters"], "mrope_section": [2, 3, 3]}},
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
     )
     target = finish(Qwen2_5_VLForConditionalGeneration(config).eval(), ids["<|im_end|>"], ids["<|endoftext|>"])
     with torch.no_grad():
@@ -212,11 +257,17 @@ def _qwen(root: Path) -> None:
 def _idefics3(root: Path) -> None:
     base = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     drafter_tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe(base), unk_token="<|endoftext|>", bos_token="<|im_start|>", eos_token="<|im_end|>",
+        tokenizer_object=bpe(base),
+        unk_token="<|endoftext|>",
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
     )
     n = len(drafter_tok)
     target_tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe(base), unk_token="<|endoftext|>", bos_token="<|im_start|>", pad_token="<|im_end|>",
+        tokenizer_object=bpe(base),
+        unk_token="<|endoftext|>",
+        bos_token="<|im_start|>",
+        pad_token="<|im_end|>",
     )
     target_tok.add_special_tokens({"additional_special_tokens": IDEFICS3_EXTRA})
     target_tok.eos_token = "<end_of_utterance>"
@@ -226,11 +277,17 @@ def _idefics3(root: Path) -> None:
     torch.manual_seed(0)
     config = Idefics3Config(
         vision_config=Idefics3VisionConfig(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=32,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
             patch_size=8,
         ),
         text_config=llama_text(n + PAD_ROWS, target_tok, **special),
-        scale_factor=2, image_token_id=image, pad_token_id=2,
+        scale_factor=2,
+        image_token_id=image,
+        pad_token_id=2,
     )
     target = finish(Idefics3ForConditionalGeneration(config).eval(), eou, 2)
     with torch.no_grad():

@@ -32,8 +32,14 @@ from .text import IMAGE_SEQ_LENGTH, IMAGE_TOKEN, prompt_text
 
 # Rough answer+prompt length in tokens per task; sets how many examples fill a batch.
 TYPICAL_TOKENS = {
-    "description": 130, "caption": 50, "multiple_choice": 110,
-    "vqa_colour": 30, "vqa_shape": 30, "vqa_count": 28, "vqa_position": 32, "vqa_yesno": 32,
+    "description": 130,
+    "caption": 50,
+    "multiple_choice": 110,
+    "vqa_colour": 30,
+    "vqa_shape": 30,
+    "vqa_count": 28,
+    "vqa_position": 32,
+    "vqa_yesno": 32,
 }
 TYPICAL_TOKENS[BRIEF] = TYPICAL_TOKENS[EARLY] = TYPICAL_TOKENS["multiple_choice"]
 
@@ -55,7 +61,7 @@ class ScenePool:
     @classmethod
     def build(cls, split: str, n: int, seed: int, processor, workers: int = 2) -> "ScenePool":
         scenes = sample_scenes(split, n, seed)
-        chunks = [(scenes[i:i + 256], processor.image_processor) for i in range(0, n, 256)]
+        chunks = [(scenes[i : i + 256], processor.image_processor) for i in range(0, n, 256)]
         if len(chunks) == 1:
             parts = [_pixels(chunks[0])]
         else:  # spawned workers: forking after torch has started its thread pool can hang
@@ -64,10 +70,12 @@ class ScenePool:
         cells = torch.full((n, GRID * GRID, 3), -1, dtype=torch.long)
         for i, s in enumerate(scenes):
             for o in s.objects:
-                cells[i, o.cell] = torch.tensor([SHAPES.index(o.shape), list(COLOURS).index(o.colour),
-                                                 SIZES.index(o.size)])
-        return cls(scenes, torch.from_numpy(np.concatenate(parts)).half(), cells,
-                   *slots.slot_ids(processor.tokenizer, scenes))
+                cells[i, o.cell] = torch.tensor(
+                    [SHAPES.index(o.shape), list(COLOURS).index(o.colour), SIZES.index(o.size)]
+                )
+        return cls(
+            scenes, torch.from_numpy(np.concatenate(parts)).half(), cells, *slots.slot_ids(processor.tokenizer, scenes)
+        )
 
 
 def encode(tok, question: str, answer: str | None, image: bool = True) -> tuple[list[int], list[int]]:
@@ -97,6 +105,7 @@ def collate(rows: list[tuple], pad_id: int, left: bool = False) -> dict:
 @dataclass
 class Item:
     """One training conversation: a scene of the pool, a task, the question and the answer."""
+
     scene: int
     task: str
     question: str
@@ -115,8 +124,15 @@ def sample_items(pool: ScenePool, weights: dict[str, float], n: int, seed: int) 
     return out
 
 
-def batches(pool: ScenePool, tok, weights: dict[str, float], tokens: int, rng: random.Random,
-            image: bool = True, max_objects: int | None = None) -> Iterator[dict]:
+def batches(
+    pool: ScenePool,
+    tok,
+    weights: dict[str, float],
+    tokens: int,
+    rng: random.Random,
+    image: bool = True,
+    max_objects: int | None = None,
+) -> Iterator[dict]:
     """Endless batches; each is one task, with about `tokens` tokens, freshly written questions,
     on the pool's scenes (those with at most `max_objects` objects, if given)."""
     tasks, w = list(weights), list(weights.values())
@@ -184,8 +200,9 @@ def verification_facts(scene: Scene, rng: random.Random) -> list[str]:
     return out
 
 
-def fact_batches(pool: ScenePool, tok, scenes_per_batch: int, rng: random.Random,
-                 verify: bool = False) -> Iterator[dict]:
+def fact_batches(
+    pool: ScenePool, tok, scenes_per_batch: int, rng: random.Random, verify: bool = False
+) -> Iterator[dict]:
     """Endless batches of rows (image tokens, then `facts`), with the pool indices ("scenes") for the slots."""
     image_id = tok.convert_tokens_to_ids(IMAGE_TOKEN)
     while True:
@@ -216,14 +233,15 @@ def check_row(tok, question: str, answer: str) -> tuple[list[int], list[int]]:
     """One multiple-choice turn with the loss on its option checks, letter and end only: the
     prompt and the reason ("... So it is a circle.") are context."""
     ids, labels = encode(tok, question, answer)
-    prompt_and_reason = encode(tok, question, answer[:answer.index(" A. ")])[0][:-1]  # its <|end|> dropped
+    prompt_and_reason = encode(tok, question, answer[: answer.index(" A. ")])[0][:-1]  # its <|end|> dropped
     context = len(prompt_and_reason)
     assert ids[:context] == prompt_and_reason  # the checks start a word: the reason tokenises alike alone
     return ids, [-100] * context + labels[context:]
 
 
-def drill_row(pool: "ScenePool", tok, rng: random.Random, n: int = DRILLS_PER_ROW,
-              task: str = "multiple_choice") -> tuple[list[int], list[int], list[int]]:
+def drill_row(
+    pool: "ScenePool", tok, rng: random.Random, n: int = DRILLS_PER_ROW, task: str = "multiple_choice"
+) -> tuple[list[int], list[int], list[int]]:
     """`n` `check_row`s of `task` (a form of multiple choice) on random pool scenes as one row,
     and the scenes' pool indices in order (a row holds n images). In the question's own layout:
     the copy of an option from the question's list was learnt on these (95% of held-out turns
@@ -239,8 +257,9 @@ def drill_row(pool: "ScenePool", tok, rng: random.Random, n: int = DRILLS_PER_RO
     return ids, labels, scenes
 
 
-def drill_batches(pool: "ScenePool", tok, rows: int, rng: random.Random,
-                  task: str = "multiple_choice") -> Iterator[dict]:
+def drill_batches(
+    pool: "ScenePool", tok, rows: int, rng: random.Random, task: str = "multiple_choice"
+) -> Iterator[dict]:
     """Endless batches of `rows` `drill_row`s of `task`, with the scenes' pool indices
     ("scenes", for the slots) and pixels, in turn order, as `item_batch` gives them."""
     while True:

@@ -44,8 +44,9 @@ def load(directory: Path) -> tuple[dict, object, float]:
     target, processor = load_target(directory)
     models = {
         "target": target,
-        "drafter-image": LlavaForConditionalGeneration.from_pretrained(directory / "drafter-image",
-                                                                       dtype=torch.float32),
+        "drafter-image": LlavaForConditionalGeneration.from_pretrained(
+            directory / "drafter-image", dtype=torch.float32
+        ),
         "drafter-text": AutoModelForCausalLM.from_pretrained(directory / "drafter-text", dtype=torch.float32),
     }
     return models, processor, time.perf_counter() - start
@@ -67,8 +68,16 @@ def answers(model, processor, task: str, n: int, max_new_tokens: int, seed: int 
     tok = processor.tokenizer
     examples = heldout_examples(task, n, seed=seed)
     rows, pixels = encode_examples(processor, examples)
-    ids = greedy(model, rows, tok.pad_token_id, tok.eos_token_id, tok.convert_tokens_to_ids(tok.image_token),
-                 pixels, max_new_tokens=max_new_tokens, desc=task)
+    ids = greedy(
+        model,
+        rows,
+        tok.pad_token_id,
+        tok.eos_token_id,
+        tok.convert_tokens_to_ids(tok.image_token),
+        pixels,
+        max_new_tokens=max_new_tokens,
+        desc=task,
+    )
     return examples, tok.batch_decode(ids, skip_special_tokens=True)
 
 
@@ -78,11 +87,11 @@ def agreement(drafter, rows, answers, pixels, pad_id, image_id, eos_id, batch_si
     out = []
     for start in range(0, len(rows), batch_size):
         chunk = []
-        for prompt, answer in zip(rows[start:start + batch_size], answers[start:start + batch_size]):
+        for prompt, answer in zip(rows[start : start + batch_size], answers[start : start + batch_size]):
             prompt = prompt if pixels is not None else [t for t in prompt if t != image_id]
             chunk.append((prompt + answer + [eos_id], [len(prompt)] * (len(answer) + 1)))
         batch = collate([(ids, ids) for ids, _ in chunk], pad_id)
-        kwargs = {"pixel_values": pixels[start:start + batch_size]} if pixels is not None else {}
+        kwargs = {"pixel_values": pixels[start : start + batch_size]} if pixels is not None else {}
         pred = drafter(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs).logits.argmax(-1)
         for i, (ids, (p, *_)) in enumerate(chunk):
             # the logit at position j predicts token j + 1
@@ -96,9 +105,14 @@ def evaluate(directory: Path, n: int) -> dict:
     pad_id, eos_id, image_id = tok.pad_token_id, tok.eos_token_id, tok.convert_tokens_to_ids(tok.image_token)
     grounded = image_grounded_words()
     params = {k: sum(p.numel() for p in m.parameters()) for k, m in models.items()}
-    result = {"load_s": round(load_s, 2), "params": params,
-              "ratio": {k: round(params[k] / params["target"], 4) for k in MODELS[1:]},
-              "accuracy": {k: {} for k in MODELS}, "agreement": {k: {} for k in MODELS[1:]}, "n": {}}
+    result = {
+        "load_s": round(load_s, 2),
+        "params": params,
+        "ratio": {k: round(params[k] / params["target"], 4) for k in MODELS[1:]},
+        "accuracy": {k: {} for k in MODELS},
+        "agreement": {k: {} for k in MODELS[1:]},
+        "n": {},
+    }
     counts = {k: [0, 0, 0, 0] for k in MODELS[1:]}  # grounded agree/total, other agree/total
     for task in TASKS:
         examples = heldout_examples(task, n // 2 if task == "description" else n)
@@ -108,8 +122,7 @@ def evaluate(directory: Path, n: int) -> dict:
         for name, model in models.items():
             image = name != "drafter-text"
             prompts = rows if image else [[t for t in r if t != image_id] for r in rows]
-            answers = greedy(model, prompts, pad_id, eos_id, image_id, pixels if image else None,
-                             desc=f"{task} {name}")
+            answers = greedy(model, prompts, pad_id, eos_id, image_id, pixels if image else None, desc=f"{task} {name}")
             texts = tok.batch_decode(answers, skip_special_tokens=True)
             result["accuracy"][name][task] = sum(score(task, ex, t) for ex, t in zip(examples, texts)) / len(texts)
             if name == "target":

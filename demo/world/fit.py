@@ -19,16 +19,25 @@ from tqdm import tqdm
 from .scenes import COLOURS, GRID, SHAPES, SIZES
 
 
-def fit(params: list[nn.Parameter], steps: int, lr: float, loss_of: Callable[[int], torch.Tensor],
-        desc: str, weight_decay: float = 0.01) -> float:
+def fit(
+    params: list[nn.Parameter],
+    steps: int,
+    lr: float,
+    loss_of: Callable[[int], torch.Tensor],
+    desc: str,
+    weight_decay: float = 0.01,
+) -> float:
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
     warmup = max(1, steps // 20)
     losses = []
     bar = tqdm(range(steps), desc=desc, mininterval=2.0)
     for step in bar:
         # 1. learning rate: linear warm-up, then cosine from lr down to lr / 10
-        t = min(1.0, (step + 1) / warmup) if step < warmup else 0.1 + 0.45 * (1 + math.cos(
-            math.pi * (step - warmup) / max(1, steps - warmup)))
+        t = (
+            min(1.0, (step + 1) / warmup)
+            if step < warmup
+            else 0.1 + 0.45 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+        )
         for group in opt.param_groups:
             group["lr"] = lr * t
         # 2. forward and backward
@@ -41,7 +50,7 @@ def fit(params: list[nn.Parameter], steps: int, lr: float, loss_of: Callable[[in
         losses.append(loss.item())
         if step % 10 == 0:
             bar.set_postfix(loss=f"{sum(losses[-10:]) / len(losses[-10:]):.3f}")
-    tail = losses[-max(1, steps // 10):]
+    tail = losses[-max(1, steps // 10) :]
     return sum(tail) / len(tail)
 
 
@@ -71,4 +80,3 @@ class CellHeads(nn.Module):
             pred = head(feats).argmax(-1)
             ok &= pred == torch.where(cells[..., k] < 0, len(head.bias) - 1, cells[..., k])
         return ok.float().mean().item()
-

@@ -11,8 +11,16 @@ from pathlib import Path
 from .tasks import TASKS, heldout_examples
 
 # How many gallery examples per task: every family is covered, the long ones twice.
-PER_TASK = {"description": 2, "caption": 2, "multiple_choice": 2, "vqa_yesno": 1, "vqa_colour": 1,
-            "vqa_shape": 1, "vqa_count": 1, "vqa_position": 1}
+PER_TASK = {
+    "description": 2,
+    "caption": 2,
+    "multiple_choice": 2,
+    "vqa_yesno": 1,
+    "vqa_colour": 1,
+    "vqa_shape": 1,
+    "vqa_count": 1,
+    "vqa_position": 1,
+}
 
 
 def write_examples(directory: Path, seed: int = 1000) -> list[dict]:

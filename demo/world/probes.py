@@ -63,6 +63,8 @@ def option_probe(model, tok, image_id: int, n: int = 100) -> dict[str, float]:
 
 def all_right(pred: torch.Tensor, rows: list[tuple], starts: list[int]) -> float:
     """The share of rows whose every token from its start on is the argmax at the position before."""
-    right = sum(all(pred[i, j - 1].item() == ids[j] for j in range(start, len(ids)))
-                for i, ((ids, _), start) in enumerate(zip(rows, starts)))
+    right = sum(
+        all(pred[i, j - 1].item() == ids[j] for j in range(start, len(ids)))
+        for i, ((ids, _), start) in enumerate(zip(rows, starts))
+    )
     return round(right / len(rows), 3)

@@ -16,19 +16,37 @@ from .tasks import BRIEF, EARLY
 # other batches, the distillation set and the text drafter's pretraining. Captions and multiple
 # choice, the slowest to learn, have the largest shares.
 MIX = {
-    "description": 0.12, "caption": 0.24, "multiple_choice": 0.28, "vqa_colour": 0.08,
-    "vqa_shape": 0.08, "vqa_count": 0.07, "vqa_position": 0.07, "vqa_yesno": 0.06,
+    "description": 0.12,
+    "caption": 0.24,
+    "multiple_choice": 0.28,
+    "vqa_colour": 0.08,
+    "vqa_shape": 0.08,
+    "vqa_count": 0.07,
+    "vqa_position": 0.07,
+    "vqa_yesno": 0.06,
 }
 # Stage 5 on real images, and the other batches of stages 5d and 5e: leaning on captions, which
 # need the most steps with the real image.
 FINETUNE_MIX = {
-    "description": 0.14, "caption": 0.48, "multiple_choice": 0.08, "vqa_colour": 0.06,
-    "vqa_shape": 0.06, "vqa_count": 0.06, "vqa_position": 0.06, "vqa_yesno": 0.06,
+    "description": 0.14,
+    "caption": 0.48,
+    "multiple_choice": 0.08,
+    "vqa_colour": 0.06,
+    "vqa_shape": 0.06,
+    "vqa_count": 0.06,
+    "vqa_position": 0.06,
+    "vqa_yesno": 0.06,
 }
 # Stages 5b and 5c: a last pass on captions.
 CAPTION_MIX = {
-    "description": 0.10, "caption": 0.70, "multiple_choice": 0.02, "vqa_colour": 0.05,
-    "vqa_shape": 0.05, "vqa_count": 0.03, "vqa_position": 0.03, "vqa_yesno": 0.02,
+    "description": 0.10,
+    "caption": 0.70,
+    "multiple_choice": 0.02,
+    "vqa_colour": 0.05,
+    "vqa_shape": 0.05,
+    "vqa_count": 0.03,
+    "vqa_position": 0.03,
+    "vqa_yesno": 0.02,
 }
 SHORT = ("vqa_colour", "vqa_shape", "vqa_count", "vqa_position", "vqa_yesno")
 
@@ -57,6 +75,7 @@ CURRICULUM = (
 @dataclass(frozen=True)
 class Data:
     """1. the corpus, the BPE tokenizer trained on it, and the rendered training scene pool."""
+
     scenes: int  # training scenes rendered into the pool
     corpus_per_task: int  # training examples per task in the tokenizer's corpus
     seed: int  # offset of the corpus's and the pool's scene draws
@@ -65,6 +84,7 @@ class Data:
 @dataclass(frozen=True)
 class Fit:
     """One call of `fit.fit` (a fresh AdamW, linear warm-up, cosine decay) on one random stream."""
+
     steps: int  # optimiser steps
     lr: float  # peak learning rate
     seed: int  # offset of the stream's draws (batches, or which images a step takes)
@@ -74,6 +94,7 @@ class Fit:
 class Slots:
     """3. the target's LM with slots for the image: CURRICULUM's phases under one optimiser and
     one schedule, fact batches kept in practice after the facts phase."""
+
     phase_steps: tuple[int, ...]  # steps of each phase of CURRICULUM
     lr: float  # peak learning rate
     seed: int  # phase k's batches are drawn from seed + k
@@ -87,6 +108,7 @@ class Slots:
 class Drills:
     """3b (on slots) and 5d (on real images): multiple choice's option checks and letter in dense
     practice (`data.drill_batches`), every other batch a task mix; a fresh schedule."""
+
     steps: int  # optimiser steps, half of them drill batches
     lr: float  # peak learning rate
     rows: int  # rows of `data.DRILLS_PER_ROW` drills in a drill batch
@@ -98,6 +120,7 @@ class Drills:
 @dataclass(frozen=True)
 class Finetune:
     """5, 5b, 5c: the target end to end on real images (tower frozen), each with its own schedule."""
+
     steps: int  # optimiser steps
     lr: float  # peak learning rate
     mix: dict[str, float]  # task mix
@@ -109,6 +132,7 @@ class FinalForm:
     """5e: multiple choice in its final form, the loss on the whole answer, on real images; in
     every five batches two of multiple choice, two of `mix` and one of multiple choice on
     one-object scenes. A fresh schedule."""
+
     steps: int  # optimiser steps
     lr: float  # peak learning rate
     mix: dict[str, float]  # task mix of the other batches
@@ -120,6 +144,7 @@ class FinalForm:
 @dataclass(frozen=True)
 class Distillation:
     """6. the shipped (fp16) target's greedy answers to fresh questions on training scenes."""
+
     items: int  # conversations the target answers
     max_new_tokens: int  # answer length cap
     mix: dict[str, float]  # task shares of the conversations
@@ -129,6 +154,7 @@ class Distillation:
 @dataclass(frozen=True)
 class TextDrafter:
     """7. the text drafter: pretrained on corpus text, then the target's answers, image removed."""
+
     init_seed: int  # offset of torch's seed for the fresh weights
     pretrain_mix: dict[str, float]  # 7a's task mix: training conversations, image removed
     pretrain: Fit  # 7a: the loss on every token of the conversations
@@ -139,6 +165,7 @@ class TextDrafter:
 class ImageDrafter:
     """8. the image drafter: its own tower, the text drafter's LM, the target's answers on slots,
     projector regression, then the target's answers on real images."""
+
     init_seed: int  # offset of torch's seed for the fresh weights
     tower: Fit  # 8a: per-cell attribute pretraining of its tower
     slots: Fit  # 8b: the distillation set with slots for the image
@@ -150,6 +177,7 @@ class ImageDrafter:
 @dataclass(frozen=True)
 class Recipe:
     """Every stage's config, in the order the stages run, and the batch sizes they share."""
+
     data: Data  # 1
     target_init_seed: int  # 2: offset of torch's seed for the target's fresh weights
     target_tower: Fit  # 2: per-cell attribute pretraining of the target's tower
@@ -172,8 +200,15 @@ FULL = Recipe(
     data=Data(scenes=16000, corpus_per_task=2000, seed=0),
     target_init_seed=0,
     target_tower=Fit(steps=400, lr=1e-3, seed=0),
-    slots=Slots(phase_steps=(300, 150, 300, 550, 600, 900), lr=1e-3, seed=30, fact_seed=39, fact_scenes=32,
-                fact_share=0.15, probe_every=200),
+    slots=Slots(
+        phase_steps=(300, 150, 300, 550, 600, 900),
+        lr=1e-3,
+        seed=30,
+        fact_seed=39,
+        fact_scenes=32,
+        fact_share=0.15,
+        probe_every=200,
+    ),
     drills=Drills(steps=600, lr=5e-4, rows=16, mix=in_form(MIX, EARLY), drill_seed=29, mix_seed=37),
     projector=Fit(steps=400, lr=1e-3, seed=0),
     finetune=Finetune(steps=800, lr=3e-4, mix=in_form(FINETUNE_MIX, EARLY), seed=5),
@@ -182,11 +217,20 @@ FULL = Recipe(
     image_drills=Drills(steps=300, lr=3e-4, rows=16, mix=in_form(FINETUNE_MIX, EARLY), drill_seed=53, mix_seed=54),
     final_form=FinalForm(steps=500, lr=2e-4, mix=FINETUNE_MIX, mc_seed=55, mix_seed=56, one_object_seed=57),
     distill=Distillation(items=1500, max_new_tokens=200, mix=MIX, seed=6),
-    text_drafter=TextDrafter(init_seed=7, pretrain_mix=MIX, pretrain=Fit(steps=500, lr=2e-3, seed=7),
-                             distill=Fit(steps=700, lr=1e-3, seed=71)),
-    image_drafter=ImageDrafter(init_seed=8, tower=Fit(steps=600, lr=2e-3, seed=8),
-                               slots=Fit(steps=450, lr=1e-3, seed=81), projector=Fit(steps=400, lr=2e-3, seed=8),
-                               finetune_steps=450, finetune_lr=5e-4),
+    text_drafter=TextDrafter(
+        init_seed=7,
+        pretrain_mix=MIX,
+        pretrain=Fit(steps=500, lr=2e-3, seed=7),
+        distill=Fit(steps=700, lr=1e-3, seed=71),
+    ),
+    image_drafter=ImageDrafter(
+        init_seed=8,
+        tower=Fit(steps=600, lr=2e-3, seed=8),
+        slots=Fit(steps=450, lr=1e-3, seed=81),
+        projector=Fit(steps=400, lr=2e-3, seed=8),
+        finetune_steps=450,
+        finetune_lr=5e-4,
+    ),
     tokens=800,
     drafter_tokens=2400,
 )
@@ -210,11 +254,16 @@ QUICK = replace(
     image_drills=_steps(FULL.image_drills, 3),
     final_form=_steps(FULL.final_form, 3),
     distill=replace(FULL.distill, items=16, max_new_tokens=8),
-    text_drafter=replace(FULL.text_drafter, pretrain=_steps(FULL.text_drafter.pretrain, 3),
-                         distill=_steps(FULL.text_drafter.distill, 3)),
-    image_drafter=replace(FULL.image_drafter, tower=_steps(FULL.image_drafter.tower, 3),
-                          slots=_steps(FULL.image_drafter.slots, 3), projector=_steps(FULL.image_drafter.projector, 2),
-                          finetune_steps=3),
+    text_drafter=replace(
+        FULL.text_drafter, pretrain=_steps(FULL.text_drafter.pretrain, 3), distill=_steps(FULL.text_drafter.distill, 3)
+    ),
+    image_drafter=replace(
+        FULL.image_drafter,
+        tower=_steps(FULL.image_drafter.tower, 3),
+        slots=_steps(FULL.image_drafter.slots, 3),
+        projector=_steps(FULL.image_drafter.projector, 2),
+        finetune_steps=3,
+    ),
     tokens=300,
     drafter_tokens=300,
 )

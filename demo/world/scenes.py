@@ -44,14 +44,26 @@ NOISE_VARIANTS = 16  # distinct background noise patterns
 
 # Cell index (row * GRID + col) -> short position name, and the phrase used in sentences.
 POSITIONS = (
-    "top left", "top", "top right",
-    "left", "centre", "right",
-    "bottom left", "bottom", "bottom right",
+    "top left",
+    "top",
+    "top right",
+    "left",
+    "centre",
+    "right",
+    "bottom left",
+    "bottom",
+    "bottom right",
 )
 POSITION_PHRASES = (
-    "in the top left corner", "in the middle of the top row", "in the top right corner",
-    "in the middle of the left side", "in the centre", "in the middle of the right side",
-    "in the bottom left corner", "in the middle of the bottom row", "in the bottom right corner",
+    "in the top left corner",
+    "in the middle of the top row",
+    "in the top right corner",
+    "in the middle of the left side",
+    "in the centre",
+    "in the middle of the right side",
+    "in the bottom left corner",
+    "in the middle of the bottom row",
+    "in the bottom right corner",
 )
 
 
@@ -124,13 +136,26 @@ def sample_scenes(split: str, n: int, seed: int) -> list[Scene]:
 
 def _shape_points(shape: str, cx: float, cy: float, r: float) -> list[tuple[float, float]]:
     if shape == "triangle":
-        return [(cx + r * math.cos(a), cy + 0.12 * r + r * math.sin(a))
-                for a in (-math.pi / 2, math.pi / 6, 5 * math.pi / 6)]
+        return [
+            (cx + r * math.cos(a), cy + 0.12 * r + r * math.sin(a))
+            for a in (-math.pi / 2, math.pi / 6, 5 * math.pi / 6)
+        ]
     if shape == "cross":
         t = 0.34 * r  # half the arm thickness
-        return [(cx - t, cy - r), (cx + t, cy - r), (cx + t, cy - t), (cx + r, cy - t),
-                (cx + r, cy + t), (cx + t, cy + t), (cx + t, cy + r), (cx - t, cy + r),
-                (cx - t, cy + t), (cx - r, cy + t), (cx - r, cy - t), (cx - t, cy - t)]
+        return [
+            (cx - t, cy - r),
+            (cx + t, cy - r),
+            (cx + t, cy - t),
+            (cx + r, cy - t),
+            (cx + r, cy + t),
+            (cx + t, cy + t),
+            (cx + t, cy + r),
+            (cx - t, cy + r),
+            (cx - t, cy + t),
+            (cx - r, cy + t),
+            (cx - r, cy - t),
+            (cx - t, cy - t),
+        ]
     raise ValueError(shape)
 
 
@@ -161,5 +186,7 @@ def render(scene: Scene, size: int = DISPLAY_SIZE) -> Image.Image:
 def _noise(size: int, variant: int) -> tuple[Image.Image, Image.Image]:
     """Mild grey pixel noise of +-3 levels, as (add, subtract) images; a few fixed variants."""
     noise = np.random.default_rng(variant).integers(-3, 4, (size, size, 1)).repeat(3, axis=2)
-    return (Image.fromarray(noise.clip(0, None).astype(np.uint8), "RGB"),
-            Image.fromarray((-noise).clip(0, None).astype(np.uint8), "RGB"))
+    return (
+        Image.fromarray(noise.clip(0, None).astype(np.uint8), "RGB"),
+        Image.fromarray((-noise).clip(0, None).astype(np.uint8), "RGB"),
+    )

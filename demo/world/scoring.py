@@ -24,7 +24,8 @@ _COUNT = {"no": 0, "none": 0, "zero": 0} | {w: i for i, w in enumerate(NUMBERS) 
 # Surface forms of each cell, longest first so "top left" wins over "top".
 _PLACES = sorted(
     [(p, cell) for cell, p in enumerate(POSITION_PHRASES)] + [(p, cell) for cell, p in enumerate(POSITIONS)],
-    key=lambda pc: len(pc[0]), reverse=True,
+    key=lambda pc: len(pc[0]),
+    reverse=True,
 )
 
 

@@ -33,8 +33,8 @@ def slot_ids(tok, scenes: list[Scene]) -> tuple[torch.Tensor, torch.Tensor]:
     mask = torch.zeros((len(scenes), GRID * GRID, width))
     for s, row in enumerate(rows):
         for k, cell_ids in enumerate(row):
-            ids[s, k, :len(cell_ids)] = torch.tensor(cell_ids)
-            mask[s, k, :len(cell_ids)] = 1.0
+            ids[s, k, : len(cell_ids)] = torch.tensor(cell_ids)
+            mask[s, k, : len(cell_ids)] = 1.0
     return ids, mask
 
 

@@ -19,8 +19,14 @@ from PIL import Image
 from .scenes import COLOURS, GRID, POSITION_PHRASES, POSITIONS, SHAPES, SIZES, Obj, Scene, render, scene_stream
 
 TASKS = (
-    "description", "caption", "multiple_choice",
-    "vqa_colour", "vqa_shape", "vqa_count", "vqa_position", "vqa_yesno",
+    "description",
+    "caption",
+    "multiple_choice",
+    "vqa_colour",
+    "vqa_shape",
+    "vqa_count",
+    "vqa_position",
+    "vqa_yesno",
 )
 NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 LETTERS = "ABCD"
@@ -82,26 +88,33 @@ DESCRIBE = (
 
 
 def _intro(rng: random.Random) -> str:
-    return rng.choice((
-        "The image is a simple drawing on a plain, light background.",
-        "This picture shows a flat, colourful drawing on a pale, uniform background.",
-        "Here we have a minimal illustration of geometric shapes on a light background.",
-    ))
+    return rng.choice(
+        (
+            "The image is a simple drawing on a plain, light background.",
+            "This picture shows a flat, colourful drawing on a pale, uniform background.",
+            "Here we have a minimal illustration of geometric shapes on a light background.",
+        )
+    )
 
 
 def _object_sentence(o: Obj, rng: random.Random) -> str:
     """One object, its place first: the words the attributes depend on come just before them."""
-    return rng.choice((
-        f"{cap(o.position_phrase)}, there is {article(name(o))}.",
-        f"{cap(o.position_phrase)}, we can see {article(name(o))}.",
-        f"{cap(o.position_phrase.removeprefix('in '))} holds {article(name(o))}.",
-    ))
+    return rng.choice(
+        (
+            f"{cap(o.position_phrase)}, there is {article(name(o))}.",
+            f"{cap(o.position_phrase)}, we can see {article(name(o))}.",
+            f"{cap(o.position_phrase.removeprefix('in '))} holds {article(name(o))}.",
+        )
+    )
 
 
 def _count_sentence(scene: Scene) -> str:
     n = len(scene.objects)
-    return "In total, there is a single shape in the picture." if n == 1 else \
-        f"In total, there are {NUMBERS[n]} shapes in the picture."
+    return (
+        "In total, there is a single shape in the picture."
+        if n == 1
+        else f"In total, there are {NUMBERS[n]} shapes in the picture."
+    )
 
 
 def _size_summary(scene: Scene) -> str:
@@ -127,11 +140,13 @@ def _colour_summary(scene: Scene) -> str:
 
 def _closing(scene: Scene, rng: random.Random) -> str:
     empty = GRID * GRID - len(scene.objects)
-    return rng.choice((
-        f"The other {NUMBERS[empty]} places on the grid are empty, so the scene looks simple and tidy.",
-        "Apart from these shapes the background is empty, and the overall scene is simple and uncluttered.",
-        "There is nothing else in the image, which gives it a clean and minimal look.",
-    ))
+    return rng.choice(
+        (
+            f"The other {NUMBERS[empty]} places on the grid are empty, so the scene looks simple and tidy.",
+            "Apart from these shapes the background is empty, and the overall scene is simple and uncluttered.",
+            "There is nothing else in the image, which gives it a clean and minimal look.",
+        )
+    )
 
 
 def _description(scene: Scene, rng: random.Random) -> str:
@@ -257,8 +272,10 @@ BRIEF = "multiple_choice_brief"
 
 def brief_checks(options: list[str], letter: str) -> str:
     """The options in order up to the right one, each with its verdict: "A. square: no. B. circle: yes." """
-    return " ".join(f"{letter_}. {text}: {'yes' if letter_ == letter else 'no'}."
-                    for letter_, text in zip(LETTERS[:LETTERS.index(letter) + 1], options))
+    return " ".join(
+        f"{letter_}. {text}: {'yes' if letter_ == letter else 'no'}."
+        for letter_, text in zip(LETTERS[: LETTERS.index(letter) + 1], options)
+    )
 
 
 # --- short VQA ------------------------------------------------------------------------------
@@ -288,8 +305,9 @@ def _vqa_colour(scene: Scene, rng: random.Random) -> tuple[str, str]:
         question = rng.choice((f"What colour is the {o.shape}?", f"What is the colour of the {o.shape}?"))
         return question, restated(f"the {o.shape}", f"is {o.colour}", rng)
     noun = rng.choice(("shape", "object"))
-    question = rng.choice((f"What colour is the {noun} {o.position_phrase}?",
-                           f"What is the colour of the {noun} {o.position_phrase}?"))
+    question = rng.choice(
+        (f"What colour is the {noun} {o.position_phrase}?", f"What is the colour of the {noun} {o.position_phrase}?")
+    )
     return question, restated(f"the {noun} {o.position_phrase}", f"is {o.colour}", rng)
 
 
@@ -299,8 +317,7 @@ def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
         noun = rng.choice(("shape", "object"))
         question = rng.choice((f"What shape is the {o.colour} {noun}?", f"Which shape is {o.colour}?"))
         return question, restated(f"the {o.colour} {noun}", f"is a {o.shape}", rng)
-    question = rng.choice((f"What shape is {o.position_phrase}?",
-                           f"Which shape can you see {o.position_phrase}?"))
+    question = rng.choice((f"What shape is {o.position_phrase}?", f"Which shape can you see {o.position_phrase}?"))
     return question, restated(f"the shape {o.position_phrase}", f"is a {o.shape}", rng)
 
 
@@ -350,15 +367,20 @@ def qa(task: str, scene: Scene, rng: random.Random) -> tuple[str, str] | None:
     if task == "caption":
         return rng.choice(CAPTION), _caption(scene, rng)
     return {
-        "multiple_choice": _multiple_choice, "vqa_colour": _vqa_colour, "vqa_shape": _vqa_shape,
-        "vqa_count": _vqa_count, "vqa_position": _vqa_position, "vqa_yesno": _vqa_yesno,
+        "multiple_choice": _multiple_choice,
+        "vqa_colour": _vqa_colour,
+        "vqa_shape": _vqa_shape,
+        "vqa_count": _vqa_count,
+        "vqa_position": _vqa_position,
+        "vqa_yesno": _vqa_yesno,
         BRIEF: lambda scene, rng: _multiple_choice(scene, rng, BRIEF),
         EARLY: lambda scene, rng: _multiple_choice(scene, rng, EARLY),
     }[task](scene, rng)
 
 
-def examples(split: str, task: str, n: int, seed: int = 0, render_images: bool = True,
-             form: str = "multiple_choice") -> list[Example]:
+def examples(
+    split: str, task: str, n: int, seed: int = 0, render_images: bool = True, form: str = "multiple_choice"
+) -> list[Example]:
     """n examples of one task on distinct scenes of one split; deterministic for the arguments.
     Multiple choice comes in `form` (`BRIEF`, `EARLY` or the final "multiple_choice"): the same
     questions on the same scenes."""
@@ -368,8 +390,7 @@ def examples(split: str, task: str, n: int, seed: int = 0, render_images: bool =
     for i, scene in enumerate(scene_stream(split, seed * len(TASKS) + TASKS.index(task))):
         if len(out) == n:
             break
-        pair = qa(form if task == "multiple_choice" else task, scene,
-                  random.Random(f"{split}:{task}:{seed}:{i}"))
+        pair = qa(form if task == "multiple_choice" else task, scene, random.Random(f"{split}:{task}:{seed}:{i}"))
         if pair is not None:
             image = render(scene) if render_images else None
             out.append(Example(image=image, question=pair[0], answer=pair[1], task=task, scene=scene))
@@ -380,8 +401,12 @@ def corpus(n: int, seed: int = 0) -> list[str]:
     """Every question and answer of n training examples per task: the text the tokenizer is
     trained on, and the words a fluent answer uses. Multiple choice's checks are the brief ones,
     the LM stage's (`BRIEF`); the restated form's words are all in the other tasks too."""
-    return [text for t in TASKS for e in examples("train", t, n, seed, render_images=False, form=BRIEF)
-            for text in (e.question, e.answer)]
+    return [
+        text
+        for t in TASKS
+        for e in examples("train", t, n, seed, render_images=False, form=BRIEF)
+        for text in (e.question, e.answer)
+    ]
 
 
 def heldout_examples(task: str, n: int, seed: int = 0) -> list[Example]:

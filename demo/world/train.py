@@ -68,7 +68,6 @@ def loss_on(model, batch: dict, pool: ScenePool, image_id: int, slots: bool = Fa
     return model(**batch).loss
 
 
-
 def pretrain_tower(tower, pool: ScenePool, steps: int, lr: float, seed: int, desc: str) -> float:
     """Per-cell attribute pretraining; returns the held-back cell accuracy."""
     heads = CellHeads(tower.config.hidden_size)
@@ -89,8 +88,12 @@ def pretrain_tower(tower, pool: ScenePool, steps: int, lr: float, seed: int, des
 def align_projector(model, pool: ScenePool, steps: int, lr: float, seed: int, desc: str) -> float:
     """Regress the projector's outputs onto the slots; returns the held-back R^2."""
     with torch.no_grad():
-        feats = torch.cat([model.model.vision_tower(pixel_values=pool.pixels[i:i + 256].float())
-                           .last_hidden_state[:, 1:] for i in range(0, len(pool.scenes), 256)])  # [S, 9, Hv]
+        feats = torch.cat(
+            [
+                model.model.vision_tower(pixel_values=pool.pixels[i : i + 256].float()).last_hidden_state[:, 1:]
+                for i in range(0, len(pool.scenes), 256)
+            ]
+        )  # [S, 9, Hv]
         targets = slot_vectors(model.get_input_embeddings(), pool.slot_ids, pool.slot_mask)  # [S, 9, H]
     projector = model.model.multi_modal_projector
     g = torch.Generator().manual_seed(seed)
@@ -119,6 +122,7 @@ def set_trainable(model, *modules) -> list[torch.nn.Parameter]:
 @dataclass
 class Distill:
     """The target's greedy answers: prompt ids (with image tokens), answer ids (+ <|end|>)."""
+
     scenes: list[int]
     tasks: list[str]
     prompts: list[list[int]]
@@ -147,6 +151,7 @@ class Distill:
 @dataclass
 class World:
     """Everything the stages hand on to each other."""
+
     tok: object
     processor: object
     pool: ScenePool
@@ -180,11 +185,13 @@ def stage_target(w: World, recipe: Recipe, seed: int, log: dict, lap) -> None:
     # 3. target LM on slots, phase by phase (one optimiser and one schedule across the phases)
     params = set_trainable(target, *lm)
     c = recipe.slots
-    streams = [fact_batches(w.pool, w.tok, c.fact_scenes, random.Random(seed + c.seed + k), verify=True)
-               if mix == "facts" else
-               batches(w.pool, w.tok, mix, recipe.tokens, random.Random(seed + c.seed + k), max_objects=most)
-               for k, (_, mix, most) in enumerate(CURRICULUM)]
-    ends = [sum(c.phase_steps[:k + 1]) for k in range(len(CURRICULUM))]
+    streams = [
+        fact_batches(w.pool, w.tok, c.fact_scenes, random.Random(seed + c.seed + k), verify=True)
+        if mix == "facts"
+        else batches(w.pool, w.tok, mix, recipe.tokens, random.Random(seed + c.seed + k), max_objects=most)
+        for k, (_, mix, most) in enumerate(CURRICULUM)
+    ]
+    ends = [sum(c.phase_steps[: k + 1]) for k in range(len(CURRICULUM))]
     probes = log["target_slot_probe"] = {}
     fact_rng = random.Random(seed + c.fact_seed)
 
@@ -203,8 +210,9 @@ def stage_target(w: World, recipe: Recipe, seed: int, log: dict, lap) -> None:
     lap("3 target LM on slots")
     # 3b. the restated option checks and letter that end multiple choice, once the LM reads its
     # slots, every other batch the task mix
-    log["target_drill_loss"] = drill(w, recipe.drills, recipe.tokens, seed, params, "3b target option drills",
-                                     slots=True)
+    log["target_drill_loss"] = drill(
+        w, recipe.drills, recipe.tokens, seed, params, "3b target option drills", slots=True
+    )
     log["target_drill_probe"] = slot_probe(target, w.tok, w.image_id)
     tqdm.write(f"slot probe after the drills: {log['target_drill_probe']}")
     lap("3b target option drills")
@@ -216,9 +224,11 @@ def stage_target(w: World, recipe: Recipe, seed: int, log: dict, lap) -> None:
     # 5. target end to end on real images (tower frozen); 5b. the same, leaning on captions;
     # 5c. the caption mix again at a third of the peak learning rate. Each has its own schedule.
     params = set_trainable(target, projector, *lm)
-    for key, c, name in (("target_finetune_loss", recipe.finetune, "5 target end to end"),
-                         ("target_caption_loss", recipe.captions, "5b target captions"),
-                         ("target_gentle_loss", recipe.gentle, "5c target gentle captions")):
+    for key, c, name in (
+        ("target_finetune_loss", recipe.finetune, "5 target end to end"),
+        ("target_caption_loss", recipe.captions, "5b target captions"),
+        ("target_gentle_loss", recipe.gentle, "5c target gentle captions"),
+    ):
         stream = batches(w.pool, w.tok, c.mix, recipe.tokens, random.Random(seed + c.seed))
         log[key] = fit(params, c.steps, c.lr, lambda s: loss_on(target, next(stream), w.pool, w.image_id), name)
         lap(name)
@@ -231,16 +241,22 @@ def drill(w: World, config: Drills, tokens: int, seed: int, params: list, desc: 
     every odd one, on slots or on real images; returns the loss."""
     drills = drill_batches(w.pool, w.tok, config.rows, random.Random(seed + config.drill_seed), task=EARLY)
     mixed = batches(w.pool, w.tok, config.mix, tokens, random.Random(seed + config.mix_seed))
-    return fit(params, config.steps, config.lr,
-               lambda s: loss_on(w.target, next(mixed if s % 2 else drills), w.pool, w.image_id, slots=slots), desc)
+    return fit(
+        params,
+        config.steps,
+        config.lr,
+        lambda s: loss_on(w.target, next(mixed if s % 2 else drills), w.pool, w.image_id, slots=slots),
+        desc,
+    )
 
 
 def stage_image_drills(w: World, recipe: Recipe, seed: int, log: dict) -> None:
     """5d. stage 3b's option drills again, on real images, every other batch stage 5's mix."""
     target = w.target
     params = set_trainable(target, target.model.multi_modal_projector, target.model.language_model, target.lm_head)
-    log["target_image_drill_loss"] = drill(w, recipe.image_drills, recipe.tokens, seed, params,
-                                           "5d target option drills on images", slots=False)
+    log["target_image_drill_loss"] = drill(
+        w, recipe.image_drills, recipe.tokens, seed, params, "5d target option drills on images", slots=False
+    )
     target.half().float()  # fp16, where worlds were once saved (module docstring): the shipped weights hold it
 
 
@@ -253,12 +269,17 @@ def stage_final_form(w: World, recipe: Recipe, seed: int, log: dict) -> None:
     params = set_trainable(target, target.model.multi_modal_projector, target.model.language_model, target.lm_head)
     mc = batches(w.pool, w.tok, {"multiple_choice": 1.0}, recipe.tokens, random.Random(seed + c.mc_seed))
     mixed = batches(w.pool, w.tok, c.mix, recipe.tokens, random.Random(seed + c.mix_seed))
-    one = batches(w.pool, w.tok, {"multiple_choice": 1.0}, recipe.tokens, random.Random(seed + c.one_object_seed),
-                  max_objects=1)
+    one = batches(
+        w.pool, w.tok, {"multiple_choice": 1.0}, recipe.tokens, random.Random(seed + c.one_object_seed), max_objects=1
+    )
     streams = (mc, mixed, mc, mixed, one)
     log["target_final_form_loss"] = fit(
-        params, c.steps, c.lr, lambda s: loss_on(target, next(streams[s % len(streams)]), w.pool, w.image_id),
-        "5e target multiple choice, final form")
+        params,
+        c.steps,
+        c.lr,
+        lambda s: loss_on(target, next(streams[s % len(streams)]), w.pool, w.image_id),
+        "5e target multiple choice, final form",
+    )
     target.half().float()  # what ships is fp16: distil from exactly that
 
 
@@ -268,8 +289,16 @@ def stage_distill(w: World, config: Distillation, seed: int, log: dict) -> None:
     prompts = [encode(w.tok, it.question, None)[0] for it in items]
     scenes = [it.scene for it in items]
     eos = w.tok.eos_token_id
-    answers = greedy(w.target, prompts, w.tok.pad_token_id, eos, w.image_id, pixel_values=w.pool.pixels[scenes],
-                     max_new_tokens=config.max_new_tokens, desc="6 distillation set")
+    answers = greedy(
+        w.target,
+        prompts,
+        w.tok.pad_token_id,
+        eos,
+        w.image_id,
+        pixel_values=w.pool.pixels[scenes],
+        max_new_tokens=config.max_new_tokens,
+        desc="6 distillation set",
+    )
     w.distill = Distill(scenes, [it.task for it in items], prompts, [a + [eos] for a in answers])
     log["distill_answer_tokens"] = sum(len(a) for a in w.distill.answers)
 
@@ -280,19 +309,22 @@ def stage_text_drafter(w: World, recipe: Recipe, seed: int, log: dict) -> None:
     torch.manual_seed(seed + c.init_seed)
     drafter = w.text_drafter = build("drafter-text", w.tok)
     params = list(dict.fromkeys(drafter.parameters()))
-    stream = batches(w.pool, w.tok, c.pretrain_mix, recipe.drafter_tokens, random.Random(seed + c.pretrain.seed),
-                     image=False)
+    stream = batches(
+        w.pool, w.tok, c.pretrain_mix, recipe.drafter_tokens, random.Random(seed + c.pretrain.seed), image=False
+    )
 
     def corpus_loss(step):
         batch = next(stream)
         batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)  # all text
         return drafter(**batch).loss
 
-    log["drafter_text_pretrain_loss"] = fit(params, c.pretrain.steps, c.pretrain.lr, corpus_loss,
-                                            "7a text drafter pretrain")
+    log["drafter_text_pretrain_loss"] = fit(
+        params, c.pretrain.steps, c.pretrain.lr, corpus_loss, "7a text drafter pretrain"
+    )
     stream = w.distill.batches(w.pool, w.tok, recipe.drafter_tokens, random.Random(seed + c.distill.seed), image=False)
-    log["drafter_text_distill_loss"] = fit(params, c.distill.steps, c.distill.lr,
-                                           lambda s: drafter(**next(stream)).loss, "7b text drafter distil")
+    log["drafter_text_distill_loss"] = fit(
+        params, c.distill.steps, c.distill.lr, lambda s: drafter(**next(stream)).loss, "7b text drafter distil"
+    )
     drafter.half().float()
 
 
@@ -304,25 +336,35 @@ def stage_image_drafter(w: World, recipe: Recipe, seed: int, log: dict) -> None:
     lm = (drafter.model.language_model, drafter.lm_head)
     projector = drafter.model.multi_modal_projector
     # a. tower
-    log["drafter_image_tower_cell_accuracy"] = pretrain_tower(drafter.model.vision_tower, w.pool, c.tower.steps,
-                                                              c.tower.lr, seed + c.tower.seed, "8a image drafter tower")
+    log["drafter_image_tower_cell_accuracy"] = pretrain_tower(
+        drafter.model.vision_tower, w.pool, c.tower.steps, c.tower.lr, seed + c.tower.seed, "8a image drafter tower"
+    )
     # b. LM: the text drafter's weights, then the target's answers with slots for the image
     drafter.model.language_model.load_state_dict(w.text_drafter.model.state_dict())
     drafter.lm_head.load_state_dict(w.text_drafter.lm_head.state_dict())
     params = set_trainable(drafter, *lm)
     stream = w.distill.batches(w.pool, w.tok, recipe.drafter_tokens, random.Random(seed + c.slots.seed), image=True)
-    log["drafter_image_slot_loss"] = fit(params, c.slots.steps, c.slots.lr,
-                                         lambda s: loss_on(drafter, next(stream), w.pool, w.image_id, slots=True),
-                                         "8b image drafter on slots")
+    log["drafter_image_slot_loss"] = fit(
+        params,
+        c.slots.steps,
+        c.slots.lr,
+        lambda s: loss_on(drafter, next(stream), w.pool, w.image_id, slots=True),
+        "8b image drafter on slots",
+    )
     # c. projector regression onto its slots
     set_trainable(drafter, projector)
-    log["drafter_image_projector_r2"] = align_projector(drafter, w.pool, c.projector.steps, c.projector.lr,
-                                                        seed + c.projector.seed, "8c image drafter projector")
+    log["drafter_image_projector_r2"] = align_projector(
+        drafter, w.pool, c.projector.steps, c.projector.lr, seed + c.projector.seed, "8c image drafter projector"
+    )
     # d. the target's answers on real images, b's stream going on
     params = set_trainable(drafter, projector, *lm)
-    log["drafter_image_finetune_loss"] = fit(params, c.finetune_steps, c.finetune_lr,
-                                             lambda s: loss_on(drafter, next(stream), w.pool, w.image_id),
-                                             "8d image drafter fine-tune")
+    log["drafter_image_finetune_loss"] = fit(
+        params,
+        c.finetune_steps,
+        c.finetune_lr,
+        lambda s: loss_on(drafter, next(stream), w.pool, w.image_id),
+        "8d image drafter fine-tune",
+    )
     drafter.set_attn_implementation("sdpa")
     drafter.half().float()
 

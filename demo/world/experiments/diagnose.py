@@ -97,8 +97,9 @@ def mc_tally(example: Example, text: str) -> Counter:
     t[kind, "first sentence right"] += text.split(". ")[0] == example.answer.split(". ")[0]
     t[kind, "options read"] += len(checks)
     t[kind, "options read right"] += sum(options.get(letter) == option for letter, option, _, _, _ in checks)
-    t[kind, "verdicts right"] += sum((said == option) == (not negated) and option == again
-                                     for _, option, said, negated, again in checks)
+    t[kind, "verdicts right"] += sum(
+        (said == option) == (not negated) and option == again for _, option, said, negated, again in checks
+    )
     t[kind, "verdict agrees with conclusion"] += bool(conclusion) and yes == [conclusion.group(1)]
     t[kind, "conclusion right"] += bool(conclusion) and conclusion.group(1) == options[letter_in(example.answer)]
     return t
@@ -117,8 +118,8 @@ def copy_accuracy(model, vocab: list[int], n: int = 64, length: int = 24, seed: 
     with torch.no_grad():
         pred = model(input_ids=x).logits.argmax(-1)
     # the logit at position t predicts token t + 1; the second copy's first token cannot be known
-    first = (pred[:, :length - 1] == x[:, 1:length]).float().mean().item()
-    second = (pred[:, length:-1] == x[:, length + 1:]).float().mean().item()
+    first = (pred[:, : length - 1] == x[:, 1:length]).float().mean().item()
+    second = (pred[:, length:-1] == x[:, length + 1 :]).float().mean().item()
     return {"first copy": round(first, 3), "second copy": round(second, 3), "sequences": n, "length": length}
 
 
@@ -136,8 +137,12 @@ def diagnose(directory: Path, n: int) -> dict:
     descriptions = sum((description_tally(t, vocabulary) for t in texts), Counter())
     special = set(processor.tokenizer.all_special_ids)
     copying = copy_accuracy(model, [i for i in range(len(processor.tokenizer)) if i not in special])
-    return {"caption": dict(captions), "multiple_choice": {k: v for k, v in by_kind.items() if v},
-            "description": dict(descriptions), "copy": copying}
+    return {
+        "caption": dict(captions),
+        "multiple_choice": {k: v for k, v in by_kind.items() if v},
+        "description": dict(descriptions),
+        "copy": copying,
+    }
 
 
 def print_tables(r: dict) -> None:
@@ -151,18 +156,26 @@ def print_tables(r: dict) -> None:
         print(f"  {key:<34}{c.get(key, 0):>5} of {c.get('items at an occupied cell', 0)}")
     print("\nMultiple choice (held out, greedy)")
     columns = ("n", "right letter", "first sentence right", "conclusion right", "verdict agrees with conclusion")
-    print(f"{'kind':<10}" + "".join(f"{col:>32}" for col in columns) + f"{'options read right':>24}"
-          + f"{'verdicts right':>20}")
+    print(
+        f"{'kind':<10}"
+        + "".join(f"{col:>32}" for col in columns)
+        + f"{'options read right':>24}"
+        + f"{'verdicts right':>20}"
+    )
     for kind, row in r["multiple_choice"].items():
-        read, verdicts = (f"{row.get(key, 0)} of {row.get('options read', 0)}" for key in ("options read right", "verdicts right"))
+        read, verdicts = (
+            f"{row.get(key, 0)} of {row.get('options read', 0)}" for key in ("options read right", "verdicts right")
+        )
         print(f"{kind:<10}" + "".join(f"{row.get(col, 0):>32}" for col in columns) + f"{read:>24}{verdicts:>20}")
     d = r["description"]
     print(f"\nDescriptions ({d['descriptions']} held out, greedy)")
     for key in ("with a word no training text uses", "with multiple choice's 'answer is'"):
         print(f"  {key:<34}{d.get(key, 0):>5} of {d['descriptions']}")
     c = r["copy"]
-    print(f"\nCopying from the context ({c['sequences']} random sequences of {c['length']} tokens, each given twice;"
-          f" argmax right)\n  first copy {c['first copy']:.1%}, second copy {c['second copy']:.1%}")
+    print(
+        f"\nCopying from the context ({c['sequences']} random sequences of {c['length']} tokens, each given twice;"
+        f" argmax right)\n  first copy {c['first copy']:.1%}, second copy {c['second copy']:.1%}"
+    )
     print()
 
 

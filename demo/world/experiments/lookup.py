@@ -36,6 +36,7 @@ ATTRIBUTE = {"vqa_colour": ("colour", set(COLOURS)), "vqa_shape": ("shape", set(
 @dataclass(frozen=True)
 class Probe:
     """One question: where its looked-up word is, and what a right or a near miss looks like."""
+
     example: Example
     ids: list[int]  # prompt (image tokens expanded) + reference answer + <|end|>
     at: int  # index in ids of the looked-up word's first token (predicted from at - 1)
@@ -63,8 +64,7 @@ def probes(tok, task: str, n: int) -> list[Probe]:
         start = labels.count(-100)
         words = word_of_each_token(tok, ids[start:])
         at = start + next(k for k, w in enumerate(words) if w in vocab)
-        out.append(Probe(ex, ids, at, key_of(ex.question),
-                         frozenset(getattr(o, attribute) for o in ex.scene.objects)))
+        out.append(Probe(ex, ids, at, key_of(ex.question), frozenset(getattr(o, attribute) for o in ex.scene.objects)))
     return out
 
 
@@ -82,12 +82,13 @@ def predictions(model, processor, items: list[Probe], gap: int, batch_size: int 
     image_id = tok.convert_tokens_to_ids(tok.image_token)
     out = []
     for s in range(0, len(items), batch_size):
-        chunk = items[s:s + batch_size]
+        chunk = items[s : s + batch_size]
         batch = collate([(p.ids, p.ids) for p in chunk], tok.pad_token_id)
         pixels = processor.image_processor([p.example.image for p in chunk], return_tensors="pt")["pixel_values"]
         kwargs = {"position_ids": gapped_positions(batch["input_ids"], image_id, gap)} if gap else {}
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       pixel_values=pixels, **kwargs).logits
+        logits = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], pixel_values=pixels, **kwargs
+        ).logits
         out += [logits[i, p.at - 1].argmax().item() for i, p in enumerate(chunk)]
     return out
 

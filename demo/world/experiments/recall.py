@@ -74,8 +74,18 @@ def accuracy(lm, tok, scenes: list[Scene], rows: list) -> dict[str, float]:
     return {k: round(right / n, 3) for k, (right, n) in sorted(tally.items())}
 
 
-def run(hidden: int, layers: int, steps: int, form: str, lr: float = 2e-3, scenes_per_step: int = 32,
-        every: int = 250, seed: int = 0, heldout: int = 600, pool: int = 16000) -> list[dict]:
+def run(
+    hidden: int,
+    layers: int,
+    steps: int,
+    form: str,
+    lr: float = 2e-3,
+    scenes_per_step: int = 32,
+    every: int = 250,
+    seed: int = 0,
+    heldout: int = 600,
+    pool: int = 16000,
+) -> list[dict]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -84,15 +94,27 @@ def run(hidden: int, layers: int, steps: int, form: str, lr: float = 2e-3, scene
     held = [s for s in sample_scenes("heldout", heldout, seed) if len(s.objects) >= 2]
     held_rows = [row(tok, s, random.Random(i), form) for i, s in enumerate(held)]
     heads = max(2, hidden // 64)
-    lm = LlamaForCausalLM(LlamaConfig(
-        vocab_size=len(tok), hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=heads, head_dim=hidden // heads,
-        max_position_embeddings=512, tie_word_embeddings=True, pad_token_id=tok.pad_token_id))
+    lm = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=hidden,
+            intermediate_size=4 * hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=heads,
+            head_dim=hidden // heads,
+            max_position_embeddings=512,
+            tie_word_embeddings=True,
+            pad_token_id=tok.pad_token_id,
+        )
+    )
     rng, log, start, latest = random.Random(seed + 1), [], time.perf_counter(), float("nan")
 
     def record(step: int, loss: float) -> None:
-        log.append({"step": step, "seconds": round(time.perf_counter() - start), "loss": round(loss, 3)}
-                   | accuracy(lm, tok, held, held_rows))
+        log.append(
+            {"step": step, "seconds": round(time.perf_counter() - start), "loss": round(loss, 3)}
+            | accuracy(lm, tok, held, held_rows)
+        )
         tqdm.write(str(log[-1]))
 
     def loss_of(step: int) -> torch.Tensor:
