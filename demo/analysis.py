@@ -23,7 +23,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 
-from demo.events import RoundEvent, Trace
+from demo.engine.events import RoundEvent, Trace
 from demo.world.scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES, SIZES
 from demo.world.tasks import NUMBERS, plural
 

@@ -16,7 +16,7 @@ target that this repository's history holds. DIR must be empty or absent, unless
 
 `push` stages into a temporary folder and sends it with huggingface_hub: `create_repo(...,
 repo_type="space", space_sdk="gradio", exist_ok=True)`, the Space variable DEMO_PRELOAD set to
---presets (`demo.zerogpu`), then one `upload_folder` commit that also deletes files the snapshot
+--presets (`demo.models.zerogpu`), then one `upload_folder` commit that also deletes files the snapshot
 no longer has; large files go through LFS/Xet by themselves. `--dry-run` lists what would be
 uploaded, with sizes, and contacts nobody. Pushing needs a token (`hf auth login` or HF_TOKEN).
 """
@@ -31,9 +31,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from demo import presets, zerogpu
+from demo import ROOT
+from demo.models import presets, zerogpu
 
-ROOT = Path(__file__).resolve().parent.parent
 TORCH_FOR_SPACE = "2.11.0"  # the newest torch that hub-docs' spaces-zerogpu.md lists as supported
 INCLUDE = (
     "app.py",

@@ -31,7 +31,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 if TYPE_CHECKING:
-    from demo.sampling import Sampling
+    from demo.engine.sampling import Sampling
 
 GAMMA_RANGE = (1, 10)
 MAX_NEW_RANGE = (1, 512)
@@ -154,7 +154,7 @@ def parse_request(
 ) -> Request:
     """Check every setting of a race; `presets` maps preset names to objects with `.drafters`
     (each with a `.name`). Raises InvalidInput naming the first bad value and its valid range."""
-    from demo.sampling import Sampling
+    from demo.engine.sampling import Sampling
 
     text = question(question_text)
     preset = choice("model preset", preset, presets)

@@ -8,9 +8,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import tiny  # noqa: E402
 
-from demo.drafters import Drafter  # noqa: E402
-from demo.models import Loaded, Preset, image_placeholder_ids, stop_ids_of  # noqa: E402
-from demo.speculative import Target  # noqa: E402
+from demo.engine.drafters import Drafter  # noqa: E402
+from demo.engine.speculative import Target  # noqa: E402
+from demo.models.loader import Loaded, Preset, image_placeholder_ids, stop_ids_of  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from demo import analysis
-from demo.events import PrefillEvent, Rejection, RoundEvent, RunSummary, TokenEvent, Trace
+from demo.engine.events import PrefillEvent, Rejection, RoundEvent, RunSummary, TokenEvent, Trace
 
 END = "<|end|>"  # the stop token as the tokenizer decodes it on its own; it adds no answer text
 END_ID = 2

@@ -18,9 +18,11 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 from test_analysis import STOPS, shapes_trace, yes_trace
 
-from demo import analysis, analysis_tab, models, render
-from demo.analysis_tab import BOTH, Batch, Run
-from demo.page_bench import launch_chromium
+from demo import analysis
+from demo.bench.page import launch_chromium
+from demo.models import loader
+from demo.page import analysis_tab, render
+from demo.page.analysis_tab import BOTH, Batch, Run
 from demo.world.tasks import heldout_examples
 
 PRESET = "tiny-analysis"
@@ -149,7 +151,7 @@ def test_a_selected_run_shows_its_trace_and_each_rejection():
     assert "<td>circle</td><td>shape</td><td>circus</td>" in view.replace(' class=""', "").replace(
         ' class="grounded"', ""
     )
-    assert 'class="tok tok-resampled"' in view  # the coloured answer, from demo.render
+    assert 'class="tok tok-resampled"' in view  # the coloured answer, from demo.page.render
 
 
 def test_racing_a_run_fills_the_race_tab_inputs_and_selects_it():
@@ -195,7 +197,7 @@ def served(tmp_path_factory):
     yield demo
     demo.close()
     analysis_tab.MAX_NEW_TOKENS = short
-    models.PRESETS.pop(PRESET, None)
+    loader.PRESETS.pop(PRESET, None)
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ import httpx
 import pytest
 from gradio_client import Client
 
-from demo import ui
+from demo.page import ui
 
 
 @pytest.fixture(scope="module")

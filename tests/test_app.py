@@ -15,8 +15,11 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 from test_render import ar_trace, spd_trace
 
-from demo import export, metrics, models, ui, validate
-from demo.events import RoundEvent, Trace
+from demo import validate
+from demo.engine import export, metrics
+from demo.engine.events import RoundEvent, Trace
+from demo.models import loader
+from demo.page import ui
 
 TINY = "tiny"
 QUESTION = "Describe the image."
@@ -38,7 +41,7 @@ def tiny_world(tmp_path_factory):
     tiny.save_preset(root, TINY)  # saved to disk, loaded through the real preset path
     write_examples(root / "examples")
     yield root
-    models.PRESETS.pop(TINY, None)
+    loader.PRESETS.pop(TINY, None)
 
 
 @pytest.fixture(scope="module")
@@ -137,8 +140,8 @@ def test_invalid_requests_get_a_message_not_a_traceback(client, tiny_world, chan
 
 
 def test_a_preset_without_weights_is_reported_in_the_page(client, tiny_world):
-    models.PRESETS["missing"] = models.Preset(
-        "missing", str(tiny_world / "nowhere"), (models.DrafterSpec("d", "text-only", "x"),)
+    loader.PRESETS["missing"] = loader.Preset(
+        "missing", str(tiny_world / "nowhere"), (loader.DrafterSpec("d", "text-only", "x"),)
     )
     image = handle_file(str(tiny_world / "examples" / "0.png"))
     try:
@@ -147,7 +150,7 @@ def test_a_preset_without_weights_is_reported_in_the_page(client, tiny_world):
             job.result()
         outcome = job.outputs()[-1][4]
     finally:
-        del models.PRESETS["missing"]
+        del loader.PRESETS["missing"]
     assert "error-box" in outcome and "Model files missing: " in outcome
 
 
@@ -178,7 +181,7 @@ def test_importing_the_app_loads_no_model(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded at import time")
 
-    monkeypatch.setattr(models, "load", refuse)
+    monkeypatch.setattr(loader, "load", refuse)
     monkeypatch.delitem(sys.modules, "app", raising=False)
     app = importlib.import_module("app")
     assert app.demo.fns  # the page was built
@@ -213,7 +216,7 @@ def test_replay_shows_the_measured_race_slowed_to_a_fixed_length(monkeypatch):
     monkeypatch.setattr(ui, "REPLAY_SECONDS", 0.6)
     traces = {"speculative": spd_trace(), "autoregressive": ar_trace()}
     request = validate.parse_request(
-        QUESTION, models.DEFAULT_PRESET, "text-only", 3, True, 1.0, 1.0, 0, 16, presets=models.PRESETS
+        QUESTION, loader.DEFAULT_PRESET, "text-only", 3, True, 1.0, 1.0, 0, 16, presets=loader.PRESETS
     )
     started = time.perf_counter()
     updates = list(ui.replay_race((request, (), events_in_race_order(traces))))

@@ -8,7 +8,7 @@ tab, then races one of its runs on the Race tab; `python app.py` serves a usable
 first page load starts the warm-up. It saves screenshots (desktop and phone widths) under
 runs/screenshots/, or $SCREENSHOT_DIR. The embedded models are used when assets/world holds
 them, the tiny random ones otherwise. Chromium missing is a failure, not a skip: CI installs it.
-Start and first-token times are printed, not asserted: `python -m demo.page_bench` measures
+Start and first-token times are printed, not asserted: `python -m demo.bench.page` measures
 them against their targets.
 """
 
@@ -21,14 +21,16 @@ import tiny
 from playwright.sync_api import sync_playwright
 from test_app import write_examples
 
-from demo import models, page_bench, ui
-from demo.page_bench import DRAWN
+from demo.bench import page as page_bench
+from demo.bench.page import DRAWN
+from demo.models import loader
+from demo.page import ui
 
 pytestmark = pytest.mark.slow  # servers and browsers: seconds each, the full suite only
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = Path(os.environ.get("SCREENSHOT_DIR", ROOT / "runs" / "screenshots"))
-EMBEDDED = Path(models.PRESETS[models.DEFAULT_PRESET].target).exists() and ui.load_examples()
+EMBEDDED = Path(loader.PRESETS[loader.DEFAULT_PRESET].target).exists() and ui.load_examples()
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def served(tmp_path_factory):
     with replays shortened to 2 s."""
     ui.REPLAY_SECONDS = 2.0
     if EMBEDDED:
-        preset, examples = models.DEFAULT_PRESET, models.ASSETS / "examples"
+        preset, examples = loader.DEFAULT_PRESET, loader.ASSETS / "examples"
     else:
         root = tmp_path_factory.mktemp("tiny-world")
         preset, examples = tiny.save_preset(root).name, root / "examples"
@@ -71,7 +73,7 @@ def test_example_race_shows_coloured_tokens_both_texts_charts_and_blocks(browser
     first_token_s = page_bench.first_token(page)  # the first example, raced
     assert "reference answer" in page.inner_text("#reference")
     page.wait_for_selector("#run:not([disabled])")
-    # timed by `python -m demo.page_bench` against its target; printed here for the log
+    # timed by `python -m demo.bench.page` against its target; printed here for the log
     print(f"\nfirst token on screen {first_token_s:.2f} s after Run ({'embedded' if EMBEDDED else 'tiny'} models)")
 
     spd_tokens = page.locator("#spd-panel .tok")
@@ -188,7 +190,7 @@ def test_app_py_serves_a_usable_page(browser):
         app.terminate()
         app.wait()
         page.close()
-    # timed by `python -m demo.page_bench` against its target; printed here for the log
+    # timed by `python -m demo.bench.page` against its target; printed here for the log
     print(f"\napp.py start to usable page {usable_s:.2f} s")
 
 
@@ -196,7 +198,7 @@ def test_the_first_page_load_starts_the_warm_up_once(browser, monkeypatch):
     warmed = []
     monkeypatch.setattr(ui, "warm_up", warmed.append)
     monkeypatch.setattr(ui, "WARM_UP_AFTER_S", 3600.0)  # the timer must not be what starts it
-    demo = ui.build_demo(default_preset=models.DEFAULT_PRESET)
+    demo = ui.build_demo(default_preset=loader.DEFAULT_PRESET)
     ui.launch(demo, warm="some-preset", prevent_thread_lock=True, quiet=True)
     page = browser.new_page()
     try:

@@ -1,10 +1,11 @@
-"""The four live charts plot exactly the numbers of demo.metrics and the events' clocks."""
+"""The four live charts plot exactly the numbers of demo.engine.metrics and the events' clocks."""
 
 import pytest
 from test_render import ar_trace, spd_trace
 
-from demo import charts, metrics
-from demo.events import Trace
+from demo.engine import metrics
+from demo.engine.events import Trace
+from demo.page import charts
 
 
 def test_race_plots_tokens_against_each_runs_own_clock():

@@ -5,7 +5,7 @@ import tiny
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from demo.detokenize import Detokenizer
+from demo.engine.detokenize import Detokenizer
 
 TEXTS = [
     "The image shows a red circle and a blue square.",

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from demo import devices
-from demo.devices import Memory, NotEnoughMemory, plan
+from demo.models import devices
+from demo.models.devices import Memory, NotEnoughMemory, plan
 
 GiB = 2**30
 LLAVA_7B, VICUNA_68M = 7_063_000_000, 68_000_000
@@ -83,16 +83,16 @@ def test_probe_reads_this_machine():
 def test_load_refuses_a_preset_that_does_not_fit_before_loading_any_weights(tmp_path, monkeypatch):
     import tiny_families
 
-    from demo import models
+    from demo.models import loader
 
     preset = tiny_families.build("llava", tmp_path / "llava")
-    monkeypatch.setitem(models.PRESETS, preset.name, preset)
+    monkeypatch.setitem(loader.PRESETS, preset.name, preset)
     monkeypatch.setattr(devices, "probe", lambda: Memory((), 1000))
-    monkeypatch.setattr(models, "_load_model", lambda *a, **k: pytest.fail("weights loaded despite the refusal"))
+    monkeypatch.setattr(loader, "_load_model", lambda *a, **k: pytest.fail("weights loaded despite the refusal"))
     with pytest.raises(
         NotEnoughMemory,
         match=r"^preset 'tiny-llava' needs about 0\.0 GiB of RAM in float32 on CPU, "
         r"but only 0\.0 GiB is available$",
     ):
-        models.load(preset.name)
-    assert not models.is_loaded(preset.name)
+        loader.load(preset.name)
+    assert not loader.is_loaded(preset.name)

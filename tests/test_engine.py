@@ -8,13 +8,13 @@ import torch
 from tokenizers import Tokenizer, models
 from transformers import DynamicCache, PreTrainedTokenizerFast
 
-from demo import metrics, speculative
-from demo.compat import cache_keyword
-from demo.drafters import Drafter
-from demo.events import DrafterInfo, PrefillEvent, RoundEvent, RunStart, RunSummary, TokenEvent, Trace
-from demo.models import VocabMismatch, check_vocab_compatible
-from demo.sampling import Sampling
-from demo.speculative import Target, autoregressive_generate, speculative_generate
+from demo.engine import metrics, speculative
+from demo.engine.compat import cache_keyword
+from demo.engine.drafters import Drafter
+from demo.engine.events import DrafterInfo, PrefillEvent, RoundEvent, RunStart, RunSummary, TokenEvent, Trace
+from demo.engine.sampling import Sampling
+from demo.engine.speculative import Target, autoregressive_generate, speculative_generate
+from demo.models.loader import VocabMismatch, check_vocab_compatible
 
 GREEDY = Sampling()
 MAX_NEW = 24

@@ -36,7 +36,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_validate import png_bytes
 
-from demo import models, ui
+from demo.models import loader
+from demo.page import ui
 
 PRESET = "tiny-fuzz"
 CALL_LIMIT_S = 30.0  # a call that takes longer has hung
@@ -82,7 +83,7 @@ def files(tmp_path_factory):
     (folder / "empty.png").write_bytes(b"")
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
-    models.PRESETS.pop(PRESET, None)
+    loader.PRESETS.pop(PRESET, None)
     torch.set_num_threads(threads)
 
 

@@ -6,15 +6,17 @@ import pytest
 import tiny_families
 import torch
 
-from demo import gpu_check, metrics, models
+from demo.bench import gpu_check
+from demo.engine import metrics
+from demo.models import loader
 
 
 @pytest.fixture
 def no_embedded(monkeypatch, tmp_path):
-    drafter = models.DrafterSpec("d", "text-only", str(tmp_path / "drafter"))
-    missing = models.Preset("embedded", str(tmp_path / "target"), (drafter,))
-    monkeypatch.setitem(models.PRESETS, "embedded", missing)
-    monkeypatch.delitem(models._LOADED, "embedded", raising=False)  # loaded by an earlier test: forget it here
+    drafter = loader.DrafterSpec("d", "text-only", str(tmp_path / "drafter"))
+    missing = loader.Preset("embedded", str(tmp_path / "target"), (drafter,))
+    monkeypatch.setitem(loader.PRESETS, "embedded", missing)
+    monkeypatch.delitem(loader._LOADED, "embedded", raising=False)  # loaded by an earlier test: forget it here
 
 
 def test_smoke_mode_prints_a_table_and_ends_with_one_json_line(no_embedded, capsys):
@@ -22,7 +24,7 @@ def test_smoke_mode_prints_a_table_and_ends_with_one_json_line(no_embedded, caps
     out = capsys.readouterr().out.splitlines()
     assert json.loads(out[-1]) == json.loads(json.dumps(report))
     assert out[0].startswith(f"GPU check {report['date']}  device: ") and "(SMOKE: tiny shapes)" in out[0]
-    missing = models.PRESETS["embedded"]
+    missing = loader.PRESETS["embedded"]
     assert report["embedded"] == {"skipped": f"Model files missing: {missing.target}, {missing.drafters[0].path}."}
     steps = report["steps"]
     assert steps["image_tokens"] == 16 and steps["context"] == 1 + 16 + 8 + 8
@@ -41,11 +43,11 @@ def test_smoke_mode_prints_a_table_and_ends_with_one_json_line(no_embedded, caps
 
 def test_embedded_runs_compare_speculative_with_autoregressive(tmp_path, monkeypatch):
     preset = tiny_families.build("llava", tmp_path / "llava")
-    monkeypatch.setitem(models.PRESETS, preset.name, preset)
+    monkeypatch.setitem(loader.PRESETS, preset.name, preset)
     try:
         runs = gpu_check.embedded_runs(gpu_check.SMOKE, preset=preset.name)
     finally:
-        models._LOADED.pop(preset.name, None)
+        loader._LOADED.pop(preset.name, None)
     assert sorted(runs) == ["text gamma=2", "text gamma=4"]
     for run in runs.values():
         assert run["identical"] == "1/1"  # float32 on CPU: greedy SPD is exactly AR

@@ -1,7 +1,7 @@
 """The three hub families (LLaVA, Qwen2.5-VL, Idefics3/SmolVLM) through the preset loading path.
 
 Tiny random-weight models of each architecture are saved as their hub repos are and loaded with
-`demo.models.load`, the code path of the real presets (only the directory differs). Greedy
+`demo.models.loader.load`, the code path of the real presets (only the directory differs). Greedy
 speculative decoding must equal the target's own `generate`, token for token.
 """
 
@@ -10,11 +10,11 @@ import tiny
 import tiny_families
 import torch
 
-from demo import models
-from demo.events import Trace
-from demo.families import FAMILIES, MRopeTarget
-from demo.sampling import Sampling
-from demo.speculative import Prompt, Target, autoregressive_generate, speculative_generate
+from demo.engine.events import Trace
+from demo.engine.sampling import Sampling
+from demo.engine.speculative import Prompt, Target, autoregressive_generate, speculative_generate
+from demo.models import loader
+from demo.models.families import FAMILIES, MRopeTarget
 
 GREEDY = Sampling()
 MAX_NEW = 20
@@ -39,7 +39,7 @@ class Built(dict):
             preset = tiny_families.build(family, self.root / family)
         except ImportError as error:  # transformers 5.17: Idefics3's image processor needs torchvision
             pytest.skip(f"{family} cannot be built with this transformers: {error}")
-        models.PRESETS[preset.name] = preset
+        loader.PRESETS[preset.name] = preset
         self[family] = preset
         return preset
 
@@ -50,13 +50,13 @@ def family_presets(tmp_path_factory):
     presets = Built(tmp_path_factory.mktemp("families"))
     yield presets
     for preset in presets.values():
-        del models.PRESETS[preset.name]
-        models._LOADED.pop(preset.name, None)
+        del loader.PRESETS[preset.name]
+        loader._LOADED.pop(preset.name, None)
 
 
 @pytest.fixture(params=tiny_families.FAMILIES)
 def loaded(request, family_presets):
-    return models.load(family_presets[request.param].name)
+    return loader.load(family_presets[request.param].name)
 
 
 def reference(loaded, prompt: Prompt, max_new: int = MAX_NEW) -> list[int]:
@@ -110,7 +110,7 @@ def test_greedy_speculative_output_identical_to_generate_for_each_family(loaded)
 def test_family_decides_target_class_and_processor(family_presets):
     kinds = {}
     for family in tiny_families.FAMILIES:
-        loaded = models.load(family_presets[family].name)
+        loaded = loader.load(family_presets[family].name)
         kinds[family] = (type(loaded.target).__name__, type(loaded.processor).__name__)
     assert kinds == {
         "llava": ("Target", "LlavaProcessor"),
@@ -135,7 +135,7 @@ def test_text_only_drafter_reads_the_prompt_without_image_tokens(loaded):
 def test_vocabularies_relate_as_in_the_real_pairs(family_presets):
     sizes = {}
     for family in tiny_families.FAMILIES:
-        loaded = models.load(family_presets[family].name)
+        loaded = loader.load(family_presets[family].name)
         sizes[family] = (loaded.target.vocab_size - loaded.drafter("text").usable, len(loaded.target.tokenizer))
     assert sizes["llava"][0] == 64  # 32064 vs 32000
     assert sizes["qwen2_5_vl"][0] == 0  # 151936 both
@@ -143,19 +143,19 @@ def test_vocabularies_relate_as_in_the_real_pairs(family_presets):
 
 
 def test_smolvlm_pairing_notes_that_only_the_target_can_stop(family_presets):
-    loaded = models.load(family_presets["idefics3"].name)
+    loaded = loader.load(family_presets["idefics3"].name)
     eou = loaded.target.tokenizer.convert_tokens_to_ids("<end_of_utterance>")
     notes = loaded.notes("text")
     assert notes[0] == (
         f"The drafter text cannot propose <end_of_utterance> (id {eou}): it is outside its 400-token vocabulary, "
         "so it never proposes stopping there; the target ends the answer itself, exactly as it would alone."
     )
-    assert "<end_of_utterance>" in models.PRESETS["smolvlm-500m"].note
-    assert models.load(family_presets["qwen2_5_vl"].name).notes("text") == ()
+    assert "<end_of_utterance>" in loader.PRESETS["smolvlm-500m"].note
+    assert loader.load(family_presets["qwen2_5_vl"].name).notes("text") == ()
 
 
 def test_target_ends_the_answer_with_a_stop_token_the_drafter_lacks(family_presets):
-    loaded = models.load(family_presets["idefics3"].name)
+    loaded = loader.load(family_presets["idefics3"].name)
     tokenizer, model = loaded.target.tokenizer, loaded.target.model
     eou = tokenizer.convert_tokens_to_ids("<end_of_utterance>")
     prompt = loaded.prompt(*CASES[1], "text")
@@ -178,7 +178,7 @@ def test_target_ends_the_answer_with_a_stop_token_the_drafter_lacks(family_prese
 
 
 def test_qwen_text_only_question_after_an_image_question_matches_generate(family_presets):
-    loaded = models.load(family_presets["qwen2_5_vl"].name)
+    loaded = loader.load(family_presets["qwen2_5_vl"].name)
     with_image = loaded.prompt(*CASES[0], "text")
     text_only = loaded.prompt(None, CASES[0][1], "text")
     expected = reference(loaded, text_only)
@@ -191,7 +191,7 @@ def test_qwen_text_only_question_after_an_image_question_matches_generate(family
 
 
 def test_qwen_interleaved_requests_with_different_images_each_match_generate(family_presets):
-    loaded = models.load(family_presets["qwen2_5_vl"].name)
+    loaded = loader.load(family_presets["qwen2_5_vl"].name)
     assert isinstance(loaded.target, MRopeTarget)
     prompts = [loaded.prompt(image, question, "text") for image, question in CASES[:3]]
     expected = [reference(loaded, p) for p in prompts]
@@ -224,7 +224,7 @@ def test_qwen_interleaved_requests_with_different_images_each_match_generate(fam
 def test_preset_image_kwargs_reach_the_processor(family_presets):
     counts = {}
     for family in ("qwen2_5_vl", "idefics3"):
-        loaded = models.load(family_presets[family].name)
+        loaded = loader.load(family_presets[family].name)
         image_token = loaded.processor.image_token
         ids = loaded.prompt(IMAGES[0], "Describe the image.").target_inputs["input_ids"][0]
         counts[family] = int((ids == loaded.target.tokenizer.convert_tokens_to_ids(image_token)).sum())
@@ -234,42 +234,42 @@ def test_preset_image_kwargs_reach_the_processor(family_presets):
 def test_switching_drafter_does_not_reload_the_target(family_presets, monkeypatch):
     base = family_presets["llava"]
     spec = base.drafters[0]
-    preset = models.Preset(
+    preset = loader.Preset(
         "tiny-two-drafters",
         base.target,
-        (models.DrafterSpec("a", spec.kind, spec.path), models.DrafterSpec("b", spec.kind, spec.path)),
+        (loader.DrafterSpec("a", spec.kind, spec.path), loader.DrafterSpec("b", spec.kind, spec.path)),
     )
     calls = []
-    load_model = models._load_model
+    load_model = loader._load_model
 
     def counting(auto_class, path, plan, *, drafter):
         calls.append("drafter" if drafter else "target")
         return load_model(auto_class, path, plan, drafter=drafter)
 
-    monkeypatch.setattr(models, "_load_model", counting)
-    monkeypatch.setitem(models.PRESETS, preset.name, preset)
+    monkeypatch.setattr(loader, "_load_model", counting)
+    monkeypatch.setitem(loader.PRESETS, preset.name, preset)
     try:
-        loaded = models.load(preset.name)
+        loaded = loader.load(preset.name)
         for name in ("a", "b", "a", "b"):
-            assert models.load(preset.name) is loaded
+            assert loader.load(preset.name) is loaded
             loaded.drafter(name)
         assert calls == ["target", "drafter", "drafter"]
         # One shared drafter per name; each run's state (cache, bookkeeping) is made by start().
         assert loaded.drafter("a") is loaded.drafter("a")
         assert loaded.drafter("a") is not loaded.drafter("b")
     finally:
-        models._LOADED.pop(preset.name, None)
+        loader._LOADED.pop(preset.name, None)
 
 
 def test_load_reports_progress_from_zero_to_one(family_presets):
     preset = family_presets["llava"]
-    models._LOADED.pop(preset.name, None)
+    loader._LOADED.pop(preset.name, None)
     stages = []
-    loaded = models.load(preset.name, progress=lambda fraction, message: stages.append((fraction, message)))
+    loaded = loader.load(preset.name, progress=lambda fraction, message: stages.append((fraction, message)))
     fractions = [f for f, _ in stages]
     assert fractions[0] == 0.0 and fractions[-1] == 1.0 and fractions == sorted(fractions)
     assert all(message for _, message in stages) and len(stages) >= 4
-    assert models.is_loaded(preset.name) and models.load(preset.name) is loaded
+    assert loader.is_loaded(preset.name) and loader.load(preset.name) is loaded
     drafter_stages = []
     loaded.drafters.clear()
     loaded.drafter("text", progress=lambda fraction, message: drafter_stages.append(fraction))
@@ -277,7 +277,7 @@ def test_load_reports_progress_from_zero_to_one(family_presets):
 
 
 def test_hub_presets_are_hub_ids_of_known_families():
-    hub_presets = [p for p in models.PRESETS.values() if not p.name.startswith("tiny") and p.name != "embedded"]
+    hub_presets = [p for p in loader.PRESETS.values() if not p.name.startswith("tiny") and p.name != "embedded"]
     assert {p.name: (p.family, p.target) for p in hub_presets} == {
         "llava-1.5-7b": ("llava", "llava-hf/llava-1.5-7b-hf"),
         "qwen2.5-vl-3b": ("qwen2_5_vl", "Qwen/Qwen2.5-VL-3B-Instruct"),

@@ -14,77 +14,37 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "demo"
 
-# The layers of today's flat package: each name lists its modules, and what none of them may import
-# (dotted prefixes). engine < models < page | benchmark; world trains and evaluates the models.
+# The layers, as packages (dotted prefixes): each lists what none of its modules may import.
+# engine < models < session < page | bench; world is the embedded world, below everything but
+# training-only for the bench.
+WORLD_TRAINING = (
+    "demo.world.train",
+    "demo.world.recipe",
+    "demo.world.data",
+    "demo.world.fit",
+    "demo.world.experiments",
+)
+SESSION = ("demo.session", "demo.validate", "demo.analysis")
 LAYERS = {
     "engine": (
-        {
-            "demo.events",
-            "demo.sampling",
-            "demo.drafters",
-            "demo.speculative",
-            "demo.metrics",
-            "demo.race",
-            "demo.detokenize",
-            "demo.compat",
-            "demo.export",
-        },
-        (
-            "gradio",
-            "plotly",
-            "demo.ui",
-            "demo.analysis_tab",
-            "demo.render",
-            "demo.charts",
-            "demo.analysis_charts",
-            "demo.bench",
-            "demo.report",
-            "demo.page_bench",
-            "demo.gpu_check",
-            "demo.soak",
-            "demo.models",
-            "demo.presets",
-            "demo.hub",
-            "demo.families",
-            "demo.devices",
-            "demo.world",
-            "demo.validate",
-        ),
-    ),
-    "page": (
-        {"demo.ui", "demo.analysis_tab", "demo.render", "demo.charts", "demo.analysis_charts"},
-        (
-            "demo.bench",
-            "demo.report",
-            "demo.page_bench",
-            "demo.gpu_check",
-            "demo.soak",
-            "demo.world.train",
-            "demo.world.recipe",
-            "demo.world.data",
-            "demo.world.fit",
-            "demo.world.experiments",
-        ),
+        ("demo.engine",),
+        ("gradio", "plotly", "demo.models", "demo.world", "demo.page", "demo.bench", "demo.space", *SESSION),
     ),
     "models": (
-        {"demo.models", "demo.presets", "demo.hub", "demo.families", "demo.devices"},
-        (
-            "gradio",
-            "plotly",
-            "demo.ui",
-            "demo.analysis_tab",
-            "demo.render",
-            "demo.charts",
-            "demo.bench",
-            "demo.report",
-            "demo.world",
-        ),
+        ("demo.models",),
+        ("gradio", "plotly", "demo.world", "demo.page", "demo.bench", "demo.space", *SESSION),
     ),
-    "benchmark": (
-        {"demo.bench", "demo.report", "demo.page_bench", "demo.gpu_check", "demo.soak"},
-        ("demo.analysis_tab",),  # the benchmark drives the page only as a client, over HTTP (or ui, to launch it)
+    "session": (SESSION, ("gradio", "plotly", "demo.page", "demo.bench", "demo.space", *WORLD_TRAINING)),
+    # The page reads runs through the session: it touches no model, cache or logits itself.
+    "page": (
+        ("demo.page",),
+        ("demo.bench", "demo.space", *WORLD_TRAINING),
     ),
+    # The benchmark drives the page only as a client (over HTTP, or its launch function).
+    "bench": (("demo.bench",), ("demo.page.handlers", "demo.page.analysis_tab", "demo.space")),
+    "world": (("demo.world",), ("gradio", "plotly", "demo.engine", "demo.models", "demo.page", "demo.bench", *SESSION)),
 }
+MAX_LINES = 500
 
 
 def _module_name(path: Path) -> str:
@@ -114,12 +74,12 @@ MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 GRAPH = {name: {m for m in _imports(path) if m in MODULES and m != name} for name, path in MODULES.items()}
 
 
-def _layer(name: str) -> str | None:
-    return next((layer for layer, (members, _) in LAYERS.items() if name in members), None)
-
-
 def _matches(imported: str, prefix: str) -> bool:
     return imported == prefix or imported.startswith(prefix + ".")
+
+
+def _layer(name: str) -> str | None:
+    return next((layer for layer, (members, _) in LAYERS.items() if any(_matches(name, m) for m in members)), None)
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from demo import metrics
-from demo.events import DrafterInfo, PrefillEvent, RoundEvent, RunStart, RunSummary, TokenEvent, Trace
-from demo.race import race
-from demo.sampling import Sampling
+from demo.engine import metrics
+from demo.engine.events import DrafterInfo, PrefillEvent, RoundEvent, RunStart, RunSummary, TokenEvent, Trace
+from demo.engine.race import race
+from demo.engine.sampling import Sampling
 
 
 def round_event(index, drafted, n_accepted, n_emitted=None, t=0.0, stop=None):

@@ -18,26 +18,26 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = r"""
 import json, sys, time
 import torch
-from demo import models
-from demo.events import Trace
-from demo.sampling import Sampling
-from demo.speculative import speculative_generate
+from demo.models import loader
+from demo.engine.events import Trace
+from demo.engine.sampling import Sampling
+from demo.engine.speculative import speculative_generate
 
 local_dir, hub_preset = sys.argv[1], sys.argv[2]
 report = {}
 start = time.perf_counter()
-found = models.availability(hub_preset)
+found = loader.availability(hub_preset)
 report["availability"] = [found.ok, found.local, found.message, time.perf_counter() - start]
 start = time.perf_counter()
 try:
-    models.load(hub_preset)
+    loader.load(hub_preset)
     report["load"] = ["loaded", "", time.perf_counter() - start]
 except Exception as error:
     report["load"] = [type(error).__name__, str(error), time.perf_counter() - start]
-models.PRESETS["local"] = models.Preset(
-    "local", local_dir + "/target", (models.DrafterSpec("text", "text-only", local_dir + "/drafter"),)
+loader.PRESETS["local"] = loader.Preset(
+    "local", local_dir + "/target", (loader.DrafterSpec("text", "text-only", local_dir + "/drafter"),)
 )
-loaded = models.load("local")
+loaded = loader.load("local")
 trace = Trace.of(speculative_generate(
     loaded.target, loaded.drafter("text"), loaded.prompt(None, "Describe the image.", "text"), gamma=3,
     sampling=Sampling(), max_new_tokens=8, generator=torch.Generator(),
@@ -142,7 +142,7 @@ def test_cached_hub_preset_loads_offline_through_the_real_preset(tiny_llava, tmp
 
 
 def test_downloadable_preset_is_sized_against_free_memory_before_anything_loads(monkeypatch):
-    from demo import devices, hub, models
+    from demo.models import devices, hub, loader
 
     monkeypatch.setenv("DEMO_ALLOW_DOWNLOADS", "1")
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
@@ -150,13 +150,13 @@ def test_downloadable_preset_is_sized_against_free_memory_before_anything_loads(
     monkeypatch.setattr(hub, "cached", lambda repo: None)
     monkeypatch.setattr(hub, "probe", lambda repo, seconds=hub.PROBE_SECONDS: None)  # the hub answers
     monkeypatch.setattr(devices, "probe", lambda: devices.Memory((), 8 * 2**30))
-    assert models.availability("llava-1.5-7b") == hub.Availability(
+    assert loader.availability("llava-1.5-7b") == hub.Availability(
         False,
         False,
         "preset 'llava-1.5-7b' needs about 31.9 GiB of RAM in float32 on CPU, but only 8.0 GiB is available.",
     )
     monkeypatch.setattr(devices, "probe", lambda: devices.Memory((80 * 2**30,), 8 * 2**30))
-    assert models.availability("llava-1.5-7b") == hub.Availability(
+    assert loader.availability("llava-1.5-7b") == hub.Availability(
         True,
         False,
         "Will be downloaded on first use: llava-hf/llava-1.5-7b-hf, double7/vicuna-68m; "
@@ -168,7 +168,7 @@ def test_a_snapshot_counts_as_present_only_with_config_and_every_weight_shard(tm
     import torch
     from safetensors.torch import save_file
 
-    from demo import hub
+    from demo.models import hub
 
     (tmp_path / "config.json").write_text("{}")
     index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}

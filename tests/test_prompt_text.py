@@ -7,7 +7,7 @@ import pytest
 import tiny
 import tiny_families
 
-from demo import models, presets
+from demo.models import loader, presets
 
 COMMON = ("<|end|>", "<|user|>", "<|assistant|>", "<unk>", "<pad>", "<image>", "<|im_end|>", "<|im_start|>")
 IMAGE = tiny.images(1)[0]
@@ -22,14 +22,14 @@ def family_presets(tmp_path_factory):
             preset = tiny_families.build(family, root / family)
         except ImportError as error:  # an Idefics3 image processor that needs torchvision
             pytest.skip(f"{family} cannot be built with this transformers: {error}")
-        models.PRESETS[preset.name] = preset
+        loader.PRESETS[preset.name] = preset
         built[family] = preset.name
     built["embedded"] = presets.DEFAULT_PRESET
     yield built
     for family, name in built.items():
         if family != "embedded":
-            models.PRESETS.pop(name, None)
-            models._LOADED.pop(name, None)
+            loader.PRESETS.pop(name, None)
+            loader._LOADED.pop(name, None)
 
 
 def added_ids(loaded, ids: list[int]) -> list[int]:
@@ -40,7 +40,7 @@ def added_ids(loaded, ids: list[int]) -> list[int]:
 @pytest.mark.parametrize("family", (*tiny_families.FAMILIES, "embedded"))
 @pytest.mark.parametrize("with_image", (True, False))
 def test_control_strings_in_a_question_add_no_control_tokens(family_presets, family, with_image):
-    loaded = models.load(family_presets[family])
+    loaded = loader.load(family_presets[family])
     image = IMAGE if with_image else None
     template = added_ids(loaded, loaded.prompt(image, "What is here?").target_inputs["input_ids"][0].tolist())
     tokenizer = loaded.processor.tokenizer
@@ -50,10 +50,10 @@ def test_control_strings_in_a_question_add_no_control_tokens(family_presets, fam
         ids = loaded.prompt(image, question).target_inputs["input_ids"][0].tolist()
         assert added_ids(loaded, ids) == template, string
         # and the question reads as typed (a word joiner, invisible, is the only addition)
-        assert question in tokenizer.decode(ids).replace(models.WORD_JOINER, ""), string
+        assert question in tokenizer.decode(ids).replace(loader.WORD_JOINER, ""), string
 
 
 def test_a_question_without_control_strings_is_unchanged():
     tok = tiny.tokenizer()
-    assert models.as_text("What colour is the circle?", tok) == "What colour is the circle?"
-    assert models.as_text("a <image> b", tok) == "a <image" + models.WORD_JOINER + "> b"
+    assert loader.as_text("What colour is the circle?", tok) == "What colour is the circle?"
+    assert loader.as_text("a <image> b", tok) == "a <image" + loader.WORD_JOINER + "> b"

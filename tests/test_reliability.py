@@ -33,8 +33,11 @@ from gradio_client.utils import QueueError
 from PIL import Image
 from test_validate import png_bytes
 
-from demo import drafters, models, speculative, ui, validate
-from demo.events import RoundEvent
+from demo import validate
+from demo.engine import drafters, speculative
+from demo.engine.events import RoundEvent
+from demo.models import loader
+from demo.page import ui
 
 PRESET = "tiny-reliability"
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +54,7 @@ def world(tmp_path_factory):
     for i, image in enumerate(tiny.images(2)):
         image.save(root / "images" / f"{i}.png")
     yield root
-    models.PRESETS.pop(PRESET, None)
+    loader.PRESETS.pop(PRESET, None)
     torch.set_num_threads(threads)
 
 
@@ -504,20 +507,20 @@ def damage(folder: Path, how: str) -> None:
 def test_a_preset_that_cannot_load_gets_a_message_and_the_others_keep_working(client, world, tmp_path, how, message):
     shutil.copytree(world / "preset", tmp_path / "broken")
     damage(tmp_path / "broken", how)
-    spec = models.PRESETS[PRESET]
-    models.PRESETS["broken"] = models.Preset(
+    spec = loader.PRESETS[PRESET]
+    loader.PRESETS["broken"] = loader.Preset(
         "broken",
         str(tmp_path / "broken" / "target"),
         tuple(
-            models.DrafterSpec(d.name, d.kind, d.path.replace(str(world / "preset"), str(tmp_path / "broken")))
+            loader.DrafterSpec(d.name, d.kind, d.path.replace(str(world / "preset"), str(tmp_path / "broken")))
             for d in spec.drafters
         ),
     )
     try:
         text = refusal(client, *args(world, preset="broken"))
     finally:
-        del models.PRESETS["broken"]
-        models._LOADED.pop("broken", None)
+        del loader.PRESETS["broken"]
+        loader._LOADED.pop("broken", None)
     assert text.startswith(message)
     if message.startswith("The models"):
         assert text.endswith("Its files may be missing or damaged; the other presets still work.")
@@ -526,11 +529,11 @@ def test_a_preset_that_cannot_load_gets_a_message_and_the_others_keep_working(cl
 
 def test_an_unreachable_hub_preset_gets_a_message(client, world, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    models.PRESETS["hub"] = models.Preset("hub", "nobody/nothing-here", (models.DrafterSpec("d", "text-only", "x/y"),))
+    loader.PRESETS["hub"] = loader.Preset("hub", "nobody/nothing-here", (loader.DrafterSpec("d", "text-only", "x/y"),))
     try:
         text = refusal(client, *args(world, preset="hub", drafter="d"))
     finally:
-        del models.PRESETS["hub"]
+        del loader.PRESETS["hub"]
     assert "nobody/nothing-here" in text and "Traceback" not in text
     assert token_ids(client.predict(*args(world), api_name="/trace"))
 

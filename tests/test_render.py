@@ -2,9 +2,10 @@
 
 import re
 
-from demo import metrics, render
-from demo.events import DrafterInfo, PrefillEvent, Rejection, RoundEvent, RunStart, RunSummary, TokenEvent, Trace
-from demo.sampling import Sampling
+from demo.engine import metrics
+from demo.engine.events import DrafterInfo, PrefillEvent, Rejection, RoundEvent, RunStart, RunSummary, TokenEvent, Trace
+from demo.engine.sampling import Sampling
+from demo.page import render
 
 
 def spd_trace(stop: str = "eos", greedy: bool = True, gamma: int = 3) -> Trace:

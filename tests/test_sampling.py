@@ -16,10 +16,10 @@ import pytest
 import tiny
 import torch
 
-from demo.drafters import Drafter
-from demo.events import Trace
-from demo.sampling import Sampling, acceptance_probs, verify_greedy, verify_sampled, warp
-from demo.speculative import Prompt, Target, speculative_generate
+from demo.engine.drafters import Drafter
+from demo.engine.events import Trace
+from demo.engine.sampling import Sampling, acceptance_probs, verify_greedy, verify_sampled, warp
+from demo.engine.speculative import Prompt, Target, speculative_generate
 
 DELTA = 1e-9
 
@@ -190,7 +190,7 @@ def test_speculative_sampling_loop_matches_the_target_law_of_the_first_three_tok
     assert sum(law.values()) == pytest.approx(1.0, abs=1e-4)  # the target only says word tokens
     if accept_everything:  # negative control: a broken rule that accepts every draft
         monkeypatch.setattr(
-            "demo.speculative.verify_sampled",
+            "demo.engine.speculative.verify_sampled",
             lambda p, q, drafts, g: (torch.tensor(len(drafts)), torch.multinomial(p[-1], 1, generator=g)[0]),
         )
     n = 3000

@@ -1,4 +1,4 @@
-"""A short soak of the served app (`demo.soak`): memory stays flat over many races.
+"""A short soak of the served app (`demo.bench.soak`): memory stays flat over many races.
 
 The app runs in a child process on the embedded preset, driven through gradio_client. Before the
 fix each /race left its panels and figures in the visitor's Gradio session for good: 0.7 MiB per
@@ -13,7 +13,9 @@ import pytest
 import tiny
 import torch
 
-from demo import models, soak, ui
+from demo.bench import soak
+from demo.models import loader
+from demo.page import ui
 
 pytestmark = pytest.mark.slow  # servers and browsers: seconds each, the full suite only
 
@@ -42,8 +44,8 @@ def app(tmp_path_factory):
     demo.close()
     if name is not None:
         os.environ["GRADIO_SERVER_NAME"] = name
-    models.PRESETS.pop("tiny-soak", None)
-    models._LOADED.pop("tiny-soak", None)
+    loader.PRESETS.pop("tiny-soak", None)
+    loader._LOADED.pop("tiny-soak", None)
     torch.set_num_threads(threads)
 
 

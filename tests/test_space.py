@@ -23,8 +23,10 @@ import tiny
 import torch
 from gradio_client import Client, handle_file
 
-from demo import analysis_tab, models, presets, space, ui, validate, zerogpu
-from demo.sampling import Sampling
+from demo import space, validate
+from demo.engine.sampling import Sampling
+from demo.models import loader, presets, zerogpu
+from demo.page import analysis_tab, ui
 
 ROOT = Path(__file__).resolve().parent.parent
 EMBEDDED = Path(presets.PRESETS["embedded"].target).exists()
@@ -270,8 +272,8 @@ def two_tiny(tmp_path_factory):
     tiny.save_preset(root / "b", "tiny-b")
     yield root
     for name in ("tiny-a", "tiny-b"):
-        models.PRESETS.pop(name, None)
-        models._LOADED.pop(name, None)
+        loader.PRESETS.pop(name, None)
+        loader._LOADED.pop(name, None)
 
 
 @pytest.fixture
@@ -281,8 +283,8 @@ def no_loading(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(models, "_load_model", refuse)
-    monkeypatch.setattr(models.Loaded, "_load_drafter", refuse)
+    monkeypatch.setattr(loader, "_load_model", refuse)
+    monkeypatch.setattr(loader.Loaded, "_load_drafter", refuse)
 
 
 def test_preload_names_follow_the_space_and_the_variable(monkeypatch):
@@ -308,15 +310,15 @@ def test_the_duration_asked_for_grows_with_the_request_and_is_capped():
 def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_loads_nothing(
     monkeypatch, two_tiny, request
 ):
-    monkeypatch.setattr(models, "_PRELOADED", None)
+    monkeypatch.setattr(loader, "_PRELOADED", None)
     monkeypatch.setenv(zerogpu.PRELOAD_ENV, "tiny-a")
     monkeypatch.delitem(sys.modules, "app", raising=False)
     app = importlib.import_module("app")  # module scope: preloads, then builds the page
-    assert models.is_loaded("tiny-a") and set(models._LOADED["tiny-a"].drafters) == {
+    assert loader.is_loaded("tiny-a") and set(loader._LOADED["tiny-a"].drafters) == {
         "text-only",
         "image-aware",
     }
-    assert models.preloaded() == {"tiny-a": None}
+    assert loader.preloaded() == {"tiny-a": None}
     selector = next(c for c in app.demo.config["components"] if c["props"].get("elem_id") == "preset")
     assert [choice[0] for choice in selector["props"]["choices"]] == ["tiny-a"] and selector["props"][
         "value"
@@ -348,17 +350,17 @@ def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_
 
 
 def test_a_decorated_handler_asked_for_an_unloaded_preset_refuses_without_loading(monkeypatch, two_tiny, no_loading):
-    monkeypatch.setattr(models, "_PRELOADED", {"tiny-a": None})
+    monkeypatch.setattr(loader, "_PRELOADED", {"tiny-a": None})
     request = validate.Request("Describe the image.", "tiny-b", "text-only", 4, Sampling(), 8)
-    with pytest.raises(models.Unavailable) as refused:
+    with pytest.raises(loader.Unavailable) as refused:
         next(ui.gpu_race(request, None))
     assert str(refused.value) == (
         "This deployment does not serve preset 'tiny-b': it was not loaded at start-up. It serves: tiny-a."
     )
     items = analysis_tab.examples_for("caption", 1, seed=0)
-    with pytest.raises(models.Unavailable, match="^This deployment does not serve preset 'tiny-b'"):
+    with pytest.raises(loader.Unavailable, match="^This deployment does not serve preset 'tiny-b'"):
         next(analysis_tab.decode_examples("tiny-b", ["text-only"], items, 4, 8))
-    assert not models.is_loaded("tiny-b")
+    assert not loader.is_loaded("tiny-b")
 
 
 class _PlainOnly(pickle.Pickler):
@@ -376,7 +378,7 @@ def _plain(item) -> bool:
 
 
 def test_decorated_functions_yield_plain_data_only(monkeypatch, two_tiny):
-    monkeypatch.setattr(models, "_PRELOADED", None)
+    monkeypatch.setattr(loader, "_PRELOADED", None)
     upload = Path(gradio.utils.get_upload_folder()) / "test-space"
     upload.mkdir(parents=True, exist_ok=True)
     tiny.images(1)[0].save(upload / "q.png")
@@ -396,22 +398,22 @@ def test_decorated_functions_yield_plain_data_only(monkeypatch, two_tiny):
 def test_a_preset_that_fails_to_preload_is_named_with_the_reason_and_the_others_are_served(
     monkeypatch, two_tiny, tmp_path
 ):
-    monkeypatch.setattr(models, "_PRELOADED", None)
+    monkeypatch.setattr(loader, "_PRELOADED", None)
     monkeypatch.setenv(zerogpu.PRELOAD_ENV, "tiny-a,broken,nonesuch")
     monkeypatch.setitem(
-        models.PRESETS,
+        loader.PRESETS,
         "broken",
-        models.Preset(
+        loader.Preset(
             "broken",
             str(tmp_path / "gone"),
-            (models.DrafterSpec("d", "text-only", "x"),),
+            (loader.DrafterSpec("d", "text-only", "x"),),
         ),
     )
-    outcome = models.preload(("tiny-a", "broken", "nonesuch"))
+    outcome = loader.preload(("tiny-a", "broken", "nonesuch"))
     assert outcome == {
         "tiny-a": None,
         "broken": f"Model files missing: {tmp_path / 'gone'}",
-        "nonesuch": f"unknown preset 'nonesuch' (known: {', '.join(models.PRESETS)})",
+        "nonesuch": f"unknown preset 'nonesuch' (known: {', '.join(loader.PRESETS)})",
     }
     choices, left = ui.offered("embedded")
     assert choices == ["tiny-a"]
@@ -419,17 +421,17 @@ def test_a_preset_that_fails_to_preload_is_named_with_the_reason_and_the_others_
     assert left["embedded"] == "not loaded at start-up here (set DEMO_PRELOAD to serve it)."
     assert "<b>broken</b>: it failed to load at start-up: Model files missing" in ui.left_out_html(left)
     with pytest.raises(
-        models.Unavailable,
+        loader.Unavailable,
         match=r"it failed to load at start-up \(Model files missing: .*\)\. It serves: tiny-a\.$",
     ):
-        models.check_served("broken")
-    models.check_served("tiny-a")  # served: no refusal
+        loader.check_served("broken")
+    loader.check_served("tiny-a")  # served: no refusal
 
 
 def test_off_a_space_the_selector_offers_the_presets_whose_files_are_here_and_names_the_rest(
     monkeypatch,
 ):
-    monkeypatch.setattr(models, "_PRELOADED", None)
+    monkeypatch.setattr(loader, "_PRELOADED", None)
     monkeypatch.delenv("SPACE_ID", raising=False)
     monkeypatch.delenv(zerogpu.PRELOAD_ENV, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

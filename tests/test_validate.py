@@ -11,7 +11,7 @@ import pytest
 from PIL import Image, ImageFile
 
 from demo import validate
-from demo.presets import DrafterSpec, Preset
+from demo.models.presets import DrafterSpec, Preset
 from demo.validate import InvalidInput
 
 PRESETS = {

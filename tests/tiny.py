@@ -173,11 +173,11 @@ def images(n: int) -> list[Image.Image]:
 def save_preset(directory, name: str = "tiny"):
     """Save a tiny target and both drafter kinds to disk and register them as a preset.
 
-    Loading then goes through `demo.models.load`, the same path as the real presets.
+    Loading then goes through `demo.models.loader.load`, the same path as the real presets.
     """
     from pathlib import Path
 
-    from demo import models as presets
+    from demo.models import loader as presets
 
     directory = Path(directory)
     tok = tokenizer()

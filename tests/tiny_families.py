@@ -1,7 +1,7 @@
 """Tiny random-weight models of the three hub families, saved as their hub repos are (no downloads).
 
 `build(family, root)` writes root/target and root/drafter and returns a Preset that points at them,
-so a test loads them through `demo.models.load` exactly as a hub preset loads from the Hugging Face
+so a test loads them through `demo.models.loader.load` exactly as a hub preset loads from the Hugging Face
 cache. Each family keeps the real vocabulary relation between target and drafter:
 
     llava       target embeddings = drafter vocabulary + 64 (real: 32064 vs 32000); <image> and
@@ -45,7 +45,7 @@ from transformers import (
     Qwen2VLImageProcessorPil,
 )
 
-from demo.models import DrafterSpec, Preset
+from demo.models.loader import DrafterSpec, Preset
 
 FAMILIES = ("llava", "qwen2_5_vl", "idefics3")
 PAD_ROWS = 64  # embedding rows past the tokenizer (llava, idefics3: past the drafter's vocabulary)

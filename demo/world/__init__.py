@@ -9,6 +9,4 @@ correct), `text` (tokenizer, chat template, processor), `recipe` (a config per t
 the recipe never imports.
 """
 
-from pathlib import Path
-
-ASSETS = Path(__file__).resolve().parents[2] / "assets" / "world"
+from demo import ASSETS  # noqa: F401  (re-exported)

@@ -9,7 +9,7 @@ Notation (Leviathan et al. 2023; Gagrani et al. 2024 for the multimodal setting)
 A run is one prefill (`_prefill`, shared by both generators) and then rounds. A speculative
 round (`speculative_round`): (1) the drafter proposes up to gamma tokens; (2) one target
 forward over [last token] + drafts gives p at every draft position and one past, and the rule
-in `demo.sampling` accepts a prefix of the drafts and adds one token of the target's own (a
+in `demo.engine.sampling` accepts a prefix of the drafts and adds one token of the target's own (a
 resample at the first rejection, or a bonus when all were accepted); (3) both KV caches forget
 the rejected drafts; (4) the round's tokens are emitted, cut after a stop. The image is encoded
 once, at prefill; later forwards carry only token ids.
@@ -33,10 +33,10 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from demo.compat import cache_keyword
-from demo.detokenize import Detokenizer
-from demo.drafters import Drafter, DraftState
-from demo.events import (
+from demo.engine.compat import cache_keyword
+from demo.engine.detokenize import Detokenizer
+from demo.engine.drafters import Drafter, DraftState
+from demo.engine.events import (
     DrafterInfo,
     Event,
     PrefillEvent,
@@ -48,7 +48,7 @@ from demo.events import (
     TokenEvent,
     Trace,
 )
-from demo.sampling import Sampling, acceptance_probs, sample, verify_greedy, verify_sampled, warp
+from demo.engine.sampling import Sampling, acceptance_probs, sample, verify_greedy, verify_sampled, warp
 
 
 class Target:

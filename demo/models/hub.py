@@ -1,7 +1,7 @@
 """Where a preset's files are: a local directory, the Hugging Face cache, or (only if allowed) the hub.
 
 Model ids come from the presets only: `resolve` and `availability` are called with the paths and
-hub ids that `demo.models.PRESETS` names, never with user input.
+hub ids that `demo.models.presets.PRESETS` names, never with user input.
 
 Downloads are off unless the environment says otherwise:
     DEMO_ALLOW_DOWNLOADS=1   a hub preset missing from the local cache is downloaded on first use

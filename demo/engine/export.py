@@ -1,7 +1,7 @@
 """Traces -> exportable records: one JSON document per race, one CSV row per token.
 
 Pure functions of `Trace`s (each describes its own run) and the request's settings, shared by the app's downloads, its API
-endpoint and the benchmark. Numbers come from `demo.metrics`; NaN (a metric with nothing to
+endpoint and the benchmark. Numbers come from `demo.engine.metrics`; NaN (a metric with nothing to
 count yet, e.g. alpha of an autoregressive run) becomes null, so the JSON is strict.
 
     payload(settings, traces) -> dict            the whole race: settings, both traces, metrics
@@ -17,8 +17,8 @@ import io
 import json
 import math
 
-from demo import metrics
-from demo.events import Trace
+from demo.engine import metrics
+from demo.engine.events import Trace
 
 CSV_COLUMNS = (
     "run",

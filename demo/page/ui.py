@@ -1,22 +1,22 @@
 """The Gradio page: a live race of speculative against autoregressive decoding of one target.
 
 `build_demo()` lays the page out and wires two endpoints, both fed by the same race of the
-engine's event streams (`demo.race`):
+engine's event streams (`demo.engine.race`):
 
     /race    the page's Run button: a generator that streams both token panels, the block view,
              the stats and the four charts while the runs decode, then the downloads
     /trace   for gradio_client: the same race, returned whole as one JSON document
-             (`demo.export.payload`)
+             (`demo.engine.export.payload`)
 
 The Replay button shows the last race again from its recorded events, slowed down by one
 factor that the page states (a race of the embedded models takes about a second on a CPU).
 The Stop button ends a race or replay.
 
 This module holds no decoding logic and touches no caches or logits: it has `demo.validate`
-check the request, asks `demo.models` for the preset, starts the two generators, and maps their
-events to components with `demo.render` and `demo.charts`. Nothing is loaded at import time;
+check the request, asks `demo.models.loader` for the preset, starts the two generators, and maps their
+events to components with `demo.page.render` and `demo.page.charts`. Nothing is loaded at import time;
 `launch()` warms the default preset up in a background thread once the first page has loaded,
-unless the presets were preloaded at start-up (a Space, or DEMO_PRELOAD: `demo.zerogpu`); then
+unless the presets were preloaded at start-up (a Space, or DEMO_PRELOAD: `demo.models.zerogpu`); then
 only those are offered and served, and no request loads anything. The accelerator part of a race
 is `gpu_race`, decorated with `@spaces.GPU` on a Space: it yields plain data (the engine's events),
 and the handlers here turn them into components.
@@ -64,9 +64,12 @@ import gradio as gr
 import gradio.utils
 from PIL import Image
 
-from demo import analysis_tab, charts, export, presets, render, validate, zerogpu
-from demo.events import Event, RoundEvent, TokenEvent, Trace
-from demo.race import race
+from demo import validate
+from demo.engine import export
+from demo.engine.events import Event, RoundEvent, TokenEvent, Trace
+from demo.engine.race import race
+from demo.models import presets, zerogpu
+from demo.page import analysis_tab, charts, render
 from demo.validate import InvalidInput, Request
 
 # torch and the decoding engine are imported where a race starts (`start_race`, `_prepare`):
@@ -156,9 +159,9 @@ def _release_memory() -> None:
 
 def _message(error: Exception) -> str:
     """What the person or API caller is told about a failed request; the server log gets the rest."""
-    from demo import models  # torch and transformers: imported on first use, not to slow the start
+    from demo.models import loader  # torch and transformers: imported on first use, not to slow the start
 
-    if isinstance(error, (InvalidInput, models.Unavailable, models.NotEnoughMemory, LoadFailed)):
+    if isinstance(error, (InvalidInput, loader.Unavailable, loader.NotEnoughMemory, LoadFailed)):
         return str(error)  # written for the page
     if _out_of_memory(error):
         log.warning("out of memory during a request: %s", error)
@@ -175,9 +178,9 @@ def _message(error: Exception) -> str:
 
 def _load_failed(preset: str, error: Exception) -> Exception:
     """The error a failed load becomes: messages written for the page pass through."""
-    from demo import models
+    from demo.models import loader
 
-    if isinstance(error, (models.Unavailable, models.NotEnoughMemory)) or _out_of_memory(error):
+    if isinstance(error, (loader.Unavailable, loader.NotEnoughMemory)) or _out_of_memory(error):
         return error
     log.error("loading preset %r failed", preset, exc_info=error)
     return LoadFailed(
@@ -195,11 +198,11 @@ def load(request: Request, progress=None):
     """The request's preset and drafter, loaded once per process (`progress(fraction, message)`
     hears about each stage). Waits for a running warm-up, so that a race never shares the CPU
     with one and its clocks stay honest."""
-    from demo import models  # torch and transformers: imported on first use, not to slow the start
+    from demo.models import loader  # torch and transformers: imported on first use, not to slow the start
 
     with _WARMING:
         pass
-    loaded = models.load(request.preset, progress)
+    loaded = loader.load(request.preset, progress)
     loaded.drafter(request.drafter, progress)
     return loaded
 
@@ -240,17 +243,17 @@ def _image(payload) -> tuple[Image.Image, list[str]]:
 def _prepare(request: Request, image_payload, show) -> Iterator:
     """Everything before the first token: the image, the models, the prompt and its length.
     Yields show(fraction, message) while loading; returns (facts, lanes, notes)."""
-    from demo import models  # torch and transformers: imported on first use, not to slow the start
+    from demo.models import loader  # torch and transformers: imported on first use, not to slow the start
 
-    models.check_served(request.preset)  # preloaded deployments (a Space) never load in a request
+    loader.check_served(request.preset)  # preloaded deployments (a Space) never load in a request
     image, notes = _image(image_payload)
-    if not models.is_loaded(request.preset):
+    if not loader.is_loaded(request.preset):
         try:
-            available = models.availability(request.preset)
+            available = loader.availability(request.preset)
         except Exception as error:  # files too damaged even to count their parameters
             raise _load_failed(request.preset, error) from error
         if not available.ok:
-            raise models.Unavailable(available.message)
+            raise loader.Unavailable(available.message)
     if _WARMING.locked():
         yield show(0.0, "waiting for the warm-up to finish")
     loaded = yield from _loading(request, show)
@@ -275,7 +278,7 @@ def start_race(loaded, request: Request, image: Image.Image) -> dict[str, Iterat
     Refuses (InvalidInput) a prompt the models cannot read or whose answer would not fit."""
     import torch
 
-    from demo.speculative import Prompt, autoregressive_generate, speculative_generate
+    from demo.engine.speculative import Prompt, autoregressive_generate, speculative_generate
 
     try:
         prompt = loaded.prompt(image, request.question, request.drafter)
@@ -361,17 +364,17 @@ def _until_ready(stream: Iterator[tuple], show) -> Iterator:
 
 def warm_up(preset: str) -> None:
     """Load a preset and its drafters and decode a few tokens with each, so the first Run is fast."""
-    from demo import models  # torch and transformers: imported on first use, not to slow the start
-    from demo.sampling import Sampling
+    from demo.engine.sampling import Sampling
+    from demo.models import loader  # torch and transformers: imported on first use, not to slow the start
 
-    available = models.availability(preset)
+    available = loader.availability(preset)
     if not available.ok:  # said again, on the page, to whoever picks it
         log.warning("not warming up preset %r: %s", preset, available.message)
         return
     image = Image.new("RGB", (64, 64), (200, 200, 200))
     try:
         with _WARMING:
-            loaded = models.load(preset)
+            loaded = loader.load(preset)
             for spec in loaded.preset.drafters:
                 request = Request("Describe the image.", preset, spec.name, 4, Sampling(), 8)
                 with _racing(start_race(loaded, request, image)) as events:
@@ -824,17 +827,17 @@ def reference_html(example: Example | None) -> str:
 
 def preset_html(name: str) -> str:
     """What a preset is, its caveat, and whether it can load on this machine now."""
-    from demo import models  # torch and transformers: imported on first use, not to slow the start
+    from demo.models import loader  # torch and transformers: imported on first use, not to slow the start
 
     preset = presets.PRESETS.get(name)
     if preset is None:
         return ""
     try:
-        available = models.availability(name)
+        available = loader.availability(name)
     except Exception as error:  # files too damaged even to count their parameters
         log.warning("cannot check preset %r: %s", name, error)
         message = f"Its files could not be read ({type(error).__name__}); they may be damaged."
-        available = models.Availability(False, True, message)
+        available = loader.Availability(False, True, message)
     status = "ready" if available.ok else "unavailable"
     lines = [html.escape(preset.description), html.escape(preset.note)]
     lines.append(f'<span class="{status}">{"✓" if available.ok else "✗"} {html.escape(available.message)}</span>')
@@ -845,12 +848,12 @@ def offered(default: str) -> tuple[list[str], dict[str, str]]:
     """The presets the selector offers, and the others with the reason each is left out.
 
     Preloaded (a Space, or DEMO_PRELOAD): exactly the presets that loaded at start-up. Lazy: the
-    presets whose files are here or may be downloaded (`demo.hub`, no torch needed), and always
+    presets whose files are here or may be downloaded (`demo.models.hub`, no torch needed), and always
     `default`, whose own status line says whether it can load."""
     if zerogpu.preload_names(presets.DEFAULT_PRESET) is not None:
-        from demo import models  # already imported: the presets were loaded at start-up
+        from demo.models import loader  # already imported: the presets were loaded at start-up
 
-        outcome = models.preloaded()
+        outcome = loader.preloaded()
         if outcome is not None:
             left = {name: f"it failed to load at start-up: {why}." for name, why in outcome.items() if why}
             left |= {
@@ -859,7 +862,7 @@ def offered(default: str) -> tuple[list[str], dict[str, str]]:
                 if name not in outcome
             }
             return [name for name, why in outcome.items() if why is None and name in presets.PRESETS], left
-    from demo import hub
+    from demo.models import hub
 
     choices, left = [], {}
     for name, preset in presets.PRESETS.items():

@@ -4,7 +4,7 @@ Sweeps task x drafter x gamma x decoding on held-out examples of the embedded wo
 cell and example it runs speculative decoding (SPD) and plain autoregressive decoding (AR) of the
 same target back to back, alternating which goes first, so both see the same machine state.
 Throughput and speedup come from the runs' own clocks (device synchronised); tau, alpha, MBSU
-and the rest from `demo.metrics` over the events. Greedy cells also count how many outputs were
+and the rest from `demo.engine.metrics` over the events. Greedy cells also count how many outputs were
 identical between SPD and AR (lossless is counted, not assumed).
 
 Then the peer comparison, on the same models and prompts: our AR against transformers'
@@ -28,10 +28,12 @@ from pathlib import Path
 
 import torch
 
-from demo import analysis, metrics, models, speculative
-from demo.events import Trace
-from demo.sampling import Sampling
-from demo.speculative import Stopwatch
+from demo import analysis
+from demo.engine import metrics, speculative
+from demo.engine.events import Trace
+from demo.engine.sampling import Sampling
+from demo.engine.speculative import Stopwatch
+from demo.models import loader
 from demo.world.scoring import score
 from demo.world.tasks import heldout_examples
 
@@ -252,7 +254,7 @@ def print_table(cells: list[Cell]) -> None:
 
 
 def write_outputs(out: Path, cells: list[Cell], peer_result: dict | None, obs: dict, meta: dict) -> None:
-    from demo import report
+    from demo.bench import report
 
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "cells.csv", "w", newline="") as f:
@@ -274,7 +276,7 @@ def write_outputs(out: Path, cells: list[Cell], peer_result: dict | None, obs: d
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m demo.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default=models.DEFAULT_PRESET)
+    parser.add_argument("--preset", default=loader.DEFAULT_PRESET)
     parser.add_argument("--tasks", default=",".join(PAPER_TASKS))
     parser.add_argument("--drafters", default="text-only,image-aware")
     parser.add_argument("--gammas", default="2,4,6")
@@ -295,7 +297,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     started = time.time()
-    loaded = models.load(args.preset)
+    loaded = loader.load(args.preset)
     drafters = args.drafters.split(",")
     for d in drafters:
         loaded.drafter(d)

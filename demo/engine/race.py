@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from demo.events import Event
+from demo.engine.events import Event
 
 
 def race(lanes: dict[str, Iterator[Event]]) -> Iterator[tuple[str, Event]]:

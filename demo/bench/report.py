@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 import plotly.graph_objects as go
 
-from demo.analysis_charts import category_figure, position_figure
+from demo.page.analysis_charts import category_figure, position_figure
 
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")  # Okabe-Ito
 

@@ -25,7 +25,7 @@ import torch
 from transformers import AutoProcessor, AutoTokenizer, DynamicCache, Qwen2_5_VLProcessor, Qwen2VLImageProcessorPil
 from transformers.processing_utils import ProcessorMixin
 
-from demo.speculative import Target
+from demo.engine.speculative import Target
 
 
 class _RopeCache(DynamicCache):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from demo import zerogpu
+from demo.models import zerogpu
 
 OVERHEAD = 1.2  # bytes needed per byte of weights
 ZEROGPU_BYTES = 48 * 10**9  # ZeroGPU's default `large` size: half an RTX Pro 6000 Blackwell, 48 GB (hub docs)

@@ -1,15 +1,15 @@
 """The presets: which target and drafters each names, as plain data.
 
-Kept apart from `demo.models` (which imports torch and transformers) so the page can be built,
+Kept apart from `demo.models.loader` (which imports torch and transformers) so the page can be built,
 and its selector filled, before any heavy import: the app is usable sooner after launch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets" / "world"
+from demo import ASSETS
+
 SECONDS_PER_TOKEN = 0.1  # the default per-token budget of a run on ZeroGPU (see Preset.seconds_per_token)
 
 
@@ -27,11 +27,11 @@ class Preset:
     target: str  # local directory or hub id
     drafters: tuple[DrafterSpec, ...]
     description: str = ""
-    family: str = "llava"  # a key of demo.families.FAMILIES
+    family: str = "llava"  # a key of demo.models.families.FAMILIES
     params: int = 0  # target parameter count, for the memory check before the files are here
     note: str = ""  # a caveat the UI states next to the preset
     image_kwargs: dict = field(default_factory=dict, hash=False)  # passed to the processor with each image
-    # Seconds per new token per run that a ZeroGPU call budgets (`demo.zerogpu.duration`): a
+    # Seconds per new token per run that a ZeroGPU call budgets (`demo.models.zerogpu.duration`): a
     # generous allowance for the duration it asks for, not a measured speed.
     seconds_per_token: float = SECONDS_PER_TOKEN
 

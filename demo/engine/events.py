@@ -1,6 +1,6 @@
 """The event stream: the contract between the decoding core and everything else.
 
-`demo.speculative` yields these dataclasses while it decodes; the UI, the charts, the
+`demo.engine.speculative` yields these dataclasses while it decodes; the UI, the charts, the
 benchmark, the exports and the tests only ever read them. One run produces, in order:
 
     RunStart                       what runs: mode, target, drafter, gamma, sampling, budget
@@ -13,7 +13,7 @@ gamma, the drafter and the sampling settings from it, never from extra arguments
 
 Every event carries `t`: seconds of compute this run has used so far (prefill included),
 measured by the run's own clock, which stops while the consumer holds the generator. Two
-runs can therefore be raced fairly by whatever consumes them (see `demo.race`).
+runs can therefore be raced fairly by whatever consumes them (see `demo.engine.race`).
 
 Token kinds:
     "target"     produced by the target alone: the prefill's token, and every token of an
@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:  # a type only: the events import no torch, so the page can read them cheaply
-    from demo.sampling import Sampling
+    from demo.engine.sampling import Sampling
 
 Mode = Literal["speculative", "autoregressive"]
 TokenKind = Literal["target", "accepted", "resampled", "bonus"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from demo.events import Trace
+from demo.engine.events import Trace
 
 
 def decode_tokens(trace: Trace) -> int:

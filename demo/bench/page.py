@@ -1,4 +1,4 @@
-"""How quick the page is for a person: `python -m demo.page_bench [--runs 3]`.
+"""How quick the page is for a person: `python -m demo.bench.page [--runs 3]`.
 
 Contract: drives Debian's headless Chromium with Playwright (the browser tests' set-up; both are
 test needs, see tests/requirements.txt) against fresh `python app.py` processes on the embedded
@@ -22,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from demo import ROOT
+
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [
     "--headless",

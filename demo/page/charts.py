@@ -1,6 +1,6 @@
 """Events -> plotly figures: the four live charts of the race.
 
-Pure functions of `Trace`s; every plotted number comes from `demo.metrics` or straight from the
+Pure functions of `Trace`s; every plotted number comes from `demo.engine.metrics` or straight from the
 events. No Gradio here. Each figure is sized for a quarter of the page and works on an empty
 or partial trace, so the UI can redraw it while the runs are still going.
 
@@ -16,8 +16,8 @@ import math
 
 import plotly.graph_objects as go
 
-from demo import metrics
-from demo.events import Trace
+from demo.engine import metrics
+from demo.engine.events import Trace
 
 SPECULATIVE = "#009E73"
 AUTOREGRESSIVE = "#666666"

@@ -1,14 +1,14 @@
 """Presets: which target and drafters to load, where, and how to turn (image, question) into inputs.
 
-A preset names one multimodal target, the family it belongs to (`demo.families`), and the drafters
+A preset names one multimodal target, the family it belongs to (`demo.models.families`), and the drafters
 that may assist it. Loading is lazy (`load(name)` on first use, with optional progress callbacks),
 done once per process and shared by every user: models are read-only at inference, each request
 gets its own KV caches, and `Loaded.drafter(name)` hands every run its own drafter state around the
 shared drafter model. Switching drafter never reloads the target. Nothing loads at import time.
 
-Before a preset loads, `demo.devices` picks the device (CUDA in bf16, else CPU in fp32) and
+Before a preset loads, `demo.models.devices` picks the device (CUDA in bf16, else CPU in fp32) and
 refuses, with both numbers, a preset that does not fit in free memory; a target too large for one
-GPU is spread over several. `demo.hub` finds the files: a local directory, or the local Hugging Face
+GPU is spread over several. `demo.models.hub` finds the files: a local directory, or the local Hugging Face
 cache; the hub is asked only when DEMO_ALLOW_DOWNLOADS=1. `availability(name)` tells the UI within
 seconds whether a preset can be loaded, and why not.
 
@@ -38,13 +38,13 @@ import torch
 from PIL import Image
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
-from demo import devices, hub
-from demo.devices import NotEnoughMemory  # noqa: F401  (re-exported: load() raises it)
-from demo.drafters import Drafter
-from demo.families import FAMILIES
-from demo.hub import Availability, Unavailable  # noqa: F401  (re-exported: load() raises Unavailable)
-from demo.presets import ASSETS, DEFAULT_PRESET, PRESETS, DrafterSpec, Preset  # noqa: F401  (re-exported)
-from demo.speculative import Prompt, Target
+from demo.engine.drafters import Drafter
+from demo.engine.speculative import Prompt, Target
+from demo.models import devices, hub
+from demo.models.devices import NotEnoughMemory  # noqa: F401  (re-exported: load() raises it)
+from demo.models.families import FAMILIES
+from demo.models.hub import Availability, Unavailable  # noqa: F401  (re-exported: load() raises Unavailable)
+from demo.models.presets import ASSETS, DEFAULT_PRESET, PRESETS, DrafterSpec, Preset  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +321,7 @@ def preload(names: tuple[str, ...]) -> dict[str, str | None]:
     """Load the named presets and every drafter of each, now, in this process.
 
     On ZeroGPU this runs at start-up in the main process, so that the models sit on the emulated
-    `cuda` before the first request (`demo.zerogpu`). From then on the deployment serves exactly
+    `cuda` before the first request (`demo.models.zerogpu`). From then on the deployment serves exactly
     the presets that loaded (`check_served`): no request loads anything. A preset that fails
     (files missing, not enough memory, damaged weights) is recorded with the reason and the
     others still load. Returns preset -> None (loaded) or the reason, in order.

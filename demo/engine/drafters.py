@@ -26,8 +26,8 @@ import bisect
 import torch
 from transformers import DynamicCache
 
-from demo.compat import cache_keyword
-from demo.sampling import Sampling, sample, warp
+from demo.engine.compat import cache_keyword
+from demo.engine.sampling import Sampling, sample, warp
 
 
 class Drafter:

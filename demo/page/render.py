@@ -1,6 +1,6 @@
 """Events -> HTML: the coloured token panels, the block-by-block view and the stats tables.
 
-Pure functions of `Trace`s (and of `demo.metrics` numbers); no Gradio here. The classes they
+Pure functions of `Trace`s (and of `demo.engine.metrics` numbers); no Gradio here. The classes they
 emit are styled by `CSS`, which the page loads once:
 
     .tok .tok-<kind>      one span per TokenEvent, kind in TOKEN_KINDS; focusable, with a
@@ -20,8 +20,8 @@ from __future__ import annotations
 import html
 import math
 
-from demo import metrics
-from demo.events import TokenEvent, Trace
+from demo.engine import metrics
+from demo.engine.events import TokenEvent, Trace
 
 KIND_LABELS = {
     "accepted": "accepted draft",
@@ -213,7 +213,7 @@ def blocks_html(trace: Trace) -> str:
 def outcome_html(spd: Trace, ar: Trace, comparison: dict | None, facts: tuple[str, ...] = ()) -> str:
     """The race's headline: progress while it runs; the speedup and the lossless check after.
 
-    `comparison` is `demo.export.comparison(spd, ar)` once both runs are done, else None;
+    `comparison` is `demo.engine.export.comparison(spd, ar)` once both runs are done, else None;
     `facts` are the preset's notes about this pairing, stated under the headline.
     """
     notes = "".join(f'<div class="fact">{html.escape(fact)}</div>' for fact in facts)
@@ -278,7 +278,7 @@ def _row(name: str, value: str, formula: str = "") -> str:
 
 
 def speculative_stats_html(spd: Trace, speedup: float | None) -> str:
-    """The speculative run's numbers, each from demo.metrics, with its formula beside it."""
+    """The speculative run's numbers, each from demo.engine.metrics, with its formula beside it."""
     s = metrics.summary(spd, speculative=True)
     n_decode = metrics.decode_tokens(spd)
     rows = [

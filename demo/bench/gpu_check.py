@@ -1,4 +1,4 @@
-"""GPU check: `python -m demo.gpu_check` on a CUDA machine; `--smoke` runs tiny shapes anywhere.
+"""GPU check: `python -m demo.bench.gpu_check` on a CUDA machine; `--smoke` runs tiny shapes anywhere.
 
 Measures, synchronising every GPU before each clock read:
   1. speculative vs autoregressive decoding on the embedded models (skipped, with the reason,
@@ -40,11 +40,12 @@ from transformers import (
     LlavaForConditionalGeneration,
 )
 
-from demo import devices, metrics, models, speculative
-from demo.compat import cache_keyword
-from demo.events import Trace
-from demo.sampling import Sampling
-from demo.speculative import Prompt
+from demo.engine import metrics, speculative
+from demo.engine.compat import cache_keyword
+from demo.engine.events import Trace
+from demo.engine.sampling import Sampling
+from demo.engine.speculative import Prompt
+from demo.models import devices, loader
 
 TAUS = (2.0, 2.5, 3.0)
 GAMMAS = tuple(range(1, 9))
@@ -255,7 +256,7 @@ def predictions(costs: dict) -> dict:
 
 
 def example_images(n: int) -> list[Image.Image]:
-    files = sorted((models.ASSETS / "examples").glob("*.png"))[:n]
+    files = sorted((loader.ASSETS / "examples").glob("*.png"))[:n]
     images = [Image.open(f).convert("RGB") for f in files]
     colours = [(200, 40, 40), (40, 160, 60), (50, 70, 200)]
     return images + [Image.new("RGB", (64, 64), colours[i % 3]) for i in range(n - len(images))]
@@ -268,10 +269,10 @@ def rate(traces: list[Trace]) -> float:
 
 def embedded_runs(shapes: Shapes, preset: str = "embedded") -> dict:
     """SPD vs AR on a preset's own models, greedy, per drafter and gamma; or why it was skipped."""
-    available = models.availability(preset)
+    available = loader.availability(preset)
     if not available.ok:
         return {"skipped": available.message}
-    loaded = models.load(preset)
+    loaded = loader.load(preset)
     cases = list(zip(example_images(shapes.cases), QUESTIONS[: shapes.cases]))
     greedy = Sampling()
     out = {}

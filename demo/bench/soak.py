@@ -1,14 +1,14 @@
-"""Soak benchmark: does the server's memory stay flat over many races? `python -m demo.soak`.
+"""Soak benchmark: does the server's memory stay flat over many races? `python -m demo.bench.soak`.
 
-Launches the app (`demo.ui.launch`, no warm-up thread) in a child process on a free loopback
+Launches the app (`demo.page.ui.launch`, no warm-up thread) in a child process on a free loopback
 port, with its own Gradio cache folder, and drives `/race` through gradio_client, one request
 after another, cycling through the embedded world's example images and questions. It prints
 the server's resident memory (RSS, from /proc) after the warm-up requests and after every
 `--every` requests, with the number of files in the server's Gradio cache, and ends with one
 JSON line.
 
-    python -m demo.soak --requests 500            the figure docs/soak.md quotes
-    python -m demo.soak --requests 60 --every 20  a quick look
+    python -m demo.bench.soak --requests 500            the figure docs/soak.md quotes
+    python -m demo.bench.soak --requests 60 --every 20  a quick look
 
 The growth figure is RSS at the end minus RSS after the warm-up: allocator noise and lazily
 built caches settle during the warm-up, so what grows afterwards is memory the server keeps.
@@ -29,7 +29,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from demo import presets
+from demo import ROOT
+from demo.models import presets
 
 EXAMPLES = presets.ASSETS / "examples"
 MIB = 2**20
@@ -143,7 +144,7 @@ def soak(
 
 def _serve(port: int) -> None:
     """The child process: the app on 127.0.0.1:port, as `launch()` serves it, without the warm-up."""
-    from demo import ui
+    from demo.page import ui
 
     ui.launch(ui.build_demo(), warm=None, server_name="127.0.0.1", server_port=port, quiet=True)
 
@@ -183,9 +184,9 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="soak-cache-") as cache:
         env = {**os.environ, "GRADIO_TEMP_DIR": cache, "GRADIO_ANALYTICS_ENABLED": "False"}
         env.pop("GRADIO_SERVER_NAME", None)
-        root = Path(__file__).resolve().parent.parent
+        root = ROOT
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-        server = subprocess.Popen([sys.executable, "-m", "demo.soak", "--serve", str(port)], env=env, cwd=root)
+        server = subprocess.Popen([sys.executable, "-m", "demo.bench.soak", "--serve", str(port)], env=env, cwd=root)
         try:
             _wait_up(url, server)
             print(f"server pid {server.pid} at {url}; cache {cache}; {args.warmup} warm-up races")

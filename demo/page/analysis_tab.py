@@ -8,8 +8,8 @@ and one row per run. Selecting a row shows that run's recorded trace in the tab;
 loads the example into the Race tab and starts the race there. Greedy decoding is
 deterministic, so that race reproduces the recorded trace token for token, beside plain decoding.
 
-Every number comes from `demo.analysis` and `demo.metrics` over the runs' events; the figures
-are `demo.analysis_charts`, shared with the benchmark's report. Nothing heavy at import time:
+Every number comes from `demo.analysis` and `demo.engine.metrics` over the runs' events; the figures
+are `demo.page.analysis_charts`, shared with the benchmark's report. Nothing heavy at import time:
 torch and the models are imported when an analysis starts.
 
 Wiring, inside `build_demo`'s Blocks (the page's CSS must include `CSS` below):
@@ -41,12 +41,15 @@ from typing import TYPE_CHECKING
 import gradio as gr
 import pandas as pd
 
-from demo import analysis, analysis_charts, export, metrics, presets, render, validate, zerogpu
+from demo import analysis, validate
+from demo.engine import export, metrics
+from demo.models import presets, zerogpu
+from demo.page import analysis_charts, render
 from demo.world.scoring import score
 from demo.world.tasks import TASKS, heldout_examples
 
 if TYPE_CHECKING:
-    from demo.events import Trace
+    from demo.engine.events import Trace
     from demo.world.tasks import Example
 
 VQA = tuple(t for t in TASKS if t.startswith("vqa_"))
@@ -415,11 +418,12 @@ def _duration(preset: str, drafters: list[str], items: list, gamma: int, max_new
 def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int):
     """The accelerator part of an analysis, yielding plain data only (on ZeroGPU it runs in another
     process): ("run", i, drafter) before each run, then ("done", i, drafter, trace, observations)."""
-    from demo import models, speculative  # torch and transformers: imported on first use, not to slow the start
-    from demo.sampling import Sampling
+    from demo.engine import speculative  # torch and transformers: imported on first use, not to slow the start
+    from demo.engine.sampling import Sampling
+    from demo.models import loader
 
-    models.check_served(preset)  # preloaded deployments (a Space) never load in a request
-    loaded = models.load(preset)
+    loader.check_served(preset)  # preloaded deployments (a Space) never load in a request
+    loaded = loader.load(preset)
     for i, item in enumerate(items):
         for d in drafters:
             yield "run", i, d
@@ -437,7 +441,7 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
 
 def analyze(preset, task, drafter, gamma, n, seed):
     """Run SPD (greedy) on n held-out examples with the chosen drafter(s); stream the aggregates."""
-    from demo import models  # torch and transformers: imported on first use, not to slow the start
+    from demo.models import loader  # torch and transformers: imported on first use, not to slow the start
 
     try:
         preset, task, drafters, gamma, n, seed = parse_settings(preset, task, drafter, gamma, n, seed)
@@ -445,11 +449,11 @@ def analyze(preset, task, drafter, gamma, n, seed):
         raise gr.Error(str(error), print_exception=False) from None
     batch = Batch(preset, task, drafters, gamma, n, seed, MAX_NEW_TOKENS)
     try:
-        models.check_served(preset)
-    except models.Unavailable as error:
+        loader.check_served(preset)
+    except loader.Unavailable as error:
         raise gr.Error(str(error)) from None
-    if not models.is_loaded(preset):
-        available = models.availability(preset)
+    if not loader.is_loaded(preset):
+        available = loader.availability(preset)
         if not available.ok:
             raise gr.Error(available.message)
     yield _view(batch, status_html("Loading the models…", 0.0), busy=True)

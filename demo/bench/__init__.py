@@ -1,0 +1,7 @@
+"""Measurement: the paper-style benchmark (`python -m demo.bench`), its report, the page
+benchmark (`python -m demo.bench.page`), the memory soak (`python -m demo.bench.soak`) and the GPU
+check (`python -m demo.bench.gpu_check`).
+
+May import every layer below it (engine, models, session, world). It drives the page only as a
+client over HTTP, or through the page's launch function; it never imports the page's handlers.
+"""

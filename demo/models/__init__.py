@@ -1,0 +1,10 @@
+"""Models: which presets exist, where their weights come from, and how they are loaded.
+
+Owns the preset table (`presets`, importable without torch), hub access that never downloads
+unless allowed (`hub`), per-architecture adapters for the target (`families`), device and memory
+planning (`devices`), the ZeroGPU shim (`zerogpu`) and loading itself (`loader`: `load`,
+`preload`, `Loaded`).
+
+May import the engine (a loaded target and drafters are engine objects). Imports no Gradio, no
+plotly, no page, no benchmark and no world training. Nothing loads at import.
+"""
