@@ -5,7 +5,7 @@
     GRADIO_SERVER_PORT=8000 python app.py        on another port
     DEMO_PRELOAD=embedded python app.py          loads the named presets first, as on a Space
 
-`demo.page.ui.launch` sets the rest: a bounded queue, one decoder at a time, the upload limit, no share
+`demo.page.server.launch` sets the rest: a bounded queue, one decoder at a time, the upload limit, no share
 link, and no Python errors shown to users; those, with their tracebacks, go to this process's log
 (stderr).
 
@@ -19,7 +19,7 @@ reason; the others are served.
 import logging
 
 from demo.models import presets, zerogpu
-from demo.page import ui
+from demo.page import server
 
 PRELOAD = zerogpu.preload_names(presets.DEFAULT_PRESET)
 
@@ -29,8 +29,8 @@ if PRELOAD:
 
     loader.preload(PRELOAD)
 
-demo = ui.build_demo()
+demo = server.build_demo()
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    ui.launch(demo, warm=None if PRELOAD else presets.DEFAULT_PRESET)
+    server.launch(demo, warm=None if PRELOAD else presets.DEFAULT_PRESET)

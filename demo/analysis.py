@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 
 from demo.engine.events import RoundEvent, Trace
 from demo.world.scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES, SIZES
-from demo.world.tasks import NUMBERS, plural
+from demo.world.tasks import NUMBERS, heldout_examples, plural
 
 FUNCTION_WORDS = set(
     "a an the of in on at to for with and or but so is are was were be been it its this that these "
@@ -246,3 +246,10 @@ def summary(obs: list[Observation], k: int = 15, bins: int = 10) -> dict:
 def rows(obs: list[Observation]) -> list[dict]:
     """Flat rows for CSV/JSON export."""
     return [asdict(o) for o in obs]
+
+
+def heldout_mix(kinds, n: int, seed: int) -> list:
+    """n held-out examples of the world, cycling through the task kinds `kinds` in turn."""
+    per = -(-n // len(kinds))  # ceil
+    pools = [heldout_examples(kind, per, seed) for kind in kinds]
+    return [pool[i] for i in range(per) for pool in pools if i < len(pool)][:n]

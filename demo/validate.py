@@ -2,9 +2,11 @@
 
 The contract: each function either returns a clean value or raises `InvalidInput`, whose message is
 written for the person who sent the value (what was wrong, the valid range or names, what to do).
-Nothing here loads a model or knows about Gradio; torch is imported only to build `Sampling`.
+Nothing here loads a model or knows about Gradio.
 
-    parse_request(...)        the race settings -> Request; ranges below; refuses, never clamps
+    integer, number, flag, choice, question
+                              one value each, named in the message; refuses, never clamps
+                              (`demo.session.parse` builds a Request from them, by name)
     image_path(payload, uploads)
                               the image value of a request -> the uploaded file's path, or None;
                               refuses any path outside the upload folder (no server paths)
@@ -23,15 +25,10 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image, ImageOps
-
-if TYPE_CHECKING:
-    from demo.engine.sampling import Sampling
 
 GAMMA_RANGE = (1, 10)
 MAX_NEW_RANGE = (1, 512)
@@ -48,30 +45,6 @@ NO_IMAGE = "Add an image first: upload one or pick an example. The models here a
 
 class InvalidInput(ValueError):
     """A value a person or caller sent that cannot be used; the message says why and what would do."""
-
-
-@dataclass(frozen=True)
-class Request:
-    """A validated request: everything a race needs besides the image."""
-
-    question: str
-    preset: str
-    drafter: str
-    gamma: int
-    sampling: Sampling
-    max_new_tokens: int
-    min_confidence: float = 0.0  # adaptive draft length: stop drafting below this top probability; 0 = off
-
-    def settings(self) -> dict:
-        return {
-            "question": self.question,
-            "preset": self.preset,
-            "drafter": self.drafter,
-            "gamma": self.gamma,
-            "sampling": asdict(self.sampling),
-            "max_new_tokens": self.max_new_tokens,
-            "min_confidence": self.min_confidence,
-        }
 
 
 # --- scalars ----------------------------------------------------------------------------------
@@ -136,43 +109,6 @@ def question(value) -> str:
             f"The question is {len(value):,} characters long; the limit is {MAX_QUESTION_CHARS:,}. Shorten it."
         )
     return value
-
-
-def parse_request(
-    question_text,
-    preset,
-    drafter,
-    gamma,
-    greedy,
-    temperature,
-    top_p,
-    seed,
-    max_new_tokens,
-    min_confidence=0.0,
-    *,
-    presets: dict,
-) -> Request:
-    """Check every setting of a race; `presets` maps preset names to objects with `.drafters`
-    (each with a `.name`). Raises InvalidInput naming the first bad value and its valid range."""
-    from demo.engine.sampling import Sampling
-
-    text = question(question_text)
-    preset = choice("model preset", preset, presets)
-    drafter = choice(f"drafter for preset {preset!r}", drafter, [d.name for d in presets[preset].drafters])
-    gamma = integer("gamma (drafts per round)", gamma, *GAMMA_RANGE)
-    max_new_tokens = integer("max new tokens", max_new_tokens, *MAX_NEW_RANGE)
-    greedy = flag("greedy", greedy)
-    temperature = number("temperature", temperature, 0.0, MAX_TEMPERATURE, low_open=True)
-    top_p = number("top-p", top_p, 0.0, 1.0, low_open=True)
-    seed = integer("seed", seed, *SEED_RANGE)
-    min_confidence = number(
-        "threshold (stop drafting below this drafter confidence; min_confidence on /trace; 0 = off)",
-        min_confidence,
-        0.0,
-        1.0,
-    )
-    sampling = Sampling() if greedy else Sampling(greedy=False, temperature=temperature, top_p=top_p, seed=seed)
-    return Request(text, preset, drafter, gamma, sampling, max_new_tokens, min_confidence)
 
 
 # --- the image --------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from test_analysis import STOPS, shapes_trace, yes_trace
 from demo import analysis
 from demo.bench.page import launch_chromium
 from demo.models import loader
-from demo.page import analysis_tab, render
+from demo.page import analysis_tab, render, text
 from demo.page.analysis_tab import BOTH, Batch, Run
 from demo.world.tasks import heldout_examples
 
@@ -181,7 +181,7 @@ def test_racing_a_run_fills_the_race_tab_inputs_and_selects_it():
 
 @pytest.mark.slow
 def test_importing_the_tab_imports_no_torch():
-    code = "import sys, demo.analysis_tab; sys.exit('torch' in sys.modules or 'transformers' in sys.modules)"
+    code = "import sys, demo.page.server; sys.exit('torch' in sys.modules or 'transformers' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
 
 
@@ -193,7 +193,7 @@ def served(tmp_path_factory):
     tiny.save_preset(tmp_path_factory.mktemp("preset"), PRESET)  # loaded through the real preset path
     short, analysis_tab.MAX_NEW_TOKENS = analysis_tab.MAX_NEW_TOKENS, 8
     demo = analysis_tab.build_standalone(PRESET)
-    demo.launch(prevent_thread_lock=True, quiet=True, css=render.CSS + analysis_tab.CSS)
+    demo.launch(prevent_thread_lock=True, quiet=True, css=render.CSS + text.ANALYSIS_CSS)
     yield demo
     demo.close()
     analysis_tab.MAX_NEW_TOKENS = short

@@ -5,13 +5,13 @@ import httpx
 import pytest
 from gradio_client import Client
 
-from demo.page import ui
+from demo.page import server
 
 
 @pytest.fixture(scope="module")
 def app():
-    demo = ui.build_demo()
-    ui.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)
+    demo = server.build_demo()
+    server.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)
     yield demo
     demo.close()
 

@@ -60,7 +60,7 @@ def test_bench_writes_report_files_and_ends_with_one_json_line(tiny_preset, tmp_
             assert cell["lossless"] == "2/2 identical"
     assert result["peer"]["ar_vs_hf_generate"] > 0
     assert {"ar_vs_hf_generate", "spd_vs_hf_assisted"} <= set(result["peer"])
-    for name in ("report.html", "cells.csv", "analysis.csv", "benchmark.json"):
+    for name in ("report.html", "cells.csv", "analysis.csv", "bench.json"):
         assert (out / name).stat().st_size > 0
     page = (out / "report.html").read_text()
     assert "Block efficiency tau" in page and "Plotly" in page

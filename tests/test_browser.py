@@ -21,16 +21,17 @@ import tiny
 from playwright.sync_api import sync_playwright
 from test_app import write_examples
 
+from demo import session
 from demo.bench import page as page_bench
 from demo.bench.page import DRAWN
 from demo.models import loader
-from demo.page import ui
+from demo.page import handlers, layout, server
 
 pytestmark = pytest.mark.slow  # servers and browsers: seconds each, the full suite only
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = Path(os.environ.get("SCREENSHOT_DIR", ROOT / "runs" / "screenshots"))
-EMBEDDED = Path(loader.PRESETS[loader.DEFAULT_PRESET].target).exists() and ui.load_examples()
+EMBEDDED = Path(loader.PRESETS[loader.DEFAULT_PRESET].target).exists() and layout.load_examples()
 
 
 @pytest.fixture(scope="module")
@@ -45,16 +46,16 @@ def browser():
 def served(tmp_path_factory):
     """The app in this process, its preset warmed up first (as launch() does in the background),
     with replays shortened to 2 s."""
-    ui.REPLAY_SECONDS = 2.0
+    handlers.REPLAY_SECONDS = 2.0
     if EMBEDDED:
         preset, examples = loader.DEFAULT_PRESET, loader.ASSETS / "examples"
     else:
         root = tmp_path_factory.mktemp("tiny-world")
         preset, examples = tiny.save_preset(root).name, root / "examples"
         write_examples(examples)
-    ui.warm_up(preset)
-    demo = ui.build_demo(default_preset=preset, examples_dir=examples)
-    ui.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)
+    session.warm_up(preset)
+    demo = server.build_demo(default_preset=preset, examples_dir=examples)
+    server.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)
     yield demo.local_url
     demo.close()
 
@@ -196,10 +197,10 @@ def test_app_py_serves_a_usable_page(browser):
 
 def test_the_first_page_load_starts_the_warm_up_once(browser, monkeypatch):
     warmed = []
-    monkeypatch.setattr(ui, "warm_up", warmed.append)
-    monkeypatch.setattr(ui, "WARM_UP_AFTER_S", 3600.0)  # the timer must not be what starts it
-    demo = ui.build_demo(default_preset=loader.DEFAULT_PRESET)
-    ui.launch(demo, warm="some-preset", prevent_thread_lock=True, quiet=True)
+    monkeypatch.setattr(session, "warm_up", warmed.append)
+    monkeypatch.setattr(server, "WARM_UP_AFTER_S", 3600.0)  # the timer must not be what starts it
+    demo = server.build_demo(default_preset=loader.DEFAULT_PRESET)
+    server.launch(demo, warm="some-preset", prevent_thread_lock=True, quiet=True)
     page = browser.new_page()
     try:
         time.sleep(0.5)

@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from test_validate import png_bytes
 
 from demo.models import loader
-from demo.page import ui
+from demo.page import handlers, server
 
 PRESET = "tiny-fuzz"
 CALL_LIMIT_S = 30.0  # a call that takes longer has hung
@@ -185,7 +185,7 @@ def consume(handler, arguments) -> str:
 def test_500_malformed_calls_to_the_handlers_end_in_a_result_or_a_message(files):
     outcomes = Counter()
     pool = ThreadPoolExecutor(1)
-    assert pool.submit(consume, ui.trace_api, list(good(files).values())).result() == "result"
+    assert pool.submit(consume, handlers.trace_api, list(good(files).values())).result() == "result"
     before = resources()
 
     @settings(
@@ -199,7 +199,7 @@ def test_500_malformed_calls_to_the_handlers_end_in_a_result_or_a_message(files)
     def one(case, page):
         values, _ = case
         handler, arguments = (
-            (ui.run_race, page_arguments(values)) if page else (ui.trace_api, [values[n] for n in PARAMS])
+            (handlers.run_race, page_arguments(values)) if page else (handlers.trace_api, [values[n] for n in PARAMS])
         )
         try:
             outcome = pool.submit(consume, handler, arguments).result(timeout=CALL_LIMIT_S)
@@ -218,8 +218,8 @@ def test_500_malformed_calls_to_the_handlers_end_in_a_result_or_a_message(files)
 
 @pytest.mark.slow
 def test_60_malformed_calls_over_http_end_in_a_result_or_a_message(files):
-    demo = ui.build_demo(default_preset=PRESET)
-    ui.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)
+    demo = server.build_demo(default_preset=PRESET)
+    server.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)
     client = Client(demo.local_url, verbose=False)
     outcomes = Counter()
 

@@ -15,7 +15,7 @@ import torch
 
 from demo.bench import soak
 from demo.models import loader
-from demo.page import ui
+from demo.page import server
 
 pytestmark = pytest.mark.slow  # servers and browsers: seconds each, the full suite only
 
@@ -38,8 +38,8 @@ def app(tmp_path_factory):
     image = str(root / "0.png")
     tiny.images(1)[0].save(image)
     name = os.environ.pop("GRADIO_SERVER_NAME", None)
-    demo = ui.build_demo(default_preset="tiny-soak")
-    ui.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)
+    demo = server.build_demo(default_preset="tiny-soak")
+    server.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)
     yield demo, image
     demo.close()
     if name is not None:

@@ -23,10 +23,10 @@ import tiny
 import torch
 from gradio_client import Client, handle_file
 
-from demo import space, validate
+from demo import session, space
 from demo.engine.sampling import Sampling
 from demo.models import loader, presets, zerogpu
-from demo.page import analysis_tab, ui
+from demo.page import analysis_tab, layout, server
 
 ROOT = Path(__file__).resolve().parent.parent
 EMBEDDED = Path(presets.PRESETS["embedded"].target).exists()
@@ -303,8 +303,8 @@ def test_the_duration_asked_for_grows_with_the_request_and_is_capped():
     assert zerogpu.duration(128, 2, 0.05) == 17  # 5 s + 2 runs x 128 tokens x 0.05 s
     assert zerogpu.duration(512, 2, 0.2) == zerogpu.MAX_DURATION  # 210 s wanted
     assert zerogpu.duration(1, 2, 0.05) == zerogpu.MIN_DURATION
-    request = validate.Request("Describe.", "embedded", "text-only", 4, Sampling(), 128)
-    assert ui._race_duration(request, None) == 17
+    request = session.Request("Describe.", "embedded", "text-only", 4, Sampling(), 128)
+    assert session._race_duration(request, None) == 17
 
 
 def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_loads_nothing(
@@ -324,7 +324,7 @@ def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_
         "value"
     ] == "tiny-a"
     request.getfixturevalue("no_loading")  # from here on, a load fails the test
-    ui.launch(app.demo, warm=None, prevent_thread_lock=True, quiet=True)
+    server.launch(app.demo, warm=None, prevent_thread_lock=True, quiet=True)
     try:
         image = tiny.images(1)[0]
         path = two_tiny / "q.png"
@@ -351,15 +351,15 @@ def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_
 
 def test_a_decorated_handler_asked_for_an_unloaded_preset_refuses_without_loading(monkeypatch, two_tiny, no_loading):
     monkeypatch.setattr(loader, "_PRELOADED", {"tiny-a": None})
-    request = validate.Request("Describe the image.", "tiny-b", "text-only", 4, Sampling(), 8)
+    request = session.Request("Describe the image.", "tiny-b", "text-only", 4, Sampling(), 8)
     with pytest.raises(loader.Unavailable) as refused:
-        next(ui.gpu_race(request, None))
+        next(session.gpu_race(request, None, gradio.utils.get_upload_folder()))
     assert str(refused.value) == (
         "This deployment does not serve preset 'tiny-b': it was not loaded at start-up. It serves: tiny-a."
     )
     items = analysis_tab.examples_for("caption", 1, seed=0)
     with pytest.raises(loader.Unavailable, match="^This deployment does not serve preset 'tiny-b'"):
-        next(analysis_tab.decode_examples("tiny-b", ["text-only"], items, 4, 8))
+        next(session.decode_examples("tiny-b", ["text-only"], items, 4, 8))
     assert not loader.is_loaded("tiny-b")
 
 
@@ -382,15 +382,16 @@ def test_decorated_functions_yield_plain_data_only(monkeypatch, two_tiny):
     upload = Path(gradio.utils.get_upload_folder()) / "test-space"
     upload.mkdir(parents=True, exist_ok=True)
     tiny.images(1)[0].save(upload / "q.png")
-    request = validate.Request("Describe the image.", "tiny-a", "image-aware", 3, Sampling(), 10)
+    request = session.Request("Describe the image.", "tiny-a", "image-aware", 3, Sampling(), 10)
     try:
-        items = list(ui.gpu_race(request, {"path": str(upload / "q.png"), "meta": {"_type": "gradio.FileData"}}))
+        payload = {"path": str(upload / "q.png"), "meta": {"_type": "gradio.FileData"}}
+        items = list(session.gpu_race(request, payload, gradio.utils.get_upload_folder()))
     finally:
         shutil.rmtree(upload)
     kinds = [item[0] for item in items]
-    assert kinds[kinds.index("ready") + 1 :] and set(kinds[kinds.index("ready") + 1 :]) == set(ui.LANES)
+    assert kinds[kinds.index("ready") + 1 :] and set(kinds[kinds.index("ready") + 1 :]) == set(session.LANES)
     assert all(_plain(item) for item in items)
-    steps = list(analysis_tab.decode_examples("tiny-a", ["text-only"], analysis_tab.examples_for("vqa", 2, 0), 3, 8))
+    steps = list(session.decode_examples("tiny-a", ["text-only"], analysis_tab.examples_for("vqa", 2, 0), 3, 8))
     assert [s[0] for s in steps] == ["run", "done", "run", "done"]
     assert all(_plain(step) for step in steps)
 
@@ -415,11 +416,11 @@ def test_a_preset_that_fails_to_preload_is_named_with_the_reason_and_the_others_
         "broken": f"Model files missing: {tmp_path / 'gone'}",
         "nonesuch": f"unknown preset 'nonesuch' (known: {', '.join(loader.PRESETS)})",
     }
-    choices, left = ui.offered("embedded")
+    choices, left = session.offered("embedded")
     assert choices == ["tiny-a"]
     assert left["broken"] == f"it failed to load at start-up: Model files missing: {tmp_path / 'gone'}."
     assert left["embedded"] == "not loaded at start-up here (set DEMO_PRELOAD to serve it)."
-    assert "<b>broken</b>: it failed to load at start-up: Model files missing" in ui.left_out_html(left)
+    assert "<b>broken</b>: it failed to load at start-up: Model files missing" in layout.left_out_html(left)
     with pytest.raises(
         loader.Unavailable,
         match=r"it failed to load at start-up \(Model files missing: .*\)\. It serves: tiny-a\.$",
@@ -436,7 +437,7 @@ def test_off_a_space_the_selector_offers_the_presets_whose_files_are_here_and_na
     monkeypatch.delenv(zerogpu.PRELOAD_ENV, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", "/nonexistent-hf-home")
-    choices, left = ui.offered("embedded")
+    choices, left = session.offered("embedded")
     assert choices[0] == "embedded"
     assert set(left) == {"llava-1.5-7b", "qwen2.5-vl-3b", "smolvlm-500m"} - set(choices)
     assert all("Not in the local Hugging Face cache" in why for why in left.values())

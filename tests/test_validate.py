@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile
 
-from demo import validate
+from demo import session, validate
 from demo.models.presets import DrafterSpec, Preset
 from demo.validate import InvalidInput
 
@@ -18,7 +18,7 @@ PRESETS = {
     "p": Preset("p", "target", (DrafterSpec("text-only", "text-only", "d"), DrafterSpec("aware", "image-aware", "d")))
 }
 VALID = dict(
-    question_text="What is this?",
+    question="What is this?",
     preset="p",
     drafter="text-only",
     gamma=4,
@@ -32,14 +32,14 @@ VALID = dict(
 
 
 def parse(**change):
-    return validate.parse_request(**{**VALID, **change}, presets=PRESETS)
+    return session.parse(**{**VALID, **change}, known=PRESETS)
 
 
 # --- settings ---------------------------------------------------------------------------------
 
 
 def test_a_valid_request_keeps_its_values_and_settings_record_them():
-    request = parse(question_text="  What is this?\n", greedy=False, seed=2**32 - 1, gamma=4.0, min_confidence=0.5)
+    request = parse(question="  What is this?\n", greedy=False, seed=2**32 - 1, gamma=4.0, min_confidence=0.5)
     assert request.question == "What is this?"
     assert request.gamma == 4 and isinstance(request.gamma, int)
     assert request.settings() == {
@@ -56,11 +56,11 @@ def test_a_valid_request_keeps_its_values_and_settings_record_them():
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"question_text": ""}, "Ask a question about the image first."),
-        ({"question_text": " \n\t "}, "Ask a question about the image first."),
-        ({"question_text": None}, "Ask a question about the image first."),
-        ({"question_text": 42}, "The question must be text; got 42."),
-        ({"question_text": "x" * 4001}, "The question is 4,001 characters long; the limit is 4,000. Shorten it."),
+        ({"question": ""}, "Ask a question about the image first."),
+        ({"question": " \n\t "}, "Ask a question about the image first."),
+        ({"question": None}, "Ask a question about the image first."),
+        ({"question": 42}, "The question must be text; got 42."),
+        ({"question": "x" * 4001}, "The question is 4,001 characters long; the limit is 4,000. Shorten it."),
         ({"preset": "org/any-model"}, "Unknown model preset: 'org/any-model'. Choose one of: p."),
         ({"preset": "/etc"}, "Unknown model preset: '/etc'. Choose one of: p."),
         ({"preset": None}, "Unknown model preset: None. Choose one of: p."),
@@ -98,12 +98,12 @@ def test_bad_settings_are_refused_with_the_valid_range(change, message):
 
 def test_a_lone_surrogate_in_the_question_is_refused_with_its_position():
     with pytest.raises(InvalidInput) as refused:
-        parse(question_text="Why \ud800?")
+        parse(question="Why \ud800?")
     assert str(refused.value) == (
         "The question holds an invalid character at position 5 (a lone UTF-16 surrogate, 0xd800). "
         "Send the question as UTF-8 text."
     )
-    assert parse(question_text="Why \U0001f600?").question == "Why \U0001f600?"  # a whole pair is text
+    assert parse(question="Why \U0001f600?").question == "Why \U0001f600?"  # a whole pair is text
 
 
 def test_long_values_are_shortened_in_messages():

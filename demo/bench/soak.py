@@ -1,6 +1,6 @@
 """Soak benchmark: does the server's memory stay flat over many races? `python -m demo.bench.soak`.
 
-Launches the app (`demo.page.ui.launch`, no warm-up thread) in a child process on a free loopback
+Launches the app (`demo.page.server.launch`, no warm-up thread) in a child process on a free loopback
 port, with its own Gradio cache folder, and drives `/race` through gradio_client, one request
 after another, cycling through the embedded world's example images and questions. It prints
 the server's resident memory (RSS, from /proc) after the warm-up requests and after every
@@ -144,9 +144,9 @@ def soak(
 
 def _serve(port: int) -> None:
     """The child process: the app on 127.0.0.1:port, as `launch()` serves it, without the warm-up."""
-    from demo.page import ui
+    from demo.page import server
 
-    ui.launch(ui.build_demo(), warm=None, server_name="127.0.0.1", server_port=port, quiet=True)
+    server.launch(server.build_demo(), warm=None, server_name="127.0.0.1", server_port=port, quiet=True)
 
 
 def _wait_up(url: str, server: subprocess.Popen, timeout: float = 120.0) -> None:

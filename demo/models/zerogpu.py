@@ -23,7 +23,7 @@ Space; it is preinstalled there and must not be listed in requirements.txt), and
 function as it is elsewhere. Decorated functions take and return plain data only.
 
 Imports nothing heavy: the page is built before torch is imported, and `spaces`, which must come
-before torch on ZeroGPU, is imported with this module (by `demo.page.ui`, before anything imports torch).
+before torch on ZeroGPU, is imported with this module (by `app.py` and `demo.page.server`, before anything imports torch).
 """
 
 from __future__ import annotations

@@ -27,60 +27,44 @@ Wiring, inside `build_demo`'s Blocks (the page's CSS must include `CSS` below):
 
 from __future__ import annotations
 
-import csv
 import functools
-import html
-import io
-import math
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import gradio as gr
-import pandas as pd
 
-from demo import analysis, validate
-from demo.engine import export, metrics
-from demo.models import presets, zerogpu
+from demo import session, validate
+from demo.engine import export
+from demo.models import presets
 from demo.page import analysis_charts, render
+from demo.page.analysis_view import (
+    TASK_CHOICES,
+    TASK_KINDS,
+    Batch,
+    Run,
+    examples_for,
+    headline_html,
+    observations_csv,
+    record,
+    run_html,
+    runs_table,
+    status_html,
+    summaries,
+    words_table,
+)
+from demo.page.handlers import page_error
 from demo.world.scoring import score
-from demo.world.tasks import TASKS, heldout_examples
 
-if TYPE_CHECKING:
-    from demo.engine.events import Trace
-    from demo.world.tasks import Example
-
-VQA = tuple(t for t in TASKS if t.startswith("vqa_"))
-TASK_KINDS = {"all": TASKS, "vqa": VQA} | {t: (t,) for t in TASKS}  # choice -> world tasks, cycled
-TASK_CHOICES = [("all tasks, mixed", "all"), ("vqa, all five kinds", "vqa")]
-TASK_CHOICES += [(t.replace("_", " "), t) for t in TASKS]
 BOTH = "both, side by side"
 N_RANGE, N_DEFAULT = (1, 32), 8
-GAMMA_RANGE, GAMMA_DEFAULT = (1, 10), 4
+GAMMA_DEFAULT = 4
 MAX_NEW_TOKENS = 160  # enough for the world's longest answers (detailed descriptions)
-TOP_WORDS = 12  # most-rejected words listed per drafter
 
-CSS = """
-#an-controls, #an-status-row { align-items: end; }
-#an-run { min-height: 44px; }
-.an-note { font-size: 13px; opacity: .8; }
-.an-status { font-size: 13px; padding: 2px 2px; }
-.an-status progress { width: 180px; margin-right: 8px; vertical-align: middle; }
-.an-headline { font-size: 15px; line-height: 1.5; padding: 8px 12px; border-radius: 8px;
-  background: rgba(0,114,178,.07); border: 1px solid rgba(0,114,178,.25); }
-.an-headline p { margin: 2px 0; }
-.an-headline .n { opacity: .75; font-size: 13px; }
-.an-run-head { font-size: 14px; margin: 2px 0 6px; }
-.an-run-head .tag { display: inline-block; padding: 0 8px; margin-right: 6px; border-radius: 999px;
-  background: rgba(0,114,178,.14); font-weight: 600; }
-.an-q { white-space: pre-wrap; font-size: 13px; margin: 4px 0; }
-.an-rej { border-collapse: collapse; font-size: 13px; margin: 6px 0; }
-.an-rej td, .an-rej th { padding: 2px 8px; text-align: left;
-  border-bottom: 1px solid var(--border-color-primary, #eee); }
-.an-rej .grounded { font-weight: 600; }
-"""
+if TYPE_CHECKING:
+    pass
 
 
 @dataclass(frozen=True)
@@ -106,244 +90,6 @@ class RaceControls:
         return [self.tabs, self.image, self.question, self.drafter, self.gamma, self.decoding, self.max_new, *optional]
 
 
-# --- a batch of runs and what is shown of it (pure) -------------------------------------------
-
-
-@dataclass
-class Run:
-    number: int  # 1, 2, ...: the row's "#" in the table
-    example: int  # which example of the batch (the same for every drafter)
-    item: Example
-    drafter: str
-    trace: Trace
-    obs: list[analysis.Observation]
-    correct: bool  # the answer, scored against the scene by demo.world.scoring
-
-
-@dataclass
-class Batch:
-    preset: str
-    task: str  # a key of TASK_KINDS
-    drafters: list[str]
-    gamma: int
-    n: int
-    seed: int
-    max_new_tokens: int
-    runs: list[Run] = field(default_factory=list)
-    seconds: float = 0.0  # wall time of the whole batch, models loaded
-
-    def settings(self) -> dict:
-        return {
-            "preset": self.preset,
-            "task": self.task,
-            "drafters": self.drafters,
-            "gamma": self.gamma,
-            "n": self.n,
-            "seed": self.seed,
-            "decoding": "greedy",
-            "max_new_tokens": self.max_new_tokens,
-            "split": "heldout",
-        }
-
-
-def examples_for(task: str, n: int, seed: int) -> list[Example]:
-    """n held-out examples, cycling through the world tasks a choice covers."""
-    kinds = TASK_KINDS[task]
-    per = math.ceil(n / len(kinds))
-    pools = [heldout_examples(kind, per, seed) for kind in kinds]
-    return [pool[i] for i in range(per) for pool in pools if i < len(pool)][:n]
-
-
-def summaries(batch: Batch) -> dict[str, dict]:
-    """Each drafter's aggregates over its runs so far."""
-    return {
-        d: analysis.summary([o for r in batch.runs if r.drafter == d for o in r.obs], TOP_WORDS) for d in batch.drafters
-    }
-
-
-def _pct(x: float) -> str:
-    return "–" if x is None or math.isnan(x) else f"{x:.0%}"
-
-
-def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
-    """The numbers in sentences, one per drafter, then the drafters compared on grounded words."""
-    if batch is None or not batch.runs:
-        return (
-            '<div class="an-headline">Pick a task, a drafter and how many examples, then press '
-            "<b>Run analysis</b>.</div>"
-        )
-    lines = []
-    for d, s in sums.items():
-        g = s["grounded"]
-        if not g["drafted"]:
-            continue
-        if not g["rejected"]:
-            lines.append(f"<p><b>{html.escape(d)}</b>: the target accepted all {g['drafted']} drafts.</p>")
-            continue
-        if not g["grounded_drafted"]:
-            lines.append(
-                f"<p><b>{html.escape(d)}</b> drafter: no image-grounded word was drafted; the target "
-                f"rejects {_pct(g['other_rejection_rate'])} of its drafts.</p>"
-            )
-            continue
-        joint = "but" if g["grounded_share_of_rejections"] > g["grounded_share_of_drafted"] else "and"
-        lines.append(
-            f"<p><b>{html.escape(d)}</b> drafter: image-grounded words are "
-            f"<b>{_pct(g['grounded_share_of_drafted'])}</b> of drafted positions {joint} "
-            f"<b>{_pct(g['grounded_share_of_rejections'])}</b> of rejections; the target rejects "
-            f"{_pct(g['grounded_rejection_rate'])} of drafts on them, {_pct(g['other_rejection_rate'])} elsewhere.</p>"
-        )
-    rates = {d: s["grounded"]["grounded_rejection_rate"] for d, s in sums.items()}
-    if len(rates) > 1 and not any(math.isnan(r) for r in rates.values()):
-        ranked = sorted(rates, key=rates.get)
-        said = ", the ".join(f"<b>{html.escape(d)}</b> drafter's {_pct(rates[d])}" for d in ranked)
-        lines.append(f"<p>Rejected on image-grounded words: the {said}.</p>")
-    done = len({r.example for r in batch.runs})
-    lines.append(
-        f'<p class="n">{done} example{"s" * (done != 1)} · '
-        f"{sum(s['grounded']['drafted'] for s in sums.values())} drafted positions checked · "
-        f"greedy · γ = {batch.gamma}</p>"
-    )
-    return f'<div class="an-headline">{"".join(lines)}</div>'
-
-
-WORD_COLUMNS = ["drafter", "word", "category", "rejected", "drafted", "rejected %", "drafter wrote instead"]
-RUN_COLUMNS = ["#", "task", "drafter", "question", "answer", "τ", "α %", "rejected", "on grounded words", "correct"]
-
-
-def words_table(sums: dict[str, dict]) -> pd.DataFrame:
-    rows = [
-        [
-            d,
-            w["word"],
-            w["category"],
-            w["rejected"],
-            w["drafted"],
-            round(100 * w["rejection_rate"], 1),
-            w["drafter_said"],
-        ]
-        for d, s in sums.items()
-        for w in s["most_rejected"]
-    ]
-    return pd.DataFrame(rows, columns=WORD_COLUMNS)
-
-
-def _short(text: str, n: int) -> str:
-    """The first line of a text, cut to n characters; "…" marks anything left out."""
-    whole = text.strip()
-    line = whole.split("\n")[0][: n - 1]
-    return line if line == whole else line + "…"
-
-
-def run_row(run: Run) -> list:
-    share = analysis.grounded_share(run.obs)
-    alpha = metrics.alpha(run.trace)
-    return [
-        run.number,
-        run.item.task.replace("_", " "),
-        run.drafter,
-        _short(run.item.question, 60),
-        _short(run.trace.summary.text, 60),
-        round(metrics.tau(run.trace), 2),
-        None if math.isnan(alpha) else round(100 * alpha, 1),
-        share["rejected"],
-        share["grounded_rejected"],
-        "✓" if run.correct else "✗",
-    ]
-
-
-def runs_table(batch: Batch | None) -> pd.DataFrame:
-    return pd.DataFrame([run_row(r) for r in batch.runs] if batch else [], columns=RUN_COLUMNS)
-
-
-def observations_csv(batch: Batch) -> str:
-    """One row per observation: which run, example, task and drafter, then the observation."""
-    buffer = io.StringIO()
-    fields = ["run", "drafter", "task"] + list(analysis.Observation.__dataclass_fields__) + ["grounded"]
-    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
-    writer.writeheader()
-    for r in batch.runs:
-        for row in analysis.rows(r.obs):
-            writer.writerow(
-                {
-                    "run": r.number,
-                    "drafter": r.drafter,
-                    "task": r.item.task,
-                    **row,
-                    "grounded": analysis.is_grounded(row["category"]),
-                }
-            )
-    return buffer.getvalue()
-
-
-def record(batch: Batch) -> dict:
-    """The aggregates per drafter and a summary of every run, as strict JSON-ready data."""
-    runs = []
-    for r in batch.runs:
-        share = analysis.grounded_share(r.obs)
-        runs.append(
-            {
-                "run": r.number,
-                "example": r.example,
-                "task": r.item.task,
-                "drafter": r.drafter,
-                "question": r.item.question,
-                "reference": r.item.answer,
-                "answer": r.trace.summary.text,
-                "correct": r.correct,
-                "tau": metrics.tau(r.trace),
-                "alpha": metrics.alpha(r.trace),
-                "drafted": share["drafted"],
-                "rejected": share["rejected"],
-                "grounded_rejected": share["grounded_rejected"],
-            }
-        )
-    return export._strict(
-        {"settings": batch.settings(), "seconds": batch.seconds, "by_drafter": summaries(batch), "runs": runs}
-    )
-
-
-def status_html(text: str, fraction: float | None = None, error: bool = False) -> str:
-    bar = f'<progress max="100" value="{100 * fraction:.0f}"></progress>' if fraction is not None else ""
-    cls = "an-status error-box" if error else "an-status"
-    return f'<div class="{cls}">{bar}{html.escape(text)}</div>'
-
-
-def run_html(run: Run | None, gamma: int = 0) -> str:
-    """One run's recorded trace: its question and reference, the coloured answer, each rejection
-    with the word's category and what the drafter wrote, and the rounds."""
-    if run is None:
-        return '<div class="an-note">Select a row of the table to see that run\'s trace here.</div>'
-    tau, alpha = metrics.tau(run.trace), metrics.alpha(run.trace)
-    task = html.escape(run.item.task.replace("_", " "))
-    head = (
-        f'<div class="an-run-head"><span class="tag">#{run.number} · {task}</span>'
-        f"{html.escape(run.drafter)} drafter · γ = {gamma} · greedy · τ = {tau:.2f} · "
-        f"α = {_pct(alpha)} · answer {'correct ✓' if run.correct else 'wrong ✗'}</div>"
-    )
-    question = f'<div class="an-q"><b>Question.</b> {html.escape(run.item.question)}</div>'
-    reference = f'<div class="an-q"><b>Reference.</b> {html.escape(run.item.answer)}</div>'
-    panel = render.panel_html(run.trace, "Speculative", f"{run.drafter} drafter · γ = {gamma} · greedy")
-    rejected = [o for o in run.obs if not o.accepted]
-    rows = "".join(
-        f'<tr><td>{o.index}</td><td class="{"grounded" if analysis.is_grounded(o.category) else ""}">'
-        f"{html.escape(o.word or o.token.strip() or repr(o.token))}</td><td>{html.escape(o.category)}</td>"
-        f"<td>{html.escape(o.draft_word)}</td></tr>"
-        for o in rejected
-    )
-    table = (
-        f'<table class="an-rej"><tr><th>position</th><th>the target wrote</th><th>category</th>'
-        f"<th>the drafter wrote</th></tr>{rows}</table>"
-        if rejected
-        else "<p>No draft was rejected.</p>"
-    )
-    rounds = (
-        f"<details><summary>Round by round ({len(run.trace.rounds)} rounds)</summary>"
-        f"{render.blocks_html(run.trace)}</details>"
-    )
-    return head + question + reference + panel + f"<h4>Rejections ({len(rejected)})</h4>" + table + rounds
-
-
 # --- handlers ---------------------------------------------------------------------------------
 
 
@@ -359,7 +105,7 @@ def parse_settings(preset, task, drafter, gamma, n, seed) -> tuple:
     task = validate.choice("task", task, TASK_KINDS)
     known = drafter_choices(preset)
     drafter = validate.choice(f"drafter for preset {preset!r}", drafter, known)
-    gamma = validate.integer("gamma (drafts per round)", gamma, *GAMMA_RANGE)
+    gamma = validate.integer("gamma (drafts per round)", gamma, *validate.GAMMA_RANGE)
     n = validate.integer("N examples", n, *N_RANGE)
     seed = validate.integer("example set (seed)", 0 if seed is None else seed, *validate.SEED_RANGE)
     drafters = [d for d in known if d != BOTH] if drafter == BOTH else [drafter]
@@ -407,61 +153,20 @@ def _downloads(batch: Batch) -> tuple:
     )
 
 
-def _duration(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int) -> int:
-    """Seconds an analysis asks ZeroGPU for: one run per example and drafter, capped."""
-    spec = presets.PRESETS.get(preset)
-    per_token = spec.seconds_per_token if spec else presets.SECONDS_PER_TOKEN
-    return zerogpu.duration(max_new_tokens, len(items) * len(drafters), per_token)
-
-
-@zerogpu.GPU(duration=_duration)
-def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int):
-    """The accelerator part of an analysis, yielding plain data only (on ZeroGPU it runs in another
-    process): ("run", i, drafter) before each run, then ("done", i, drafter, trace, observations)."""
-    from demo.engine import speculative  # torch and transformers: imported on first use, not to slow the start
-    from demo.engine.sampling import Sampling
-    from demo.models import loader
-
-    loader.check_served(preset)  # preloaded deployments (a Space) never load in a request
-    loaded = loader.load(preset)
-    for i, item in enumerate(items):
-        for d in drafters:
-            yield "run", i, d
-            prompt = loaded.prompt(item.image, item.question, d)
-            trace = speculative.run(
-                loaded.target,
-                prompt,
-                drafter=loaded.drafter(d),
-                gamma=gamma,
-                sampling=Sampling(),
-                max_new_tokens=max_new_tokens,
-            )
-            yield "done", i, d, trace, analysis.observations(trace, i, loaded.target.stop_ids)
-
-
 def analyze(preset, task, drafter, gamma, n, seed):
     """Run SPD (greedy) on n held-out examples with the chosen drafter(s); stream the aggregates."""
-    from demo.models import loader  # torch and transformers: imported on first use, not to slow the start
-
     try:
         preset, task, drafters, gamma, n, seed = parse_settings(preset, task, drafter, gamma, n, seed)
-    except validate.InvalidInput as error:
-        raise gr.Error(str(error), print_exception=False) from None
+        session.check_available(preset)  # not served here, or cannot load: said before any work
+    except Exception as error:
+        raise page_error(session.message(error)) from None
     batch = Batch(preset, task, drafters, gamma, n, seed, MAX_NEW_TOKENS)
-    try:
-        loader.check_served(preset)
-    except loader.Unavailable as error:
-        raise gr.Error(str(error)) from None
-    if not loader.is_loaded(preset):
-        available = loader.availability(preset)
-        if not available.ok:
-            raise gr.Error(available.message)
     yield _view(batch, status_html("Loading the models…", 0.0), busy=True)
     started = time.perf_counter()
     items = examples_for(task, batch.n, batch.seed)
     total = len(items) * len(drafters)
     try:
-        for step in decode_examples(preset, drafters, items, batch.gamma, batch.max_new_tokens):
+        for step in session.decode_examples(preset, drafters, items, batch.gamma, batch.max_new_tokens):
             if step[0] == "run":
                 _, i, d = step
                 note = f"example {i + 1}/{len(items)} · {d} drafter · {items[i].task.replace('_', ' ')}"
@@ -472,9 +177,9 @@ def analyze(preset, task, drafter, gamma, n, seed):
             correct = score(item.task, item, trace.summary.text)
             batch.runs.append(Run(len(batch.runs) + 1, i, item, d, trace, obs, correct))
     except Exception as error:  # models that will not load, a failed run: what finished stays on the page
-        message = f"Stopped: {type(error).__name__}: {error}"
+        message = f"Stopped: {session.message(error)}"
         yield _view(batch, status_html(message, error=True), busy=False)
-        raise gr.Error(message) from error
+        raise page_error(message) from None
     batch.seconds = time.perf_counter() - started
     done = (
         f"Done: {len(items)} examples × {len(drafters)} drafter{'s' * (len(drafters) > 1)} in "
@@ -550,7 +255,7 @@ def analysis_tab(race: RaceControls) -> None:
             drafters, value=drafters[0] if drafters else None, label="Drafter", elem_id="an-drafter", scale=2
         )
         gamma = gr.Slider(
-            *GAMMA_RANGE, value=GAMMA_DEFAULT, step=1, label="γ: drafts per round", elem_id="an-gamma", scale=2
+            *validate.GAMMA_RANGE, value=GAMMA_DEFAULT, step=1, label="γ: drafts per round", elem_id="an-gamma", scale=2
         )
         n = gr.Slider(*N_RANGE, value=N_DEFAULT, step=1, label="N examples", elem_id="an-n", scale=2)
         seed = gr.Number(0, precision=0, minimum=0, label="Example set (seed)", elem_id="an-seed", scale=1)
@@ -697,4 +402,6 @@ def build_standalone(default_preset: str = presets.DEFAULT_PRESET) -> gr.Blocks:
 
 
 if __name__ == "__main__":
-    build_standalone().launch(css=render.CSS + CSS)
+    from demo.page.text import ANALYSIS_CSS
+
+    build_standalone().launch(css=render.CSS + ANALYSIS_CSS)

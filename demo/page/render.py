@@ -148,8 +148,25 @@ def _status(trace: Trace) -> str:
     return "decoding…"
 
 
-def panel_html(trace: Trace, title: str, subtitle: str) -> str:
-    """A lane: its title, its own compute clock, and its tokens."""
+def settings_line(trace: Trace) -> str:
+    """What a lane runs, from its first event: "text-only drafter · γ = 4 · greedy" for a
+    speculative run, "one target forward per token · greedy" for plain decoding."""
+    start = trace.start
+    if start is None:  # not started yet
+        return ""
+    s = start.sampling
+    mode = "greedy" if s.greedy else f"sampling T={s.temperature}, top-p={s.top_p}"
+    if start.drafter is None:
+        return f"one target forward per token · {mode}"
+    threshold = start.drafter.min_confidence
+    drafts = f"γ ≤ {start.gamma}, adaptive below {threshold:g}" if threshold else f"γ = {start.gamma}"
+    return f"{start.drafter.name} drafter · {drafts} · {mode}"
+
+
+def panel_html(trace: Trace, title: str, subtitle: str | None = None) -> str:
+    """A lane: its title, what it runs (`settings_line`, unless given), its own compute clock, and
+    its tokens."""
+    subtitle = settings_line(trace) if subtitle is None else subtitle
     clock = f"{trace.t:.3f} s compute · {len(trace.tokens)} tokens · {_status(trace)}"
     return (
         f'<div class="panel"><div class="panel-head"><span class="panel-title">{html.escape(title)}</span>'

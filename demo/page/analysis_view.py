@@ -1,0 +1,265 @@
+"""The Analysis tab's views, pure functions of a batch of runs: its headline in sentences, the
+tables, the recorded trace of one run, and the exports.
+
+Every number comes from `demo.analysis` and `demo.engine.metrics` over the runs' events.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from demo import analysis
+from demo.engine import export, metrics
+from demo.page import render
+from demo.world.tasks import TASKS
+
+if TYPE_CHECKING:
+    from demo.engine.events import Trace
+    from demo.world.tasks import Example
+
+VQA = tuple(t for t in TASKS if t.startswith("vqa_"))
+TASK_KINDS = {"all": TASKS, "vqa": VQA} | {t: (t,) for t in TASKS}  # choice -> world tasks, cycled
+TASK_CHOICES = [("all tasks, mixed", "all"), ("vqa, all five kinds", "vqa")]
+TASK_CHOICES += [(t.replace("_", " "), t) for t in TASKS]
+TOP_WORDS = 12  # most-rejected words listed per drafter
+
+# --- a batch of runs and what is shown of it (pure) -------------------------------------------
+
+
+@dataclass
+class Run:
+    number: int  # 1, 2, ...: the row's "#" in the table
+    example: int  # which example of the batch (the same for every drafter)
+    item: Example
+    drafter: str
+    trace: Trace
+    obs: list[analysis.Observation]
+    correct: bool  # the answer, scored against the scene by demo.world.scoring
+
+
+@dataclass
+class Batch:
+    preset: str
+    task: str  # a key of TASK_KINDS
+    drafters: list[str]
+    gamma: int
+    n: int
+    seed: int
+    max_new_tokens: int
+    runs: list[Run] = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the whole batch, models loaded
+
+    def settings(self) -> dict:
+        return {
+            "preset": self.preset,
+            "task": self.task,
+            "drafters": self.drafters,
+            "gamma": self.gamma,
+            "n": self.n,
+            "seed": self.seed,
+            "decoding": "greedy",
+            "max_new_tokens": self.max_new_tokens,
+            "split": "heldout",
+        }
+
+
+def examples_for(task: str, n: int, seed: int) -> list[Example]:
+    """n held-out examples, cycling through the world tasks a choice covers."""
+    return analysis.heldout_mix(TASK_KINDS[task], n, seed)
+
+
+def summaries(batch: Batch) -> dict[str, dict]:
+    """Each drafter's aggregates over its runs so far."""
+    return {
+        d: analysis.summary([o for r in batch.runs if r.drafter == d for o in r.obs], TOP_WORDS) for d in batch.drafters
+    }
+
+
+def _pct(x: float) -> str:
+    return "–" if x is None or math.isnan(x) else f"{x:.0%}"
+
+
+def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
+    """The numbers in sentences, one per drafter, then the drafters compared on grounded words."""
+    if batch is None or not batch.runs:
+        return (
+            '<div class="an-headline">Pick a task, a drafter and how many examples, then press '
+            "<b>Run analysis</b>.</div>"
+        )
+    lines = []
+    for d, s in sums.items():
+        g = s["grounded"]
+        if not g["drafted"]:
+            continue
+        if not g["rejected"]:
+            lines.append(f"<p><b>{html.escape(d)}</b>: the target accepted all {g['drafted']} drafts.</p>")
+            continue
+        if not g["grounded_drafted"]:
+            lines.append(
+                f"<p><b>{html.escape(d)}</b> drafter: no image-grounded word was drafted; the target "
+                f"rejects {_pct(g['other_rejection_rate'])} of its drafts.</p>"
+            )
+            continue
+        joint = "but" if g["grounded_share_of_rejections"] > g["grounded_share_of_drafted"] else "and"
+        lines.append(
+            f"<p><b>{html.escape(d)}</b> drafter: image-grounded words are "
+            f"<b>{_pct(g['grounded_share_of_drafted'])}</b> of drafted positions {joint} "
+            f"<b>{_pct(g['grounded_share_of_rejections'])}</b> of rejections; the target rejects "
+            f"{_pct(g['grounded_rejection_rate'])} of drafts on them, {_pct(g['other_rejection_rate'])} elsewhere.</p>"
+        )
+    rates = {d: s["grounded"]["grounded_rejection_rate"] for d, s in sums.items()}
+    if len(rates) > 1 and not any(math.isnan(r) for r in rates.values()):
+        ranked = sorted(rates, key=rates.get)
+        said = ", the ".join(f"<b>{html.escape(d)}</b> drafter's {_pct(rates[d])}" for d in ranked)
+        lines.append(f"<p>Rejected on image-grounded words: the {said}.</p>")
+    done = len({r.example for r in batch.runs})
+    lines.append(
+        f'<p class="n">{done} example{"s" * (done != 1)} · '
+        f"{sum(s['grounded']['drafted'] for s in sums.values())} drafted positions checked · "
+        f"greedy · γ = {batch.gamma}</p>"
+    )
+    return f'<div class="an-headline">{"".join(lines)}</div>'
+
+
+WORD_COLUMNS = ["drafter", "word", "category", "rejected", "drafted", "rejected %", "drafter wrote instead"]
+RUN_COLUMNS = ["#", "task", "drafter", "question", "answer", "τ", "α %", "rejected", "on grounded words", "correct"]
+
+
+def words_table(sums: dict[str, dict]) -> pd.DataFrame:
+    rows = [
+        [
+            d,
+            w["word"],
+            w["category"],
+            w["rejected"],
+            w["drafted"],
+            round(100 * w["rejection_rate"], 1),
+            w["drafter_said"],
+        ]
+        for d, s in sums.items()
+        for w in s["most_rejected"]
+    ]
+    return pd.DataFrame(rows, columns=WORD_COLUMNS)
+
+
+def _short(text: str, n: int) -> str:
+    """The first line of a text, cut to n characters; "…" marks anything left out."""
+    whole = text.strip()
+    line = whole.split("\n")[0][: n - 1]
+    return line if line == whole else line + "…"
+
+
+def run_row(run: Run) -> list:
+    share = analysis.grounded_share(run.obs)
+    alpha = metrics.alpha(run.trace)
+    return [
+        run.number,
+        run.item.task.replace("_", " "),
+        run.drafter,
+        _short(run.item.question, 60),
+        _short(run.trace.summary.text, 60),
+        round(metrics.tau(run.trace), 2),
+        None if math.isnan(alpha) else round(100 * alpha, 1),
+        share["rejected"],
+        share["grounded_rejected"],
+        "✓" if run.correct else "✗",
+    ]
+
+
+def runs_table(batch: Batch | None) -> pd.DataFrame:
+    return pd.DataFrame([run_row(r) for r in batch.runs] if batch else [], columns=RUN_COLUMNS)
+
+
+def observations_csv(batch: Batch) -> str:
+    """One row per observation: which run, example, task and drafter, then the observation."""
+    buffer = io.StringIO()
+    fields = ["run", "drafter", "task"] + list(analysis.Observation.__dataclass_fields__) + ["grounded"]
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for r in batch.runs:
+        for row in analysis.rows(r.obs):
+            writer.writerow(
+                {
+                    "run": r.number,
+                    "drafter": r.drafter,
+                    "task": r.item.task,
+                    **row,
+                    "grounded": analysis.is_grounded(row["category"]),
+                }
+            )
+    return buffer.getvalue()
+
+
+def record(batch: Batch) -> dict:
+    """The aggregates per drafter and a summary of every run, as strict JSON-ready data."""
+    runs = []
+    for r in batch.runs:
+        share = analysis.grounded_share(r.obs)
+        runs.append(
+            {
+                "run": r.number,
+                "example": r.example,
+                "task": r.item.task,
+                "drafter": r.drafter,
+                "question": r.item.question,
+                "reference": r.item.answer,
+                "answer": r.trace.summary.text,
+                "correct": r.correct,
+                "tau": metrics.tau(r.trace),
+                "alpha": metrics.alpha(r.trace),
+                "drafted": share["drafted"],
+                "rejected": share["rejected"],
+                "grounded_rejected": share["grounded_rejected"],
+            }
+        )
+    return export._strict(
+        {"settings": batch.settings(), "seconds": batch.seconds, "by_drafter": summaries(batch), "runs": runs}
+    )
+
+
+def status_html(text: str, fraction: float | None = None, error: bool = False) -> str:
+    bar = f'<progress max="100" value="{100 * fraction:.0f}"></progress>' if fraction is not None else ""
+    cls = "an-status error-box" if error else "an-status"
+    return f'<div class="{cls}">{bar}{html.escape(text)}</div>'
+
+
+def run_html(run: Run | None, gamma: int = 0) -> str:
+    """One run's recorded trace: its question and reference, the coloured answer, each rejection
+    with the word's category and what the drafter wrote, and the rounds."""
+    if run is None:
+        return '<div class="an-note">Select a row of the table to see that run\'s trace here.</div>'
+    tau, alpha = metrics.tau(run.trace), metrics.alpha(run.trace)
+    task = html.escape(run.item.task.replace("_", " "))
+    head = (
+        f'<div class="an-run-head"><span class="tag">#{run.number} · {task}</span>'
+        f"{html.escape(run.drafter)} drafter · γ = {gamma} · greedy · τ = {tau:.2f} · "
+        f"α = {_pct(alpha)} · answer {'correct ✓' if run.correct else 'wrong ✗'}</div>"
+    )
+    question = f'<div class="an-q"><b>Question.</b> {html.escape(run.item.question)}</div>'
+    reference = f'<div class="an-q"><b>Reference.</b> {html.escape(run.item.answer)}</div>'
+    panel = render.panel_html(run.trace, "Speculative")
+    rejected = [o for o in run.obs if not o.accepted]
+    rows = "".join(
+        f'<tr><td>{o.index}</td><td class="{"grounded" if analysis.is_grounded(o.category) else ""}">'
+        f"{html.escape(o.word or o.token.strip() or repr(o.token))}</td><td>{html.escape(o.category)}</td>"
+        f"<td>{html.escape(o.draft_word)}</td></tr>"
+        for o in rejected
+    )
+    table = (
+        f'<table class="an-rej"><tr><th>position</th><th>the target wrote</th><th>category</th>'
+        f"<th>the drafter wrote</th></tr>{rows}</table>"
+        if rejected
+        else "<p>No draft was rejected.</p>"
+    )
+    rounds = (
+        f"<details><summary>Round by round ({len(run.trace.rounds)} rounds)</summary>"
+        f"{render.blocks_html(run.trace)}</details>"
+    )
+    return head + question + reference + panel + f"<h4>Rejections ({len(rejected)})</h4>" + table + rounds

@@ -1,0 +1,245 @@
+"""The page's layout: the Race tab's inputs and views, built in the current Blocks context.
+
+`inputs()` and `race_view()` return their components by name (the names `demo.page.handlers`
+keys its updates by); `demo.page.app` puts them together with the Analysis tab and wires them.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import gradio as gr
+
+from demo import ASSETS, session, validate
+from demo.engine.events import Trace
+from demo.models import presets
+from demo.page import charts, render
+from demo.page.handlers import THRESHOLD_DEFAULT
+from demo.page.text import TIMING
+
+
+def _raw_image(**kwargs) -> gr.Image:
+    """A gr.Image whose request value reaches the handler as sent (a file dict, None, or anything
+    else an API caller put there), instead of failing Gradio's own check of its data model
+    first with a message the caller never sees; the session's parsing then answers every malformed
+    value. Gradio still checks, before the handler, that a file it is given was uploaded.
+    (Done on the instance: Gradio writes a .pyi stub beside any module that subclasses a component.)"""
+    image = gr.Image(**kwargs)
+    schema = image.api_info()  # what API clients are told to send, unchanged
+    image.data_model = None
+    image.api_info = lambda: schema
+    return image
+
+
+@dataclass(frozen=True)
+class Example:
+    image: str  # path to the image file
+    question: str
+    task: str
+    answer: str
+
+
+EXAMPLES_DIR = ASSETS / "examples"
+
+
+def load_examples(folder: Path = EXAMPLES_DIR) -> list[Example]:
+    """The examples in folder/examples.json, as `demo.world.gallery` writes it: a list of
+    {"image", "task", "question", "answer"}, image being a file name in the folder. No file
+    means no examples (the embedded world not trained yet)."""
+    index = Path(folder) / "examples.json"
+    if not index.exists():
+        return []
+    rows = json.loads(index.read_text())
+    return [Example(str(Path(folder) / r["image"]), r["question"], r["task"], r["answer"]) for r in rows]
+
+
+def reference_html(example: Example | None) -> str:
+    """The chosen example's task family and reference answer (for judging the answers by eye)."""
+    return render.reference_html(None if example is None else example.task, None if example is None else example.answer)
+
+
+def preset_html(name: str) -> str:
+    """What a preset is, its caveat, and whether it can load on this machine now."""
+    preset = presets.PRESETS.get(name)
+    if preset is None:
+        return ""
+    ok, message = session.availability(name)
+    status = "ready" if ok else "unavailable"
+    lines = [html.escape(preset.description), html.escape(preset.note)]
+    lines.append(f'<span class="{status}">{"✓" if ok else "✗"} {html.escape(message)}</span>')
+    return '<div class="preset-info">' + "<br>".join(line for line in lines if line) + "</div>"
+
+
+def left_out_html(left: dict[str, str]) -> str:
+    """The presets the selector does not offer, each with why."""
+    if not left:
+        return ""
+    rows = "".join(f"<br><b>{html.escape(name)}</b>: {html.escape(why)}" for name, why in left.items())
+    return f'<div class="preset-info"><span class="unavailable">Not offered here:</span>{rows}</div>'
+
+
+def drafter_choices(preset: str) -> list[str]:
+    return [s.name for s in presets.PRESETS[preset].drafters]
+
+
+def inputs(default_preset: str, examples: list[Example]) -> SimpleNamespace:
+    """The left column (image, examples) and the settings; returns the components by name."""
+    c = SimpleNamespace()
+    choices, left = session.offered(default_preset)
+    if default_preset not in choices:
+        default_preset = choices[0] if choices else None
+    drafters = drafter_choices(default_preset) if default_preset else []
+    with gr.Column(scale=5, min_width=300):
+        c.image = _raw_image(
+            type="filepath",
+            image_mode=None,
+            format="png",  # an image set by the page (the Analysis tab's example) keeps its exact pixels
+            label="Image",
+            height=240,
+            sources=["upload", "clipboard"],
+            elem_id="image",
+        )
+        gr.Markdown(
+            "**Examples**: held-out scenes of the embedded world, covering every task family. Pick one.",
+            visible=bool(examples),
+            elem_id="examples-title",
+        )
+        c.gallery = gr.Gallery(
+            [(e.image, e.task.replace("_", " ")) for e in examples],
+            show_label=False,
+            columns=4,
+            height="auto",
+            allow_preview=False,
+            object_fit="contain",
+            buttons=[],
+            visible=bool(examples),
+            elem_id="examples",
+        )
+    with gr.Column(scale=7):
+        c.question = gr.Textbox(
+            label="Question",
+            lines=2,
+            max_length=validate.MAX_QUESTION_CHARS,
+            elem_id="question",
+            placeholder="Describe this image in detail.",
+        )
+        c.reference = gr.HTML(reference_html(None), js_on_load=None, elem_id="reference")
+        with gr.Row():
+            # Only the presets' own names and drafters: a request can never name a model or a path.
+            c.preset = gr.Dropdown(choices, value=default_preset, label="Model preset", elem_id="preset")
+            c.drafter = gr.Dropdown(
+                drafters, value=drafters[0] if drafters else None, label="Drafter", elem_id="drafter"
+            )
+            # The API lists every offered preset's drafters (the choices follow the preset on the page).
+            every = sorted({name for preset in choices for name in drafter_choices(preset)})
+            c.drafter.api_info = lambda: {"type": "string", "enum": every}
+        c.preset_info = gr.HTML(js_on_load=None, elem_id="preset-info")
+        gr.HTML(left_out_html(left), js_on_load=None, visible=bool(left), elem_id="presets-left")
+        with gr.Row():
+            c.gamma = gr.Slider(
+                *validate.GAMMA_RANGE,
+                value=session.DEFAULTS["gamma"],
+                step=1,
+                label="γ: drafts per round",
+                elem_id="gamma",
+            )
+            c.max_new = gr.Slider(
+                *validate.MAX_NEW_RANGE,
+                value=session.DEFAULTS["max_new_tokens"],
+                step=1,
+                label="Max new tokens",
+                elem_id="max-new",
+            )
+        with gr.Row():
+            c.adaptive = gr.Checkbox(False, label="Adaptive draft length", elem_id="adaptive")
+            c.threshold = gr.Slider(
+                0.05,
+                0.95,
+                value=THRESHOLD_DEFAULT,
+                step=0.05,
+                label="Stop drafting below this drafter confidence",
+                visible=False,
+                elem_id="threshold",
+            )
+        with gr.Row():
+            c.decoding = gr.Radio(["greedy", "sampling"], value="greedy", label="Decoding", elem_id="decoding")
+            c.temperature = gr.Slider(
+                0.05, 2.0, value=session.DEFAULTS["temperature"], step=0.05, label="Temperature", visible=False
+            )
+            c.top_p = gr.Slider(0.05, 1.0, value=session.DEFAULTS["top_p"], step=0.05, label="Top-p", visible=False)
+            c.seed = gr.Number(
+                session.DEFAULTS["seed"],
+                precision=0,
+                label="Seed",
+                visible=False,
+                minimum=0,
+                maximum=validate.SEED_RANGE[1],
+            )
+        with gr.Row():
+            c.run = gr.Button("Run the race", variant="primary", elem_id="run", scale=3)
+            c.stop = gr.Button("Stop", variant="stop", interactive=False, elem_id="stop", scale=1)
+            c.replay = gr.Button("Replay slowly", interactive=False, elem_id="replay", scale=1)
+        gr.Markdown(TIMING, elem_id="timing")
+    return c
+
+
+def race_view() -> SimpleNamespace:
+    """The race's outputs: outcome, both panels and their stats, charts, block view, downloads."""
+    v = SimpleNamespace()
+    empty = Trace()
+    with gr.Row(elem_id="race-head"):
+        gr.HTML(render.legend_html(), js_on_load=None, elem_id="legend")
+    v.outcome = gr.HTML(render.outcome_html(empty, empty, None), js_on_load=None, label="outcome", elem_id="outcome")
+    with gr.Row(equal_height=False):
+        with gr.Column(min_width=320):
+            v.spd_panel = gr.HTML(
+                render.panel_html(empty, "Speculative", "drafter + target"),
+                js_on_load=None,
+                label="speculative panel",
+                elem_id="spd-panel",
+            )
+            v.spd_stats = gr.HTML(
+                render.speculative_stats_html(empty, None),
+                js_on_load=None,
+                label="speculative stats",
+                elem_id="spd-stats",
+            )
+        with gr.Column(min_width=320):
+            v.ar_panel = gr.HTML(
+                render.panel_html(empty, "Autoregressive (target only)", "one forward per token"),
+                js_on_load=None,
+                label="autoregressive panel",
+                elem_id="ar-panel",
+            )
+            v.ar_stats = gr.HTML(
+                render.autoregressive_stats_html(empty),
+                js_on_load=None,
+                label="autoregressive stats",
+                elem_id="ar-stats",
+            )
+    # Empty charts at load: the browser fetches plotly.js before the first Run, not during it.
+    with gr.Row(elem_id="charts"):
+        v.race_chart = gr.Plot(charts.race(empty, empty), label="race chart", show_label=False, elem_id="chart-race")
+        v.tau_chart = gr.Plot(
+            charts.block_efficiency(empty), label="block efficiency chart", show_label=False, elem_id="chart-tau"
+        )
+    with gr.Row(elem_id="charts-2"):
+        v.hist_chart = gr.Plot(
+            charts.accept_lengths(empty), label="accept lengths chart", show_label=False, elem_id="chart-hist"
+        )
+        v.pos_chart = gr.Plot(
+            charts.acceptance_by_position(empty),
+            label="acceptance by position chart",
+            show_label=False,
+            elem_id="chart-pos",
+        )
+    with gr.Accordion("Block by block: every verification round of the speculative run", open=True):
+        v.blocks = gr.HTML(render.blocks_html(empty), js_on_load=None, label="block view", elem_id="blocks")
+    with gr.Row():
+        v.json_file = gr.DownloadButton("Download the trace (JSON)", interactive=False, elem_id="download-json")
+        v.csv_file = gr.DownloadButton("Download the tokens (CSV)", interactive=False, elem_id="download-csv")
+    return v

@@ -1,0 +1,111 @@
+"""The page's words and looks: its header, the timing and "How it works" texts, CSS and theme.
+
+Gradio 6 takes the theme and CSS at launch (`demo.page.app.launch` passes them).
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from demo.page import render
+
+# The Analysis tab's rules.
+ANALYSIS_CSS = """
+#an-controls, #an-status-row { align-items: end; }
+#an-run { min-height: 44px; }
+.an-note { font-size: 13px; opacity: .8; }
+.an-status { font-size: 13px; padding: 2px 2px; }
+.an-status progress { width: 180px; margin-right: 8px; vertical-align: middle; }
+.an-headline { font-size: 15px; line-height: 1.5; padding: 8px 12px; border-radius: 8px;
+  background: rgba(0,114,178,.07); border: 1px solid rgba(0,114,178,.25); }
+.an-headline p { margin: 2px 0; }
+.an-headline .n { opacity: .75; font-size: 13px; }
+.an-run-head { font-size: 14px; margin: 2px 0 6px; }
+.an-run-head .tag { display: inline-block; padding: 0 8px; margin-right: 6px; border-radius: 999px;
+  background: rgba(0,114,178,.14); font-weight: 600; }
+.an-q { white-space: pre-wrap; font-size: 13px; margin: 4px 0; }
+.an-rej { border-collapse: collapse; font-size: 13px; margin: 6px 0; }
+.an-rej td, .an-rej th { padding: 2px 8px; text-align: left;
+  border-bottom: 1px solid var(--border-color-primary, #eee); }
+.an-rej .grounded { font-weight: 600; }
+"""
+
+
+CSS = (
+    render.CSS
+    + """
+.gradio-container { max-width: 1480px !important; }
+#title h1 { margin: 0 0 2px 0; font-size: 26px; }
+#title p { margin: 0; opacity: .8; }
+#timing { font-size: 13px; opacity: .85; }
+#run { min-height: 44px; font-size: 16px; }
+.preset-info { font-size: 12px; opacity: .85; line-height: 1.45; }
+.preset-info .ready { color: #009E73; }
+.preset-info .unavailable { color: #D55E00; }
+.reference { font-size: 13px; opacity: .9; padding: 2px 2px 0; }
+.reference .task { display: inline-block; padding: 0 8px; margin-right: 6px; border-radius: 999px;
+  background: rgba(0,114,178,.14); font-weight: 600; }
+#examples .caption-label { font-size: 10px; padding: 0 4px; opacity: .85; }  /* less of the scene hidden */
+#examples .grid-wrap { height: auto !important; max-height: none !important; overflow: visible !important; }
+#examples .grid-container { grid-template-columns: repeat(auto-fill, minmax(96px, 1fr)) !important; }
+#examples-title p { font-size: 13px; margin: 0; }
+"""
+    + ANALYSIS_CSS
+)
+THEME = gr.themes.Default(primary_hue="teal", neutral_hue="slate")
+
+
+TIMING = """**How the race is timed.** Both runs decode on this machine, taking turns on one thread.
+Each has its own clock that runs only while it computes; the page always advances whichever run
+has used less compute so far, so the race you watch is the race that was measured. Drawing the
+page and the network are on neither clock."""
+
+HOW_IT_WORKS = r"""
+**Speculative decoding** (Leviathan et al. 2023; for multimodal models, Gagrani et al. 2024).
+`p` is the target's next-token distribution (the model that sees the image), `q` the drafter's.
+Each round:
+
+1. **Draft.** The small drafter proposes γ tokens, one at a time: x₁ … xᵧ with probabilities q.
+   A *text-only* drafter never sees the image; an *image-aware* one does.
+2. **Verify.** One target forward over the last token plus the γ drafts gives p at every draft
+   position and one more, the price of about one target step on a GPU.
+3. **Accept.** Greedy: a draft is accepted while it equals the target's argmax. Sampling: draft x
+   is accepted with probability min(1, p(x)/q(x)).
+4. **Correct.** At the first rejection the target samples its own token from
+   norm(max(0, p − q)) (greedy: its argmax): a <span style="color:#D55E00">resampled</span> token.
+   If all γ were accepted, it adds a <span style="color:#0072B2">bonus</span> token from p for free.
+
+So every round costs one target forward and yields between 1 and γ+1 tokens, and the output has
+exactly the target's distribution: greedy outputs are identical to plain decoding (the badge checks
+this on every run), and sampled outputs are distributed identically.
+
+**Adaptive draft length** (the checkbox): the drafter ends a round's drafting early, before γ,
+wherever its most likely next token has probability below the threshold, so it wastes fewer
+drafts where it is unsure; verification is unchanged, so the output is exactly the same.
+
+**The numbers** (each computed from the run's events, shown beside its formula in the panel):
+
+| | formula | meaning |
+|---|---|---|
+| τ (block efficiency) | tokens after the prefill / target forwards | 1 for plain decoding, at most γ+1 |
+| α (acceptance rate) | accepted drafts / drafted tokens | how often the drafter guessed right |
+| MBSU | τ / (1 + γ·c), c = drafter / target params | speedup if a forward costs reading its weights |
+| wall-clock speedup | SPD decode tokens/s / AR decode tokens/s | what this machine actually measured |
+
+**CPU versus GPU.** On a GPU a forward over γ+1 tokens costs about as much as over one (decoding is
+memory-bound), so the speedup approaches MBSU. On this CPU it costs about two single steps, and
+the drafter's steps are not free either, so the measured speedup is smaller than MBSU and
+needs a high acceptance rate to exceed 1.
+
+**Inputs.** An image is required (PNG, JPEG, GIF, WebP, BMP or TIFF, at most 10 MiB and 4096 × 4096
+pixels; animated GIFs use their first frame, transparency is shown on white). Questions may be up
+to 4,000 characters, and the question, image and answer must fit the model's context.
+"""
+
+
+def header() -> str:
+    return (
+        '<div id="title"><h1>Speculative decoding, live</h1><p>Upload an image, ask a question, and '
+        "watch a small drafter plus the target race the target alone. Every token is coloured by "
+        "where it came from; hover or focus one for its probabilities.</p></div>"
+    )
