@@ -169,6 +169,7 @@ def test_each_lean_draft_is_a_sample_of_the_q_it_returns(world, drafters):
 @torch.inference_mode()  # as the engine drafts
 def test_static_step_for_cuda_graphs_computes_the_eager_step(world, drafters):
     _, fast = drafters["image-partly"]
+    assert fast.path == "lean"
     lm: LeanLM = fast.lean
     ids = fast.allowed.nonzero()[:, 0][:40].tolist()
     eager, static = lm.new_cache(64), lm.new_cache(64)
@@ -185,11 +186,33 @@ def test_static_step_for_cuda_graphs_computes_the_eager_step(world, drafters):
 
 
 def test_lean_forward_reads_the_transformers_modules_own_weights(drafters):
-    hf, fast = drafters["text-partly"]
-    layer = hf.model.model.layers[0]
-    q_proj, up = fast.lean.layers[0][1][0], fast.lean.layers[0][7][0]
-    assert q_proj.data_ptr() == layer.self_attn.q_proj.weight.data_ptr()
-    assert up.data_ptr() == layer.mlp.up_proj.weight.data_ptr()
+    hf, fast = drafters["qwen2"]  # q/k/v with biases
+    assert fast.path == "lean"
+    attn, mlp = hf.model.model.layers[0].self_attn, hf.model.model.layers[0].mlp
+    (qkv_t, qkv_bias), _, _, (gate_up_t, _), (down_t, _) = fast.lean.layers[0][1:]
+    # The fused q/k/v and gate/up matrices are the modules' storage: each module's weight is a view of them.
+    assert attn.q_proj.weight.data_ptr() == qkv_t.data_ptr() and attn.q_proj.bias.data_ptr() == qkv_bias.data_ptr()
+    assert attn.k_proj.weight.data_ptr() == qkv_t.data_ptr() + attn.q_proj.weight.numel() * qkv_t.element_size()
+    assert (
+        mlp.gate_proj.weight.data_ptr() == gate_up_t.data_ptr() and down_t.data_ptr() == mlp.down_proj.weight.data_ptr()
+    )
+    torch.testing.assert_close(qkv_t.t(), torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
+    assert sum(p.numel() for p in hf.model.parameters()) == hf.n_params  # nothing added to the model
+
+
+def test_fusing_the_weights_leaves_the_transformers_forward_unchanged(tok):
+    model = qwen2(tok)
+    ids = torch.arange(10, 30)[None]
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+        LeanLM(model)
+        assert torch.equal(model(input_ids=ids).logits, before)
+
+
+def test_rotation_matrix_rotates_half_exactly():
+    x = torch.randn(5, 3, 32)
+    rotated = torch.cat((-x[..., 16:], x[..., :16]), dim=-1)  # transformers' rotate_half
+    assert torch.equal(torch.matmul(x, lean._rotation(32, x.dtype, x.device)), rotated)
 
 
 def test_uncovered_architecture_drafts_through_transformers_and_says_so(world, tok, references):

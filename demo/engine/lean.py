@@ -124,16 +124,49 @@ class StaticCache:
         self.length = length
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def _fuse(modules) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight [sum of outputs, C] (and bias) for Linear modules that read the same input.
+
+    Each module's weight (and bias) then becomes a row view of the fused tensor, so transformers'
+    forward and the lean one read one storage: no second copy of the weights, and one matrix
+    product where there were two or three. Values are unchanged.
+    """
+    if len({m.bias is None for m in modules}) != 1:
+        raise ValueError("some of the fused projections have a bias and some do not")
+    with torch.inference_mode(False), torch.no_grad():  # ordinary tensors, usable outside inference mode too
+        weight = torch.cat([m.weight for m in modules])
+        bias = None if modules[0].bias is None else torch.cat([m.bias for m in modules])
+        row = 0
+        for m in modules:
+            rows = m.weight.shape[0]
+            m.weight.data = weight[row : row + rows]
+            if bias is not None:
+                m.bias.data = bias[row : row + rows]
+            row += rows
+    return weight, bias
+
+
+def _rotation(d: int, dtype, device) -> torch.Tensor:
+    """R [D, D] with x @ R == rotate_half(x) = cat(-x[D/2:], x[:D/2]) exactly (one +-1 per column):
+    one matrix product in place of two slices, a negation and a concatenation."""
+    r = torch.zeros(d, d, dtype=dtype, device=device)
+    half = torch.arange(d // 2, device=device)
+    r[half + d // 2, half] = -1.0
+    r[half, half + d // 2] = 1.0
+    return r
+
+
+def _mm(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x @ W^T (+ b) with W^T held as a transposed view: no per-call transpose or linear dispatch."""
+    return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
 
 
 class LeanLM:
     """A Llama-architecture language model's forward over a StaticCache, on the model's own tensors.
 
-    Weights are referenced, not copied: the transformers modules and this forward read the same
-    storage. Shapes in comments: n new tokens, C hidden, H query heads, K kv heads, D head dim.
+    Weights are the transformers modules' own storage: q/k/v and gate/up are fused into one
+    matrix each, and the modules' parameters become views of it (`_fuse`). Shapes in comments:
+    n new tokens, C hidden, H query heads, K kv heads, D head dim, I intermediate.
     """
 
     def __init__(self, model):
@@ -145,24 +178,27 @@ class LeanLM:
         self.eps = config.rms_norm_eps
         self.embed = decoder.embed_tokens.weight  # [V, C]
         self.norm = decoder.norm.weight
-        self.head = head.weight  # [V, C] (tied to embed in many drafters)
-        self.layers = [
-            (
-                layer.input_layernorm.weight,
-                (layer.self_attn.q_proj.weight, layer.self_attn.q_proj.bias),
-                (layer.self_attn.k_proj.weight, layer.self_attn.k_proj.bias),
-                (layer.self_attn.v_proj.weight, layer.self_attn.v_proj.bias),
-                (layer.self_attn.o_proj.weight, layer.self_attn.o_proj.bias),
-                layer.post_attention_layernorm.weight,
-                (layer.mlp.gate_proj.weight, layer.mlp.gate_proj.bias),
-                (layer.mlp.up_proj.weight, layer.mlp.up_proj.bias),
-                (layer.mlp.down_proj.weight, layer.mlp.down_proj.bias),
+        self.head_t = head.weight.t()  # [C, V] (tied to embed in many drafters)
+        self.layers = []
+        for layer in decoder.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            qkv, qkv_bias = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])  # [(H + 2K) D, C]
+            gate_up, gate_up_bias = _fuse([mlp.gate_proj, mlp.up_proj])  # [2 I, C]
+            self.layers.append(
+                (
+                    layer.input_layernorm.weight,
+                    (qkv.t(), qkv_bias),
+                    (attn.o_proj.weight.t(), attn.o_proj.bias),
+                    layer.post_attention_layernorm.weight,
+                    (gate_up.t(), gate_up_bias),
+                    (mlp.down_proj.weight.t(), mlp.down_proj.bias),
+                )
             )
-            for layer in decoder.layers
-        ]
+        self.intermediate = decoder.layers[0].mlp.gate_proj.weight.shape[0]
+        self.rotation = _rotation(self.head_dim, self.dtype, self.device)
         self.rotary = decoder.rotary_emb
-        self._rope = self._tables(CHUNK)  # (cos, sin) [positions, D], grown on demand
         self._lock = threading.Lock()
+        self._rope = self._tables(CHUNK)  # (cos, sin) [positions, D], grown on demand
 
     @property
     def device(self) -> torch.device:
@@ -198,30 +234,28 @@ class LeanLM:
         x32 = x.float()
         return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
-    def _layer(self, i: int, h: torch.Tensor, cos, sin, cache: StaticCache, write, attend) -> torch.Tensor:
-        """One decoder layer over h [n, C]; `write(i, k, v)` stores the new keys and values in the
-        cache and `attend(i, q)` returns the attention output [n, H*D]."""
-        norm1, q_proj, k_proj, v_proj, o_proj, norm2, gate, up, down = self.layers[i]
-        n, D = h.shape[0], self.head_dim
-        x = self._rms(h, norm1)
-        q = F.linear(x, *q_proj).view(n, self.n_heads, D)  # [n, H, D]
-        k = F.linear(x, *k_proj).view(n, self.n_kv, D)  # [n, K, D]
-        v = F.linear(x, *v_proj).view(n, self.n_kv, D)
-        q = q * cos + _rotate_half(q) * sin  # cos, sin: [n, 1, D]
-        k = k * cos + _rotate_half(k) * sin
-        write(i, k.transpose(0, 1), v.transpose(0, 1))  # [K, n, D]
-        h = h + F.linear(attend(i, q.transpose(0, 1)), *o_proj)
-        x = self._rms(h, norm2)
-        return h + F.linear(F.silu(F.linear(x, *gate)) * F.linear(x, *up), *down)
+    def _layer(self, i: int, h: torch.Tensor, cos, sin, write, attend) -> torch.Tensor:
+        """One decoder layer over h [n, C]; `write(i, k, v)` stores the new keys and values
+        [n, K, D] in the cache and `attend(i, q)` turns q [n, H, D] into the attention output [n, H*D]."""
+        norm1, qkv_proj, o_proj, norm2, gate_up_proj, down_proj = self.layers[i]
+        n, H, K = h.shape[0], self.n_heads, self.n_kv
+        qkv = _mm(self._rms(h, norm1), *qkv_proj).view(n, H + 2 * K, self.head_dim)
+        qk = qkv[:, : H + K]  # queries and keys rotate alike: cos, sin [n, 1, D]
+        qk = qk * cos + torch.matmul(qk, self.rotation) * sin
+        write(i, qk[:, H:], qkv[:, H + K :])
+        h = h + _mm(attend(i, qk[:, :H]), *o_proj)
+        gate_up = _mm(self._rms(h, norm2), *gate_up_proj)  # [n, 2 I]
+        return h + _mm(F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :], *down_proj)
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         """Logits [V] for the token after the last row of h [n, C]."""
-        return F.linear(self._rms(h[-1:], self.norm), self.head)[0]
+        return torch.mm(self._rms(h[-1:], self.norm), self.head_t)[0]
 
     def forward(self, cache: StaticCache, ids: list[int]) -> torch.Tensor:
         """Feed ids after the cache's tokens; return the logits for the token after them: [V].
 
-        Eager, with the attention sliced to the tokens the cache holds (no mask for one token).
+        Eager, with the attention sliced to the tokens the cache holds: for one token two batched
+        products over the kv groups, no mask; for several, SDPA with a causal mask.
         """
         n, start = len(ids), cache.length
         end = start + n
@@ -234,19 +268,24 @@ class LeanLM:
             h = F.embedding(torch.tensor(ids, device=self.device), self.embed)  # [n, C]
         # Token j of the new ones sees the cache and the new tokens up to itself: key index <= start + j.
         mask = None if n == 1 else torch.ones(n, end, dtype=torch.bool, device=self.device).tril(start)
-        gqa = self.n_heads != self.n_kv
+        H, K, D = self.n_heads, self.n_kv, self.head_dim
 
-        def write(i, k, v):
-            cache.keys[i, :, start:end] = k
-            cache.values[i, :, start:end] = v
+        def write(i, k, v):  # [n, K, D] each
+            cache.keys[i, :, start:end] = k.transpose(0, 1)
+            cache.values[i, :, start:end] = v.transpose(0, 1)
 
-        def attend(i, q):  # q [H, n, D] -> [n, H*D]
-            keys, values = cache.keys[i, None, :, :end], cache.values[i, None, :, :end]  # [1, K, end, D]
-            y = F.scaled_dot_product_attention(q[None], keys, values, attn_mask=mask, enable_gqa=gqa)
-            return y[0].transpose(0, 1).reshape(n, -1)
+        def attend(i, q):
+            keys, values = cache.keys[i, :, :end], cache.values[i, :, :end]  # [K, end, D]
+            if n == 1:  # query head j*g + r reads kv head j (g = H / K), as transformers' repeat_kv
+                scores = torch.bmm(q.view(K, H // K, D), keys.transpose(1, 2)).mul_(D**-0.5)  # [K, g, end]
+                return torch.bmm(torch.softmax(scores, dim=-1), values).view(1, H * D)
+            y = F.scaled_dot_product_attention(
+                q.transpose(0, 1)[None], keys[None], values[None], attn_mask=mask, enable_gqa=H != K
+            )  # [1, H, n, D]
+            return y[0].transpose(0, 1).reshape(n, H * D)
 
         for i in range(len(self.layers)):
-            h = self._layer(i, h, cos, sin, cache, write, attend)
+            h = self._layer(i, h, cos, sin, write, attend)
         cache.length = end
         return self._logits(h)
 
@@ -260,18 +299,18 @@ class LeanLM:
         mask = (keys_index <= position)[None, None, None]  # [1, 1, 1, capacity]
         gqa = self.n_heads != self.n_kv
 
-        def write(i, k, v):
-            cache.keys[i].index_copy_(1, position, k)
-            cache.values[i].index_copy_(1, position, v)
+        def write(i, k, v):  # [1, K, D] each, at the device-side position
+            cache.keys[i].index_copy_(1, position, k.transpose(0, 1))
+            cache.values[i].index_copy_(1, position, v.transpose(0, 1))
 
-        def attend(i, q):
+        def attend(i, q):  # q [1, H, D] over every slot of the capacity, masked
             y = F.scaled_dot_product_attention(
-                q[None], cache.keys[i, None], cache.values[i, None], attn_mask=mask, enable_gqa=gqa
+                q.transpose(0, 1)[None], cache.keys[i, None], cache.values[i, None], attn_mask=mask, enable_gqa=gqa
             )
             return y[0].transpose(0, 1).reshape(1, -1)
 
         for i in range(len(self.layers)):
-            h = self._layer(i, h, cos, sin, cache, write, attend)
+            h = self._layer(i, h, cos, sin, write, attend)
         return self._logits(h)
 
 
@@ -380,15 +419,19 @@ class LeanDrafter(Drafter):
 
     @torch.inference_mode()
     def _check(self, lean: LeanLM) -> None:
-        """Lean logits must match transformers' over a prefill, steps of 1 and 2 tokens, and a rollback."""
+        """Lean logits must match transformers' after a transformers prefill copied into a static
+        cache (as `start` does), over steps of 1 and 2 tokens and a rollback."""
         from transformers import DynamicCache
 
         g = torch.Generator().manual_seed(0)
         usable = self.allowed[: self.usable].nonzero()[:, 0].cpu()
         ids = usable[torch.randint(len(usable), (12,), generator=g)].tolist()
-        ref_cache, cache = DynamicCache(config=self.model.config), lean.new_cache(16)
+        ref_cache = DynamicCache(config=self.model.config)
+        self._forward_transformers(ref_cache, ids[:6])
+        cache = lean.new_cache(16)
+        cache.load(ref_cache)
         tolerance = self.CHECK_TOLERANCE.get(lean.dtype, self.HALF_TOLERANCE)
-        for chunk, rollback in ((ids[:6], 0), (ids[6:7], 0), (ids[7:9], 1), (ids[9:10], 0), (ids[10:12], 0)):
+        for chunk, rollback in ((ids[6:7], 0), (ids[7:9], 1), (ids[9:10], 0), (ids[10:12], 0)):
             if rollback:
                 ref_cache.crop(-rollback)
                 cache.crop(-rollback)
