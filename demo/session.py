@@ -277,10 +277,13 @@ def _prompt(loaded, request: Request, image: Image.Image):
     return prompt
 
 
-def lanes(loaded, request: Request, image: Image.Image, names: tuple[str, ...] = LANES) -> dict[str, Iterator[Event]]:
+def lanes(
+    loaded, request: Request, image: Image.Image, names: tuple[str, ...] = LANES, drafter=None
+) -> dict[str, Iterator[Event]]:
     """The runs of a race, not started: lane name -> the engine's event generator, each with its
     own generator seeded with the request's seed. Both read the same target inputs: the image is
-    processed once, outside both clocks."""
+    processed once, outside both clocks. `drafter` replaces the preset's drafter of the request's
+    name (the benchmark's drafter on another forward path)."""
     import torch
 
     from demo.engine.speculative import Prompt, autoregressive_generate, speculative_generate
@@ -295,7 +298,7 @@ def lanes(loaded, request: Request, image: Image.Image, names: tuple[str, ...] =
         if name == "speculative":
             return speculative_generate(
                 loaded.target,
-                loaded.drafter(request.drafter),
+                drafter or loaded.drafter(request.drafter),
                 prompt,
                 gamma=request.gamma,
                 sampling=s,
@@ -335,11 +338,11 @@ def racing(runs: dict[str, Iterator[Event]]):
         close(runs)
 
 
-def run(loaded, request: Request, image: Image.Image, lane: str = "speculative") -> Trace:
-    """One lane of the request decoded whole, as a trace."""
+def run(loaded, request: Request, image: Image.Image, lane: str = "speculative", drafter=None) -> Trace:
+    """One lane of the request decoded whole, as a trace (`drafter`: as in `lanes`)."""
     from demo.engine.events import Trace
 
-    runs = lanes(loaded, request, image, (lane,))
+    runs = lanes(loaded, request, image, (lane,), drafter)
     try:
         return Trace.of(runs[lane])
     finally:

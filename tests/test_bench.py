@@ -24,6 +24,8 @@ def test_bench_writes_report_files_and_ends_with_one_json_line(tiny_preset, tmp_
             "caption,vqa",
             "--gammas",
             "1,3",
+            "--drafter-paths",
+            "lean,transformers",
             "--n",
             "2",
             "--max-new-tokens",
@@ -39,10 +41,11 @@ def test_bench_writes_report_files_and_ends_with_one_json_line(tiny_preset, tmp_
     lines = capsys.readouterr().out.strip().splitlines()
     result = json.loads(lines[-1])
     cells = result["cells"]
-    assert len(cells) == 2 * 2 * 2 * 2  # tasks x decodings x drafters x gammas
+    assert len(cells) == 2 * 2 * 2 * 2 * 2  # tasks x decodings x drafters x gammas x drafter paths
     assert set(cells[0]) == {
         "task",
         "drafter",
+        "drafter_path",
         "gamma",
         "decoding",
         "tau",
@@ -51,16 +54,63 @@ def test_bench_writes_report_files_and_ends_with_one_json_line(tiny_preset, tmp_
         "tok_s_spd",
         "tok_s_ar",
         "speedup",
+        "t1_ms",
+        "t_verify_ms",
+        "d_ms",
+        "limit_speedup",
         "lossless",
     }
+    assert [c["drafter_path"] for c in cells[:2]] == ["lean", "transformers"]  # side by side, per cell
     for cell in cells:
         assert 1.0 <= cell["tau"] <= cell["gamma"] + 1
         assert cell["speedup"] == pytest.approx(cell["tok_s_spd"] / cell["tok_s_ar"])
+        assert cell["t1_ms"] > 0 and cell["t_verify_ms"] > 0 and cell["d_ms"] > 0
+        assert cell["limit_speedup"] == pytest.approx(cell["tau"] * cell["t1_ms"] / cell["t_verify_ms"])
         if cell["decoding"] == "greedy":
             assert cell["lossless"] == "2/2 identical"
     assert result["peer"]["ar_vs_hf_generate"] > 0
     assert {"ar_vs_hf_generate", "spd_vs_hf_assisted"} <= set(result["peer"])
+    by_drafter = result["peer"]["by_drafter"]["text-only"]
+    assert by_drafter["drafter_path"] == "lean" and by_drafter["lean_vs_transformers_path"] > 0
+    # No description cell ran, so the step-cost goals say so; the peer ones are measured.
+    assert result["goals"]["D / T1"] == {"value": None, "bar": "<= 0.05", "met": None}
+    assert result["goals"]["AR / HF generate"]["value"] == result["peer"]["ar_vs_hf_generate"]
     for name in ("report.html", "cells.csv", "analysis.csv", "bench.json"):
         assert (out / name).stat().st_size > 0
     page = (out / "report.html").read_text()
-    assert "Block efficiency tau" in page and "Plotly" in page
+    assert "Block efficiency tau" in page and "Plotly" in page and "Where the time goes" in page
+
+
+def cell(**fields) -> benchmark.Cell:
+    base = dict(task="description", drafter="text-only", drafter_path="lean", gamma=4, decoding="greedy", n=3)
+    base.update(tau=3.75, alpha=0.7, acceptance_by_position=[], mbsu=3.0, tok_s_spd=300.0, tok_s_ar=100.0)
+    base.update(speedup=3.0, t1_ms=6.0, t_verify_ms=7.5, d_ms=0.24, limit_speedup=3.0, predicted_speedup=2.9)
+    base.update(draft_share=0.1, lossless="3/3 identical", correct_spd=3, correct_ar=3)
+    base.update(fields)
+    return benchmark.Cell(**base)
+
+
+def test_goals_read_the_lean_description_cell_at_gamma_4_and_the_peer_block():
+    cells = [
+        cell(drafter_path="transformers", d_ms=0.96),  # the comparison cell is not the one judged
+        cell(gamma=2, d_ms=5.0),
+        cell(drafter="image-aware", d_ms=1.0),
+        cell(speedup=2.4),  # text-only, lean, description, gamma 4, greedy: this one
+    ]
+    peer = {
+        "text-only": {
+            "drafter": "text-only",
+            "drafter_path": "lean",
+            "spd_vs_hf_assisted": 1.7,
+            "ar_vs_hf_generate": 1.02,
+        }
+    }
+    rows = {g["goal"]: g for g in benchmark.goals(cells, peer)}
+    assert rows["D / T1"]["value"] == pytest.approx(0.04) and rows["D / T1"]["met"] is True
+    assert (
+        rows["speedup / limit_speedup"]["value"] == pytest.approx(0.8)
+        and rows["speedup / limit_speedup"]["met"] is False
+    )
+    assert rows["SPD / HF assisted"]["met"] is False and rows["AR / HF generate"]["met"] is True
+    assert rows["D / T1"]["from"] == "description, text-only, gamma 4, greedy, lean"
+    assert all(g["value"] is None and g["met"] is None for g in benchmark.goals([], None))

@@ -7,10 +7,20 @@ Throughput and speedup come from the runs' own clocks (device synchronised); tau
 and the rest from `demo.engine.metrics` over the events. Greedy cells also count how many outputs were
 identical between SPD and AR (lossless is counted, not assumed).
 
+Every cell also says where the time goes, from the same runs: the medians of the target's
+one-token step T1 (AR rounds), of its verify forward over gamma + 1 tokens T(gamma+1) (full SPD
+rounds), and of the drafter's step D (a round's drafting time over its drafts), and the speedup
+that the measured tau would give with free drafting, limit_speedup = tau * T1 / T(gamma+1).
+`--drafter-paths lean,transformers` runs each cell with the lean drafting path and with the
+transformers forward of the same drafter (`demo.engine.lean`), side by side.
+
 Then the peer comparison, on the same models and prompts: our AR against transformers'
 `generate(do_sample=False)`, and our SPD against transformers' assisted generation with the
 same drafter (as shipped, with its adaptive draft length). Both sides are timed end to end with
 the same wall clock, interleaved.
+
+Last, the goals of issue 32, read from this one run (`goals`): D / T1, measured speedup over
+its limit on descriptions at gamma 4, SPD over assisted generation, our AR over `generate`.
 
 Prints a table, writes an HTML report with charts plus CSV and JSON, and ends with one JSON line.
 """
@@ -20,7 +30,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -28,14 +37,13 @@ from pathlib import Path
 
 import torch
 
-from demo import analysis
-from demo.engine import metrics, speculative
+from demo import analysis, session
+from demo.bench.peer import peer
+from demo.engine import lean, metrics
 from demo.engine.events import Trace
 from demo.engine.sampling import Sampling
-from demo.engine.speculative import Stopwatch
 from demo.models import loader
 from demo.world.scoring import score
-from demo.world.tasks import heldout_examples
 
 PAPER_TASKS = {  # bench task -> world tasks it draws from (vqa mixes the five short kinds)
     "description": ("description",),
@@ -50,6 +58,7 @@ SAMPLING = Sampling(greedy=False, temperature=0.7, top_p=0.95, seed=0)
 class Cell:
     task: str
     drafter: str
+    drafter_path: str  # the drafter's forward that ran: "lean", "lean + CUDA graphs" or "transformers"
     gamma: int
     decoding: str  # "greedy" | "sampling"
     n: int  # examples
@@ -60,7 +69,12 @@ class Cell:
     tok_s_spd: float
     tok_s_ar: float
     speedup: float
-    predicted_speedup: float  # cost model from this cell's measured step costs
+    t1_ms: float  # median target step over 1 token (AR rounds)
+    t_verify_ms: float  # median verify forward over gamma + 1 tokens (full SPD rounds)
+    d_ms: float  # median drafter step: a round's drafting time over its drafts
+    limit_speedup: float  # tau * T1 / T(gamma+1): this tau with free drafting
+    predicted_speedup: float  # cost model from this cell's measured step costs, drafting included
+    draft_share: float  # drafting's share of the SPD runs' decoding time
     lossless: str  # "k/n identical" for greedy, "n/a (sampling)" otherwise
     correct_spd: int  # answers the world's scorer accepts
     correct_ar: int
@@ -68,29 +82,27 @@ class Cell:
 
 def examples_for(task: str, n: int, seed: int):
     """n held-out examples, cycling through the world tasks a bench task draws from."""
-    kinds = PAPER_TASKS[task]
-    per = math.ceil(n / len(kinds))
-    pools = [heldout_examples(kind, per, seed) for kind in kinds]
-    mixed = [pool[i] for i in range(per) for pool in pools]
-    return mixed[:n]
+    return analysis.heldout_mix(PAPER_TASKS[task], n, seed)
 
 
-def run_pair(loaded, example, drafter: str, gamma: int, sampling: Sampling, max_new: int, spd_first: bool):
-    """One SPD and one AR run of the same request, in the given order -> (spd, ar)."""
-    prompt = loaded.prompt(example.image, example.question, drafter)
+def drafter_on(loaded, name: str, path: str):
+    """The loaded drafter `name` on the requested path: "lean" (as loaded, falling back where it
+    must) or "transformers" (the same model through its transformers forward)."""
+    assert path in ("lean", "transformers"), path
+    d = loaded.drafter(name)
+    return d if path == "lean" else lean.on_path(d, lean=False)
+
+
+def run_pair(loaded, example, drafter, gamma: int, sampling: Sampling, max_new: int, spd_first: bool):
+    """One SPD and one AR run of the same request, in the given order -> (spd, ar), through the
+    session as the page's races go (`drafter`: the loaded drafter on the path under test)."""
+    request = session.Request(example.question, loaded.preset.name, drafter.name, gamma, sampling, max_new)
 
     def spd():
-        return speculative.run(
-            loaded.target,
-            prompt,
-            drafter=loaded.drafter(drafter),
-            gamma=gamma,
-            sampling=sampling,
-            max_new_tokens=max_new,
-        )
+        return session.run(loaded, request, example.image, "speculative", drafter)
 
     def ar():
-        return speculative.run(loaded.target, prompt, sampling=sampling, max_new_tokens=max_new)
+        return session.run(loaded, request, example.image, "autoregressive")
 
     if spd_first:
         first = spd()
@@ -110,6 +122,7 @@ def step_costs(spd_traces: list[Trace], ar_traces: list[Trace], gamma: int) -> t
 
 
 def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tuple[Cell, list[Trace]]:
+    """One cell: SPD with `drafter` (a Drafter) and AR on every example, alternating the order."""
     sampling = Sampling() if decoding == "greedy" else SAMPLING
     spds, ars = [], []
     for i, ex in enumerate(examples):
@@ -122,9 +135,11 @@ def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tup
     tau = metrics.tau(all_spd)
     t1, t_verify, t_draft = step_costs(spds, ars, gamma)
     identical = sum(s.summary.token_ids == a.summary.token_ids for s, a in zip(spds, ars))
+    drafting = sum(r.draft_seconds for t in spds for r in t.rounds)
     cell = Cell(
         task=task,
-        drafter=drafter,
+        drafter=drafter.name,
+        drafter_path=spds[0].start.drafter.path,
         gamma=gamma,
         decoding=decoding,
         n=len(examples),
@@ -135,7 +150,12 @@ def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tup
         tok_s_spd=tok_s_spd,
         tok_s_ar=tok_s_ar,
         speedup=tok_s_spd / tok_s_ar,
+        t1_ms=t1 * 1e3,
+        t_verify_ms=t_verify * 1e3,
+        d_ms=t_draft * 1e3,
+        limit_speedup=tau * t1 / t_verify,
         predicted_speedup=metrics.predicted_speedup(tau, gamma, t1, t_verify, t_draft),
+        draft_share=drafting / sum(metrics.decode_seconds(t) for t in spds),
         lossless=f"{identical}/{len(examples)} identical" if decoding == "greedy" else "n/a (sampling)",
         correct_spd=sum(score(ex.task, ex, s.summary.text) for ex, s in zip(examples, spds)),
         correct_ar=sum(score(ex.task, ex, a.summary.text) for ex, a in zip(examples, ars)),
@@ -143,97 +163,44 @@ def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tup
     return cell, spds
 
 
-# --- peer comparison --------------------------------------------------------------------------
+# --- goals (issue 32) ---------------------------------------------------------------------------
+
+GOALS = (  # (name, "max" or "min", bar)
+    ("D / T1", "max", 0.05),
+    ("speedup / limit_speedup", "min", 0.85),
+    ("SPD / HF assisted", "min", 1.8),
+    ("AR / HF generate", "min", 1.0),
+)
 
 
-def timed(fn) -> tuple[float, object]:
-    clock = Stopwatch(torch.device("cpu") if not torch.cuda.is_available() else torch.device("cuda"))
-    with clock:
-        out = fn()
-    return clock.last, out
-
-
-def peer(loaded, examples, drafter: str, gamma: int, max_new: int, reps: int, min_confidence: float = 0.0) -> dict:
-    """Throughput ratios against transformers on the same prompts, interleaved, greedy. Our SPD
-    drafts up to `gamma` tokens, stopping early below `min_confidence` (adaptive draft length);
-    transformers' assisted generation runs as shipped (its own schedule and threshold)."""
-    model = loaded.target.model
-    d = loaded.drafter(drafter)
-    stops = sorted(loaded.target.stop_ids)
-    pad = loaded.target.tokenizer.pad_token_id
-    rows = {"ours_ar": [], "hf_generate": [], "ours_spd": [], "hf_assisted": []}
-    tokens = {k: 0 for k in rows}
-    hf_assisted_error = None
-    for rep in range(reps):
-        for ex in examples:
-            prompt = loaded.prompt(ex.image, ex.question, drafter)
-            n_in = prompt.target_inputs["input_ids"].shape[1]
-
-            def ours_ar():
-                return speculative.run(
-                    loaded.target, prompt, sampling=Sampling(), max_new_tokens=max_new
-                ).summary.token_ids
-
-            def ours_spd():
-                return speculative.run(
-                    loaded.target,
-                    prompt,
-                    drafter=d,
-                    gamma=gamma,
-                    sampling=Sampling(),
-                    max_new_tokens=max_new,
-                    min_confidence=min_confidence,
-                ).summary.token_ids
-
-            def hf_generate():
-                out = model.generate(
-                    **prompt.target_inputs,
-                    max_new_tokens=max_new,
-                    do_sample=False,
-                    eos_token_id=stops,
-                    pad_token_id=pad,
-                )
-                return tuple(out[0, n_in:].tolist())
-
-            def hf_assisted():
-                out = model.generate(
-                    **prompt.target_inputs,
-                    max_new_tokens=max_new,
-                    do_sample=False,
-                    eos_token_id=stops,
-                    pad_token_id=pad,
-                    assistant_model=d.model,
-                )
-                return tuple(out[0, n_in:].tolist())
-
-            order = [
-                ("ours_ar", ours_ar),
-                ("hf_generate", hf_generate),
-                ("ours_spd", ours_spd),
-                ("hf_assisted", hf_assisted),
-            ]
-            if rep % 2:
-                order.reverse()
-            for name, fn in order:
-                if name == "hf_assisted" and hf_assisted_error:
-                    continue
-                try:
-                    seconds, ids = timed(fn)
-                except Exception as exc:  # transformers cannot run this pairing; the table says so
-                    hf_assisted_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-                    continue
-                rows[name].append(seconds)
-                tokens[name] += len(ids)
-    tok_s = {k: tokens[k] / sum(v) if v else math.nan for k, v in rows.items()}
-    return {
-        "drafter": drafter,
-        "gamma": gamma,
-        "min_confidence": min_confidence,
-        "tok_s": tok_s,
-        "ar_vs_hf_generate": tok_s["ours_ar"] / tok_s["hf_generate"],
-        "spd_vs_hf_assisted": tok_s["ours_spd"] / tok_s["hf_assisted"] if not hf_assisted_error else None,
-        "hf_assisted_error": hf_assisted_error,
-    }
+def goals(cells: list[Cell], peer_result: dict | None) -> list[dict]:
+    """Issue 32's goals from this run: the step-cost ones from the greedy description cell at
+    gamma 4 on the lean path (text-only drafter if it ran), the peer ones from the same drafter's
+    peer block. A goal whose cell or block did not run has value None."""
+    lean_cells = [c for c in cells if c.drafter_path != "transformers" and c.decoding == "greedy"]
+    candidates = [c for c in lean_cells if c.task == "description" and c.gamma == 4]
+    cell = next((c for c in candidates if c.drafter == "text-only"), candidates[0] if candidates else None)
+    peers = peer_result or {}
+    block = peers.get("text-only") or next(iter(peers.values()), None)
+    values = ((cell.d_ms / cell.t1_ms, cell.speedup / cell.limit_speedup) if cell else (None, None)) + (
+        (block["spd_vs_hf_assisted"], block["ar_vs_hf_generate"]) if block else (None, None)
+    )
+    where = (f"description, {cell.drafter}, gamma 4, greedy, {cell.drafter_path}" if cell else None,) * 2 + (
+        f"peer, {block['drafter']}, {block['drafter_path']}" if block else None,
+    ) * 2
+    out = []
+    for (name, kind, bar), value, source in zip(GOALS, values, where):
+        met = None if value is None else (value <= bar if kind == "max" else value >= bar)
+        out.append(
+            {
+                "goal": name,
+                "bar": f"{'<=' if kind == 'max' else '>='} {bar}",
+                "value": value,
+                "met": met,
+                "from": source,
+            }
+        )
+    return out
 
 
 # --- output -----------------------------------------------------------------------------------
@@ -241,19 +208,40 @@ def peer(loaded, examples, drafter: str, gamma: int, max_new: int, reps: int, mi
 
 def print_table(cells: list[Cell]) -> None:
     header = (
-        f"{'task':16} {'drafter':12} {'g':>2} {'decoding':9} {'tau':>5} {'alpha':>6} {'MBSU':>5} "
-        f"{'SPD tok/s':>9} {'AR tok/s':>8} {'speedup':>7} {'predicted':>9}  lossless"
+        f"{'task':16} {'drafter':12} {'path':12} {'g':>2} {'decoding':9} {'tau':>5} {'alpha':>6} "
+        f"{'SPD tok/s':>9} {'AR tok/s':>8} {'T1 ms':>6} {'Tv ms':>6} {'D ms':>5} "
+        f"{'speedup':>7} {'limit':>5} {'predicted':>9}  lossless"
     )
     print(header)
     print("-" * len(header))
     for c in cells:
         print(
-            f"{c.task:16} {c.drafter:12} {c.gamma:>2} {c.decoding:9} {c.tau:5.2f} {c.alpha:6.2f} {c.mbsu:5.2f} "
-            f"{c.tok_s_spd:9.1f} {c.tok_s_ar:8.1f} {c.speedup:7.2f} {c.predicted_speedup:9.2f}  {c.lossless}"
+            f"{c.task:16} {c.drafter:12} {c.drafter_path:12} {c.gamma:>2} {c.decoding:9} {c.tau:5.2f} {c.alpha:6.2f} "
+            f"{c.tok_s_spd:9.1f} {c.tok_s_ar:8.1f} {c.t1_ms:6.2f} {c.t_verify_ms:6.2f} {c.d_ms:5.2f} "
+            f"{c.speedup:7.2f} {c.limit_speedup:5.2f} {c.predicted_speedup:9.2f}  {c.lossless}"
         )
 
 
-def write_outputs(out: Path, cells: list[Cell], peer_result: dict | None, obs: dict, meta: dict) -> None:
+def print_peer(peer_result: dict) -> None:
+    for d, p in peer_result.items():
+        assisted = f"{p['spd_vs_hf_assisted']:.2f}" if p["spd_vs_hf_assisted"] else f"n/a ({p['hf_assisted_error']})"
+        line = (
+            f"peer [{d} ({p['drafter_path']}), gamma {p['gamma']}]: our AR / HF generate = "
+            f"{p['ar_vs_hf_generate']:.3f}; our SPD / HF assisted = {assisted}"
+        )
+        if p.get("lean_vs_transformers_path"):
+            line += f"; our SPD lean / transformers path = {p['lean_vs_transformers_path']:.2f}"
+        print(line)
+
+
+def print_goals(rows: list[dict]) -> None:
+    for g in rows:
+        value = "not measured" if g["value"] is None else f"{g['value']:.3f}"
+        verdict = {True: "met", False: "NOT met", None: "-"}[g["met"]]
+        print(f"goal {g['goal']:<24} {g['bar']:>8}: {value:>12}  {verdict:8} ({g['from']})")
+
+
+def write_outputs(out: Path, cells: list[Cell], peer_result, obs: dict, meta: dict, goal_rows: list[dict]) -> None:
     from demo.bench import report
 
     out.mkdir(parents=True, exist_ok=True)
@@ -269,9 +257,35 @@ def write_outputs(out: Path, cells: list[Cell], peer_result: dict | None, obs: d
             writer.writeheader()
             writer.writerows(flat)
     analysis_summary = {d: analysis.summary(o) for d, o in obs.items()}
-    result = {"meta": meta, "cells": [asdict(c) for c in cells], "peer": peer_result, "analysis": analysis_summary}
+    result = {
+        "meta": meta,
+        "cells": [asdict(c) for c in cells],
+        "peer": peer_result,
+        "goals": goal_rows,
+        "analysis": analysis_summary,
+    }
     (out / "bench.json").write_text(json.dumps(result, indent=1))
-    (out / "report.html").write_text(report.page(cells, peer_result, analysis_summary, meta))
+    (out / "report.html").write_text(report.page(cells, peer_result, analysis_summary, meta, goal_rows))
+
+
+LINE_KEYS = (  # each cell's fields in the final JSON line
+    "task",
+    "drafter",
+    "drafter_path",
+    "gamma",
+    "decoding",
+    "tau",
+    "alpha",
+    "mbsu",
+    "tok_s_spd",
+    "tok_s_ar",
+    "speedup",
+    "t1_ms",
+    "t_verify_ms",
+    "d_ms",
+    "limit_speedup",
+    "lossless",
+)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -279,6 +293,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--preset", default=loader.DEFAULT_PRESET)
     parser.add_argument("--tasks", default=",".join(PAPER_TASKS))
     parser.add_argument("--drafters", default="text-only,image-aware")
+    parser.add_argument(
+        "--drafter-paths",
+        default="lean",
+        help="lean, transformers, or both (lean,transformers): the drafter forwards each cell runs with",
+    )
     parser.add_argument("--gammas", default="2,4,6")
     parser.add_argument("--decoding", default="greedy,sampling")
     parser.add_argument("--n", type=int, default=3, help="held-out examples per cell")
@@ -298,32 +317,44 @@ def main(argv: list[str] | None = None) -> dict:
 
     started = time.time()
     loaded = loader.load(args.preset)
-    drafters = args.drafters.split(",")
-    for d in drafters:
-        loaded.drafter(d)
+    drafters, paths = args.drafters.split(","), args.drafter_paths.split(",")
+    on = {(d, path): drafter_on(loaded, d, path) for d in drafters for path in paths}
     cells, obs = [], {d: [] for d in drafters}
     for task in args.tasks.split(","):
         examples = examples_for(task, args.n, args.seed)
         for decoding in args.decoding.split(","):
             for drafter in drafters:
                 for gamma in map(int, args.gammas.split(",")):
-                    cell, spds = bench_cell(loaded, task, drafter, gamma, decoding, examples, args.max_new_tokens)
-                    cells.append(cell)
-                    if decoding == "greedy" and gamma == int(args.gammas.split(",")[-1]):
-                        for i, t in enumerate(spds):
-                            obs[drafter] += analysis.observations(t, i, loaded.target.stop_ids)
-                    print(
-                        f"[{time.time() - started:6.1f}s] {task} {drafter} gamma={gamma} {decoding}: "
-                        f"tau {cell.tau:.2f} speedup {cell.speedup:.2f}",
-                        flush=True,
-                    )
+                    for path in paths:
+                        cell, spds = bench_cell(
+                            loaded, task, on[drafter, path], gamma, decoding, examples, args.max_new_tokens
+                        )
+                        cells.append(cell)
+                        if decoding == "greedy" and gamma == int(args.gammas.split(",")[-1]) and path == paths[0]:
+                            for i, t in enumerate(spds):
+                                obs[drafter] += analysis.observations(t, i, loaded.target.stop_ids)
+                        print(
+                            f"[{time.time() - started:6.1f}s] {task} {drafter} ({cell.drafter_path}) gamma={gamma} "
+                            f"{decoding}: tau {cell.tau:.2f} speedup {cell.speedup:.2f} (limit {cell.limit_speedup:.2f})",
+                            flush=True,
+                        )
     peer_result = None
     if not args.no_peer:
         examples = examples_for("description", 2, args.seed) + examples_for("vqa", 2, args.seed)
         peer_result = {
-            d: peer(loaded, examples, d, args.peer_gamma, args.max_new_tokens, args.peer_reps, args.peer_min_confidence)
+            d: peer(
+                loaded,
+                examples,
+                d,
+                args.peer_gamma,
+                args.max_new_tokens,
+                args.peer_reps,
+                args.peer_min_confidence,
+                with_transformers_path="transformers" in paths,
+            )
             for d in drafters
         }
+    goal_rows = goals(cells, peer_result)
     meta = {
         "preset": args.preset,
         "date": time.strftime("%Y-%m-%d"),
@@ -337,14 +368,9 @@ def main(argv: list[str] | None = None) -> dict:
     print_table(cells)
     if peer_result:
         print()
-        for d, p in peer_result.items():
-            assisted = (
-                f"{p['spd_vs_hf_assisted']:.2f}" if p["spd_vs_hf_assisted"] else f"n/a ({p['hf_assisted_error']})"
-            )
-            print(
-                f"peer [{d}, gamma {p['gamma']}]: our AR / HF generate = {p['ar_vs_hf_generate']:.3f}; "
-                f"our SPD / HF assisted = {assisted}"
-            )
+        print_peer(peer_result)
+    print()
+    print_goals(goal_rows)
     print()
     for d, o in obs.items():
         share = analysis.grounded_share(o)
@@ -352,29 +378,17 @@ def main(argv: list[str] | None = None) -> dict:
             f"analysis [{d}]: image-grounded words are {share['grounded_share_of_drafted']:.0%} of drafted "
             f"positions and {share['grounded_share_of_rejections']:.0%} of rejections"
         )
-    write_outputs(Path(args.out), cells, peer_result, obs, meta)
+    write_outputs(Path(args.out), cells, peer_result, obs, meta, goal_rows)
     print(f"wrote {args.out}/report.html, cells.csv, analysis.csv, bench.json")
-    keys = (
-        "task",
-        "drafter",
-        "gamma",
-        "decoding",
-        "tau",
-        "alpha",
-        "mbsu",
-        "tok_s_spd",
-        "tok_s_ar",
-        "speedup",
-        "lossless",
-    )
     first_peer = next(iter(peer_result.values())) if peer_result else {}
     line = {
-        "cells": [{k: getattr(c, k) for k in keys} for c in cells],
+        "cells": [{k: getattr(c, k) for k in LINE_KEYS} for c in cells],
         "peer": {
             "ar_vs_hf_generate": first_peer.get("ar_vs_hf_generate"),
             "spd_vs_hf_assisted": first_peer.get("spd_vs_hf_assisted"),
             "by_drafter": peer_result,
         },
+        "goals": {g["goal"]: {"value": g["value"], "bar": g["bar"], "met": g["met"]} for g in goal_rows},
     }
     print(json.dumps(line))
     return line

@@ -43,8 +43,10 @@ def tau_figure(cells) -> go.Figure:
 
 def speedup_figure(cells) -> go.Figure:
     fig = go.Figure()
-    measured = _series(cells, "greedy", "speedup")
-    predicted = _series(cells, "greedy", "predicted_speedup")
+    lean = [c for c in cells if c.drafter_path != "transformers"] or cells
+    measured = _series(lean, "greedy", "speedup")
+    predicted = _series(lean, "greedy", "predicted_speedup")
+    limit = _series(lean, "greedy", "limit_speedup")
     for i, key in enumerate(measured):
         colour = PALETTE[i % len(PALETTE)]
         fig.add_scatter(
@@ -61,9 +63,16 @@ def speedup_figure(cells) -> go.Figure:
             name=f"{key[0]} / {key[1]} cost model",
             line=dict(color=colour, dash="dot"),
         )
+        fig.add_scatter(
+            x=[g for g, _ in limit[key]],
+            y=[v for _, v in limit[key]],
+            mode="lines",
+            name=f"{key[0]} / {key[1]} limit (free drafting)",
+            line=dict(color=colour, dash="dash", width=1),
+        )
     fig.add_hline(y=1.0, line=dict(color="grey", width=1))
     fig.update_layout(
-        title="Wall-clock speedup of SPD over AR (greedy): measured vs cost model",
+        title="Wall-clock speedup of SPD over AR (greedy, lean path): measured, cost model, limit",
         xaxis_title="gamma",
         yaxis_title="speedup",
     )
@@ -86,7 +95,38 @@ def _table(rows: list[dict]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def page(cells, peer_result, analysis_summary, meta) -> str:
+def step_rows(cells) -> list[dict]:
+    """Where the time goes, per cell: the medians of T1, T(gamma+1), D, and the speedup against its limit."""
+    return [
+        {
+            "task": c.task,
+            "drafter": c.drafter,
+            "path": c.drafter_path,
+            "gamma": c.gamma,
+            "decoding": c.decoding,
+            "tau": c.tau,
+            "T1 ms": c.t1_ms,
+            "T(gamma+1) ms": c.t_verify_ms,
+            "D ms": c.d_ms,
+            "D / T1": c.d_ms / c.t1_ms,
+            "drafting share": c.draft_share,
+            "speedup": c.speedup,
+            "limit tau*T1/T(gamma+1)": c.limit_speedup,
+            "speedup / limit": c.speedup / c.limit_speedup,
+        }
+        for c in cells
+    ]
+
+
+def goal_table(goal_rows) -> list[dict]:
+    verdict = {True: "met", False: "not met", None: "not measured"}
+    return [
+        {"goal": g["goal"], "bar": g["bar"], "measured": g["value"], "": verdict[g["met"]], "from": g["from"] or "–"}
+        for g in goal_rows
+    ]
+
+
+def page(cells, peer_result, analysis_summary, meta, goal_rows=()) -> str:
     figures = [
         tau_figure(cells),
         speedup_figure(cells),
@@ -99,6 +139,7 @@ def page(cells, peer_result, analysis_summary, meta) -> str:
         peer_rows.append(
             {
                 "drafter": d,
+                "path": p.get("drafter_path", "–"),
                 "our longest draft": p["gamma"],
                 "our confidence stop": p.get("min_confidence", 0.0),
                 "our AR tok/s": p["tok_s"]["ours_ar"],
@@ -109,6 +150,7 @@ def page(cells, peer_result, analysis_summary, meta) -> str:
                 "our SPD / HF assisted": p["spd_vs_hf_assisted"]
                 if p["spd_vs_hf_assisted"]
                 else f"HF cannot run this: {p['hf_assisted_error']}",
+                "our SPD, transformers path / HF assisted": p.get("spd_transformers_path_vs_hf_assisted", "–"),
             }
         )
     rejected = "".join(f"<h3>{html.escape(d)}</h3>{_table(a['most_rejected'])}" for d, a in analysis_summary.items())
@@ -118,7 +160,9 @@ def page(cells, peer_result, analysis_summary, meta) -> str:
 td,th{{border:1px solid #ddd;padding:3px 7px;text-align:right}} th{{background:#f4f4f4}}
 .charts{{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:1rem}}</style></head><body>
 <h1>Speculative decoding of a multimodal target: benchmark</h1><p>{meta_line}</p>
+<h2>Goals (issue 32), from this run</h2>{_table(goal_table(goal_rows))}
 <div class="charts">{charts}</div>
+<h2>Where the time goes (medians per cell)</h2>{_table(step_rows(cells))}
 <h2>Cells</h2>{_table([asdict(c) for c in cells])}
 <h2>Peer comparison (same models, prompts and machine; interleaved; greedy)</h2>{_table(peer_rows)}
 <h2>Most rejected words (greedy, largest gamma)</h2>{rejected}

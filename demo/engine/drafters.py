@@ -31,7 +31,14 @@ from demo.engine.sampling import Sampling, sample, warp
 
 
 class Drafter:
-    """A loaded drafter model and what it may propose; shared, read-only, by every run."""
+    """A loaded drafter model and what it may propose; shared, read-only, by every run.
+
+    `path` names the forward its runs draft with: "transformers" here; `demo.engine.lean.LeanDrafter`
+    reports "lean" (or "lean + CUDA graphs"), and says in `fallback_reason` why it could not.
+    """
+
+    path = "transformers"
+    fallback_reason: str | None = None
 
     def __init__(
         self,
@@ -58,6 +65,7 @@ class Drafter:
         allowed[: self.usable] = True
         allowed[[i for i in blocked_ids if i < vocab_size]] = False
         self.allowed = allowed.to(model.device)
+        self.blocked = ~self.allowed  # computed once: the draft loop masks with it at every step
         self.blocked_ids = blocked_ids
         self.cache_kw = cache_keyword(model)  # "cache", or "past_key_values" before transformers 5.2x
 
@@ -134,7 +142,7 @@ class DraftState:
         # 2. draft one token at a time; each is fed back except the last.
         drafts, qs = [], []
         for step in range(n):
-            q = warp(logits.masked_fill(~d.allowed, float("-inf")), sampling)  # [V_d]
+            q = warp(logits.masked_fill(d.blocked, float("-inf")), sampling)  # [V_d]
             if step > 0 and min_confidence > 0 and float(q.max()) < min_confidence:
                 break
             token = int(q.argmax()) if sampling.greedy else int(sample(q, generator))

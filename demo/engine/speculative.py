@@ -138,7 +138,13 @@ def run_start(
     """The first event of a run: what runs, with what settings."""
     info = None
     if drafter is not None:
-        info = DrafterInfo(name=drafter.name, kind=drafter.kind, params=drafter.n_params, min_confidence=min_confidence)
+        info = DrafterInfo(
+            name=drafter.name,
+            kind=drafter.kind,
+            params=drafter.n_params,
+            min_confidence=min_confidence,
+            path=drafter.path,
+        )
     return RunStart(
         mode="speculative" if drafter is not None else "autoregressive",
         target=target.name,

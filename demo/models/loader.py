@@ -39,6 +39,7 @@ from PIL import Image
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
 from demo.engine.drafters import Drafter
+from demo.engine.lean import LeanDrafter
 from demo.engine.speculative import Prompt, Target
 from demo.models import devices, hub
 from demo.models.devices import NotEnoughMemory  # noqa: F401  (re-exported: load() raises it)
@@ -202,7 +203,9 @@ class Loaded:
         progress(0.9, "checking that the drafter's token ids mean what the target's mean")
         check_vocab_compatible(self.target.tokenizer, tokenizer, spec.name)
         family = FAMILIES[self.preset.family]
-        drafter = Drafter(
+        # Lean where the architecture allows (checked against transformers at first use), else
+        # the transformers forward; `drafter.path` says which.
+        drafter = LeanDrafter(
             model,
             name=spec.name,
             kind=spec.kind,
@@ -218,6 +221,8 @@ class Loaded:
         d = self.drafter(drafter)
         tokenizer = self.target.tokenizer
         notes = []
+        if d.fallback_reason:
+            notes.append(f"The drafter {d.name} drafts through transformers: {d.fallback_reason}.")
         unreachable = sorted(i for i in self.target.stop_ids if i >= d.usable or i in d.blocked_ids)
         if unreachable:
             names = ", ".join(f"{tokenizer.convert_ids_to_tokens(i)} (id {i})" for i in unreachable)

@@ -1,0 +1,494 @@
+"""Lean drafting: the drafter's step at the cost of its arithmetic, behind the `Drafter` interface.
+
+A 0.6M-parameter drafter does about a megaflop per token, microseconds of work, yet one
+transformers forward costs about a millisecond of per-call framework overhead (argument
+handling, mask construction, cache objects, output dataclasses). This module runs the same
+drafter with none of that, in the style of gpt-fast's `model.py`:
+
+    StaticCache   one run's KV cache as two preallocated tensors [layers, kv heads, capacity, head dim]
+                  and a length; `crop(-k)` forgets the last k tokens, as `DynamicCache.crop` does
+    LeanLM        the drafter's language model as plain tensors (the transformers modules' own
+                  parameters, no copies) and a minimal forward over a StaticCache
+    GraphStep     on CUDA, the one-token step captured as a CUDA graph and replayed
+    LeanDrafter   a `Drafter` whose runs (`LeanDraftState`) draft through LeanLM; the engine loop
+                  does not change
+
+It covers Llama-architecture language models (Llama, and Qwen2, which adds q/k/v biases) with
+static rotary embeddings, whether the drafter is a causal LM (text-only) or a LLaVA (image-aware:
+the image is read by the transformers prefill, whose cache is then copied into the static one;
+every later step is text). Anything else, and any model whose lean logits disagree with its
+transformers logits on a check at first use, drafts through transformers instead; `Drafter.path`
+says which ran, and the run's first event carries it.
+
+Exactness does not depend on the lean logits equalling transformers' to the last bit: every
+draft is sampled (or arg-maxed) from the q that the lean forward produced, and q is what the
+verification uses. The tests still hold the two within float tolerance over many steps with
+rollbacks.
+
+torch.compile is not used. On the 2-core CPU it measured no faster than this eager forward (see
+docs/benchmark.md) and costs 8-16 s per shape to compile; ZeroGPU forbids it. CUDA graphs are a
+plain torch API, used where a CUDA device is present; a capture failure falls back to the eager step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+
+import torch
+import torch.nn.functional as F
+
+from demo.engine.drafters import Drafter, DraftState
+
+log = logging.getLogger(__name__)
+
+ARCHITECTURES = ("llama", "qwen2")  # language-model types LeanLM reproduces
+STATIC_ROPE = ("default", "linear", "llama3")  # rotary types whose frequencies do not depend on the length
+CHUNK = 256  # cache capacity grows in multiples of this many positions
+
+
+def language_model(model):
+    """(decoder, lm_head, text config) of a causal LM or of a LLaVA-style drafter."""
+    inner = model.model
+    decoder = getattr(inner, "language_model", inner)  # LLaVA: model.model.language_model
+    config = getattr(model.config, "text_config", None) or model.config
+    return decoder, model.get_output_embeddings(), config
+
+
+def unsupported(model) -> str | None:
+    """Why LeanLM cannot run this model, or None when it can."""
+    config = getattr(model.config, "text_config", None) or model.config
+    if config.model_type not in ARCHITECTURES:
+        return f"not covered by the lean path: architecture {config.model_type!r} (covered: {', '.join(ARCHITECTURES)})"
+    try:
+        _, head, _ = language_model(model)
+    except AttributeError as error:
+        return f"not covered by the lean path: no language model found ({error})"
+    rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    checks = (
+        (getattr(config, "hidden_act", "silu") == "silu", f"activation {getattr(config, 'hidden_act', None)!r}"),
+        (rope in STATIC_ROPE, f"rotary embedding type {rope!r}"),
+        ("sliding_attention" not in (getattr(config, "layer_types", None) or ()), "sliding-window attention"),
+        (head is not None and head.bias is None, "an output head with a bias"),
+    )
+    wrong = [what for ok, what in checks if not ok]
+    return f"not covered by the lean path: {'; '.join(wrong)}" if wrong else None
+
+
+class StaticCache:
+    """One run's KV cache: keys and values [layers, kv_heads, capacity, head_dim], and a length.
+
+    Only positions [0, length) are ever read; rolling back just lowers the length. The tensors
+    start zeroed (a masked slot must hold finite values: 0 * nan is nan) and grow by whole
+    CHUNKs, copying what they hold, when a forward would pass the capacity.
+    """
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, capacity: int, dtype, device):
+        shape = (layers, kv_heads, capacity, head_dim)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.length = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.keys.shape[2]
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, n: int) -> None:
+        """Forget the last -n tokens (n < 0), as `DynamicCache.crop(-k)` does."""
+        assert n < 0 and -n <= self.length, (n, self.length)
+        self.length += n
+
+    def reserve(self, end: int) -> bool:
+        """Make room for positions [0, end); returns whether the tensors were reallocated."""
+        if end <= self.capacity:
+            return False
+        capacity = math.ceil(end / CHUNK) * CHUNK
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            new = old.new_zeros(old.shape[:2] + (capacity,) + old.shape[3:])
+            new[:, :, : self.length] = old[:, :, : self.length]
+            setattr(self, name, new)
+        return True
+
+    def load(self, dynamic_cache) -> None:
+        """Copy a transformers DynamicCache (one run's prefill) into this cache."""
+        length = dynamic_cache.get_seq_length()
+        self.reserve(length)
+        for i, layer in enumerate(dynamic_cache.layers):
+            self.keys[i, :, :length] = layer.keys[0]  # [kv_heads, length, head_dim]
+            self.values[i, :, :length] = layer.values[0]
+        self.length = length
+
+
+def _fuse(modules) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight [sum of outputs, C] (and bias) for Linear modules that read the same input.
+
+    Each module's weight (and bias) then becomes a row view of the fused tensor, so transformers'
+    forward and the lean one read one storage: no second copy of the weights, and one matrix
+    product where there were two or three. Values are unchanged.
+    """
+    if len({m.bias is None for m in modules}) != 1:
+        raise ValueError("some of the fused projections have a bias and some do not")
+    with torch.inference_mode(False), torch.no_grad():  # ordinary tensors, usable outside inference mode too
+        weight = torch.cat([m.weight for m in modules])
+        bias = None if modules[0].bias is None else torch.cat([m.bias for m in modules])
+        row = 0
+        for m in modules:
+            rows = m.weight.shape[0]
+            m.weight.data = weight[row : row + rows]
+            if bias is not None:
+                m.bias.data = bias[row : row + rows]
+            row += rows
+    return weight, bias
+
+
+def _rotation(d: int, dtype, device) -> torch.Tensor:
+    """R [D, D] with x @ R == rotate_half(x) = cat(-x[D/2:], x[:D/2]) exactly (one +-1 per column):
+    one matrix product in place of two slices, a negation and a concatenation."""
+    r = torch.zeros(d, d, dtype=dtype, device=device)
+    half = torch.arange(d // 2, device=device)
+    r[half + d // 2, half] = -1.0
+    r[half, half + d // 2] = 1.0
+    return r
+
+
+def _mm(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x @ W^T (+ b) with W^T held as a transposed view: no per-call transpose or linear dispatch."""
+    return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
+
+
+class LeanLM:
+    """A Llama-architecture language model's forward over a StaticCache, on the model's own tensors.
+
+    Weights are the transformers modules' own storage: q/k/v and gate/up are fused into one
+    matrix each, and the modules' parameters become views of it (`_fuse`). Shapes in comments:
+    n new tokens, C hidden, H query heads, K kv heads, D head dim, I intermediate.
+    """
+
+    def __init__(self, model):
+        decoder, head, config = language_model(model)
+        self.config = config
+        self.n_heads = config.num_attention_heads
+        self.n_kv = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.n_heads
+        self.eps = config.rms_norm_eps
+        self.embed = decoder.embed_tokens.weight  # [V, C]
+        self.norm = decoder.norm.weight
+        self.head_t = head.weight.t()  # [C, V] (tied to embed in many drafters)
+        self.layers = []
+        for layer in decoder.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            qkv, qkv_bias = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])  # [(H + 2K) D, C]
+            gate_up, gate_up_bias = _fuse([mlp.gate_proj, mlp.up_proj])  # [2 I, C]
+            self.layers.append(
+                (
+                    layer.input_layernorm.weight,
+                    (qkv.t(), qkv_bias),
+                    (attn.o_proj.weight.t(), attn.o_proj.bias),
+                    layer.post_attention_layernorm.weight,
+                    (gate_up.t(), gate_up_bias),
+                    (mlp.down_proj.weight.t(), mlp.down_proj.bias),
+                )
+            )
+        self.intermediate = decoder.layers[0].mlp.gate_proj.weight.shape[0]
+        self.rotation = _rotation(self.head_dim, self.dtype, self.device)
+        self.rotary = decoder.rotary_emb
+        self._lock = threading.Lock()
+        self._rope = self._tables(CHUNK)  # (cos, sin) [positions, D], grown on demand
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.dtype
+
+    def new_cache(self, capacity: int) -> StaticCache:
+        capacity = math.ceil(max(capacity, 1) / CHUNK) * CHUNK
+        return StaticCache(len(self.layers), self.n_kv, self.head_dim, capacity, self.dtype, self.device)
+
+    def _tables(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [n, D] for positions 0..n-1, from the model's own rotary module (its
+        frequencies and attention scaling), in the model's dtype as transformers applies them."""
+        positions = torch.arange(n, device=self.device)[None]
+        cos, sin = self.rotary(torch.empty(0, dtype=self.dtype, device=self.device), positions)
+        return cos[0], sin[0]
+
+    def rope(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin tables covering positions [0, end) (shared by every run; grown under a lock)."""
+        tables = self._rope
+        if tables[0].shape[0] < end:
+            with self._lock:
+                if self._rope[0].shape[0] < end:
+                    self._rope = self._tables(math.ceil(end / CHUNK) * CHUNK)
+                tables = self._rope
+        return tables
+
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        # As LlamaRMSNorm: normalise in float32, cast back, then scale.
+        x32 = x.float()
+        return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+    def _layer(self, i: int, h: torch.Tensor, cos, sin, write, attend) -> torch.Tensor:
+        """One decoder layer over h [n, C]; `write(i, k, v)` stores the new keys and values
+        [n, K, D] in the cache and `attend(i, q)` turns q [n, H, D] into the attention output [n, H*D]."""
+        norm1, qkv_proj, o_proj, norm2, gate_up_proj, down_proj = self.layers[i]
+        n, H, K = h.shape[0], self.n_heads, self.n_kv
+        qkv = _mm(self._rms(h, norm1), *qkv_proj).view(n, H + 2 * K, self.head_dim)
+        qk = qkv[:, : H + K]  # queries and keys rotate alike: cos, sin [n, 1, D]
+        qk = qk * cos + torch.matmul(qk, self.rotation) * sin
+        write(i, qk[:, H:], qkv[:, H + K :])
+        h = h + _mm(attend(i, qk[:, :H]), *o_proj)
+        gate_up = _mm(self._rms(h, norm2), *gate_up_proj)  # [n, 2 I]
+        return h + _mm(F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :], *down_proj)
+
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits [V] for the token after the last row of h [n, C]."""
+        return torch.mm(self._rms(h[-1:], self.norm), self.head_t)[0]
+
+    def forward(self, cache: StaticCache, ids: list[int]) -> torch.Tensor:
+        """Feed ids after the cache's tokens; return the logits for the token after them: [V].
+
+        Eager, with the attention sliced to the tokens the cache holds: for one token two batched
+        products over the kv groups, no mask; for several, SDPA with a causal mask.
+        """
+        n, start = len(ids), cache.length
+        end = start + n
+        cache.reserve(end)
+        cos, sin = self.rope(end)
+        cos, sin = cos[start:end, None], sin[start:end, None]  # [n, 1, D]
+        if n == 1:
+            h = self.embed[ids[0]][None]  # [1, C]: a row view, no index kernel
+        else:
+            h = F.embedding(torch.tensor(ids, device=self.device), self.embed)  # [n, C]
+        # Token j of the new ones sees the cache and the new tokens up to itself: key index <= start + j.
+        mask = None if n == 1 else torch.ones(n, end, dtype=torch.bool, device=self.device).tril(start)
+        H, K, D = self.n_heads, self.n_kv, self.head_dim
+
+        def write(i, k, v):  # [n, K, D] each
+            cache.keys[i, :, start:end] = k.transpose(0, 1)
+            cache.values[i, :, start:end] = v.transpose(0, 1)
+
+        def attend(i, q):
+            keys, values = cache.keys[i, :, :end], cache.values[i, :, :end]  # [K, end, D]
+            if n == 1:  # query head j*g + r reads kv head j (g = H / K), as transformers' repeat_kv
+                scores = torch.bmm(q.view(K, H // K, D), keys.transpose(1, 2)).mul_(D**-0.5)  # [K, g, end]
+                return torch.bmm(torch.softmax(scores, dim=-1), values).view(1, H * D)
+            y = F.scaled_dot_product_attention(
+                q.transpose(0, 1)[None], keys[None], values[None], attn_mask=mask, enable_gqa=H != K
+            )  # [1, H, n, D]
+            return y[0].transpose(0, 1).reshape(n, H * D)
+
+        for i in range(len(self.layers)):
+            h = self._layer(i, h, cos, sin, write, attend)
+        cache.length = end
+        return self._logits(h)
+
+    def static_step(self, cache: StaticCache, token: torch.Tensor, position: torch.Tensor, keys_index, tables):
+        """One token at a device-side position, with every shape fixed by the cache's capacity, for
+        CUDA-graph capture: token, position [1] long; keys_index [capacity]; tables: `rope(capacity)`
+        (the caller keeps them alive for as long as the graph). Returns logits [V]. Attention
+        covers the whole capacity, masked to positions <= position."""
+        cos, sin = (t.index_select(0, position)[:, None] for t in tables)  # [1, 1, D]
+        h = F.embedding(token, self.embed)  # [1, C]
+        mask = (keys_index <= position)[None, None, None]  # [1, 1, 1, capacity]
+        gqa = self.n_heads != self.n_kv
+
+        def write(i, k, v):  # [1, K, D] each, at the device-side position
+            cache.keys[i].index_copy_(1, position, k.transpose(0, 1))
+            cache.values[i].index_copy_(1, position, v.transpose(0, 1))
+
+        def attend(i, q):  # q [1, H, D] over every slot of the capacity, masked
+            y = F.scaled_dot_product_attention(
+                q.transpose(0, 1)[None], cache.keys[i, None], cache.values[i, None], attn_mask=mask, enable_gqa=gqa
+            )
+            return y[0].transpose(0, 1).reshape(1, -1)
+
+        for i in range(len(self.layers)):
+            h = self._layer(i, h, cos, sin, write, attend)
+        return self._logits(h)
+
+
+class GraphStep:
+    """The one-token step of one run's cache, captured as a CUDA graph (re-captured when the cache
+    grows, since a graph replays on fixed addresses)."""
+
+    WARMUP = 3
+
+    def __init__(self, lm: LeanLM, cache: StaticCache):
+        self.lm, self.cache = lm, cache
+        self.capacity = 0
+
+    def _capture(self) -> None:
+        cache, device = self.cache, self.lm.device
+        self.token = torch.zeros(1, dtype=torch.long, device=device)
+        # Warm-up and capture write at the last slot, which no step reads before writing it.
+        self.position = torch.full((1,), cache.capacity - 1, dtype=torch.long, device=device)
+        self.keys_index = torch.arange(cache.capacity, device=device)
+        self.tables = self.lm.rope(cache.capacity)  # held here: the graph reads them by address
+        args = (cache, self.token, self.position, self.keys_index, self.tables)
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for _ in range(self.WARMUP):
+                self.lm.static_step(*args)
+        torch.cuda.current_stream(device).wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.logits = self.lm.static_step(*args)
+        self.capacity = cache.capacity
+
+    def __call__(self, token: int) -> torch.Tensor:
+        cache = self.cache
+        cache.reserve(cache.length + 1)
+        if cache.capacity != self.capacity:
+            self._capture()
+        self.token.fill_(token)
+        self.position.fill_(cache.length)
+        self.graph.replay()
+        cache.length += 1
+        return self.logits
+
+
+class LeanDraftState(DraftState):
+    """One run's drafting through LeanLM: the same bookkeeping as DraftState, on a StaticCache."""
+
+    def __init__(self, drafter: LeanDrafter, cache: StaticCache, prompt_last: int):
+        super().__init__(drafter, cache, prompt_last)
+        self.lm = drafter.lean
+        self.graph = GraphStep(self.lm, cache) if drafter.graphs else None
+
+    def _forward(self, ids: list[int]) -> torch.Tensor:
+        if self.graph is not None and len(ids) == 1:
+            return self.graph(ids[0])
+        return self.lm.forward(self.cache, ids)
+
+
+class LeanDrafter(Drafter):
+    """A Drafter that drafts through LeanLM where it can, else through transformers.
+
+    Whether it can is decided once, at first use (`prepare`, called by `path`): the architecture
+    check, then a comparison of lean and transformers logits over a short sequence with a
+    rollback, then on CUDA a graph capture. The first use happens inside the run, so on ZeroGPU
+    everything is built inside the GPU call, on the real device.
+    """
+
+    CHECK_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-8}  # relative to the logits' scale
+    HALF_TOLERANCE = 5e-2  # bf16 / fp16
+
+    def __init__(self, model, *, graphs: bool | None = None, **kwargs):
+        super().__init__(model, **kwargs)
+        self.lean: LeanLM | None = None
+        self.fallback_reason = unsupported(model)
+        self._want_graphs = graphs
+        self.graphs = False
+        self.graphs_reason: str | None = None  # why a CUDA device steps without graphs
+        self._prepared = self.fallback_reason is not None
+        self._prepare_lock = threading.Lock()
+
+    @property
+    def path(self) -> str:
+        self.prepare()
+        if self.lean is None:
+            return "transformers"
+        return "lean + CUDA graphs" if self.graphs else "lean"
+
+    def prepare(self) -> None:
+        """Build and check the lean path once; on any failure, record why and use transformers."""
+        if self._prepared:
+            return
+        with self._prepare_lock:
+            if self._prepared:
+                return
+            try:
+                lean = LeanLM(self.model)
+                self._check(lean)
+                self.lean = lean
+                want = self._want_graphs if self._want_graphs is not None else self.device.type == "cuda"
+                self.graphs = want and self._check_graphs()
+            except Exception as error:  # any failure: draft through transformers, and say why
+                self.lean = None
+                self.fallback_reason = f"lean path failed its check: {type(error).__name__}: {error}"[:300]
+                log.warning("drafter %r drafts through transformers: %s", self.name, self.fallback_reason)
+            self._prepared = True
+
+    @torch.inference_mode()
+    def _check(self, lean: LeanLM) -> None:
+        """Lean logits must match transformers' after a transformers prefill copied into a static
+        cache (as `start` does), over steps of 1 and 2 tokens and a rollback."""
+        from transformers import DynamicCache
+
+        g = torch.Generator().manual_seed(0)
+        usable = self.allowed[: self.usable].nonzero()[:, 0].cpu()
+        ids = usable[torch.randint(len(usable), (12,), generator=g)].tolist()
+        ref_cache = DynamicCache(config=self.model.config)
+        self._forward_transformers(ref_cache, ids[:6])
+        cache = lean.new_cache(16)
+        cache.load(ref_cache)
+        tolerance = self.CHECK_TOLERANCE.get(lean.dtype, self.HALF_TOLERANCE)
+        for chunk, rollback in ((ids[6:7], 0), (ids[7:9], 1), (ids[9:10], 0), (ids[10:12], 0)):
+            if rollback:
+                ref_cache.crop(-rollback)
+                cache.crop(-rollback)
+            ref = self._forward_transformers(ref_cache, chunk)
+            got = lean.forward(cache, chunk)
+            scale = float(ref.abs().max()) + 1.0
+            error = float((got.float() - ref.float()).abs().max())
+            if not error <= tolerance * scale:
+                raise ValueError(f"logits differ by {error:.3g} (allowed {tolerance * scale:.3g})")
+
+    def _forward_transformers(self, cache, ids: list[int]) -> torch.Tensor:
+        input_ids = torch.tensor([ids], device=self.device)
+        out = self.model(input_ids=input_ids, **{self.cache_kw: cache}, use_cache=True, logits_to_keep=1)
+        return out.logits[0, -1]
+
+    @torch.inference_mode()
+    def _check_graphs(self) -> bool:
+        """Capture and replay one graph step against the eager step; False (eager) if that fails."""
+        try:
+            ids = self.allowed[: self.usable].nonzero()[:5, 0].tolist()
+            eager, graphed = self.lean.new_cache(8), self.lean.new_cache(8)
+            self.lean.forward(eager, ids[:4])
+            self.lean.forward(graphed, ids[:4])
+            step = GraphStep(self.lean, graphed)
+            want = self.lean.forward(eager, ids[4:5])
+            got = step(ids[4])
+            torch.cuda.synchronize(self.device)
+            if not torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2 * (float(want.abs().max()) + 1)):
+                raise ValueError("graph replay differs from the eager step")
+            return True
+        except Exception as error:
+            self.graphs_reason = f"CUDA graphs unavailable ({type(error).__name__}: {error})"[:300]
+            log.warning("drafter %r steps eagerly: %s", self.name, self.graphs_reason)
+            return False
+
+    @torch.inference_mode()
+    def start(self, inputs: dict) -> DraftState:
+        """A new run's state: the transformers prefill (the image too, if image-aware), copied into
+        a static cache that the lean steps extend."""
+        self.prepare()
+        if self.lean is None:
+            return super().start(inputs)
+        prefilled = super().start(inputs)  # DraftState over a DynamicCache holding the prompt
+        cache = self.lean.new_cache(prefilled.cache.get_seq_length() + CHUNK)
+        cache.load(prefilled.cache)
+        return LeanDraftState(self, cache, prefilled.prompt_last)
+
+
+def on_path(drafter: Drafter, lean: bool) -> Drafter:
+    """The same drafter model behind the lean path (lean=True, falling back where it must) or the
+    transformers one: for comparing the two on one loaded model."""
+    cls = LeanDrafter if lean else Drafter
+    return cls(
+        drafter.model,
+        name=drafter.name,
+        kind=drafter.kind,
+        target_vocab_size=drafter.target_vocab_size,
+        stop_ids=drafter.stop_ids,
+        blocked_ids=drafter.blocked_ids,
+    )
