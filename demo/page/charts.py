@@ -190,7 +190,7 @@ def round_times(spd: Trace, ar: Trace) -> go.Figure:
         ],
         barmode="stack",
         showlegend=True,
-        legend={"orientation": "h", "x": 0.02, "y": 1.0, "yanchor": "bottom", "xanchor": "left"},
+        legend={"x": 0.01, "y": 0.99, "yanchor": "top", "xanchor": "left", "bgcolor": "rgba(255,255,255,.75)"},
         shapes=[line for line, _ in levels],
         annotations=[label for _, label in levels],
     )
@@ -241,7 +241,8 @@ def gamma_sweep(rows: list[dict], race_gamma: int) -> go.Figure:
         lines,
         yaxis2={"overlaying": "y", "side": "right", "range": [0, 1.05], "title": {"text": "α"}, "showgrid": False},
         showlegend=True,
-        legend={"orientation": "h", "x": 0.0, "y": 1.0, "yanchor": "bottom", "xanchor": "left"},
+        legend={"orientation": "h", "x": 0.0, "y": -0.2, "yanchor": "top", "xanchor": "left"},
         shapes=[mark],
-        margin={"l": 44, "r": 40, "t": 56, "b": 42},
+        height=HEIGHT + 50,
+        margin={"l": 44, "r": 40, "t": 36, "b": 80},
     )

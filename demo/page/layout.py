@@ -178,6 +178,9 @@ def inputs(default_preset: str, examples: list[Example]) -> SimpleNamespace:
     return c
 
 
+CHART_MIN_WIDTH = 360  # px: two charts a row on a desktop, one on a phone (titles and axes whole)
+
+
 def how_it_works() -> SimpleNamespace:
     """The top of the Race tab: one round of the current race, annotated (open), and the rest of
     the explanation (collapsed)."""
@@ -231,26 +234,49 @@ def race_view() -> SimpleNamespace:
             )
     # Empty charts at load: the browser fetches plotly.js before the first Run, not during it.
     with gr.Row(elem_id="charts"):
-        v.race_chart = gr.Plot(charts.race(empty, empty), label="race chart", show_label=False, elem_id="chart-race")
+        v.race_chart = gr.Plot(
+            charts.race(empty, empty),
+            label="race chart",
+            show_label=False,
+            min_width=CHART_MIN_WIDTH,
+            elem_id="chart-race",
+        )
         v.tau_chart = gr.Plot(
-            charts.block_efficiency(empty), label="block efficiency chart", show_label=False, elem_id="chart-tau"
+            charts.block_efficiency(empty),
+            label="block efficiency chart",
+            show_label=False,
+            min_width=CHART_MIN_WIDTH,
+            elem_id="chart-tau",
         )
     with gr.Row(elem_id="charts-2"):
         v.hist_chart = gr.Plot(
-            charts.accept_lengths(empty), label="accept lengths chart", show_label=False, elem_id="chart-hist"
+            charts.accept_lengths(empty),
+            label="accept lengths chart",
+            show_label=False,
+            min_width=CHART_MIN_WIDTH,
+            elem_id="chart-hist",
         )
         v.pos_chart = gr.Plot(
             charts.acceptance_by_position(empty),
             label="acceptance by position chart",
             show_label=False,
+            min_width=CHART_MIN_WIDTH,
             elem_id="chart-pos",
         )
     with gr.Row(elem_id="charts-3"):
         v.sweep_chart = gr.Plot(
-            charts.gamma_sweep([], 0), label="gamma sweep chart", show_label=False, elem_id="chart-sweep"
+            charts.gamma_sweep([], 0),
+            label="gamma sweep chart",
+            show_label=False,
+            min_width=CHART_MIN_WIDTH,
+            elem_id="chart-sweep",
         )
         v.time_chart = gr.Plot(
-            charts.round_times(empty, empty), label="time per round chart", show_label=False, elem_id="chart-time"
+            charts.round_times(empty, empty),
+            label="time per round chart",
+            show_label=False,
+            min_width=CHART_MIN_WIDTH,
+            elem_id="chart-time",
         )
     v.sweep_note = gr.HTML(
         '<div class="sweep-note">After a greedy race: τ, α, MBSU and the predicted speedup of this prompt for '

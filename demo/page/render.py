@@ -124,13 +124,14 @@ def token_span(tok: TokenEvent, greedy: bool, end: bool = False) -> str:
     elif not tok.text:
         face = '<span class="part">·</span>'  # held back: part of a character completed later
     else:
-        face = visible(tok.text, line_breaks=False)
+        face = visible(tok.text.lstrip(" ") or tok.text, line_breaks=False)
     label = html.escape(" — ".join(token_details(tok, greedy)), quote=True)
-    # A box never wraps (no empty coloured fragments at line ends): the token's line breaks
-    # follow it, outside the box.
+    # No empty coloured fragments at line ends: a token's leading spaces (where lines wrap) go
+    # before its box, and its line breaks after it.
+    lead = tok.text[: len(tok.text) - len(tok.text.lstrip(" "))] if tok.text.strip(" ") else ""
     breaks = "\n" * tok.text.count("\n")
     return (
-        f'<span class="tok tok-{tok.kind}" tabindex="0" data-round="{tok.round}" '
+        f'{lead}<span class="tok tok-{tok.kind}" tabindex="0" data-round="{tok.round}" '
         f'aria-label="{label}">{face}{_tooltip(tok, greedy)}</span>{breaks}'
     )
 
@@ -369,11 +370,9 @@ def autoregressive_stats_html(ar: Trace) -> str:
 CSS = """
 .tokens { position: relative; white-space: pre-wrap; word-break: break-word; line-height: 2.0; font-size: 15px;
   font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; min-height: 3.5em; }
-/* A token is one unbreakable box (no coloured fragments at line ends); its tooltip is placed by
-   the panel (.tokens), under the token's line and within the panel's width, so it is never cut
-   at the page's right edge or on a phone. */
-.tok { display: inline-block; white-space: pre; line-height: 1.5; padding: 1px 0; margin: 0 1px;
-  border-radius: 3px; outline: none; cursor: help; }
+/* A token's tooltip is placed by the panel (.tokens), under the token's line and within the
+   panel's width, so it is never cut at the page's right edge or on a phone. */
+.tok { padding: 1px 0; margin: 0 1px; border-radius: 3px; outline: none; cursor: help; }
 .tok-accepted { background: rgba(0,158,115,.16); border-bottom: 2px solid #009E73; }
 .tok-resampled { background: rgba(213,94,0,.16); border: 1.5px dashed #D55E00; }
 .tok-bonus { background: rgba(0,114,178,.16); border-bottom: 4px double #0072B2; }
@@ -395,7 +394,7 @@ details.round-d[open] > summary { background: rgba(0,114,178,.06); }
 .inspector .pos { margin: 4px 0 8px; }
 .inspector .pos-head { font-weight: 600; margin-bottom: 2px; }
 .inspector .pq { display: flex; flex-wrap: wrap; gap: 4px 24px; }
-.bars { border-collapse: collapse; border: none !important; }
+.bars, .bars tr { border-collapse: collapse; border: none !important; background: none !important; }
 .bars td { padding: 0 6px 0 0 !important; border: none !important; background: none !important; font-size: 12px; }
 .bars .bt { font-family: ui-monospace, monospace; white-space: pre; min-width: 6em; }
 .bars .bar { width: 140px; }

@@ -60,6 +60,8 @@ def annotated_round_html(spd: Trace) -> str:
             f'<p class="causal">{CAUSAL}</p></div>'
         )
     drafter = spd.start.drafter
+    proposed = " ".join(_t(t) for t in r.drafted_texts)
+    who = f"{drafter.name} drafter" + ("" if drafter.name == drafter.kind else f", {drafter.kind}")
     marks = []
     for j, text in enumerate(r.drafted_texts):
         if j < r.n_accepted:
@@ -91,8 +93,7 @@ def annotated_round_html(spd: Trace) -> str:
         arrow = f'<span class="chip chip-own chip-bonus">+ {html.escape(own_text)}</span>'
         told = f"The target accepted all {n} drafts and added a bonus token {_t(own_text)} from the same forward."
     return (
-        f'<div class="how-round"><p><b>Round {r.index} of this race</b> ({html.escape(drafter.name)} drafter, '
-        f"{drafter.kind}): the drafter proposed {' '.join(_t(t) for t in r.drafted_texts)}.</p>"
+        f'<div class="how-round"><p><b>Round {r.index} of this race</b> ({html.escape(who)}): the drafter proposed {proposed}.</p>'
         f'<p class="marks">{"".join(marks)}{arrow} <span class="plus">+{r.n_emitted} tokens for one target forward</span></p>'
         f'<p>{told}</p><p class="causal">{CAUSAL}</p></div>'
     )
@@ -122,7 +123,10 @@ def inspector_html(r: RoundEvent, greedy: bool) -> str:
     cells = []
     for i, pos in enumerate(d.positions, start=1):
         if greedy:
-            rule = f"argmax match: {'yes' if pos.accepted else 'no'}"
+            ratio = min(1.0, pos.p / pos.q) if pos.q > 0 else 1.0
+            rule = (
+                f"argmax match: {'yes' if pos.accepted else 'no'} (min(1, p/q) = {ratio:.3f}, the rule when sampling)"
+            )
         else:
             rule = f"min(1, p/q) = {pos.accept_prob:.3f}, u = {pos.u:.3f}: " + (
                 "u &lt; min(1, p/q), accepted" if pos.accepted else "u ≥ min(1, p/q), rejected"
@@ -205,7 +209,12 @@ def rule_of_thumb(rows: list[dict], race_gamma: int) -> str:
     here = next((r for r in scored if r["gamma"] == race_gamma), None)
     text = (
         f"Rule of thumb for this prompt: the cost model peaks at γ = {best['gamma']} (×{best['predicted_speedup']:.2f}), "
-        f"and γ = {min(near)}–{max(near)} is within 5% of it. From γ = {first['gamma']} to {last['gamma']} τ goes "
+        + (
+            f"and γ = {min(near)}–{max(near)} is within 5% of it. "
+            if len(near) > 1
+            else "and no other γ comes within 5%. "
+        )
+        + f"From γ = {first['gamma']} to {last['gamma']} τ goes "
         f"{first['tau']:.2f} → {last['tau']:.2f} while α goes {first['alpha']:.2f} → {last['alpha']:.2f}."
     )
     if here is not None:
