@@ -28,6 +28,10 @@ ANALYSIS_CSS = """
 .an-rej td, .an-rej th { padding: 2px 8px; text-align: left;
   border-bottom: 1px solid var(--border-color-primary, #eee); }
 .an-rej .grounded { font-weight: 600; }
+/* A narrow screen scrolls the tables sideways instead of breaking their headers a letter a line. */
+#an-words th, #an-runs th, #an-words th *, #an-runs th * { white-space: nowrap !important; word-break: normal !important; }
+#an-words .table-wrap, #an-runs .table-wrap { overflow-x: auto; }
+#an-words table, #an-runs table { min-width: 680px; }
 """
 
 
