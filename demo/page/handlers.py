@@ -165,15 +165,18 @@ def view(
         "ar_stats": render.autoregressive_stats_html(ar),
         "outcome": render.outcome_html(spd, ar, comparison, facts, reference),
         "blocks": render.blocks_html(spd),
-        "how_round": teach.annotated_round_html(spd),
     }
+    # The page's heavier views follow the charts' pace; the time chart waits for the race's end.
+    if charts_too:
+        update["how_round"] = teach.annotated_round_html(spd)
+    if charts_too and done:
+        update["time_chart"] = charts.round_times(spd, ar)
     if charts_too:
         update |= {
             "race_chart": charts.race(spd, ar),
             "tau_chart": charts.block_efficiency(spd),
             "hist_chart": charts.accept_lengths(spd),
             "pos_chart": charts.acceptance_by_position(spd),
-            "time_chart": charts.round_times(spd, ar),
         }
     return update
 
