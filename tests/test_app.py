@@ -103,6 +103,19 @@ def test_trace_token_kinds_and_counts_agree_with_its_metrics(client, tiny_world)
     assert ar["metrics"]["tau"] == 1.0
 
 
+def test_trace_gives_the_gamma_sweep_exact_at_the_race_gamma_and_none_for_sampling(client, tiny_world):
+    result = client.predict(*trace_args(tiny_world, gamma=3, max_new=40), api_name="/trace")
+    sweep = result["gamma_sweep"]
+    assert [row["gamma"] for row in sweep] == list(range(1, 11))
+    assert all(set(row) == {"gamma", "tau", "alpha", "mbsu", "predicted_speedup"} for row in sweep)
+    spd = result["runs"]["speculative"]["metrics"]
+    assert sweep[2]["tau"] == spd["tau"] and sweep[2]["alpha"] == spd["alpha"]  # exactly: the race's rounds
+    assert sweep[2]["mbsu"] == pytest.approx(spd["mbsu_made"])
+    assert all(row["predicted_speedup"] > 0 for row in sweep)
+    sampled = client.predict(*trace_args(tiny_world, greedy=False, seed=7), api_name="/trace")
+    assert sampled["gamma_sweep"] == []
+
+
 def test_sampled_races_repeat_exactly_for_a_seed(client, tiny_world):
     first = client.predict(*trace_args(tiny_world, greedy=False, seed=7), api_name="/trace")
     again = client.predict(*trace_args(tiny_world, greedy=False, seed=7), api_name="/trace")
@@ -160,13 +173,18 @@ def test_race_endpoint_streams_the_panels_then_offers_the_downloads(client, tiny
     final = job.result()
     updates = job.outputs()
     assert len(updates) >= 3  # the empty start, at least one partial redraw, the final state
-    spd_panel, spd_stats, ar_panel, ar_stats, outcome, blocks = final[:6]
+    shown = [name for name in handlers.OUTPUTS if name not in ("run", "replay", "stop", "last")]  # no buttons, no State
+    page = dict(zip(shown, final, strict=True))
+    spd_panel, ar_panel, outcome, blocks = page["spd_panel"], page["ar_panel"], page["outcome"], page["blocks"]
     assert spd_panel.count('class="tok tok-') == ar_panel.count('class="tok tok-') > 1
     assert "lossless ✓ identical outputs" in outcome
-    assert blocks.count('<div class="round">') >= 1
-    assert "wall-clock speedup" in spd_stats and "decode tokens/s" in ar_stats
-    assert all(json.loads(plot["plot"])["data"] for plot in final[6:10])
-    json_button, csv_button = final[10], final[11]  # updates: the file and interactive=True
+    assert blocks.count('<summary class="round">') >= 1 and 'class="inspector"' in blocks
+    assert "wall-clock speedup" in page["spd_stats"] and "decode tokens/s" in page["ar_stats"]
+    assert "Round " in page["how_round"] and "of this race" in page["how_round"]
+    for chart in ("race_chart", "tau_chart", "hist_chart", "pos_chart", "time_chart", "sweep_chart"):
+        assert json.loads(page[chart]["plot"])["data"], chart
+    assert "Rule of thumb for this prompt" in page["sweep_note"]
+    json_button, csv_button = page["json_file"], page["csv_file"]  # updates: the file and interactive=True
     assert json_button["interactive"] and csv_button["interactive"]
     record = json.loads(Path(json_button["value"]).read_text())
     rows = list(csv.DictReader(io.StringIO(Path(csv_button["value"]).read_text())))

@@ -114,6 +114,46 @@ def test_example_race_shows_coloured_tokens_both_texts_charts_and_blocks(browser
     page.close()
 
 
+def test_a_race_teaches_an_annotated_round_the_gamma_sweep_and_p_and_q(browser, served):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(served)
+    page.wait_for_selector(DRAWN)
+    assert "Run the race and one of its rounds is explained here" in page.inner_text("#how-round")
+    assert "appears once the race runs" in page.inner_text("#chart-sweep")  # no meaningless axes before a run
+    page_bench.first_token(page)
+    page.wait_for_function("document.querySelector('#sweep-note').innerText.includes('Rule of thumb')", timeout=120_000)
+    # 1. the annotated round, at the top, from this race
+    how = page.inner_text("#how-round")
+    assert "of this race" in how and "causal attention" in how
+    assert page.locator("#how-round .chip-ok, #how-round .chip-no, #how-round .chip-bonus").count() >= 1
+    assert page.locator("#how-round").bounding_box()["y"] < page.locator("#run").bounding_box()["y"]
+    # 2. the sweep chart: tau, MBSU, predicted speedup and alpha for gamma = 1..10
+    assert page.locator("#chart-sweep .scatterlayer .trace").count() == 4
+    assert page.locator("#chart-time .barlayer .trace").count() == 2  # draft and verify per round
+    # 5. honest labels: the example's reference is judged beside the lossless badge
+    assert "reference" in page.inner_text("#outcome") and "Why ×" in page.inner_text("#outcome")
+    # 3. the inspector: open a round that rejected a draft (else the first), see p and q
+    rounds = page.locator("#blocks details.round-d")
+    rejected = page.locator("#blocks details.round-d:has(.chip-no)")
+    opened = rejected.first if rejected.count() else rounds.first
+    opened.locator("summary").focus()
+    page.keyboard.press("Enter")  # a round opens from the keyboard too
+    inspector = opened.locator(".inspector")
+    assert inspector.is_visible()
+    text = inspector.inner_text()
+    assert "p (target)" in text and "q (drafter)" in text and "min(1, p/q)" in text
+    assert inspector.locator(".fill-p").count() >= 1 and inspector.locator(".fill-q").count() >= 1
+    assert inspector.locator("tr.hit").count() >= 1  # the draft, and the target's token, marked
+    shoot(page, "teach-desktop.png")
+    opened.screenshot(path=str(SHOTS / "inspector.png"))
+    page.set_viewport_size({"width": 420, "height": 900})
+    page.wait_for_timeout(600)
+    for chart in ("#chart-race", "#chart-sweep"):  # one chart a row on a phone: titles whole
+        assert page.locator(chart).bounding_box()["width"] > 340, chart
+    shoot(page, "teach-phone.png")
+    page.close()
+
+
 def test_bad_input_gets_a_message_and_stop_ends_a_race(browser, served, tmp_path):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(served)
@@ -145,6 +185,7 @@ def test_bad_input_gets_a_message_and_stop_ends_a_race(browser, served, tmp_path
     page.click("#stop")
     page.wait_for_function("document.querySelector('#outcome').innerText.startsWith('Stopped.')", timeout=10_000)
     assert page.is_enabled("#run") and not page.is_enabled("#stop")
+    assert "· stopped" in page.inner_text("#spd-panel .clock")  # not "decoding…" after a Stop
     assert 0 < page.locator("#spd-panel .tok").count() < 400  # what was decoded stays; the rest never came
     page.fill("#max-new input[type=number]", "16")
     page.press("#max-new input[type=number]", "Enter")

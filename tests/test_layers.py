@@ -24,7 +24,7 @@ WORLD_TRAINING = (
     "demo.world.fit",
     "demo.world.experiments",
 )
-SESSION = ("demo.session", "demo.validate", "demo.analysis")
+SESSION = ("demo.session", "demo.validate", "demo.analysis", "demo.sweeps")
 LAYERS = {
     "engine": (
         ("demo.engine",),

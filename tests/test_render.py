@@ -116,8 +116,8 @@ def test_newline_and_control_characters_stay_visible():
 
 def test_answer_ending_at_eos_shows_an_end_marker_on_the_last_token():
     html = render.tokens_html(spd_trace(stop="eos", greedy=False))
-    assert html.count("⏹ end") == 1
-    assert "⏹ end" not in render.tokens_html(spd_trace(stop="max_new_tokens", greedy=False))
+    assert html.count('<span class="end">end</span>') == 1
+    assert 'class="end"' not in render.tokens_html(spd_trace(stop="max_new_tokens", greedy=False))
 
 
 def test_tooltip_of_accepted_token_gives_p_q_and_acceptance_probability():
@@ -149,7 +149,7 @@ def test_greedy_tooltips_name_the_argmax_rule():
 
 def test_block_view_marks_accepted_rejected_and_unchecked_drafts():
     html = render.blocks_html(spd_trace())
-    rows = re.findall(r'<div class="round">(.*?)</div>', html)
+    rows = re.findall(r'<summary class="round">(.*?)</summary>', html)
     assert len(rows) == 3
     first = rows[0]
     assert re.findall(r'class="chip (chip-\w+)', first) == ["chip-ok", "chip-no", "chip-skip", "chip-own"]
@@ -160,7 +160,7 @@ def test_block_view_marks_accepted_rejected_and_unchecked_drafts():
 
 
 def test_block_view_greys_out_the_target_token_when_the_answer_ended_inside_the_drafts():
-    third = re.findall(r'<div class="round">(.*?)</div>', render.blocks_html(spd_trace()))[2]
+    third = re.findall(r'<summary class="round">(.*?)</summary>', render.blocks_html(spd_trace()))[2]
     assert "chip-unused" in third and '<span class="stop">stop</span>' in third
 
 
@@ -168,7 +168,7 @@ def test_block_view_keeps_only_the_latest_rounds():
     trace = spd_trace()
     trace.rounds = [trace.rounds[0]] * (render.MAX_ROUNDS_SHOWN + 7)
     html = render.blocks_html(trace)
-    assert html.count('<div class="round">') == render.MAX_ROUNDS_SHOWN
+    assert html.count('<summary class="round">') == render.MAX_ROUNDS_SHOWN
     assert "7 earlier rounds not shown" in html
 
 
@@ -177,11 +177,18 @@ def test_speculative_stats_show_the_metrics_beside_their_formulas():
     html = render.speculative_stats_html(trace, speedup=1.5)
     assert metrics.tau(trace) == 7 / 3
     assert '<td class="num">2.33</td><td class="formula">tokens after prefill / target forwards = 7 / 3</td>' in html
-    assert '<td class="num">0.71</td><td class="formula">accepted / drafted = 5 / 7</td>' in html
+    assert '<td class="num">0.71</td><td class="formula">accepted / drafted = 5 / 7 (drafted: every token' in html
     assert "×1.50" in html
-    assert "τ / (1 + γ·c), γ = 3, c = drafter/target params = 0.100" in html
-    assert '<td class="num">1.79</td>' in html  # MBSU = (7/3) / (1 + 3 * 0.1)
-    assert "5 accepted · 1 resampled · 1 bonus · 1 from the prefill" in html
+    assert "d = drafts made per round = 2.33 (γ = 3), c = drafter/target params = 0.100" in html
+    assert '<td class="num">1.89</td>' in html  # MBSU from the drafts made: (7/3) / (1 + (7/3) * 0.1)
+    assert "5 accepted · 1 resampled · 1 bonus · 1 from the target alone (the prefill" in html
+
+
+def test_token_breakdown_counts_the_tokens_shown_while_a_round_event_is_still_to_come():
+    trace = spd_trace()
+    trace.rounds = trace.rounds[:1]  # round 2's tokens have arrived, its round event not yet
+    html = render.speculative_stats_html(trace, speedup=None)
+    assert '<td class="num">8</td><td class="formula">5 accepted · 1 resampled · 1 bonus · 1 from' in html
 
 
 def test_stats_of_an_empty_trace_show_dashes_not_errors():
@@ -202,12 +209,13 @@ def test_lossless_badge_only_when_the_outputs_are_identical():
     assert "lossless" not in sampled and "differ by design, same distribution" in sampled
 
 
-def test_a_slower_speculative_run_is_explained_not_hidden():
+def test_the_speedup_is_explained_by_this_runs_own_step_costs():
     spd, ar = spd_trace(), ar_trace()
     slower = render.outcome_html(spd, ar, {"identical": True, "first_difference": None, "speedup": 0.8})
-    assert "<b>×0.80</b>" in slower and "slower here" in slower
-    faster = render.outcome_html(spd, ar, {"identical": True, "first_difference": None, "speedup": 1.2})
-    assert "slower here" not in faster
+    c = metrics.costs(spd, ar)
+    assert "<b>×0.80</b>" in slower and "Why ×0.80" in slower
+    assert f"the target alone takes {c.t1 * 1000:.2f} ms a token" in slower
+    assert f"×{metrics.predicted(metrics.tau(spd), metrics.drafts_per_round(spd), c):.2f} predicted" in slower
 
 
 def test_panel_shows_its_own_compute_clock():

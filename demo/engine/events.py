@@ -25,7 +25,7 @@ Token kinds:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:  # a type only: the events import no torch, so the page can read them cheaply
@@ -114,6 +114,34 @@ class TokenEvent:
         }
 
 
+Ranked = tuple[tuple[str, float], ...]  # the k most likely tokens of a distribution: (text, probability)
+
+
+@dataclass(frozen=True)
+class Position:
+    """One checked draft position of a round, for the inspector: the draft, both models'
+    distributions there (their top k), and what decided."""
+
+    draft: str  # the drafted token's text
+    p: float  # target probability of the draft (warped as used for the decision)
+    q: float  # drafter probability of the draft
+    accept_prob: float  # min(1, p/q); greedy: 1.0 when the draft is the target's argmax, else 0.0
+    u: float | None  # sampling: the uniform draw that decided (accepted when u < accept_prob); greedy: None
+    accepted: bool
+    top_p: Ranked  # the target's top k here
+    top_q: Ranked  # the drafter's top k here
+
+
+@dataclass(frozen=True)
+class RoundDetail:
+    """What the target saw in one round, for the inspector (top k only, never whole vocabularies)."""
+
+    positions: tuple[Position, ...]  # the accepted drafts and the first rejected one; none after it
+    token: str  # the target's own token: the resample at the rejection, or the bonus
+    own: Ranked  # top k of the law it was drawn from: norm(max(0, p - q)) at a rejection, p after all drafts
+    own_p: float  # the token's probability under that law
+
+
 @dataclass(frozen=True)
 class RoundEvent:
     index: int  # 1, 2, ...: one per target forward in decoding
@@ -126,6 +154,11 @@ class RoundEvent:
     draft_seconds: float
     verify_seconds: float
     t: float
+    detail: RoundDetail | None = None  # speculative rounds: the distributions behind the decision
+
+    def to_dict(self) -> dict:
+        """The exported record: every field but the inspector's detail."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "detail"}
 
 
 @dataclass(frozen=True)
@@ -203,6 +236,6 @@ class Trace:
         return {
             "prefill": asdict(self.prefill) if self.prefill else None,
             "tokens": [t.to_dict() for t in self.tokens],
-            "rounds": [asdict(r) for r in self.rounds],
+            "rounds": [r.to_dict() for r in self.rounds],
             "summary": asdict(self.summary) if self.summary else None,
         }

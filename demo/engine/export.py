@@ -65,12 +65,15 @@ def comparison(spd: Trace, ar: Trace) -> dict:
     }
 
 
-def payload(settings: dict, traces: dict[str, Trace]) -> dict:
-    """The whole race: settings, and for each run its full event trace and its metrics."""
+def payload(settings: dict, traces: dict[str, Trace], gamma_sweep: list[dict] | None = None) -> dict:
+    """The whole race: settings, and for each run its full event trace and its metrics; with
+    `gamma_sweep` (`demo.sweeps.gamma_sweep`'s records), that too."""
     runs = {name: {"metrics": metrics.summary(trace), "trace": trace.to_dict()} for name, trace in traces.items()}
     out = {"settings": settings, "runs": runs}
     if all(t.done for t in traces.values()) and {"speculative", "autoregressive"} <= traces.keys():
         out["comparison"] = comparison(traces["speculative"], traces["autoregressive"])
+    if gamma_sweep is not None:
+        out["gamma_sweep"] = gamma_sweep
     return _strict(out)
 
 

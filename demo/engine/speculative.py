@@ -39,8 +39,10 @@ from demo.engine.drafters import Drafter, DraftState
 from demo.engine.events import (
     DrafterInfo,
     Event,
+    Position,
     PrefillEvent,
     Rejection,
+    RoundDetail,
     RoundEvent,
     RunStart,
     RunSummary,
@@ -219,6 +221,8 @@ class Verdict:
     p_drafts: list[float]  # p of each draft at its position
     q_drafts: list[float]  # q of each draft
     accept_probs: list[float]  # min(1, p/q) per draft; greedy: 1.0 if it matched the argmax, else 0.0
+    p: torch.Tensor | None = None  # [n+1, V]: the warped target distributions, for the inspector
+    rng_before: torch.Tensor | None = None  # sampling: the generator's state before the draws of u
 
 
 def verify(
@@ -228,10 +232,12 @@ def verify(
     logits = target.forward([last] + drafts, cache)  # [n+1, V]
     p = warp(logits, sampling)  # [n+1, V]
     ids = torch.tensor(drafts, dtype=torch.long, device=p.device)  # [n]
+    rng_before = None
     if sampling.greedy:
         n_acc, token = verify_greedy(logits, ids)
         accept = (logits[: len(drafts)].argmax(-1) == ids).float()
     else:
+        rng_before = generator.get_state()  # read only: the inspector redraws u from a copy
         n_acc, token = verify_sampled(p, q, ids, generator)
         accept = acceptance_probs(p, q, ids)
     n_acc, token = int(n_acc), int(token)
@@ -242,7 +248,50 @@ def verify(
         p_drafts=p[: len(drafts)].gather(-1, ids[:, None]).squeeze(-1).tolist(),
         q_drafts=q.gather(-1, ids[:, None]).squeeze(-1).tolist(),
         accept_probs=accept.tolist(),
+        p=p,
+        rng_before=rng_before,
     )
+
+
+INSPECT_TOP_K = 5  # tokens of each distribution the inspector shows
+
+
+def _ranked(dist: torch.Tensor, tokenizer) -> tuple[tuple[str, float], ...]:
+    """The INSPECT_TOP_K most likely tokens of dist [V], as (text, probability)."""
+    probs, ids = torch.topk(dist, min(INSPECT_TOP_K, dist.shape[-1]))
+    return tuple((tokenizer.decode([int(i)]), float(pr)) for pr, i in zip(probs, ids, strict=True) if pr > 0)
+
+
+def round_detail(drafts: list[int], q: torch.Tensor, v: Verdict, sampling: Sampling, tokenizer) -> RoundDetail:
+    """The inspector's view of a round, from what verification already computed (no model call):
+    the top k of p and q at each checked draft, the uniform draws u (redrawn from a copy of the
+    generator's state, so the run's own draws are untouched), and the law of the target's token."""
+    n_checked = min(v.n_accepted + 1, len(drafts))
+    u = [None] * len(drafts)
+    if v.rng_before is not None and drafts:
+        copy = torch.Generator(device=v.p.device)
+        copy.set_state(v.rng_before)
+        u = torch.rand(len(drafts), generator=copy, device=v.p.device).tolist()  # as verify_sampled drew them
+    positions = tuple(
+        Position(
+            draft=tokenizer.decode([drafts[i]]),
+            p=v.p_drafts[i],
+            q=v.q_drafts[i],
+            accept_prob=v.accept_probs[i],
+            u=u[i],
+            accepted=i < v.n_accepted,
+            top_p=_ranked(v.p[i], tokenizer),
+            top_q=_ranked(q[i], tokenizer),
+        )
+        for i in range(n_checked)
+    )
+    k = v.n_accepted
+    law = v.p[k]
+    if k < len(drafts) and not sampling.greedy:  # the residual the resample was drawn from
+        residual = (v.p[k] - q[k]).clamp_min(0.0)
+        law = residual / residual.sum() if residual.sum() > 0 else v.p[k]
+    own = _ranked(law, tokenizer)
+    return RoundDetail(positions=positions, token=tokenizer.decode([v.token]), own=own, own_p=float(law[v.token]))
 
 
 def _token_fields(j: int, drafts: list[int], v: Verdict, tokenizer) -> dict:
@@ -301,6 +350,7 @@ def speculative_round(state: Decoding, drafting: DraftState, index: int) -> tupl
             if state.stop:
                 break
         drafted_texts = tuple(target.tokenizer.decode([d]) for d in drafts)
+    detail = round_detail(drafts, q, v, start.sampling, target.tokenizer)  # off the clock: display only
     events = [TokenEvent(**fields, t=clock.total) for fields in tokens]
     return events, RoundEvent(
         index=index,
@@ -313,6 +363,7 @@ def speculative_round(state: Decoding, drafting: DraftState, index: int) -> tupl
         draft_seconds=draft_s,
         verify_seconds=verify_s,
         t=clock.total,
+        detail=detail,
     )
 
 

@@ -22,6 +22,7 @@ from demo.engine.events import Trace
 SPECULATIVE = "#009E73"
 AUTOREGRESSIVE = "#666666"
 POSITION = "#0072B2"
+DRAFT = "#E69F00"
 HEIGHT = 270
 # A small template of our own, and each figure built in one call: plotly's named templates are
 # deep-copied into every figure and every update re-validates, which cost ~100 ms for the four
@@ -44,6 +45,28 @@ def _figure(title: str, x_axis: dict, y_axis: dict, data: list, **layout) -> go.
             "yaxis": _AXIS | y_axis,
             **layout,
         },
+    )
+
+
+def _empty(title: str) -> go.Figure:
+    """A chart with nothing to show yet: its title and a line saying when it fills, no axes."""
+    hidden = {"visible": False}
+    return _figure(
+        title,
+        hidden,
+        hidden,
+        [],
+        annotations=[
+            {
+                "text": "appears once the race runs",
+                "xref": "paper",
+                "yref": "paper",
+                "x": 0.5,
+                "y": 0.5,
+                "showarrow": False,
+                "font": {"size": 12, "color": "#888"},
+            }
+        ],
     )
 
 
@@ -74,6 +97,8 @@ def _level(y: float, text: str, colour: str) -> tuple[dict, dict]:
 def block_efficiency(spd: Trace) -> go.Figure:
     """Running tau (tokens per target forward) after each round, with its floor and, once the
     run has said its gamma, its ceiling gamma+1."""
+    if not spd.rounds:
+        return _empty("Block efficiency τ, running")
     taus = metrics.running_tau(spd)
     rounds = list(range(1, len(taus) + 1))
     gamma = spd.gamma
@@ -83,7 +108,7 @@ def block_efficiency(spd: Trace) -> go.Figure:
     return _figure(
         "Block efficiency τ, running",
         {"title": {"text": "round"}, "range": [0.5, max(len(taus), 1) + 0.5]},
-        {"title": {"text": "tokens / target forward"}, "range": [0, max(gamma, 1) + 1.5]},
+        {"title": {"text": "tokens / forward"}, "range": [0, max(gamma, 1) + 1.5]},
         [go.Scatter(x=rounds, y=taus, mode="lines+markers", name="τ", line={"color": SPECULATIVE}, marker={"size": 4})],
         shapes=[line for line, _ in levels],
         annotations=[label for _, label in levels],
@@ -92,10 +117,12 @@ def block_efficiency(spd: Trace) -> go.Figure:
 
 def accept_lengths(spd: Trace) -> go.Figure:
     """Rounds by number of accepted drafts: the accept-length histogram, k = 0..gamma."""
+    if not spd.rounds:
+        return _empty("Accepted drafts per round")
     counts = metrics.accept_length_histogram(spd)
     return _figure(
         "Accepted drafts per round",
-        {"title": {"text": "drafts accepted in the round"}, "dtick": 1},
+        {"title": {"text": "drafts accepted"}, "dtick": 1},
         {"title": {"text": "rounds"}, "rangemode": "tozero"},
         [go.Bar(x=list(range(spd.gamma + 1)), y=counts, name="rounds", marker={"color": SPECULATIVE})],
     )
@@ -103,9 +130,11 @@ def accept_lengths(spd: Trace) -> go.Figure:
 
 def acceptance_by_position(spd: Trace) -> go.Figure:
     """Acceptance rate at each draft position 1..gamma: later drafts are accepted less often."""
+    if not spd.rounds:
+        return _empty("Acceptance by draft position")
     rates = [None if math.isnan(r) else r for r in metrics.acceptance_by_position(spd)]
     return _figure(
-        "Acceptance rate by draft position",
+        "Acceptance by draft position",
         {"title": {"text": "draft position"}, "dtick": 1},
         {"title": {"text": "accepted / drafted"}, "range": [0, 1.05]},
         [go.Bar(x=list(range(1, spd.gamma + 1)), y=rates, name="acceptance", marker={"color": POSITION})],
@@ -123,6 +152,8 @@ def _curve(trace: Trace) -> tuple[list[float], list[int]]:
 
 def race(spd: Trace, ar: Trace) -> go.Figure:
     """Answer tokens against compute time, one line per run: the race as measured."""
+    if not spd.tokens and not ar.tokens:
+        return _empty("The race: tokens against compute")
     lines = []
     for trace, name, colour in ((spd, "speculative", SPECULATIVE), (ar, "autoregressive", AUTOREGRESSIVE)):
         xs, ys = _curve(trace)
@@ -130,10 +161,88 @@ def race(spd: Trace, ar: Trace) -> go.Figure:
             go.Scatter(x=xs, y=ys, mode="lines", name=name, line={"color": colour, "shape": "hv", "width": 2.5})
         )
     return _figure(
-        "The race: tokens against compute time",
-        {"title": {"text": "seconds of compute (each run's own clock)"}, "rangemode": "tozero"},
+        "The race: tokens against compute",
+        {"title": {"text": "seconds of compute (own clock)"}, "rangemode": "tozero"},
         {"title": {"text": "tokens"}, "rangemode": "tozero"},
         lines,
         showlegend=True,
         legend={"x": 0.02, "y": 0.98, "bgcolor": "rgba(255,255,255,.7)"},
+    )
+
+
+def round_times(spd: Trace, ar: Trace) -> go.Figure:
+    """Per speculative round: drafting and verifying time stacked, against the target's median
+    single step (from the autoregressive run): where each round's time goes."""
+    if not spd.rounds:
+        return _empty("Time per round: draft + verify")
+    rounds = [r.index for r in spd.rounds]
+    draft = [r.draft_seconds * 1000 for r in spd.rounds]
+    verify = [r.verify_seconds * 1000 for r in spd.rounds]
+    steps = sorted(r.verify_seconds for r in ar.rounds)
+    levels = [_level(steps[len(steps) // 2] * 1000, "target alone: 1 step", AUTOREGRESSIVE)] if steps else []
+    return _figure(
+        "Time per round: draft + verify",
+        {"title": {"text": "round"}},
+        {"title": {"text": "ms"}, "rangemode": "tozero"},
+        [
+            go.Bar(x=rounds, y=draft, name="draft", marker={"color": DRAFT}),
+            go.Bar(x=rounds, y=verify, name="verify", marker={"color": POSITION}),
+        ],
+        barmode="stack",
+        showlegend=True,
+        legend={"x": 0.01, "y": 0.99, "yanchor": "top", "xanchor": "left", "bgcolor": "rgba(255,255,255,.75)"},
+        shapes=[line for line, _ in levels],
+        annotations=[label for _, label in levels],
+    )
+
+
+def gamma_sweep(rows: list[dict], race_gamma: int) -> go.Figure:
+    """The γ sweep of this prompt: τ, MBSU and the cost model's predicted speedup against γ (left
+    axis), α (right axis), the race's γ marked."""
+    if not rows:
+        return _empty("γ sweep for this prompt (greedy races)")
+    gammas = [r["gamma"] for r in rows]
+    lines = [
+        go.Scatter(x=gammas, y=[r["tau"] for r in rows], name="τ", mode="lines+markers", line={"color": SPECULATIVE}),
+        go.Scatter(
+            x=gammas, y=[r["mbsu"] for r in rows], name="MBSU", mode="lines", line={"color": "#999", "dash": "dot"}
+        ),
+        go.Scatter(
+            x=gammas,
+            y=[r["predicted_speedup"] for r in rows],
+            name="predicted speedup",
+            mode="lines+markers",
+            line={"color": DRAFT, "width": 2.5},
+        ),
+        go.Scatter(
+            x=gammas,
+            y=[r["alpha"] for r in rows],
+            name="α",
+            mode="lines",
+            yaxis="y2",
+            line={"color": POSITION, "dash": "dash"},
+        ),
+    ]
+    mark = {
+        "type": "line",
+        "xref": "x",
+        "yref": "paper",
+        "x0": race_gamma,
+        "x1": race_gamma,
+        "y0": 0,
+        "y1": 1,
+        "line": {"color": "#bbb", "width": 6},
+        "opacity": 0.35,
+    }
+    return _figure(
+        "γ sweep for this prompt",
+        {"title": {"text": "γ (drafts per round)"}, "dtick": 1},
+        {"title": {"text": "τ, ×"}, "rangemode": "tozero"},
+        lines,
+        yaxis2={"overlaying": "y", "side": "right", "range": [0, 1.05], "title": {"text": "α"}, "showgrid": False},
+        showlegend=True,
+        legend={"orientation": "h", "x": 0.0, "y": -0.2, "yanchor": "top", "xanchor": "left"},
+        shapes=[mark],
+        height=HEIGHT + 50,
+        margin={"l": 44, "r": 40, "t": 36, "b": 80},
     )

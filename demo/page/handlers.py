@@ -41,10 +41,11 @@ from pathlib import Path
 import gradio as gr
 import gradio.utils
 
-from demo import session, validate
+from demo import session, sweeps, validate
 from demo.engine import export
 from demo.engine.events import RoundEvent, TokenEvent, Trace
-from demo.page import charts, render
+from demo.page import charts, render, teach
+from demo.page.examples import reference_for
 
 PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the browser keeps up)
 CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
@@ -54,10 +55,10 @@ REPLAY_SECONDS = 12.0  # a replay lasts this long, whatever the race took
 THRESHOLD_DEFAULT = 0.5  # the page's adaptive-drafting threshold slider starts here
 
 VIEW = (
-    *("spd_panel", "spd_stats", "ar_panel", "ar_stats", "outcome", "blocks"),
-    *("race_chart", "tau_chart", "hist_chart", "pos_chart"),
+    *("spd_panel", "spd_stats", "ar_panel", "ar_stats", "outcome", "blocks", "how_round"),
+    *("race_chart", "tau_chart", "hist_chart", "pos_chart", "time_chart"),
 )
-OUTPUTS = (*VIEW, "json_file", "csv_file", "run", "replay", "stop", "last")
+OUTPUTS = (*VIEW, "sweep_chart", "sweep_note", "json_file", "csv_file", "run", "replay", "stop", "last")
 
 
 def positional(handler: Callable) -> Callable:
@@ -141,21 +142,35 @@ def _tidy(handler: Callable[..., Iterator]) -> Callable[..., Iterator]:
 # --- views ------------------------------------------------------------------------------------------
 
 
-def view(traces: dict[str, Trace], facts: tuple[str, ...], charts_too: bool) -> dict:
-    """The race's panels, stats, outcome and block view (and its charts, with charts_too), from the
-    traces alone: their first event says what was run."""
+def view(
+    traces: dict[str, Trace],
+    facts: tuple[str, ...],
+    charts_too: bool,
+    reference: str | None = None,
+    stopped: bool = False,
+) -> dict:
+    """The race's panels, stats, outcome, annotated round and block view (and its charts, with
+    charts_too), from the traces alone: their first event says what was run. `reference`: the
+    example's reference answer, when the race is of an example; `stopped`: the Stop button ended it."""
     spd, ar = traces["speculative"], traces["autoregressive"]
     done = spd.done and ar.done
     comparison = export.comparison(spd, ar) if done else None
     speedup = comparison["speedup"] if comparison else None
     update = {
-        "spd_panel": render.panel_html(spd, "Speculative"),
+        "spd_panel": render.panel_html(spd, "Speculative", stopped=stopped and not spd.done, skip_to="ar-panel"),
         "spd_stats": render.speculative_stats_html(spd, speedup),
-        "ar_panel": render.panel_html(ar, "Autoregressive (target only)"),
+        "ar_panel": render.panel_html(
+            ar, "Autoregressive (target only)", stopped=stopped and not ar.done, skip_to="spd-stats"
+        ),
         "ar_stats": render.autoregressive_stats_html(ar),
-        "outcome": render.outcome_html(spd, ar, comparison, facts),
+        "outcome": render.outcome_html(spd, ar, comparison, facts, reference),
         "blocks": render.blocks_html(spd),
     }
+    # The page's heavier views follow the charts' pace; the time chart waits for the race's end.
+    if charts_too:
+        update["how_round"] = teach.annotated_round_html(spd)
+    if charts_too and done:
+        update["time_chart"] = charts.round_times(spd, ar)
     if charts_too:
         update |= {
             "race_chart": charts.race(spd, ar),
@@ -164,6 +179,17 @@ def view(traces: dict[str, Trace], facts: tuple[str, ...], charts_too: bool) -> 
             "pos_chart": charts.acceptance_by_position(spd),
         }
     return update
+
+
+def sweep_view(rows: list[dict], request: session.Request) -> dict:
+    """The γ sweep's chart and its rule of thumb (sampling races have none)."""
+    if not rows:
+        note = "The γ sweep is computed after greedy races only (a sampling race's verdicts are random draws)."
+        return {"sweep_chart": charts.gamma_sweep([], 0), "sweep_note": f'<div class="sweep-note">{note}</div>'}
+    return {
+        "sweep_chart": charts.gamma_sweep(rows, request.gamma),
+        "sweep_note": teach.rule_of_thumb(rows, request.gamma),
+    }
 
 
 def buttons(busy: bool) -> dict:
@@ -192,10 +218,10 @@ def _export_dir() -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix="spd-exports-")
 
 
-def downloads(traces: dict[str, Trace], request: session.Request) -> dict:
+def downloads(traces: dict[str, Trace], request: session.Request, gamma_sweep: list[dict] | None = None) -> dict:
     folder = Path(_export_dir().name)
     json_path, csv_path = folder / "trace.json", folder / "tokens.csv"
-    json_path.write_text(export.to_json(export.payload(request.settings(), traces)))
+    json_path.write_text(export.to_json(export.payload(request.settings(), traces, gamma_sweep)))
     csv_path.write_text(export.tokens_csv(traces))
     return {
         "json_file": gr.DownloadButton(value=str(json_path), interactive=True),
@@ -217,6 +243,7 @@ class _PageRun:
     def __init__(self):
         self.stop = threading.Event()
         self.ended = threading.Event()
+        self.shown = None  # (traces, facts, reference) of the race on show, for the Stop button's last view
 
 
 _PAGE_RUNS: dict[str, _PageRun] = {}  # by the page's session: each page runs one thing at a time
@@ -242,16 +269,26 @@ def stop_race(page: gr.Request = None) -> dict:
     say so (an update of the run sent later would cover the word). Gradio also cancels the
     event, which ends a run still waiting in the queue."""
     run = _PAGE_RUNS.get(getattr(page, "session_hash", None))
+    shown = {}
     if run is not None:
         run.stop.set()
         run.ended.wait(STOP_WAIT)
-    return status('<div class="outcome">Stopped. The panels below keep what was decoded before the stop.</div>', False)
+        if run.shown is not None:
+            traces, facts, reference = run.shown
+            shown = view(traces, facts, charts_too=True, reference=reference, stopped=True)
+    words = '<div class="outcome">Stopped. The panels below keep what was decoded before the stop.</div>'
+    return shown | status(words, False)
 
 
 # --- streaming ------------------------------------------------------------------------------------
 
 
-def _frames(timeline, traces: dict[str, Trace], facts: tuple[str, ...]) -> Iterator[dict | None]:
+SWEEP_WAIT = '<div class="sweep-note">The γ sweep follows once the race is over (greedy races).</div>'
+
+
+def _frames(
+    timeline, traces: dict[str, Trace], facts: tuple[str, ...], reference: str | None = None
+) -> Iterator[dict | None]:
     """Feed (lane, event) pairs into `traces` and yield views: at the first token at once, then
     at most every PANEL_EVERY s (charts every CHART_EVERY s), and always at the end. In between
     it yields None (nothing to redraw) after a round that ends HEARTBEAT_EVERY s or more after
@@ -265,14 +302,14 @@ def _frames(timeline, traces: dict[str, Trace], facts: tuple[str, ...]) -> Itera
         first = not shown_tokens and isinstance(event, TokenEvent)
         if first or now - last_panel >= PANEL_EVERY:
             charts_too = now - last_chart >= CHART_EVERY
-            yield view(traces, facts, charts_too)
+            yield view(traces, facts, charts_too, reference)
             shown_tokens = shown_tokens or first
             last_panel = last_yield = time.perf_counter()
             last_chart = last_panel if charts_too else last_chart
         elif isinstance(event, RoundEvent) and now - last_yield >= HEARTBEAT_EVERY:
             yield None
             last_yield = time.perf_counter()
-    yield view(traces, facts, charts_too=True)
+    yield view(traces, facts, charts_too=True, reference=reference)
 
 
 def _until(events, stop: threading.Event) -> Iterator:
@@ -343,27 +380,50 @@ def run_race(
                 )
                 for note in notes:
                     gr.Info(note)
-                yield from _race_to_page(request, facts, stream, run.stop)
+                reference = _reference(image, request.question)
+                yield from _race_to_page(request, facts, stream, run, image, reference)
         except Exception as error:  # Gradio closing the handler is a GeneratorExit: not caught, not an error
             message = session.message(error)
             yield failed(message)
             raise page_error(message) from None
 
 
-def _race_to_page(request: session.Request, facts: tuple[str, ...], events, stop: threading.Event) -> Iterator[dict]:
+def _reference(image, question) -> str | None:
+    """The reference answer when the race is of one of the page's examples (same pixels and question)."""
+    try:
+        return reference_for(validate.image_path(image, uploads()), question)
+    except Exception:  # the race has accepted the image; anything odd here only costs the badge
+        return None
+
+
+def _race_to_page(
+    request: session.Request, facts: tuple[str, ...], events, run: _PageRun, image, reference: str | None
+) -> Iterator[dict]:
     traces = {lane: Trace() for lane in session.LANES}
     timeline = []  # the race in the order it ran, for the replay
+    run.shown = (traces, facts, reference)
     # The charts wait for the first redraw after the first token: drawing four plots costs the
     # browser more than the first tokens do.
-    last_view = view(traces, facts, charts_too=False)
-    yield last_view | NO_DOWNLOADS | buttons(busy=True)
-    for frame in _frames(_until(_recorded(events, timeline), stop), traces, facts):
+    last_view = view(traces, facts, charts_too=False, reference=reference)
+    yield last_view | NO_DOWNLOADS | buttons(busy=True) | sweep_view([], request) | {"sweep_note": SWEEP_WAIT}
+    for frame in _frames(_until(_recorded(events, timeline), run.stop), traces, facts, reference):
         last_view = frame or last_view
         yield frame or {}
-    if stop.is_set():  # the Stop button answers for the page
+    if run.stop.is_set():  # the Stop button answers for the page
         return
+    spd, ar = traces["speculative"], traces["autoregressive"]
+    rows = None
+    if request.sampling.greedy:
+        yield {"sweep_note": '<div class="sweep-note">Replaying the answer at γ = 1 … 10 with the drafter…</div>'}
+        rows = sweeps.gamma_sweep(request, image, uploads(), spd, ar)
     # The last update repeats the final view, so that an API client's result is the whole page.
-    yield last_view | downloads(traces, request) | buttons(busy=False) | {"last": (facts, timeline)}
+    yield (
+        last_view
+        | sweep_view(rows or [], request)
+        | downloads(traces, request, rows)
+        | buttons(busy=False)
+        | {"last": (facts, timeline)}
+    )
 
 
 def _recorded(events, timeline: list) -> Iterator:
@@ -386,6 +446,7 @@ def replay_race(last, page: gr.Request = None):
     last_view = view(traces, facts, charts_too=True)
     yield last_view | buttons(busy=True)
     with _page_run(page) as run:
+        run.shown = (traces, facts, None)
         for frame in _frames(session.paced(timeline, slowdown, run.stop), traces, facts):
             last_view = frame or last_view
             yield frame or {}
@@ -424,6 +485,7 @@ def trace_api(
                 if isinstance(event, RoundEvent) and time.perf_counter() - last_yield >= HEARTBEAT_EVERY:
                     yield gr.skip()  # a chance for Gradio to close this handler (see `_frames`)
                     last_yield = time.perf_counter()
-        yield export.payload(request.settings(), traces)
+        rows = sweeps.gamma_sweep(request, image, uploads(), traces["speculative"], traces["autoregressive"])
+        yield export.payload(request.settings(), traces, rows)
     except Exception as error:
         raise gr.Error(session.message(error), print_exception=False) from None

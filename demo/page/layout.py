@@ -7,17 +7,15 @@ keys its updates by); `demo.page.app` puts them together with the Analysis tab a
 from __future__ import annotations
 
 import html
-import json
-from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
 
-from demo import ASSETS, session, validate
+from demo import session, validate
 from demo.engine.events import Trace
 from demo.models import presets
 from demo.page import charts, render
+from demo.page.examples import EXAMPLES_DIR, Example, load_examples  # noqa: F401 (the page's names)
 from demo.page.handlers import THRESHOLD_DEFAULT
 from demo.page.text import TIMING
 
@@ -33,28 +31,6 @@ def _raw_image(**kwargs) -> gr.Image:
     image.data_model = None
     image.api_info = lambda: schema
     return image
-
-
-@dataclass(frozen=True)
-class Example:
-    image: str  # path to the image file
-    question: str
-    task: str
-    answer: str
-
-
-EXAMPLES_DIR = ASSETS / "examples"
-
-
-def load_examples(folder: Path = EXAMPLES_DIR) -> list[Example]:
-    """The examples in folder/examples.json, as `demo.world.gallery` writes it: a list of
-    {"image", "task", "question", "answer"}, image being a file name in the folder. No file
-    means no examples (the embedded world not trained yet)."""
-    index = Path(folder) / "examples.json"
-    if not index.exists():
-        return []
-    rows = json.loads(index.read_text())
-    return [Example(str(Path(folder) / r["image"]), r["question"], r["task"], r["answer"]) for r in rows]
 
 
 def reference_html(example: Example | None) -> str:
@@ -168,13 +144,28 @@ def inputs(default_preset: str, examples: list[Example]) -> SimpleNamespace:
         with gr.Row():
             c.decoding = gr.Radio(["greedy", "sampling"], value="greedy", label="Decoding", elem_id="decoding")
             c.temperature = gr.Slider(
-                0.05, 2.0, value=session.DEFAULTS["temperature"], step=0.05, label="Temperature", visible=False
+                0.05,
+                2.0,
+                value=session.DEFAULTS["temperature"],
+                step=0.05,
+                label="Temperature",
+                info="divides the logits of both models: lower is more deterministic",
+                visible=False,
             )
-            c.top_p = gr.Slider(0.05, 1.0, value=session.DEFAULTS["top_p"], step=0.05, label="Top-p", visible=False)
+            c.top_p = gr.Slider(
+                0.05,
+                1.0,
+                value=session.DEFAULTS["top_p"],
+                step=0.05,
+                label="Top-p",
+                info="keep the fewest tokens whose probability reaches this",
+                visible=False,
+            )
             c.seed = gr.Number(
                 session.DEFAULTS["seed"],
                 precision=0,
                 label="Seed",
+                info="same seed, same race; SPD and AR still differ (other draws, same law)",
                 visible=False,
                 minimum=0,
                 maximum=validate.SEED_RANGE[1],
@@ -185,6 +176,26 @@ def inputs(default_preset: str, examples: list[Example]) -> SimpleNamespace:
             c.replay = gr.Button("Replay slowly", interactive=False, elem_id="replay", scale=1)
         gr.Markdown(TIMING, elem_id="timing")
     return c
+
+
+CHART_MIN_WIDTH = 360  # px: two charts a row on a desktop, one on a phone (titles and axes whole)
+
+
+def how_it_works() -> SimpleNamespace:
+    """The top of the Race tab: one round of the current race, annotated (open), and the rest of
+    the explanation (collapsed)."""
+    from demo.page import teach
+    from demo.page.text import HOW_IT_WORKS
+
+    h = SimpleNamespace()
+    with gr.Group(elem_id="how"):
+        gr.Markdown("### How it works", elem_id="how-title")
+        h.how_round = gr.HTML(teach.annotated_round_html(Trace()), js_on_load=None, elem_id="how-round")
+        with gr.Accordion(
+            "More: sampling, adaptive drafting, the numbers, CPU against GPU", open=False, elem_id="how-more"
+        ):
+            gr.Markdown(HOW_IT_WORKS)
+    return h
 
 
 def race_view() -> SimpleNamespace:
@@ -223,21 +234,59 @@ def race_view() -> SimpleNamespace:
             )
     # Empty charts at load: the browser fetches plotly.js before the first Run, not during it.
     with gr.Row(elem_id="charts"):
-        v.race_chart = gr.Plot(charts.race(empty, empty), label="race chart", show_label=False, elem_id="chart-race")
+        v.race_chart = gr.Plot(
+            charts.race(empty, empty),
+            label="race chart",
+            show_label=False,
+            min_width=CHART_MIN_WIDTH,
+            elem_id="chart-race",
+        )
         v.tau_chart = gr.Plot(
-            charts.block_efficiency(empty), label="block efficiency chart", show_label=False, elem_id="chart-tau"
+            charts.block_efficiency(empty),
+            label="block efficiency chart",
+            show_label=False,
+            min_width=CHART_MIN_WIDTH,
+            elem_id="chart-tau",
         )
     with gr.Row(elem_id="charts-2"):
         v.hist_chart = gr.Plot(
-            charts.accept_lengths(empty), label="accept lengths chart", show_label=False, elem_id="chart-hist"
+            charts.accept_lengths(empty),
+            label="accept lengths chart",
+            show_label=False,
+            min_width=CHART_MIN_WIDTH,
+            elem_id="chart-hist",
         )
         v.pos_chart = gr.Plot(
             charts.acceptance_by_position(empty),
             label="acceptance by position chart",
             show_label=False,
+            min_width=CHART_MIN_WIDTH,
             elem_id="chart-pos",
         )
-    with gr.Accordion("Block by block: every verification round of the speculative run", open=True):
+    with gr.Row(elem_id="charts-3"):
+        v.sweep_chart = gr.Plot(
+            charts.gamma_sweep([], 0),
+            label="gamma sweep chart",
+            show_label=False,
+            min_width=CHART_MIN_WIDTH,
+            elem_id="chart-sweep",
+        )
+        v.time_chart = gr.Plot(
+            charts.round_times(empty, empty),
+            label="time per round chart",
+            show_label=False,
+            min_width=CHART_MIN_WIDTH,
+            elem_id="chart-time",
+        )
+    v.sweep_note = gr.HTML(
+        '<div class="sweep-note">After a greedy race: τ, α, MBSU and the predicted speedup of this prompt for '
+        "γ = 1 … 10, replayed with the drafter alone against the target's own answer.</div>",
+        js_on_load=None,
+        elem_id="sweep-note",
+    )
+    with gr.Accordion(
+        "Block by block: every verification round of the speculative run (open one for p and q)", open=True
+    ):
         v.blocks = gr.HTML(render.blocks_html(empty), js_on_load=None, label="block view", elem_id="blocks")
     with gr.Row():
         v.json_file = gr.DownloadButton("Download the trace (JSON)", interactive=False, elem_id="download-json")

@@ -22,6 +22,7 @@ import math
 
 from demo.engine import metrics
 from demo.engine.events import TokenEvent, Trace
+from demo.page import teach
 
 KIND_LABELS = {
     "accepted": "accepted draft",
@@ -119,15 +120,19 @@ def _tooltip(tok: TokenEvent, greedy: bool) -> str:
 def token_span(tok: TokenEvent, greedy: bool, end: bool = False) -> str:
     """One token: its text (or an end marker), its kind's class, and its tooltip."""
     if end and not tok.text:
-        face = '<span class="end">⏹ end</span>'
+        face = '<span class="end">end</span>'
     elif not tok.text:
         face = '<span class="part">·</span>'  # held back: part of a character completed later
     else:
-        face = visible(tok.text)
+        face = visible(tok.text.lstrip(" ") or tok.text, line_breaks=False)
     label = html.escape(" — ".join(token_details(tok, greedy)), quote=True)
+    # No empty coloured fragments at line ends: a token's leading spaces (where lines wrap) go
+    # before its box, and its line breaks after it.
+    lead = tok.text[: len(tok.text) - len(tok.text.lstrip(" "))] if tok.text.strip(" ") else ""
+    breaks = "\n" * tok.text.count("\n")
     return (
-        f'<span class="tok tok-{tok.kind}" tabindex="0" data-round="{tok.round}" '
-        f'aria-label="{label}">{face}{_tooltip(tok, greedy)}</span>'
+        f'{lead}<span class="tok tok-{tok.kind}" tabindex="0" data-round="{tok.round}" '
+        f'aria-label="{label}">{face}{_tooltip(tok, greedy)}</span>{breaks}'
     )
 
 
@@ -139,10 +144,12 @@ def tokens_html(trace: Trace) -> str:
     return f'<div class="tokens">{spans}</div>'
 
 
-def _status(trace: Trace) -> str:
+def _status(trace: Trace, stopped: bool = False) -> str:
     if trace.summary is not None:
         why = "end of answer" if trace.summary.stop == "eos" else "token budget reached"
         return f"done ({why})"
+    if stopped:
+        return "stopped"
     if trace.prefill is None:
         return "waiting"
     return "decoding…"
@@ -163,15 +170,18 @@ def settings_line(trace: Trace) -> str:
     return f"{start.drafter.name} drafter · {drafts} · {mode}"
 
 
-def panel_html(trace: Trace, title: str, subtitle: str | None = None) -> str:
-    """A lane: its title, what it runs (`settings_line`, unless given), its own compute clock, and
-    its tokens."""
+def panel_html(
+    trace: Trace, title: str, subtitle: str | None = None, stopped: bool = False, skip_to: str = "spd-stats"
+) -> str:
+    """A lane: its title, what it runs (`settings_line`, unless given), its own compute clock, a
+    link past its tokens for keyboard users (to the element `skip_to`), and its tokens."""
     subtitle = settings_line(trace) if subtitle is None else subtitle
-    clock = f"{trace.t:.3f} s compute · {len(trace.tokens)} tokens · {_status(trace)}"
+    clock = f"{trace.t:.3f} s compute · {len(trace.tokens)} tokens · {_status(trace, stopped)}"
+    skip = f'<a class="skip" href="#{skip_to}">skip the {len(trace.tokens)} tokens</a>' if trace.tokens else ""
     return (
         f'<div class="panel"><div class="panel-head"><span class="panel-title">{html.escape(title)}</span>'
         f'<span class="panel-sub">{html.escape(subtitle)}</span>'
-        f'<span class="clock">{clock}</span></div>{tokens_html(trace)}</div>'
+        f'<span class="clock">{clock}</span></div>{skip}{tokens_html(trace)}</div>'
     )
 
 
@@ -181,7 +191,11 @@ def legend_html() -> str:
         f"{html.escape(KIND_LABELS[kind])} <small>({KIND_CUES[kind]})</small></span>"
         for kind in ("accepted", "resampled", "bonus", "target")
     )
-    return f'<div class="legend" role="list" aria-label="token colours">{items}</div>'
+    chips = (
+        '<span class="legend-item">block view: <span class="chip chip-ok">✓ accepted</span>'
+        '<span class="chip chip-no">✗ rejected</span><span class="chip chip-skip">never checked</span></span>'
+    )
+    return f'<div class="legend" role="list" aria-label="token colours">{items}{chips}</div>'
 
 
 def _chip(text: str, cls: str, mark: str = "", title: str = "") -> str:
@@ -191,11 +205,13 @@ def _chip(text: str, cls: str, mark: str = "", title: str = "") -> str:
 
 def blocks_html(trace: Trace) -> str:
     """One row per verification round: the drafts (accepted ✓, rejected ✗, not checked) and the
-    target's own token (the resample, the bonus, or a plain target step when nothing was drafted)."""
+    target's own token (the resample, the bonus, or a plain target step when nothing was drafted).
+    Each row opens (click, or Enter on it) into the inspector: p and q at each checked draft
+    (`demo.page.teach.inspector_html`), filled in once the run is over."""
     if not trace.rounds:
         return '<div class="blocks empty">Rounds appear here as the speculative run verifies them.</div>'
     rows = []
-    last_text = {tok.round: tok.text or "⏹" for tok in trace.tokens}  # a round's last token is the target's
+    last_text = {tok.round: tok.text or "end" for tok in trace.tokens}  # a round's last token is the target's
     hidden = max(0, len(trace.rounds) - MAX_ROUNDS_SHOWN)
     if hidden:
         rows.append(f'<div class="round more">{hidden} earlier rounds not shown (see the export)</div>')
@@ -220,15 +236,24 @@ def blocks_html(trace: Trace) -> str:
         drafts = "".join(chips) if chips else '<span class="nodraft">no drafts (token budget)</span>'
         meta = f"{r.n_accepted}/{n} accepted · +{r.n_emitted}" if n else f"+{r.n_emitted}"
         stop = ' <span class="stop">stop</span>' if r.stop else ""
-        rows.append(
-            f'<div class="round"><span class="rno">R{r.index}</span><span class="drafts">{drafts}</span>'
-            f'<span class="arrow">→</span>{target}<span class="meta">{meta}{stop}</span></div>'
+        summary = (
+            f'<summary class="round"><span class="rno">R{r.index}</span><span class="drafts">{drafts}</span>'
+            f'<span class="arrow">→</span>{target}<span class="meta">{meta}{stop}</span></summary>'
         )
+        if trace.done:
+            inside = teach.inspector_html(r, trace.greedy) or '<div class="inspector">no detail recorded</div>'
+        else:
+            inside = '<div class="inspector">The inspector fills in once the run is over.</div>'
+        rows.append(f'<details class="round-d" data-round="{r.index}">{summary}{inside}</details>')
     return f'<div class="blocks">{"".join(rows)}</div>'
 
 
-def outcome_html(spd: Trace, ar: Trace, comparison: dict | None, facts: tuple[str, ...] = ()) -> str:
-    """The race's headline: progress while it runs; the speedup and the lossless check after.
+def outcome_html(
+    spd: Trace, ar: Trace, comparison: dict | None, facts: tuple[str, ...] = (), reference: str | None = None
+) -> str:
+    """The race's headline: progress while it runs; the speedup, the lossless check, whether the
+    target's answer matches the example's `reference` (when there is one), and why the speedup
+    is what it is (computed from this run's step costs) after.
 
     `comparison` is `demo.engine.export.comparison(spd, ar)` once both runs are done, else None;
     `facts` are the preset's notes about this pairing, stated under the headline.
@@ -247,12 +272,7 @@ def outcome_html(spd: Trace, ar: Trace, comparison: dict | None, facts: tuple[st
         if not math.isnan(speedup)
         else '<span class="headline">Too short to time: no tokens after the prefill.</span>'
     )
-    if speedup < 1:
-        headline += (
-            '<span class="why">slower here: each round costs γ drafter steps plus one target forward over '
-            "γ+1 tokens, which on a CPU costs about two single steps, so it pays only when most drafts "
-            "are accepted (see How it works)</span>"
-        )
+    why = teach.why_html(spd, ar, speedup)
     if not spd.greedy:
         badge = (
             '<span class="badge badge-info" title="Speculative sampling keeps the target\'s distribution exactly; '
@@ -263,7 +283,8 @@ def outcome_html(spd: Trace, ar: Trace, comparison: dict | None, facts: tuple[st
         badge = f'<span class="badge badge-ok">lossless ✓ identical outputs ({n} tokens)</span>'
     else:
         badge = f'<span class="badge badge-bad">✗ outputs differ from token {comparison["first_difference"]} on</span>'
-    return f'<div class="outcome">{badge}{headline}</div>{notes}'
+    notes = teach.sampling_note_html(spd) + notes
+    return f'<div class="outcome">{badge}{teach.reference_badge(ar, reference)}{headline}{why}</div>{notes}'
 
 
 def loading_html(fraction: float, message: str) -> str:
@@ -298,17 +319,24 @@ def speculative_stats_html(spd: Trace, speedup: float | None) -> str:
     """The speculative run's numbers, each from demo.engine.metrics, with its formula beside it."""
     s = metrics.summary(spd, speculative=True)
     n_decode = metrics.decode_tokens(spd)
+    # The breakdown counts the tokens shown (a round's tokens arrive before its round event).
+    kinds = {kind: sum(t.kind == kind for t in spd.tokens) for kind in ("accepted", "resampled", "bonus", "target")}
     rows = [
         _row(
             "tokens",
             str(s["tokens"]),
-            f"{s['accepted']} accepted · {s['resampled']} resampled · {s['bonus']} bonus · 1 from the prefill"
+            f"{kinds['accepted']} accepted · {kinds['resampled']} resampled · {kinds['bonus']} bonus · "
+            f"{kinds['target']} from the target alone (the prefill's)"
             if spd.tokens
             else "",
         ),
         _row("target forwards", str(s["target_forwards"]), "in decoding, one per round (the prefill is extra)"),
         _row("τ", _num(s["tau"], 2), f"tokens after prefill / target forwards = {n_decode} / {s['target_forwards']}"),
-        _row("α", _num(s["alpha"], 2), f"accepted / drafted = {s['accepted']} / {s['drafted']}"),
+        _row(
+            "α",
+            _num(s["alpha"], 2),
+            f"accepted / drafted = {s['accepted']} / {s['drafted']} (drafted: every token the drafter proposed)",
+        ),
         _row("decode tokens/s", _num(s["tok_s"], 1), f"{n_decode} tokens / {s['decode_s']:.3f} s"),
         _row(
             "wall-clock speedup",
@@ -316,9 +344,11 @@ def speculative_stats_html(spd: Trace, speedup: float | None) -> str:
             "decode tokens/s over the autoregressive run's",
         ),
         _row(
-            "MBSU",
-            _num(s["mbsu"], 2),
-            f"τ / (1 + γ·c), γ = {spd.gamma if spd.start else '–'}, c = drafter/target params = {_num(s['c'], 3)}",
+            "MBSU (memory-bound speedup)",
+            _num(s["mbsu_made"], 2),
+            f"τ / (1 + d·c): the speedup if every forward cost only reading its weights; d = drafts made per "
+            f"round = {_num(s['drafts_per_round'], 2)} (γ = {spd.gamma if spd.start else '–'}), c = drafter/target "
+            f"params = {_num(s['c'], 3)}",
         ),
     ]
     return f'<table class="stats">{"".join(rows)}</table>'
@@ -338,20 +368,49 @@ def autoregressive_stats_html(ar: Trace) -> str:
 
 
 CSS = """
-.tokens { white-space: pre-wrap; word-break: break-word; line-height: 2.0; font-size: 15px;
+.tokens { position: relative; white-space: pre-wrap; word-break: break-word; line-height: 2.0; font-size: 15px;
   font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; min-height: 3.5em; }
-.tok { position: relative; padding: 1px 0; margin: 0 1px; border-radius: 3px; outline: none;
-  cursor: help; }
+/* A token's tooltip is placed by the panel (.tokens), under the token's line and within the
+   panel's width, so it is never cut at the page's right edge or on a phone. */
+.tok { padding: 1px 0; margin: 0 1px; border-radius: 3px; outline: none; cursor: help; }
 .tok-accepted { background: rgba(0,158,115,.16); border-bottom: 2px solid #009E73; }
 .tok-resampled { background: rgba(213,94,0,.16); border: 1.5px dashed #D55E00; }
 .tok-bonus { background: rgba(0,114,178,.16); border-bottom: 4px double #0072B2; }
 .tok-target { background: rgba(138,138,138,.14); }
 .tok:hover, .tok:focus { box-shadow: 0 0 0 2px var(--body-text-color, #222); }
-.tok .tip { display: none; position: absolute; left: 0; top: calc(100% + 6px); z-index: 50;
-  min-width: 240px; padding: 6px 9px; border-radius: 6px; white-space: nowrap; line-height: 1.4;
+.tok .tip { display: none; position: absolute; left: 0; max-width: calc(100% - 4px); margin-top: 4px; z-index: 50;
+  padding: 6px 9px; border-radius: 6px; white-space: normal; line-height: 1.4;
   font: 12px/1.4 ui-sans-serif, system-ui, sans-serif; color: #fff; background: #222;
   box-shadow: 0 2px 8px rgba(0,0,0,.3); pointer-events: none; }
 .tok:hover .tip, .tok:focus .tip { display: block; }
+.legend-item .tok .tip { display: none; }
+.skip { position: absolute; left: -9999px; }
+.skip:focus { position: static; display: inline-block; margin: 0 0 4px; font-size: 13px; }
+details.round-d > summary { list-style: none; cursor: pointer; }
+details.round-d > summary::-webkit-details-marker { display: none; }
+details.round-d > summary:focus-visible { outline: 2px solid #0072B2; outline-offset: 1px; }
+details.round-d[open] > summary { background: rgba(0,114,178,.06); }
+.inspector { padding: 6px 4px 10px 3.4em; font-family: ui-sans-serif, system-ui, sans-serif; font-size: 12px; }
+.inspector .pos { margin: 4px 0 8px; }
+.inspector .pos-head { font-weight: 600; margin-bottom: 2px; }
+.inspector .pq { display: flex; flex-wrap: wrap; gap: 4px 24px; }
+.bars, .bars tr { border-collapse: collapse; border: none !important; background: none !important; }
+.bars td { padding: 0 6px 0 0 !important; border: none !important; background: none !important; font-size: 12px; }
+.bars .bt { font-family: ui-monospace, monospace; white-space: pre; min-width: 6em; }
+.bars .bar { width: 140px; }
+.bars .fill { display: block; height: 9px; border-radius: 2px; }
+.fill-p { background: #0072B2; } .fill-q { background: #E69F00; } .fill-r { background: #D55E00; }
+.bars .bp { font-variant-numeric: tabular-nums; opacity: .8; }
+.bars tr.hit .bt { font-weight: 700; text-decoration: underline; }
+.how-round { font-size: 14px; line-height: 1.5; }
+.how-round p { margin: 3px 0; }
+.how-round .marks .chip { margin-right: 4px; }
+.how-round .causal { opacity: .8; font-size: 13px; }
+.how-round .plus { opacity: .7; font-size: 13px; }
+.badge-ref-ok { background: rgba(0,158,115,.12); border: 1px solid #009E73; color: inherit; font-weight: 600; }
+.badge-ref-no { background: rgba(230,159,0,.14); border: 1px solid #E69F00; color: inherit; font-weight: 600; }
+.noisy { flex-basis: 100%; font-size: 13px; color: #A05A00; font-weight: 600; }
+.sweep-note { font-size: 13px; padding: 2px 2px 6px; }
 .tip b { color: #fff; }
 .tip table { border-collapse: collapse; margin: 3px 0 0 0; border: none !important; width: auto; }
 .tip tr, .tip td { padding: 0 10px 0 0 !important; border: none !important; background: none !important;
@@ -359,7 +418,8 @@ CSS = """
 .tip td:first-child { color: #bbb; }
 .tip .rej { color: #ffb38a; }
 .nl, .ctl, .part { opacity: .55; }
-.end { font-size: 11px; padding: 0 3px; opacity: .8; }
+.end { font-size: 11px; padding: 0 3px; opacity: .8; border: 1px solid currentColor; border-radius: 3px;
+  font-family: ui-sans-serif, system-ui, sans-serif; }
 .panel { border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 10px 12px;
   min-height: 150px; }
 .panel-head { display: flex; flex-wrap: wrap; align-items: baseline; gap: 4px 10px; margin-bottom: 6px; }

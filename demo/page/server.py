@@ -137,11 +137,11 @@ def build_demo(default_preset: str = presets.DEFAULT_PRESET, examples_dir: Path 
         gr.HTML(text.header(), js_on_load=None)
         with gr.Tabs(elem_id="tabs") as tabs:
             with gr.Tab("Race", id="race", elem_id="tab-race"):
+                how = layout.how_it_works()
                 with gr.Row(equal_height=False):
                     controls = layout.inputs(default_preset, examples)
                 view = layout.race_view()
-                with gr.Accordion("How it works", open=False, elem_id="how"):
-                    gr.Markdown(text.HOW_IT_WORKS)
+                vars(view).update(vars(how))
             with gr.Tab("Analysis", id="analysis", elem_id="tab-analysis"):
                 c = controls
                 analysis_tab.analysis_tab(

@@ -28,6 +28,10 @@ ANALYSIS_CSS = """
 .an-rej td, .an-rej th { padding: 2px 8px; text-align: left;
   border-bottom: 1px solid var(--border-color-primary, #eee); }
 .an-rej .grounded { font-weight: 600; }
+/* A narrow screen scrolls the tables sideways instead of breaking their headers a letter a line. */
+#an-words th, #an-runs th, #an-words th *, #an-runs th * { white-space: nowrap !important; word-break: normal !important; }
+#an-words .table-wrap, #an-runs .table-wrap { overflow-x: auto; }
+#an-words table, #an-runs table { min-width: 680px; }
 """
 
 
@@ -89,13 +93,29 @@ drafts where it is unsure; verification is unchanged, so the output is exactly t
 |---|---|---|
 | τ (block efficiency) | tokens after the prefill / target forwards | 1 for plain decoding, at most γ+1 |
 | α (acceptance rate) | accepted drafts / drafted tokens | how often the drafter guessed right |
-| MBSU | τ / (1 + γ·c), c = drafter / target params | speedup if a forward costs reading its weights |
+| MBSU (memory-bound speedup) | τ / (1 + d·c), d = drafts made per round, c = drafter / target params | speedup if a forward cost only reading its weights |
 | wall-clock speedup | SPD decode tokens/s / AR decode tokens/s | what this machine actually measured |
 
+"Drafted" means the same everywhere on the page: every token the drafter proposed, whether the target
+then checked it or not.
+
 **CPU versus GPU.** On a GPU a forward over γ+1 tokens costs about as much as over one (decoding is
-memory-bound), so the speedup approaches MBSU. On this CPU it costs about two single steps, and
-the drafter's steps are not free either, so the measured speedup is smaller than MBSU and
-needs a high acceptance rate to exceed 1.
+memory-bound), so the speedup approaches MBSU. On a CPU a wider forward costs more, and the
+drafter's steps are not free either; the line under the headline says what a verify and a drafter
+step cost in this very race, and what speedup the cost model predicts from them. When the race's own
+step costs vary widely (a busy machine), the page says the timing is noisy.
+
+**Sampling.** Temperature divides the logits (lower: more deterministic), top-p keeps the smallest set of
+tokens whose probability reaches p, and both warp p and q the same way. The seed fixes the random
+numbers, so a race can be repeated exactly. The two runs still write different text under one seed: they
+use their random numbers differently (SPD draws the drafts, a u per draft and the residuals; AR one draw
+per token). What speculative sampling guarantees is the law: every answer has exactly the probability the
+target gives it; `tests/test_sampling.py` checks this by counting 3,000 runs against the target's own
+probabilities. Open a round in the block view to see p, q, min(1, p/q), the draw u, and the residual.
+
+**The γ sweep.** After a greedy race the drafter replays the target's answer at γ = 1 … 10 (no target
+forward: in greedy mode the target's verdicts are read off its own answer), giving τ, α and MBSU for each
+γ, exact at the race's own γ, and the cost model's predicted speedup from this race's measured costs.
 
 **Inputs.** An image is required (PNG, JPEG, GIF, WebP, BMP or TIFF, at most 10 MiB and 4096 × 4096
 pixels; animated GIFs use their first frame, transparency is shown on white). Questions may be up

@@ -1,0 +1,74 @@
+"""The gamma sweep: a greedy race replayed at other draft lengths, with drafter forwards only.
+
+In greedy mode the target's token after any prefix of its answer is that answer's next token, so
+a finished greedy race already holds every verdict the target would give: a draft is accepted
+exactly when it equals the answer's next token. `replay` runs the drafter through the rounds it
+would have had at another gamma (the same calls the engine makes: `DraftState.draft`, then
+`rollback`), compares its drafts with the answer, and never runs the target.
+
+At the race's own gamma the replay makes the drafter calls the race made, in the same order, on
+the same tokens, so its rounds (drafts made, accepted, tokens emitted) equal the race's exactly;
+at other gammas the target's verdicts are read from the answer, so they are exact as long as
+the target's argmax does not depend on how its forwards are batched (true up to float
+round-off at near-ties). Adaptive drafting (min_confidence > 0) is replayed as it runs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from demo.engine.drafters import Drafter
+from demo.engine.metrics import SweepPoint
+from demo.engine.sampling import Sampling
+
+GAMMAS = tuple(range(1, 11))  # the draft lengths a sweep tries
+GREEDY = Sampling()
+
+
+@torch.inference_mode()
+def replay(
+    drafter: Drafter,
+    drafter_inputs: dict,
+    answer: list[int],
+    *,
+    gamma: int,
+    max_new_tokens: int,
+    min_confidence: float = 0.0,
+) -> SweepPoint:
+    """The rounds a greedy race whose target wrote `answer` (its token ids, the prefill's first)
+    would have had with draft length gamma."""
+    state = drafter.start(drafter_inputs)
+    generator = torch.Generator(device=drafter.device)  # greedy drafting draws nothing
+    rounds, n = [], 1  # the prefill wrote answer[0]
+    while n < len(answer):
+        # 1. draft, as `speculative_round` does: never more than the budget can take.
+        n_draft = min(gamma, max_new_tokens - n - 1)
+        drafts, _ = state.draft(answer[:n], n_draft, GREEDY, generator, min_confidence)
+        # 2. the target's verdicts are the answer's own next tokens.
+        n_accepted = 0
+        while (
+            n_accepted < len(drafts) and n + n_accepted < len(answer) and drafts[n_accepted] == answer[n + n_accepted]
+        ):
+            n_accepted += 1
+        # 3. roll back, and 4. emit the accepted drafts and the target's token, cut at the end.
+        state.rollback(n + n_accepted)
+        emitted = min(n_accepted + 1, len(answer) - n)
+        rounds.append((len(drafts), n_accepted, emitted))
+        n += emitted
+    return SweepPoint(gamma=gamma, rounds=tuple(rounds))
+
+
+def sweep(
+    drafter: Drafter,
+    drafter_inputs: dict,
+    answer: list[int],
+    *,
+    max_new_tokens: int,
+    min_confidence: float = 0.0,
+    gammas: tuple[int, ...] = GAMMAS,
+) -> list[SweepPoint]:
+    """`replay` at each gamma of `gammas`."""
+    return [
+        replay(drafter, drafter_inputs, answer, gamma=g, max_new_tokens=max_new_tokens, min_confidence=min_confidence)
+        for g in gammas
+    ]

@@ -1,0 +1,243 @@
+"""Events -> the page's teaching views: one annotated round of this race, the round inspector
+(p and q at each draft), the computed "why" of the speedup, the γ sweep's rule of thumb, and
+whether the target's answer matches an example's reference.
+
+Pure functions of `Trace`s and of `demo.engine.metrics` numbers, like `demo.page.render`; no Gradio.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+
+from demo.engine import metrics
+from demo.engine.events import RoundEvent, Trace
+
+CAUSAL = (
+    "Why one forward checks every draft: the target reads the last token and the γ drafts together, and "
+    "causal attention lets each position see only the tokens before it. So the logits at draft i are "
+    "exactly what a token-by-token run would give after drafts 1 … i−1: one pass, γ+1 predictions."
+)
+SAMPLING_LAW_TEST = (
+    "tests/test_sampling.py::test_speculative_sampling_loop_matches_the_target_law_of_the_first_three_tokens"
+)
+
+
+def _t(text: str) -> str:
+    """A token's text, quoted and escaped, spaces kept visible."""
+    return "‘" + html.escape(text.replace("\n", "↵")) + "’"
+
+
+def _pick(trace: Trace) -> RoundEvent | None:
+    """The round to annotate: one that accepted drafts and then rejected one, else any rejection,
+    else the first round."""
+
+    def rejected(r):
+        return r.n_accepted < len(r.drafted_ids)
+
+    for test in (lambda r: rejected(r) and r.n_accepted > 0, rejected, lambda r: True):
+        found = next((r for r in trace.rounds if test(r)), None)
+        if found is not None:
+            return found
+    return None
+
+
+def _why_rejected(kind: str) -> str:
+    if kind == "text-only":
+        return "the text-only drafter cannot see the image, so it guesses what the picture shows from the words alone"
+    return "the image-aware drafter sees the image, but it is a far smaller model than the target"
+
+
+def annotated_round_html(spd: Trace) -> str:
+    """One round of this race, told step by step (before a run: what a round is)."""
+    r = _pick(spd)
+    if r is None or spd.start is None or spd.start.drafter is None:
+        return (
+            '<div class="how-round"><p><b>One round</b>: the small drafter guesses γ tokens; the target checks all '
+            "of them in one forward, keeps the ones it would have written itself, and adds one token of its own. "
+            "Run the race and one of its rounds is explained here.</p>"
+            f'<p class="causal">{CAUSAL}</p></div>'
+        )
+    drafter = spd.start.drafter
+    proposed = " ".join(_t(t) for t in r.drafted_texts)
+    who = f"{drafter.name} drafter" + ("" if drafter.name == drafter.kind else f", {drafter.kind}")
+    marks = []
+    for j, text in enumerate(r.drafted_texts):
+        if j < r.n_accepted:
+            marks.append(f'<span class="chip chip-ok">✓ {html.escape(text)}</span>')
+        elif j == r.n_accepted:
+            marks.append(f'<span class="chip chip-no">✗ {html.escape(text)}</span>')
+    own = spd.tokens and next((t for t in spd.tokens if t.round == r.index and t.kind in ("resampled", "bonus")), None)
+    own_text = own.text if own else ""
+    n = len(r.drafted_ids)
+    unchecked = n - r.n_accepted - 1
+    if r.n_accepted < n:
+        rejected = r.drafted_texts[r.n_accepted]
+        arrow = f'<span class="chip chip-own chip-resampled">→ {html.escape(own_text)}</span>'
+        told = (
+            f"The target accepted {r.n_accepted} of {n}, rejected {_t(rejected)} and wrote {_t(own_text)} instead"
+            + (
+                f"; the {unchecked} draft{'s' if unchecked != 1 else ''} after it were never used"
+                if unchecked > 0
+                else ""
+            )
+            + f": {_why_rejected(drafter.kind)}."
+        )
+        if own is not None and own.rejection is not None:
+            told += (
+                f" The target gave {_t(rejected)} p = {own.rejection.p:.2f}, the drafter q = {own.rejection.q:.2f}; "
+                f"{_t(own_text)} had p = {own.p:.2f}."
+            )
+    else:
+        arrow = f'<span class="chip chip-own chip-bonus">+ {html.escape(own_text)}</span>'
+        told = f"The target accepted all {n} drafts and added a bonus token {_t(own_text)} from the same forward."
+    return (
+        f'<div class="how-round"><p><b>Round {r.index} of this race</b> ({html.escape(who)}): the drafter proposed {proposed}.</p>'
+        f'<p class="marks">{"".join(marks)}{arrow} <span class="plus">+{r.n_emitted} tokens for one target forward</span></p>'
+        f'<p>{told}</p><p class="causal">{CAUSAL}</p></div>'
+    )
+
+
+# --- the inspector ---------------------------------------------------------------------------------
+
+
+def _bars(ranked, mark: str | None = None, colour: str = "p") -> str:
+    rows = []
+    for text, prob in ranked:
+        hit = ' class="hit"' if mark is not None and text == mark else ""
+        rows.append(
+            f'<tr{hit}><td class="bt">{html.escape(text.replace(chr(10), "↵")) or "∅"}</td>'
+            f'<td class="bar"><span class="fill fill-{colour}" style="width:{max(1.0, prob * 100):.0f}%"></span></td>'
+            f'<td class="bp">{prob:.3f}</td></tr>'
+        )
+    return f'<table class="bars">{"".join(rows)}</table>'
+
+
+def inspector_html(r: RoundEvent, greedy: bool) -> str:
+    """A round opened: at each checked draft the top-k of p and q, min(1, p/q) (and u when
+    sampling), and the law of the target's own token, its token marked."""
+    d = r.detail
+    if d is None:
+        return ""
+    cells = []
+    for i, pos in enumerate(d.positions, start=1):
+        if greedy:
+            ratio = min(1.0, pos.p / pos.q) if pos.q > 0 else 1.0
+            rule = (
+                f"argmax match: {'yes' if pos.accepted else 'no'} (min(1, p/q) = {ratio:.3f}, the rule when sampling)"
+            )
+        else:
+            rule = f"min(1, p/q) = {pos.accept_prob:.3f}, u = {pos.u:.3f}: " + (
+                "u &lt; min(1, p/q), accepted" if pos.accepted else "u ≥ min(1, p/q), rejected"
+            )
+        verdict = "✓" if pos.accepted else "✗"
+        cells.append(
+            f'<div class="pos"><div class="pos-head">{verdict} draft {i}: {_t(pos.draft)} · p = {pos.p:.3f} · '
+            f"q = {pos.q:.3f} · {rule}</div>"
+            f'<div class="pq"><div><small>p (target)</small>{_bars(pos.top_p, pos.draft, "p")}</div>'
+            f"<div><small>q (drafter)</small>{_bars(pos.top_q, pos.draft, 'q')}</div></div></div>"
+        )
+    rejected = len(d.positions) > 0 and not d.positions[-1].accepted
+    if rejected and not greedy:
+        law = "the residual norm(max(0, p − q)) at the rejection"
+    elif rejected:
+        law = "p at the rejection (greedy: the target's argmax)"
+    else:
+        law = "p after the last draft (the bonus)"
+    cells.append(
+        f'<div class="pos"><div class="pos-head">the target\'s token {_t(d.token)}, drawn from {law}: '
+        f"probability {d.own_p:.3f}</div>{_bars(d.own, d.token, 'r')}</div>"
+    )
+    return f'<div class="inspector">{"".join(cells)}</div>'
+
+
+# --- the speedup, explained from this run's costs ----------------------------------------------------
+
+
+def why_html(spd: Trace, ar: Trace, speedup: float) -> str:
+    """The measured speedup against the cost model fed with this race's own step costs, the
+    spread of the per-round estimate, and a warning when the step costs varied widely."""
+    c = metrics.costs(spd, ar)
+    if c is None or math.isnan(speedup):
+        return ""
+    tau = metrics.tau(spd)
+    drafts = metrics.drafts_per_round(spd)
+    verify = c.verify(drafts + 1)
+    round_ms = (drafts * c.t_draft + verify) * 1000
+    model = metrics.predicted(tau, drafts, c)
+    mid, low, high = metrics.round_speedups(spd, ar)
+    text = (
+        f"Why ×{speedup:.2f}: a round here costs {drafts:.1f} drafter steps × {c.t_draft * 1000:.2f} ms + a verify "
+        f"of {drafts + 1:.1f} tokens {verify * 1000:.2f} ms = {round_ms:.1f} ms and yields τ = {tau:.2f} tokens; "
+        f"the target alone takes {c.t1 * 1000:.2f} ms a token, so {tau:.2f} × {c.t1 * 1000:.2f} / {round_ms:.1f} "
+        f"= ×{model:.2f} predicted (a verify of {c.gamma + 1} tokens costs {c.t_verify / c.t1:.1f} single steps here). "
+        f"Per-round medians give ×{mid:.2f}, ×{low:.2f}–{high:.2f} between the rounds' quartiles."
+    )
+    warn = ""
+    if c.noisy:
+        warn = (
+            f'<span class="noisy" role="note">⚠ Timing is noisy: this run\'s single target steps varied by '
+            f"{c.t1_spread * 100:.0f}% and its verifies by {c.verify_spread * 100:.0f}% (interquartile range over "
+            "median); the machine is probably busy, so the speedup may differ a lot on a rerun.</span>"
+        )
+    return f'<span class="why">{html.escape(text)}</span>{warn}'
+
+
+def sampling_note_html(spd: Trace) -> str:
+    """Why SPD and AR differ under one seed, and the test that checks the law."""
+    if spd.start is None or spd.start.sampling.greedy:
+        return ""
+    return (
+        '<div class="fact">Same seed, different text: the two runs use their random numbers differently (SPD draws '
+        "q's samples, each u and the residuals; AR one draw per token), so they write different answers. What is "
+        f"the same is the law: every answer has the probability the target gives it (checked by <code>{SAMPLING_LAW_TEST}</code>).</div>"
+    )
+
+
+# --- the sweep's rule of thumb ------------------------------------------------------------------------
+
+
+def rule_of_thumb(rows: list[dict], race_gamma: int) -> str:
+    """One sentence read off the sweep: the γ the cost model prefers, and how τ and α move."""
+    scored = [r for r in rows if r["predicted_speedup"] is not None]
+    if not scored:
+        return ""
+    best = max(scored, key=lambda r: r["predicted_speedup"])
+    near = [r["gamma"] for r in scored if r["predicted_speedup"] >= 0.95 * best["predicted_speedup"]]
+    first, last = rows[0], rows[-1]
+    here = next((r for r in scored if r["gamma"] == race_gamma), None)
+    text = (
+        f"Rule of thumb for this prompt: the cost model peaks at γ = {best['gamma']} (×{best['predicted_speedup']:.2f}), "
+        + (
+            f"and γ = {min(near)}–{max(near)} is within 5% of it. "
+            if len(near) > 1
+            else "and no other γ comes within 5%. "
+        )
+        + f"From γ = {first['gamma']} to {last['gamma']} τ goes "
+        f"{first['tau']:.2f} → {last['tau']:.2f} while α goes {first['alpha']:.2f} → {last['alpha']:.2f}."
+    )
+    if here is not None:
+        text += f" This race used γ = {race_gamma}: ×{here['predicted_speedup']:.2f} predicted."
+    return f'<div class="sweep-note">{html.escape(text)}</div>'
+
+
+# --- is the target right? ------------------------------------------------------------------------------
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def reference_badge(ar: Trace, reference: str | None) -> str:
+    """Beside the lossless badge: whether the target's own answer matches the example's reference
+    (words compared, case and punctuation ignored). Lossless means identical to the target, not correct."""
+    if reference is None or ar.summary is None:
+        return ""
+    if _words(ar.summary.text) == _words(reference):
+        return '<span class="badge badge-ref-ok">the target\'s answer matches the reference</span>'
+    return (
+        '<span class="badge badge-ref-no" title="Speculative decoding reproduces the target exactly; it does not '
+        "make the target right\">the target's answer differs from the reference: lossless means identical to the "
+        "target, not correct</span>"
+    )

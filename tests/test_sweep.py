@@ -1,0 +1,92 @@
+"""The gamma sweep: replaying a greedy race's answer with the drafter alone gives the race's rounds."""
+
+import pytest
+import tiny
+import torch
+
+from demo.engine import metrics, sweep
+from demo.engine.events import Trace
+from demo.engine.sampling import Sampling
+from demo.engine.speculative import speculative_generate
+
+CASES = list(zip(tiny.images(2), tiny.QUESTIONS[:2]))
+DRAFTERS = ["text-partly", "image-partly", "image-always", "text-never"]
+MAX_NEW = 24
+
+
+def race(world, drafter, image, question, gamma, min_confidence=0.0, max_new=MAX_NEW):
+    prompt = world.prompt(image, question, drafter)
+    trace = Trace.of(
+        speculative_generate(
+            world.target,
+            world.drafter(drafter),
+            prompt,
+            gamma=gamma,
+            sampling=Sampling(),
+            max_new_tokens=max_new,
+            generator=torch.Generator().manual_seed(0),
+            min_confidence=min_confidence,
+        )
+    )
+    return trace, prompt
+
+
+def rounds_of(trace):
+    return tuple((len(r.drafted_ids), r.n_accepted, r.n_emitted) for r in trace.rounds)
+
+
+@pytest.mark.parametrize("min_confidence", [0.0, 0.4], ids=["fixed", "adaptive"])
+@pytest.mark.parametrize("drafter", DRAFTERS)
+def test_replay_at_the_race_gamma_gives_the_race_rounds_tau_alpha_and_histogram_exactly(world, drafter, min_confidence):
+    for image, question in CASES:
+        trace, prompt = race(world, drafter, image, question, gamma=4, min_confidence=min_confidence)
+        point = sweep.replay(
+            world.drafter(drafter),
+            prompt.drafter_inputs,
+            list(trace.summary.token_ids),
+            gamma=4,
+            max_new_tokens=MAX_NEW,
+            min_confidence=min_confidence,
+        )
+        assert point.rounds == rounds_of(trace)
+        assert point.tau == metrics.tau(trace)
+        assert point.alpha == pytest.approx(metrics.alpha(trace), abs=0, nan_ok=True)
+        assert point.histogram == metrics.accept_length_histogram(trace)
+        assert point.drafts_per_round == metrics.drafts_per_round(trace)
+
+
+@pytest.mark.parametrize("drafter", ["text-partly", "image-partly"])
+def test_replay_at_other_gammas_equals_a_race_run_at_that_gamma(world, drafter):
+    image, question = CASES[0]
+    base, prompt = race(world, drafter, image, question, gamma=4)
+    points = sweep.sweep(
+        world.drafter(drafter),
+        prompt.drafter_inputs,
+        list(base.summary.token_ids),
+        max_new_tokens=MAX_NEW,
+        gammas=(1, 2, 3, 5, 6),
+    )
+    for point in points:
+        other, _ = race(world, drafter, image, question, gamma=point.gamma)
+        assert point.rounds == rounds_of(other), point.gamma
+
+
+def test_a_budget_cut_answer_replays_with_its_draftless_last_round(world):
+    image, question = CASES[0]
+    trace, prompt = race(world, "image-always", image, question, gamma=4, max_new=7)
+    point = sweep.replay(
+        world.drafter("image-always"), prompt.drafter_inputs, list(trace.summary.token_ids), gamma=4, max_new_tokens=7
+    )
+    assert trace.summary.stop == "max_new_tokens" and point.rounds == rounds_of(trace)
+    assert point.rounds == ((4, 4, 5), (0, 0, 1))  # 1 + 5 + 1 = 7 tokens: the last round has no room to draft
+
+
+def test_sweep_rows_give_mbsu_from_the_drafts_made_and_the_cost_model_from_measured_costs():
+    point = metrics.SweepPoint(gamma=3, rounds=((3, 3, 4), (2, 0, 1)))
+    costs = metrics.Costs(t1=0.010, t_verify=0.014, t_draft=0.002, gamma=3, t1_spread=0.1, verify_spread=0.1)
+    [row] = metrics.sweep_rows([point], c=0.1, step_costs=costs)
+    assert row["gamma"] == 3 and row["tau"] == 2.5 and row["alpha"] == 0.6
+    assert row["mbsu"] == pytest.approx(2.5 / (1 + 2.5 * 0.1))
+    # 2.5 drafts a round: a verify of 3.5 tokens, interpolated: 0.010 + 2.5 * (0.004 / 3)
+    assert row["predicted_speedup"] == pytest.approx(2.5 * 0.010 / (2.5 * 0.002 + 0.010 + 2.5 * 0.004 / 3))
+    assert metrics.sweep_rows([point], c=0.1, step_costs=None)[0]["predicted_speedup"] is None

@@ -1,0 +1,128 @@
+"""The teaching views: the annotated round, the p/q inspector, the computed "why" of the speedup,
+the sweep's rule of thumb and the reference badge, on hand-built traces; and the inspector's
+numbers from a real (tiny) sampling run."""
+
+import dataclasses
+
+import pytest
+import tiny
+import torch
+from test_render import ar_trace, spd_trace
+
+from demo.engine import metrics
+from demo.engine.events import Position, RoundDetail, Trace
+from demo.engine.sampling import Sampling
+from demo.engine.speculative import speculative_generate
+from demo.page import charts, teach
+
+DETAIL = RoundDetail(
+    positions=(
+        Position(" red", 0.8, 0.6, 1.0, 0.41, True, ((" red", 0.8), (" blue", 0.1)), ((" red", 0.6), (" big", 0.2))),
+        Position(" circle", 0.05, 0.9, 0.0556, 0.73, False, ((" square", 0.7), (" circle", 0.05)), ((" circle", 0.9),)),
+    ),
+    token=" square",
+    own=((" square", 0.9), (" cube", 0.1)),
+    own_p=0.9,
+)
+
+
+def with_detail(trace: Trace) -> Trace:
+    trace.rounds[0] = dataclasses.replace(trace.rounds[0], detail=DETAIL)
+    return trace
+
+
+def test_the_annotated_round_is_one_that_accepted_then_rejected_told_with_its_numbers():
+    html = teach.annotated_round_html(spd_trace())
+    assert "Round 1 of this race" in html and "text-only drafter)" in html  # name == kind: said once
+    assert "✓  red" in html and "✗  circle" in html and "→  square" in html
+    assert "accepted 1 of 3, rejected ‘ circle’ and wrote ‘ square’ instead; the 1 draft after it" in html
+    assert "the text-only drafter cannot see the image" in html
+    assert "‘ circle’ p = 0.05, the drafter q = 0.90; ‘ square’ had p = 0.70" in html
+    assert teach.CAUSAL in html
+
+
+def test_before_a_run_the_top_says_what_a_round_is_and_why_one_forward_checks_all_drafts():
+    html = teach.annotated_round_html(Trace())
+    assert "Run the race and one of its rounds is explained here" in html and teach.CAUSAL in html
+
+
+def test_inspector_shows_p_q_min_ratio_and_u_at_each_checked_draft_and_the_residual_when_sampling():
+    html = teach.inspector_html(with_detail(spd_trace(greedy=False)).rounds[0], greedy=False)
+    assert (
+        "✓ draft 1: ‘ red’ · p = 0.800 · q = 0.600 · min(1, p/q) = 1.000, u = 0.410: u &lt; min(1, p/q), accepted"
+        in html
+    )
+    assert (
+        "✗ draft 2: ‘ circle’ · p = 0.050 · q = 0.900 · min(1, p/q) = 0.056, u = 0.730: u ≥ min(1, p/q), rejected"
+        in html
+    )
+    assert "drawn from the residual norm(max(0, p − q)) at the rejection: probability 0.900" in html
+    assert html.count('<tr class="hit">') == 5  # the draft in p and q at both positions, the target's token
+
+
+def test_greedy_inspector_names_the_argmax_rule_and_shows_min_ratio_beside_it():
+    html = teach.inspector_html(with_detail(spd_trace()).rounds[0], greedy=True)
+    assert "argmax match: yes (min(1, p/q) = 1.000, the rule when sampling)" in html
+    assert "u =" not in html and "p at the rejection (greedy: the target's argmax)" in html
+
+
+def test_reference_badge_compares_words_and_says_lossless_is_not_correct():
+    ar = ar_trace()  # "The red square"
+    assert "matches the reference" in teach.reference_badge(ar, "the red square.")
+    differs = teach.reference_badge(ar, "The blue square.")
+    assert "differs from the reference: lossless means identical to the target, not correct" in differs
+    assert teach.reference_badge(ar, None) == "" and teach.reference_badge(Trace(), "x") == ""
+
+
+def test_why_line_is_the_cost_model_on_this_runs_costs_and_warns_when_steps_vary_widely():
+    spd, ar = spd_trace(), ar_trace()
+    calm = teach.why_html(spd, ar, 0.9)
+    assert "noisy" not in calm and "a verify of 4 tokens costs 1.8 single steps here" in calm
+    for i, seconds in enumerate([0.01, 0.03]):  # the target's single steps: 10 ms and 30 ms
+        ar.rounds[i] = dataclasses.replace(ar.rounds[i], verify_seconds=seconds)
+    assert metrics.costs(spd, ar).t1_spread == pytest.approx(0.5)  # quartiles 15 and 25 ms over a median of 20
+    assert "Timing is noisy" in teach.why_html(spd, ar, 0.9)
+
+
+def test_rule_of_thumb_is_read_off_the_sweep():
+    rows = [
+        {"gamma": 1, "tau": 1.8, "alpha": 0.8, "mbsu": 1.7, "predicted_speedup": 1.2},
+        {"gamma": 2, "tau": 2.4, "alpha": 0.7, "mbsu": 2.2, "predicted_speedup": 1.4},
+        {"gamma": 3, "tau": 2.7, "alpha": 0.6, "mbsu": 2.4, "predicted_speedup": 1.35},
+    ]
+    text = teach.rule_of_thumb(rows, race_gamma=3)
+    assert "peaks at γ = 2 (×1.40), and γ = 2–3 is within 5% of it" in text
+    assert "τ goes 1.80 → 2.70 while α goes 0.80 → 0.60" in text and "used γ = 3: ×1.35 predicted" in text
+    figure = charts.gamma_sweep(rows, 3)
+    assert [t.name for t in figure.data] == ["τ", "MBSU", "predicted speedup", "α"]
+    assert list(figure.data[2].y) == [1.2, 1.4, 1.35] and figure.layout.shapes[0].x0 == 3
+
+
+def test_the_export_of_a_round_leaves_the_inspector_detail_out():
+    record = with_detail(spd_trace()).to_dict()
+    assert "detail" not in record["rounds"][0] and record["rounds"][0]["n_accepted"] == 1
+
+
+def test_a_sampling_run_records_the_uniform_draws_that_decided_each_draft(world):
+    image, question = tiny.images(1)[0], tiny.QUESTIONS[0]
+    trace = Trace.of(
+        speculative_generate(
+            world.target,
+            world.drafter("image-partly"),
+            world.prompt(image, question, "image-partly"),
+            gamma=3,
+            sampling=Sampling(greedy=False, temperature=1.0, seed=0),
+            max_new_tokens=24,
+            generator=torch.Generator().manual_seed(5),
+        )
+    )
+    checked = 0
+    for r in trace.rounds:
+        d = r.detail
+        assert len(d.positions) == min(r.n_accepted + 1, len(r.drafted_ids))
+        for i, pos in enumerate(d.positions):
+            assert pos.accepted == (i < r.n_accepted) == (pos.u < pos.accept_prob)
+            assert pos.draft == r.drafted_texts[i]
+            checked += 1
+        assert d.own_p > 0 and d.token == world.target.tokenizer.decode([r.target_id])
+    assert checked > 5
