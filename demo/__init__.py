@@ -5,6 +5,7 @@ Layers, each a package that imports only the ones before it:
     engine/    the exact decoding loop and its typed events (no Gradio, no model loading)
     models/    presets, hub access, loading
     session    one Request parsed by name, lanes, run() -> Trace, warm-up, replay (no Gradio);
+               sweeps (the γ sweep of a finished race),
                with validate (input checks) and analysis (where drafts are rejected)
     page/      the Gradio app
     bench/     benchmarks, soak, GPU check
