@@ -38,6 +38,10 @@ def test_every_endpoint_names_its_outputs(app):
         "acceptance by position chart",
         "Download the trace (JSON)",
         "Download the tokens (CSV)",
+        "annotated round",
+        "time per round chart",
+        "gamma sweep chart",
+        "gamma sweep note",
     ]
     assert [r["label"] for r in endpoints["/trace"]["returns"]] == ["trace"]
     assert [r["label"] for r in endpoints["/analysis"]["returns"]][:4] == [

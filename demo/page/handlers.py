@@ -54,11 +54,12 @@ HEARTBEAT_EVERY = 0.02  # seconds: a handler yields after a round once this much
 REPLAY_SECONDS = 12.0  # a replay lasts this long, whatever the race took
 THRESHOLD_DEFAULT = 0.5  # the page's adaptive-drafting threshold slider starts here
 
-VIEW = (
-    *("spd_panel", "spd_stats", "ar_panel", "ar_stats", "outcome", "blocks", "how_round"),
-    *("race_chart", "tau_chart", "hist_chart", "pos_chart", "time_chart"),
+# The API's outputs keep their places: what issue 26 added comes after the downloads.
+OUTPUTS = (
+    *("spd_panel", "spd_stats", "ar_panel", "ar_stats", "outcome", "blocks"),
+    *("race_chart", "tau_chart", "hist_chart", "pos_chart", "json_file", "csv_file"),
+    *("how_round", "time_chart", "sweep_chart", "sweep_note", "run", "replay", "stop", "last"),
 )
-OUTPUTS = (*VIEW, "sweep_chart", "sweep_note", "json_file", "csv_file", "run", "replay", "stop", "last")
 
 
 def positional(handler: Callable) -> Callable:

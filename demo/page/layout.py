@@ -190,7 +190,9 @@ def how_it_works() -> SimpleNamespace:
     h = SimpleNamespace()
     with gr.Group(elem_id="how"):
         gr.Markdown("### How it works", elem_id="how-title")
-        h.how_round = gr.HTML(teach.annotated_round_html(Trace()), js_on_load=None, elem_id="how-round")
+        h.how_round = gr.HTML(
+            teach.annotated_round_html(Trace()), js_on_load=None, label="annotated round", elem_id="how-round"
+        )
         with gr.Accordion(
             "More: sampling, adaptive drafting, the numbers, CPU against GPU", open=False, elem_id="how-more"
         ):
@@ -282,6 +284,7 @@ def race_view() -> SimpleNamespace:
         '<div class="sweep-note">After a greedy race: τ, α, MBSU and the predicted speedup of this prompt for '
         "γ = 1 … 10, replayed with the drafter alone against the target's own answer.</div>",
         js_on_load=None,
+        label="gamma sweep note",
         elem_id="sweep-note",
     )
     with gr.Accordion(
