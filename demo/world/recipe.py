@@ -271,7 +271,7 @@ FULL = Recipe(
     tokens=800,
     drafter_tokens=2400,
     languages=Languages(
-        new_tokens=512, corpus_per_task=2000, corpus_seed=0, steps=1800, lr=3e-4, mix=LANGUAGE_MIX, seed=60
+        new_tokens=512, corpus_per_task=2000, corpus_seed=0, steps=1500, lr=3e-4, mix=LANGUAGE_MIX, seed=60
     ),
     language_distill={
         lang: Distillation(items=1000, max_new_tokens=200, mix=in_languages(MIX, (lang,)), seed=61 + k)
