@@ -189,7 +189,7 @@ def test_quick_training_run_writes_models_that_load(tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        log = train(QUICK, tmp_path, seed=0)  # on two threads, the default
+        log = train(QUICK, tmp_path, seed=0, languages=True)  # on two threads, the default
         assert log["threads"] == 2 and torch.get_num_threads() == 1  # the caller's count is put back
     finally:
         torch.set_num_threads(threads)
