@@ -189,7 +189,7 @@ def test_quick_training_run_writes_models_that_load(tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        log = train(QUICK, tmp_path, seed=0)  # on two threads, the default
+        log = train(QUICK, tmp_path, seed=0, languages=True)  # on two threads, the default
         assert log["threads"] == 2 and torch.get_num_threads() == 1  # the caller's count is put back
     finally:
         torch.set_num_threads(threads)
@@ -206,6 +206,12 @@ def test_quick_training_run_writes_models_that_load(tmp_path):
     LlavaForConditionalGeneration.from_pretrained(tmp_path / "drafter-image")
     AutoModelForCausalLM.from_pretrained(tmp_path / "drafter-text")
     assert log["params_drafter-text"] * 10 <= log["params_target"]
+    for name in ("multilingual", "de", "zh"):  # stages 10-12: the language drafters, the grown vocabulary
+        assert AutoModelForCausalLM.from_pretrained(tmp_path / f"drafter-{name}").config.vocab_size == 1024
+        assert log[f"params_drafter-{name}"] * 10 <= log["params_target"]
+    assert LlavaForConditionalGeneration.from_pretrained(tmp_path / "target").config.text_config.vocab_size == 1024
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "drafter-text").config.vocab_size == 512  # as it was
+    assert "10 target in three languages" in log["seconds"]
     gallery = json.loads((tmp_path / "examples" / "examples.json").read_text())
     assert Counter(e["task"] for e in gallery) == PER_TASK  # every task family, the long ones twice
     assert all((tmp_path / "examples" / e["image"]).is_file() for e in gallery)
@@ -235,6 +241,10 @@ def test_quick_recipe_is_the_full_one_with_fewer_steps_and_smaller_batches():
             a, b = getattr(full, f.name), getattr(quick, f.name)
             if is_dataclass(a):
                 out |= differences(a, b, f"{path}{f.name}.")
+            elif isinstance(a, dict) and all(is_dataclass(v) for v in a.values()):  # configs by name
+                assert a.keys() == b.keys()
+                for key in a:
+                    out |= differences(a[key], b[key], f"{path}{f.name}.{key}.")
             elif a != b:
                 assert f.name in sizes and (b < a if isinstance(a, int) else len(b) == len(a)), (path + f.name, a, b)
                 out.add(path + f.name)
@@ -250,6 +260,9 @@ def test_quick_recipe_is_the_full_one_with_fewer_steps_and_smaller_batches():
         "image_drafter.finetune_steps",
         "text_drafter.distill.steps",
         "tokens",
+        "languages.steps",
+        "language_distill.zh.items",
+        "language_drafters.de.distill.steps",
     } <= changed
 
 

@@ -10,7 +10,7 @@ imports torch.
 
 from dataclasses import dataclass, replace
 
-from .tasks import BRIEF, EARLY
+from .tasks import BRIEF, EARLY, LANGUAGES, in_language
 
 # Share of batches per task (batches have similar token counts): stage 3's last phase, stage 3b's
 # other batches, the distillation set and the text drafter's pretraining. Captions and multiple
@@ -58,6 +58,14 @@ def in_form(mix: dict[str, float], form: str) -> dict[str, float]:
     return {(form if task == "multiple_choice" else task): share for task, share in mix.items()}
 
 
+def in_languages(mix: dict[str, float], languages: tuple[str, ...]) -> dict[str, float]:
+    """`mix` in each of `languages`, the languages in equal shares ("de/caption", `tasks.split_task`)."""
+    return {in_language(t, lang): share / len(languages) for lang in languages for t, share in mix.items()}
+
+
+# Stage 10, the target in three languages: MIX in each, English kept at a third so that what the
+# target knows in English holds while the other languages are learnt.
+LANGUAGE_MIX = in_languages(MIX, LANGUAGES)
 LM_MIX = in_form(MIX, BRIEF)  # the LM stage's mix: multiple choice with the brief checks
 # Stage 3 is a curriculum: (name, task mix, at most this many objects per scene or None). Lookup
 # facts first (mix "facts": `data.fact_batches`), then colour on one-object scenes, colour,
@@ -175,6 +183,32 @@ class ImageDrafter:
 
 
 @dataclass(frozen=True)
+class Languages:
+    """10. the tokenizer grown for German and Chinese, new embeddings from their pieces' old ones,
+    then the target end to end on real images (tower frozen) in the three languages."""
+
+    new_tokens: int  # tokens added to the vocabulary (`text.extend_tokenizer`)
+    corpus_per_task: int  # training examples per task and new language in the tokenizer's corpus
+    corpus_seed: int  # offset of that corpus's draws
+    steps: int  # optimiser steps
+    lr: float  # peak learning rate
+    mix: dict[str, float]  # task mix, tasks named in their language ("de/caption")
+    seed: int  # offset of the batches' draws
+
+
+@dataclass(frozen=True)
+class LanguageDrafter:
+    """11. a text drafter of the seed's recipe: pretrained on corpus text in `languages` (the
+    training conversations, image removed, the loss on every token), then fine-tuned on the
+    stage-10 target's greedy answers in them (stage 11's sets)."""
+
+    languages: tuple[str, ...]  # the languages of its corpus and of the answers it learns from
+    init_seed: int  # offset of torch's seed for the fresh weights
+    pretrain: Fit  # on corpus text
+    distill: Fit  # on the target's answers
+
+
+@dataclass(frozen=True)
 class Recipe:
     """Every stage's config, in the order the stages run, and the batch sizes they share."""
 
@@ -192,8 +226,11 @@ class Recipe:
     distill: Distillation  # 6
     text_drafter: TextDrafter  # 7
     image_drafter: ImageDrafter  # 8
-    tokens: int  # the target's batch size in tokens (stages 3-5e)
-    drafter_tokens: int  # the drafters' batch size in tokens (stages 7-8)
+    tokens: int  # the target's batch size in tokens (stages 3-5e, 10)
+    drafter_tokens: int  # the drafters' batch size in tokens (stages 7-8, 11)
+    languages: Languages  # 10
+    language_distill: dict[str, Distillation]  # 11: per language, the stage-10 target's answers
+    language_drafters: dict[str, LanguageDrafter]  # 11: by name, the drafters saved as drafter-NAME
 
 
 FULL = Recipe(
@@ -233,6 +270,19 @@ FULL = Recipe(
     ),
     tokens=800,
     drafter_tokens=2400,
+    languages=Languages(
+        new_tokens=512, corpus_per_task=2000, corpus_seed=0, steps=1500, lr=3e-4, mix=LANGUAGE_MIX, seed=60
+    ),
+    language_distill={
+        lang: Distillation(items=1000, max_new_tokens=200, mix=in_languages(MIX, (lang,)), seed=61 + k)
+        for k, lang in enumerate(LANGUAGES)
+    },
+    language_drafters={
+        name: LanguageDrafter(
+            languages=langs, init_seed=70 + k, pretrain=Fit(500, 2e-3, 70 + k), distill=Fit(700, 1e-3, 75 + k)
+        )
+        for k, (name, langs) in enumerate((("multilingual", LANGUAGES), ("de", ("de",)), ("zh", ("zh",))))
+    },
 )
 
 
@@ -266,4 +316,10 @@ QUICK = replace(
     ),
     tokens=300,
     drafter_tokens=300,
+    languages=replace(FULL.languages, corpus_per_task=50, steps=3),
+    language_distill={k: replace(c, items=16, max_new_tokens=8) for k, c in FULL.language_distill.items()},
+    language_drafters={
+        k: replace(c, pretrain=_steps(c.pretrain, 3), distill=_steps(c.distill, 3))
+        for k, c in FULL.language_drafters.items()
+    },
 )

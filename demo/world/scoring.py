@@ -7,12 +7,14 @@ Contract: `score(task, example, answer) -> bool` for every task in `tasks.TASKS`
 - caption: the (colour, shape) pairs named equal the scene's objects, as a multiset.
 - description: the (position, colour, shape) triples, one per sentence, equal the scene's.
 - multiple_choice: the letter in "The answer is X" is the right one.
-Sizes are not scored. Pure Python; the bench and the tests reuse it.
+Sizes are not scored. Pure Python; the bench and the tests reuse it. An example in another
+language is scored by `scoring_languages.score`, with the same rules.
 """
 
 import re
 from collections import Counter
 
+from . import scoring_languages
 from .scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES, Scene
 from .tasks import NUMBERS, Example, plural
 
@@ -82,6 +84,8 @@ def scene_triples(scene: Scene) -> Counter:
 
 
 def score(task: str, example: Example, answer: str) -> bool:
+    if example.language != "en":
+        return scoring_languages.score(task, example, answer)
     ref = example.answer
     if task == "vqa_colour":
         return colours_in(answer) == colours_in(ref)

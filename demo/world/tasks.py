@@ -28,6 +28,10 @@ TASKS = (
     "vqa_position",
     "vqa_yesno",
 )
+# The languages the world speaks: English here, German in `tasks_de`, Chinese in `tasks_zh`. A
+# task of another language than English is named "de/caption" in a mix (`split_task`).
+LANGUAGES = ("en", "de", "zh")
+LANGUAGE_NAMES = {"en": "English", "de": "German", "zh": "Chinese"}
 NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 LETTERS = "ABCD"
 
@@ -39,6 +43,7 @@ class Example:
     answer: str  # reference answer
     task: str
     scene: Scene
+    language: str = "en"  # of the question and its answer (`LANGUAGES`)
 
 
 def plural(shape: str) -> str:
@@ -360,8 +365,28 @@ def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:
     return question, rng.choice(("No.", f"No, there is no {colour} {shape}."))
 
 
+def split_task(key: str) -> tuple[str, str]:
+    """'de/caption' -> ('de', 'caption'); an English task has no prefix: 'caption' -> ('en', 'caption')."""
+    language, _, task = key.rpartition("/")
+    if (language or "en") not in LANGUAGES:
+        raise ValueError(f"unknown language {language!r}; expected one of {LANGUAGES}")
+    return language or "en", task
+
+
+def in_language(task: str, language: str) -> str:
+    """The mix key of `task` in `language` (`split_task`'s inverse)."""
+    return task if language == "en" else f"{language}/{task}"
+
+
 def qa(task: str, scene: Scene, rng: random.Random) -> tuple[str, str] | None:
-    """(question, reference answer), or None when the task does not apply to the scene."""
+    """(question, reference answer), or None when the task does not apply to the scene. `task`
+    may name another language ("de/caption", `split_task`); only English has multiple choice's
+    earlier forms."""
+    language, task = split_task(task)
+    if language != "en":  # imported here: the language modules import this one
+        from . import tasks_de, tasks_zh
+
+        return {"de": tasks_de, "zh": tasks_zh}[language].qa(task, scene, rng)
     if task == "description":
         return rng.choice(DESCRIBE), _description(scene, rng)
     if task == "caption":
@@ -379,39 +404,50 @@ def qa(task: str, scene: Scene, rng: random.Random) -> tuple[str, str] | None:
 
 
 def examples(
-    split: str, task: str, n: int, seed: int = 0, render_images: bool = True, form: str = "multiple_choice"
+    split: str,
+    task: str,
+    n: int,
+    seed: int = 0,
+    render_images: bool = True,
+    form: str = "multiple_choice",
+    language: str = "en",
 ) -> list[Example]:
     """n examples of one task on distinct scenes of one split; deterministic for the arguments.
     Multiple choice comes in `form` (`BRIEF`, `EARLY` or the final "multiple_choice"): the same
-    questions on the same scenes."""
+    questions on the same scenes. Every language asks about the same scenes; its phrasings are
+    drawn from a stream of its own (English's is the one it always was)."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
+    key = in_language(form if task == "multiple_choice" else task, language)
     out = []
     for i, scene in enumerate(scene_stream(split, seed * len(TASKS) + TASKS.index(task))):
         if len(out) == n:
             break
-        pair = qa(form if task == "multiple_choice" else task, scene, random.Random(f"{split}:{task}:{seed}:{i}"))
+        stream = f"{split}:{task}:{seed}:{i}" + ("" if language == "en" else f":{language}")
+        pair = qa(key, scene, random.Random(stream))
         if pair is not None:
             image = render(scene) if render_images else None
-            out.append(Example(image=image, question=pair[0], answer=pair[1], task=task, scene=scene))
+            out.append(Example(image, pair[0], pair[1], task, scene, language))
     return out
 
 
-def corpus(n: int, seed: int = 0) -> list[str]:
+def corpus(n: int, seed: int = 0, language: str = "en") -> list[str]:
     """Every question and answer of n training examples per task: the text the tokenizer is
     trained on, and the words a fluent answer uses. Multiple choice's checks are the brief ones,
-    the LM stage's (`BRIEF`); the restated form's words are all in the other tasks too."""
+    the LM stage's (`BRIEF`); the restated form's words are all in the other tasks too. Other
+    languages than English have the final form only."""
+    form = BRIEF if language == "en" else "multiple_choice"
     return [
         text
         for t in TASKS
-        for e in examples("train", t, n, seed, render_images=False, form=BRIEF)
+        for e in examples("train", t, n, seed, render_images=False, form=form, language=language)
         for text in (e.question, e.answer)
     ]
 
 
-def heldout_examples(task: str, n: int, seed: int = 0) -> list[Example]:
-    return examples("heldout", task, n, seed)
+def heldout_examples(task: str, n: int, seed: int = 0, language: str = "en") -> list[Example]:
+    return examples("heldout", task, n, seed, language=language)
 
 
-def train_examples(task: str, n: int, seed: int = 0) -> list[Example]:
-    return examples("train", task, n, seed)
+def train_examples(task: str, n: int, seed: int = 0, language: str = "en") -> list[Example]:
+    return examples("train", task, n, seed, language=language)

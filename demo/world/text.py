@@ -7,9 +7,16 @@ Contract:
 - `build_processor(tokenizer)` is the `LlavaProcessor` shipped with both LLaVA models: the
   display-resolution image is resized to 48 px and cut into 3x3 patches of 16 px, one image
   token per patch.
+- `extend_tokenizer(tok, texts, new_tokens, keep)` grows a trained tokenizer for more
+  languages: BPE's training continued on `texts` from the merges it has, `new_tokens` new
+  tokens appended after the old ids (which keep their meaning), never merging a pair that a
+  text of `keep` holds, so those (English) tokenise exactly as before.
 - `prompt_text(question)` is exactly what `apply_chat_template` renders for one user turn
   with an image, with the generation prompt: the form every model is trained on.
 """
+
+import json
+from collections import Counter
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import CLIPImageProcessorPil, LlavaProcessor, PreTrainedTokenizerFast
@@ -52,6 +59,11 @@ def train_tokenizer(texts: list[str], vocab_size: int = VOCAB_SIZE) -> PreTraine
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer)
+    return wrap(tok)
+
+
+def wrap(tok: Tokenizer) -> PreTrainedTokenizerFast:
+    """The world's Hugging Face tokenizer around a `tokenizers` BPE: specials, chat template."""
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         unk_token="<unk>",
@@ -61,6 +73,51 @@ def train_tokenizer(texts: list[str], vocab_size: int = VOCAB_SIZE) -> PreTraine
         chat_template=CHAT_TEMPLATE,
         model_max_length=1024,
     )
+
+
+def extend_tokenizer(
+    tok: PreTrainedTokenizerFast, texts: list[str], new_tokens: int, keep: list[str]
+) -> PreTrainedTokenizerFast:
+    """`tok` with `new_tokens` more tokens learnt from `texts`: BPE's training, continued from
+    how `tok` already splits each word of `texts`. A pair that stands side by side in how `tok`
+    splits a word of `keep` is never merged, so every text of `keep` encodes as before."""
+    backend = tok.backend_tokenizer
+    words = Counter(w for text in texts for w, _ in backend.pre_tokenizer.pre_tokenize_str(text))
+    split = {w: [t.value for t in backend.model.tokenize(w)] for w in words}
+    frozen = set()  # the pairs side by side in `keep`'s words: merging one would change them
+    for w in {w for text in keep for w, _ in backend.pre_tokenizer.pre_tokenize_str(text)}:
+        pieces = [t.value for t in backend.model.tokenize(w)]
+        frozen.update(zip(pieces, pieces[1:]))
+    state = json.loads(backend.to_str())
+    vocab, merges = dict(state["model"]["vocab"]), [tuple(m) for m in state["model"]["merges"]]
+    while len(vocab) < len(tok) + new_tokens:
+        pairs = Counter()
+        for w, pieces in split.items():
+            for pair in zip(pieces, pieces[1:]):
+                if pair not in frozen:
+                    pairs[pair] += words[w]
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))  # most frequent; ties by the pieces, for determinism
+        merges.append(best)
+        vocab.setdefault(best[0] + best[1], len(vocab))
+        for w, pieces in split.items():
+            if best[0] in pieces:
+                split[w] = _merged(pieces, best)
+    state["model"]["vocab"], state["model"]["merges"] = vocab, [list(m) for m in merges]
+    return wrap(Tokenizer.from_str(json.dumps(state)))
+
+
+def _merged(pieces: list[str], pair: tuple[str, str]) -> list[str]:
+    out, k = [], 0
+    while k < len(pieces):
+        if k + 1 < len(pieces) and (pieces[k], pieces[k + 1]) == pair:
+            out.append(pair[0] + pair[1])
+            k += 2
+        else:
+            out.append(pieces[k])
+            k += 1
+    return out
 
 
 def build_processor(tokenizer: PreTrainedTokenizerFast) -> LlavaProcessor:

@@ -1,0 +1,274 @@
+"""The world's questions and reference answers in German: every task family of `tasks.py`.
+
+Contract: `qa(task, scene, rng) -> (question, answer) | None`, as `tasks.qa` for English, with
+the same facts and the same layout of each answer, in German. The answers keep the English
+forms that the target learnt (the place or name first, then the looked-up word; multiple
+choice's reason, restated checks and letter), so what the target knows carries over and only
+the words change. Grounded words are translated (`COLOURS`, `SHAPES`, `SIZES`, `PLACES`,
+`PLACE_PHRASES`, `NUMBERS`); adjectives take their endings (nominative and accusative,
+masculine or neuter: every shape noun is one of them).
+"""
+
+import random
+
+from .scenes import COLOURS as COLOUR_NAMES
+from .scenes import GRID, Obj, Scene
+from .tasks import LETTERS, cap, listing, unique
+
+COLOURS = {"red": "rot", "orange": "orange", "yellow": "gelb", "green": "grün", "blue": "blau", "purple": "violett"}
+SHAPES = {"circle": "Kreis", "square": "Quadrat", "triangle": "Dreieck", "cross": "Kreuz"}
+PLURALS = {"circle": "Kreise", "square": "Quadrate", "triangle": "Dreiecke", "cross": "Kreuze"}
+MASCULINE = {"circle"}  # the other shape nouns are neuter
+SIZES = {"large": "groß", "small": "klein"}
+PLACES = ("oben links", "oben", "oben rechts", "links", "Mitte", "rechts", "unten links", "unten", "unten rechts")
+PLACE_PHRASES = (
+    "oben links",
+    "oben in der Mitte",
+    "oben rechts",
+    "links in der Mitte",
+    "in der Mitte",
+    "rechts in der Mitte",
+    "unten links",
+    "unten in der Mitte",
+    "unten rechts",
+)
+NUMBERS = ("keine", "eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun")
+
+
+def inflect(adjective: str, ending: str) -> str:
+    """'rot' + 'er' -> 'roter'; 'orange' + 'er' -> 'oranger' (an adjective ending in e keeps one)."""
+    return adjective + (ending[1:] if adjective.endswith("e") and ending else ending)
+
+
+def indefinite(o: Obj, size: bool = True, accusative: bool = False) -> str:
+    """'ein großer roter Kreis', 'ein rotes Quadrat'; accusative 'einen roten Kreis'."""
+    m = o.shape in MASCULINE
+    article, ending = ("einen", "en") if m and accusative else ("ein", "er" if m else "es")
+    words = ([inflect(SIZES[o.size], ending)] if size else []) + [inflect(COLOURS[o.colour], ending)]
+    return f"{article} {' '.join(words)} {SHAPES[o.shape]}"
+
+
+def definite(o: Obj, colour: bool = True) -> str:
+    """'der rote Kreis', 'das rote Quadrat' (nominative)."""
+    article = "der" if o.shape in MASCULINE else "das"
+    return f"{article} {inflect(COLOURS[o.colour], 'e') + ' ' if colour else ''}{SHAPES[o.shape]}"
+
+
+def phrase(o: Obj) -> str:
+    return PLACE_PHRASES[o.cell]
+
+
+# --- (a) detailed description -------------------------------------------------------------
+
+DESCRIBE = (
+    "Beschreibe dieses Bild ausführlich.",
+    "Was siehst du auf diesem Bild? Beschreibe es ausführlich.",
+    "Gib eine ausführliche Beschreibung der Szene.",
+    "Kannst du alles beschreiben, was auf diesem Bild ist?",
+)
+INTROS = (
+    "Das Bild ist eine einfache Zeichnung auf einem schlichten, hellen Hintergrund.",
+    "Dieses Bild zeigt eine flache, bunte Zeichnung auf einem blassen, gleichmäßigen Hintergrund.",
+    "Hier sehen wir eine schlichte Illustration geometrischer Formen auf einem hellen Hintergrund.",
+)
+
+
+def _object_sentence(o: Obj, rng: random.Random) -> str:
+    """One object, its place first, as in English."""
+    verb = rng.choice(("ist", "befindet sich", "liegt"))
+    return f"{cap(phrase(o))} {verb} {indefinite(o)}."
+
+
+def _sizes(scene: Scene) -> str:
+    n = len(scene.objects)
+    large = sum(o.size == "large" for o in scene.objects)
+    if n == 1:
+        return f"Die Form ist {SIZES[scene.objects[0].size]}."
+    if large in (0, n):
+        return f"Alle {NUMBERS[n]} Formen sind {'groß' if large else 'klein'}."
+    small = n - large
+    count = lambda k: "eine" if k == 1 else NUMBERS[k]  # noqa: E731
+    verb = lambda k: "ist" if k == 1 else "sind"  # noqa: E731
+    return f"{cap(count(large))} davon {verb(large)} groß und {count(small)} {verb(small)} klein."
+
+
+def _colours(scene: Scene) -> str:
+    colours = list(dict.fromkeys(COLOURS[o.colour] for o in scene.objects))
+    if len(scene.objects) == 1:
+        return f"Die einzige Farbe auf dem Bild ist {colours[0]}."
+    if len(colours) == 1:
+        return f"Jede Form auf dem Bild ist {colours[0]}."
+    return f"Die Farben auf dem Bild sind {listing(colours, ', ', ' und ')}."
+
+
+def _description(scene: Scene, rng: random.Random) -> str:
+    n, empty = len(scene.objects), GRID * GRID - len(scene.objects)
+    closing = rng.choice(
+        (
+            f"Die anderen {NUMBERS[empty]} Felder des Rasters sind leer, daher wirkt die Szene einfach und ordentlich.",
+            "Abgesehen von diesen Formen ist der Hintergrund leer, und die Szene wirkt schlicht und aufgeräumt.",
+            "Sonst ist nichts auf dem Bild, und das gibt ihm ein klares und minimalistisches Aussehen.",
+        )
+    )
+    total = (
+        "Insgesamt ist eine einzige Form auf dem Bild."
+        if n == 1
+        else f"Insgesamt sind {NUMBERS[n]} Formen auf dem Bild."
+    )
+    parts = [rng.choice(INTROS)] + [_object_sentence(o, rng) for o in scene.objects]
+    return " ".join(parts + [total, _sizes(scene), _colours(scene), closing])
+
+
+# --- (b) short caption ----------------------------------------------------------------------
+
+CAPTION = (
+    "Schreibe eine kurze Bildunterschrift zu diesem Bild.",
+    "Beschreibe dieses Bild in einem Satz.",
+    "Gib eine knappe Bildunterschrift für das Bild.",
+)
+
+
+def _caption(scene: Scene, rng: random.Random) -> str:
+    sized = rng.random() < 0.5
+    things = listing([f"{phrase(o)}, {indefinite(o, sized)}" for o in scene.objects], "; ", "; und ")
+    return cap(f"{rng.choice(('', 'Eine einfache Zeichnung: ', 'Auf hellem Hintergrund: '))}{things}.")
+
+
+# --- (c) multiple choice with explanation ---------------------------------------------------
+
+
+def _options(correct: str, pool: list[str], rng: random.Random, ordered: bool = False) -> tuple[list[str], str]:
+    options = [correct] + rng.sample([p for p in pool if p != correct], 3)
+    rng.shuffle(options)
+    if ordered:
+        options.sort(key=pool.index)
+    return options, LETTERS[options.index(correct)]
+
+
+def checks(kind: str, options: list[str], letter: str) -> str:
+    """As `tasks.checks`: "A. Quadrat: ein Kreis ist kein Quadrat. B. Kreis: ein Kreis ist ein Kreis." """
+    said, out = options[LETTERS.index(letter)], []
+    for letter_, text in zip(LETTERS, options):
+        if kind == "shape":
+            verdict = f"ein {said} ist {'ein' if text == said else 'kein'} {text}"
+        else:
+            verdict = f"{said} ist {'' if text == said else 'nicht '}{text}"
+        out.append(f"{letter_}. {text}: {verdict}.")
+        if text == said:
+            return " ".join(out)
+    raise ValueError(f"{letter} is not among {options}")
+
+
+def _multiple_choice(scene: Scene, rng: random.Random) -> tuple[str, str]:
+    o = rng.choice(scene.objects)
+    kind = rng.choice(("shape", "colour", "position", "count"))
+    pronoun = "er" if o.shape in MASCULINE else "es"
+    if kind == "shape":
+        question = f"Welche Form ist {phrase(o)}?"
+        options, letter = _options(SHAPES[o.shape], list(SHAPES.values()), rng)
+        reason = f"Das Objekt {phrase(o)} ist {indefinite(o)}, also ist es ein {SHAPES[o.shape]}."
+    elif kind == "colour":
+        question = f"Welche Farbe hat die Form {phrase(o)}?"
+        options, letter = _options(COLOURS[o.colour], list(COLOURS.values()), rng)
+        reason = f"Die Form {phrase(o)} ist {indefinite(o)}, also ist sie {COLOURS[o.colour]}."
+    elif kind == "position" and unique(scene, colour=o.colour, shape=o.shape):
+        question = f"Wo ist {definite(o)}?"
+        options, letter = _options(PLACES[o.cell], list(PLACES), rng, ordered=True)
+        reason = f"{cap(definite(o))} ist {phrase(o)}, also ist {pronoun} {PLACES[o.cell]}."
+    else:
+        kind, n = "count", len(scene.objects)
+        question = "Wie viele Formen sind auf dem Bild?"
+        options = list(NUMBERS[1:5])
+        letter = LETTERS[options.index(NUMBERS[n])]
+        listed = listing([f"{phrase(x)}, {indefinite(x, False)}" for x in scene.objects], "; ", "; und ")
+        reason = cap(f"{listed}, also {'ist es eins' if n == 1 else 'sind es ' + NUMBERS[n]}.")
+    listed = ", ".join(f"{letter_}. {text}" for letter_, text in zip(LETTERS, options))
+    question = f"{question}\nOptionen: {listed}.\nErkläre kurz und nenne dann den Buchstaben der richtigen Option."
+    return question, f"{reason} {checks(kind, options, letter)} Die Antwort ist {letter}."
+
+
+# --- short VQA ------------------------------------------------------------------------------
+
+TAILS = ("", " hier", " auf diesem Bild", " im Bild")  # after the looked-up word, as in English
+
+
+def restated(subject: str, rest: str, rng: random.Random) -> str:
+    return cap(f"{subject} {rest}{rng.choice(TAILS)}.")
+
+
+def _vqa_colour(scene: Scene, rng: random.Random) -> tuple[str, str]:
+    o = rng.choice(scene.objects)
+    colour = COLOURS[o.colour]
+    if unique(scene, shape=o.shape) and rng.random() < 0.5:
+        subject = definite(o, colour=False)
+        question = rng.choice((f"Welche Farbe hat {subject}?", f"In welcher Farbe ist {subject}?"))
+        return question, restated(subject, f"ist {colour}", rng)
+    subject = rng.choice(("die Form", "das Objekt")) + f" {phrase(o)}"
+    question = rng.choice((f"Welche Farbe hat {subject}?", f"In welcher Farbe ist {subject}?"))
+    return question, restated(subject, f"ist {colour}", rng)
+
+
+def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
+    o = rng.choice(scene.objects)
+    answer = f"ist ein {SHAPES[o.shape]}"
+    if unique(scene, colour=o.colour) and rng.random() < 0.5:
+        subject = f"das {inflect(COLOURS[o.colour], 'e')} Objekt"
+        question = rng.choice((f"Welche Form hat {subject}?", f"Welche Form ist {COLOURS[o.colour]}?"))
+        return question, restated(subject, answer, rng)
+    question = rng.choice((f"Welche Form ist {phrase(o)}?", f"Welche Form siehst du {phrase(o)}?"))
+    return question, restated(f"die Form {phrase(o)}", answer, rng)
+
+
+def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
+    kind = rng.choice(("all", "colour", "shape"))
+    if kind == "all":
+        n, strong, weak = len(scene.objects), "Formen", "Formen"
+    elif kind == "colour":
+        colour = rng.choice([o.colour for o in scene.objects] + list(COLOUR_NAMES))
+        n = sum(o.colour == colour for o in scene.objects)
+        strong, weak = (f"{inflect(COLOURS[colour], e)} Formen" for e in ("e", "en"))
+    else:
+        shape = rng.choice([o.shape for o in scene.objects] + list(SHAPES))
+        n, strong = sum(o.shape == shape for o in scene.objects), PLURALS[shape]
+        weak = strong
+    question = rng.choice((f"Wie viele {strong} gibt es?", f"Wie viele {strong} sind auf dem Bild?"))
+    if n == 0:
+        return question, restated("es gibt", f"keine {weak}", rng)
+    return question, restated(f"die Anzahl der {weak}", f"ist {NUMBERS[n]}", rng)
+
+
+def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
+    candidates = [o for o in scene.objects if unique(scene, colour=o.colour, shape=o.shape)]
+    if not candidates:
+        return None
+    o = rng.choice(candidates)
+    question = rng.choice((f"Wo ist {definite(o)}?", f"Wo auf dem Bild ist {definite(o)}?"))
+    return question, restated(definite(o), f"ist {phrase(o)}", rng)
+
+
+def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:
+    if rng.random() < 0.5:
+        asked = rng.choice(scene.objects)
+    else:
+        asked = Obj(rng.choice(list(SHAPES)), rng.choice(list(COLOUR_NAMES)), "small", 0)
+    thing = indefinite(asked, size=False, accusative=True)
+    question = rng.choice((f"Gibt es {thing} auf dem Bild?", f"Siehst du {thing}?"))
+    hits = [o for o in scene.objects if o.colour == asked.colour and o.shape == asked.shape]
+    if hits:
+        return question, rng.choice(("Ja.", f"Ja, es gibt {thing} {phrase(hits[0])}."))
+    return question, rng.choice(("Nein.", f"Nein, es gibt k{thing}."))
+
+
+def qa(task: str, scene: Scene, rng: random.Random) -> tuple[str, str] | None:
+    if task == "description":
+        return rng.choice(DESCRIBE), _description(scene, rng)
+    if task == "caption":
+        return rng.choice(CAPTION), _caption(scene, rng)
+    return {
+        "multiple_choice": _multiple_choice,
+        "vqa_colour": _vqa_colour,
+        "vqa_shape": _vqa_shape,
+        "vqa_count": _vqa_count,
+        "vqa_position": _vqa_position,
+        "vqa_yesno": _vqa_yesno,
+    }[task](scene, rng)
