@@ -183,13 +183,14 @@ def test_quick_training_run_writes_models_that_load(tmp_path):
     from transformers import AutoModelForCausalLM, LlavaForConditionalGeneration
 
     from demo.world.gallery import PER_TASK
+    from demo.world.multilingual import train_languages
     from demo.world.recipe import QUICK
     from demo.world.train import train
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        log = train(QUICK, tmp_path, seed=0, languages=True)  # on two threads, the default
+        log = train(QUICK, tmp_path, seed=0, then=train_languages)  # on two threads, the default
         assert log["threads"] == 2 and torch.get_num_threads() == 1  # the caller's count is put back
     finally:
         torch.set_num_threads(threads)

@@ -9,8 +9,8 @@ Prints, as readable tables:
   that the drafter's argmax predicts, given the target's own prefix (the per-token greedy
   acceptance rate of speculative decoding), split into image-grounded words and the rest;
 - parameter counts, drafter/target ratios and load time.
-Ends with one JSON line holding all of it. `--languages` evaluates the world in three languages
-instead (`evaluate_languages.py`).
+Ends with one JSON line holding all of it. The world in three languages is evaluated by
+`python -m demo.world.evaluate_languages`.
 """
 
 import argparse
@@ -162,16 +162,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=ASSETS, help="the world's model directory")
     parser.add_argument("--n", type=int, default=100, help="held-out examples per task (half for descriptions)")
-    parser.add_argument(
-        "--languages",
-        action="store_true",
-        help="the target in every language, the text drafters' agreement per language",
-    )
     args = parser.parse_args()
-    if args.languages:
-        from .evaluate_languages import main as languages
-
-        return languages(args.dir, args.n)
     torch.manual_seed(0)
     result = evaluate(args.dir, args.n)
     print_tables(result)

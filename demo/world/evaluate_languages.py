@@ -1,4 +1,4 @@
-"""The world in three languages, evaluated: `python -m demo.world.evaluate --languages [--dir DIR] [--n N]`.
+"""The world in three languages, evaluated: `python -m demo.world.evaluate_languages [--dir DIR] [--n N]`.
 
 Contract: loads the target and every text-only drafter in DIR (default assets/world):
 drafter-text (English only, the English tokenizer's 512 ids), drafter-multilingual, and
@@ -15,12 +15,14 @@ shipped processor, as `evaluate.py` does) and scores them with `scoring.score`. 
 Ends with one JSON line holding all of it.
 """
 
+import argparse
 import json
 import time
 from pathlib import Path
 
 import torch
 
+from . import ASSETS
 from .evaluate import agreement, encode_examples, load_target
 from .generate import greedy
 from .scoring import score
@@ -137,8 +139,16 @@ def print_tables(r: dict) -> None:
     print(f"\nLoad time: {r['load_s']:.2f} s\n")
 
 
-def main(directory: Path, n: int) -> None:
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", type=Path, default=ASSETS, help="the world's model directory")
+    parser.add_argument("--n", type=int, default=100, help="held-out examples per task (half for descriptions)")
+    args = parser.parse_args()
     torch.manual_seed(0)
-    result = evaluate_languages(directory, n)
+    result = evaluate_languages(args.dir, args.n)
     print_tables(result)
     print(json.dumps(result, separators=(",", ":")))
+
+
+if __name__ == "__main__":
+    main()

@@ -17,9 +17,13 @@ going on from a saved world equals going on in memory (its weights were saved in
 were held). Each stage is timed through `lap`.
 """
 
+import argparse
 import json
 import random
 import shutil
+import tempfile
+import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -28,10 +32,10 @@ from .data import ScenePool, batches, encode, sample_items
 from .fit import fit
 from .generate import greedy
 from .models import build, n_params
-from .recipe import LanguageDrafter, Recipe, in_languages
+from .recipe import FULL, QUICK, LanguageDrafter, Recipe, in_languages
 from .tasks import LANGUAGES, corpus
 from .text import IMAGE_TOKEN, build_processor, extend_tokenizer
-from .train import Distill, World, loss_on, set_trainable
+from .train import Distill, World, loss_on, set_trainable, train
 
 
 def grow_embeddings(model, old_tok, new_tok) -> None:
@@ -169,3 +173,58 @@ def copy_english(source: Path, out: Path) -> dict:
         for name in ("drafter-text", "drafter-image", "examples"):
             shutil.copytree(source / name, out / name, dirs_exist_ok=True)
     return json.loads((source / "training_log.json").read_text())
+
+
+def train_from(recipe: Recipe, source: Path, out: Path, seed: int, threads: int = 2) -> dict:
+    """Stages 10-12 only, from the English world saved in `source` (stages 1-9); the log is
+    `source`'s with theirs added, and the seconds of both."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        random.seed(seed)
+        clock, timings = time.perf_counter(), {}
+        w = load_world(source, recipe, seed)
+        log = copy_english(source, out)
+        log["recipe"], log["started_from"] = asdict(recipe), str(source)
+        timings["10 load the English world"] = round(time.perf_counter() - clock, 1)
+
+        def lap(stage: str):
+            nonlocal clock
+            timings[stage] = round(time.perf_counter() - clock, 1)
+            print(f"[{stage}] {timings[stage]:.1f} s", flush=True)
+            clock = time.perf_counter()
+
+        clock = time.perf_counter()
+        train_languages(w, recipe, seed, out, log, lap)
+        log["seconds"] = log["seconds"] | timings
+        log["seconds_total"] = round(sum(log["seconds"].values()), 1)
+        log["seconds_languages"] = round(sum(timings.values()), 1)
+        (out / "training_log.json").write_text(json.dumps(log, indent=1) + "\n")
+        return log
+    finally:
+        torch.set_num_threads(before)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="The world in three languages: stages 1-9, then 10-12.")
+    parser.add_argument("--quick", action="store_true", help="recipe.QUICK: a few steps per stage, into a temp dir")
+    parser.add_argument("--out", type=Path, default=None, help="output directory (required unless --quick)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads; results are exact for a given count")
+    parser.add_argument(
+        "--from", dest="source", type=Path, default=None, help="run stages 10-12 only, from this English world"
+    )
+    args = parser.parse_args()
+    if args.out is None and not args.quick:
+        parser.error("--out is required: the shipped world (assets/world) is stages 1-9's")
+    out = args.out or Path(tempfile.mkdtemp(prefix="world-languages-quick-"))
+    recipe = QUICK if args.quick else FULL
+    if args.source:
+        log = train_from(recipe, args.source, out, args.seed, args.threads)
+    else:
+        log = train(recipe, out, args.seed, args.threads, then=train_languages)
+    print(json.dumps({"out": str(out), "seconds_total": log["seconds_total"]}))
+
+
+if __name__ == "__main__":
+    main()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from PIL import Image
 
+from .phrasing import LETTERS, cap, listing, unique  # noqa: F401  (re-exported)
 from .scenes import COLOURS, GRID, POSITION_PHRASES, POSITIONS, SHAPES, SIZES, Obj, Scene, render, scene_stream
 
 TASKS = (
@@ -33,7 +34,6 @@ TASKS = (
 LANGUAGES = ("en", "de", "zh")
 LANGUAGE_NAMES = {"en": "English", "de": "German", "zh": "Chinese"}
 NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-LETTERS = "ABCD"
 
 
 @dataclass
@@ -58,10 +58,6 @@ def image_grounded_words() -> set[str]:
     return words
 
 
-def cap(text: str) -> str:
-    return text[0].upper() + text[1:]
-
-
 def name(o: Obj, size: bool = True) -> str:
     """'large red circle' (or 'red circle' without the size)."""
     return f"{o.size} {o.colour} {o.shape}" if size else f"{o.colour} {o.shape}"
@@ -69,17 +65,6 @@ def name(o: Obj, size: bool = True) -> str:
 
 def article(words: str) -> str:
     return f"an {words}" if words[0] in "aeiou" else f"a {words}"
-
-
-def listing(items: list[str], sep: str = ", ", last: str = " and ") -> str:
-    """'a, b and c'; other separators for longer items ('a; b; and c')."""
-    return items[0] if len(items) == 1 else sep.join(items[:-1]) + last + items[-1]
-
-
-def unique(scene: Scene, **attrs) -> Obj | None:
-    """The only object with these attributes, or None."""
-    hits = [o for o in scene.objects if all(getattr(o, k) == v for k, v in attrs.items())]
-    return hits[0] if len(hits) == 1 else None
 
 
 # --- (a) detailed description -------------------------------------------------------------

@@ -11,9 +11,9 @@ masculine or neuter: every shape noun is one of them).
 
 import random
 
+from .phrasing import LETTERS, cap, listing, unique
 from .scenes import COLOURS as COLOUR_NAMES
 from .scenes import GRID, Obj, Scene
-from .tasks import LETTERS, cap, listing, unique
 
 COLOURS = {"red": "rot", "orange": "orange", "yellow": "gelb", "green": "grün", "blue": "blau", "purple": "violett"}
 SHAPES = {"circle": "Kreis", "square": "Quadrat", "triangle": "Dreieck", "cross": "Kreuz"}

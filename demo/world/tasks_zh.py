@@ -10,9 +10,9 @@ between words, as Chinese is written; the option letters stand after punctuation
 
 import random
 
+from .phrasing import LETTERS, unique
 from .scenes import COLOURS as COLOUR_NAMES
 from .scenes import GRID, Obj, Scene
-from .tasks import LETTERS, unique
 
 COLOURS = {"red": "红色", "orange": "橙色", "yellow": "黄色", "green": "绿色", "blue": "蓝色", "purple": "紫色"}
 SHAPES = {"circle": "圆形", "square": "正方形", "triangle": "三角形", "cross": "十字形"}

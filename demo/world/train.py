@@ -29,7 +29,7 @@ aligned to word-embedding "slots", see slots.py):
  8. image drafter: tower pretraining, LM from the text drafter, the target's answers on slots,
     projector regression, then the target's answers on real images
  9. save, with the held-out example gallery
- 10-12. with `--languages`, the world in three languages (`multilingual.py`): the tokenizer
+ 10-12. `python -m demo.world.multilingual`: the world in three languages: the tokenizer
      and the target grown for German and Chinese, the target trained on the three, the text
      drafters of the seed's recipe (multilingual, German, Chinese); saved beside the English
      ones. Not in the shipped world: its first run missed the issue's bars
@@ -390,16 +390,18 @@ def save(w: World, out: Path, log: dict) -> None:
     write_examples(out / "examples")
 
 
-def train(recipe: Recipe, out: Path, seed: int, threads: int = 2, languages: bool = False) -> dict:
+def train(recipe: Recipe, out: Path, seed: int, threads: int = 2, then=None) -> dict:
+    """Stages 1-9 into `out`; `then(w, recipe, seed, out, log, lap)` runs more stages after them
+    (`multilingual.train_languages`: stages 10-12), before the log is written."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return _train(recipe, out, seed, threads, languages)
+        return _train(recipe, out, seed, threads, then)
     finally:
         torch.set_num_threads(before)  # a caller's (the tests') setting is not ours to change
 
 
-def _train(recipe: Recipe, out: Path, seed: int, threads: int, languages: bool) -> dict:
+def _train(recipe: Recipe, out: Path, seed: int, threads: int, then) -> dict:
     timings = {}
     log = {"seed": seed, "threads": threads, "recipe": asdict(recipe)}
     clock = time.perf_counter()
@@ -426,46 +428,12 @@ def _train(recipe: Recipe, out: Path, seed: int, threads: int, languages: bool) 
     lap("8 image drafter")
     save(w, out, log)
     lap("9 save")
-    if languages:  # stages 10-12, not yet in the shipped world (docs/world-languages.md)
-        from .multilingual import train_languages  # here: it builds on this module
-
-        train_languages(w, recipe, seed, out, log, lap)
+    if then is not None:  # stages 10-12, not yet in the shipped world (docs/world-languages.md)
+        then(w, recipe, seed, out, log, lap)
     log["seconds"] = timings
     log["seconds_total"] = round(sum(timings.values()), 1)
     (out / "training_log.json").write_text(json.dumps(log, indent=1) + "\n")
     return log
-
-
-def train_from(recipe: Recipe, source: Path, out: Path, seed: int, threads: int = 2) -> dict:
-    """Stages 10-12 only, from the English world saved in `source` (stages 1-9); the log is
-    `source`'s with theirs added, and the seconds of both."""
-    from .multilingual import copy_english, load_world, train_languages
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        random.seed(seed)
-        clock, timings = time.perf_counter(), {}
-        w = load_world(source, recipe, seed)
-        log = copy_english(source, out)
-        log["recipe"], log["started_from"] = asdict(recipe), str(source)
-        timings["10 load the English world"] = round(time.perf_counter() - clock, 1)
-
-        def lap(stage: str):
-            nonlocal clock
-            timings[stage] = round(time.perf_counter() - clock, 1)
-            print(f"[{stage}] {timings[stage]:.1f} s", flush=True)
-            clock = time.perf_counter()
-
-        clock = time.perf_counter()
-        train_languages(w, recipe, seed, out, log, lap)
-        log["seconds"] = log["seconds"] | timings
-        log["seconds_total"] = round(sum(log["seconds"].values()), 1)
-        log["seconds_languages"] = round(sum(timings.values()), 1)
-        (out / "training_log.json").write_text(json.dumps(log, indent=1) + "\n")
-        return log
-    finally:
-        torch.set_num_threads(before)
 
 
 def main() -> None:
@@ -474,17 +442,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="output directory (default assets/world)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch threads; results are exact for a given count")
-    parser.add_argument("--languages", action="store_true", help="stages 10-12 too (the world in three languages)")
-    parser.add_argument(
-        "--from", dest="source", type=Path, default=None, help="run stages 10-12 only, from this English world"
-    )
     args = parser.parse_args()
     out = args.out or (Path(tempfile.mkdtemp(prefix="world-quick-")) if args.quick else ASSETS)
     recipe = QUICK if args.quick else FULL
-    if args.source:
-        log = train_from(recipe, args.source, out, args.seed, args.threads)
-    else:
-        log = train(recipe, out, args.seed, args.threads, args.languages)
+    log = train(recipe, out, args.seed, args.threads)
     print(json.dumps({"out": str(out), "seconds_total": log["seconds_total"]}))
 
 
