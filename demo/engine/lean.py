@@ -133,7 +133,9 @@ def _fuse(modules) -> tuple[torch.Tensor, torch.Tensor | None]:
     """
     if len({m.bias is None for m in modules}) != 1:
         raise ValueError("some of the fused projections have a bias and some do not")
-    with torch.inference_mode(False), torch.no_grad():  # ordinary tensors, usable outside inference mode too
+    # The fused tensors are of the parameters' own kind: ordinary ones (usable outside inference
+    # mode, as transformers' generate uses them) unless the model was built in inference mode.
+    with torch.inference_mode(modules[0].weight.is_inference()), torch.no_grad():
         weight = torch.cat([m.weight for m in modules])
         bias = None if modules[0].bias is None else torch.cat([m.bias for m in modules])
         row = 0
