@@ -26,7 +26,7 @@ verification uses. The tests still hold the two within float tolerance over many
 rollbacks.
 
 torch.compile is not used. On the 2-core CPU it measured no faster than this eager forward (see
-docs/benchmark.md) and costs 8-16 s per shape to compile; ZeroGPU forbids it. CUDA graphs are a
+docs/benchmark.md) and took 8 to 28 s to compile a shape here; ZeroGPU forbids it. CUDA graphs are a
 plain torch API, used where a CUDA device is present; a capture failure falls back to the eager step.
 """
 
