@@ -156,7 +156,7 @@ def _status(trace: Trace, stopped: bool = False) -> str:
 
 
 def settings_line(trace: Trace) -> str:
-    """What a lane runs, from its first event: "text-only drafter · γ = 4 · greedy" for a
+    """What a lane runs, from its first event: "text-only drafter (lean forward) · γ = 4 · greedy" for a
     speculative run, "one target forward per token · greedy" for plain decoding."""
     start = trace.start
     if start is None:  # not started yet
@@ -167,7 +167,7 @@ def settings_line(trace: Trace) -> str:
         return f"one target forward per token · {mode}"
     threshold = start.drafter.min_confidence
     drafts = f"γ ≤ {start.gamma}, adaptive below {threshold:g}" if threshold else f"γ = {start.gamma}"
-    return f"{start.drafter.name} drafter · {drafts} · {mode}"
+    return f"{start.drafter.name} drafter ({start.drafter.path} forward) · {drafts} · {mode}"
 
 
 def panel_html(
