@@ -351,9 +351,7 @@ def run(loaded, request: Request, image: Image.Image, lane: str = "speculative",
 
 def _race_duration(request: Request, image_payload, uploads=None) -> int:
     """Seconds a race asks ZeroGPU for: both runs at the preset's per-token budget, capped."""
-    preset = presets.PRESETS.get(request.preset)
-    per_token = preset.seconds_per_token if preset else presets.SECONDS_PER_TOKEN
-    return zerogpu.duration(request.max_new_tokens, len(LANES), per_token)
+    return zerogpu.duration(request.max_new_tokens, len(LANES), presets.seconds_per_token(request.preset))
 
 
 @zerogpu.GPU(duration=_race_duration)
@@ -381,9 +379,7 @@ def until_ready(stream: Iterator[tuple], show) -> Iterator:
 
 def _examples_duration(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int) -> int:
     """Seconds an analysis asks ZeroGPU for: one run per example and drafter, capped."""
-    spec = presets.PRESETS.get(preset)
-    per_token = spec.seconds_per_token if spec else presets.SECONDS_PER_TOKEN
-    return zerogpu.duration(max_new_tokens, len(items) * len(drafters), per_token)
+    return zerogpu.duration(max_new_tokens, len(items) * len(drafters), presets.seconds_per_token(preset))
 
 
 @zerogpu.GPU(duration=_examples_duration)

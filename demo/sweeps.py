@@ -24,9 +24,7 @@ if TYPE_CHECKING:
 
 def _duration(request, image_payload, uploads, spd, ar) -> int:
     """Seconds a sweep asks ZeroGPU for: drafter steps only, about a race's worth."""
-    preset = presets.PRESETS.get(request.preset)
-    per_token = preset.seconds_per_token if preset else presets.SECONDS_PER_TOKEN
-    return zerogpu.duration(request.max_new_tokens, 2, per_token)
+    return zerogpu.duration(request.max_new_tokens, 2, presets.seconds_per_token(request.preset))
 
 
 @zerogpu.GPU(duration=_duration)

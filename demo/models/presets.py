@@ -80,3 +80,9 @@ PRESETS: dict[str, Preset] = {
     ),
 }
 DEFAULT_PRESET = "embedded"
+
+
+def seconds_per_token(name: str) -> float:
+    """Preset `name`'s per-token budget on ZeroGPU (the default for a name it does not know)."""
+    preset = PRESETS.get(name)
+    return preset.seconds_per_token if preset else SECONDS_PER_TOKEN
