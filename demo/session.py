@@ -338,15 +338,21 @@ def racing(runs: dict[str, Iterator[Event]]):
         close(runs)
 
 
-def run(loaded, request: Request, image: Image.Image, lane: str = "speculative", drafter=None) -> Trace:
-    """One lane of the request decoded whole, as a trace (`drafter`: as in `lanes`)."""
+def run_lanes(loaded, request: Request, image: Image.Image, order: tuple[str, ...] = LANES, drafter=None) -> dict:
+    """The request's lanes decoded whole, one after the other in `order`, from one prompt:
+    lane -> Trace (`drafter`: as in `lanes`)."""
     from demo.engine.events import Trace
 
-    runs = lanes(loaded, request, image, (lane,), drafter)
+    runs = lanes(loaded, request, image, order, drafter)
     try:
-        return Trace.of(runs[lane])
+        return {lane: Trace.of(runs[lane]) for lane in order}
     finally:
         close(runs)
+
+
+def run(loaded, request: Request, image: Image.Image, lane: str = "speculative", drafter=None) -> Trace:
+    """One lane of the request decoded whole, as a trace (`drafter`: as in `lanes`)."""
+    return run_lanes(loaded, request, image, (lane,), drafter)[lane]
 
 
 def _race_duration(request: Request, image_payload, uploads=None) -> int:

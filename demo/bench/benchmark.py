@@ -97,18 +97,9 @@ def run_pair(loaded, example, drafter, gamma: int, sampling: Sampling, max_new: 
     """One SPD and one AR run of the same request, in the given order -> (spd, ar), through the
     session as the page's races go (`drafter`: the loaded drafter on the path under test)."""
     request = session.Request(example.question, loaded.preset.name, drafter.name, gamma, sampling, max_new)
-
-    def spd():
-        return session.run(loaded, request, example.image, "speculative", drafter)
-
-    def ar():
-        return session.run(loaded, request, example.image, "autoregressive")
-
-    if spd_first:
-        first = spd()
-        return first, ar()
-    first = ar()
-    return spd(), first
+    order = session.LANES if spd_first else session.LANES[::-1]
+    traces = session.run_lanes(loaded, request, example.image, order, drafter)
+    return traces["speculative"], traces["autoregressive"]
 
 
 def step_costs(spd_traces: list[Trace], ar_traces: list[Trace], gamma: int) -> tuple[float, float, float]:

@@ -320,8 +320,8 @@ def embedded_runs(shapes: Shapes, preset: str = "embedded") -> dict:
             spds, ars = [], []
             for i, (image, question) in enumerate([cases[0]] + cases):  # the first run only warms up
                 request = session.Request(question, preset, spec.name, gamma, greedy, shapes.max_new_tokens)
-                spd = session.run(loaded, request, image, "speculative")
-                ar = session.run(loaded, request, image, "autoregressive")
+                traces = session.run_lanes(loaded, request, image)
+                spd, ar = traces["speculative"], traces["autoregressive"]
                 if i > 0:
                     spds.append(spd)
                     ars.append(ar)
