@@ -143,6 +143,33 @@ class RoundDetail:
 
 
 @dataclass(frozen=True)
+class TreeNode:
+    """One drafted token of a token tree (`DraftTree`)."""
+
+    token_id: int
+    text: str  # the token decoded on its own, for display
+    parent: int  # index in DraftTree.nodes of the node it follows; -1: it follows the answer's last token
+    depth: int  # 1 = the first draft position after the answer
+    q: float  # drafter probability of this token after its parent
+    accepted: bool  # on the accepted path
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    """A round's drafts as a tree (the "<drafter>+tree" option): the target scores every node in one
+    forward, each node attending to its ancestors only, and accepts one root-to-node path.
+
+    The round's `drafted_ids` are then the path the acceptance rule walked: the accepted nodes,
+    then, where it stopped at a rejection, the first child it rejected there; `n_accepted` is the
+    accepted path's length. So tau, alpha and the token kinds read as for a chain, and the tree's
+    size (what the verify paid for) is `len(nodes)`.
+    """
+
+    nodes: tuple[TreeNode, ...]  # in the order the target saw them: parents before children
+    path: tuple[int, ...]  # indices of the accepted nodes, depth 1 first (empty: none accepted)
+
+
+@dataclass(frozen=True)
 class RoundEvent:
     index: int  # 1, 2, ...: one per target forward in decoding
     drafted_ids: tuple[int, ...]  # what the drafter proposed (empty for autoregressive)
@@ -155,10 +182,13 @@ class RoundEvent:
     verify_seconds: float
     t: float
     detail: RoundDetail | None = None  # speculative rounds: the distributions behind the decision
+    tree: DraftTree | None = None  # tree rounds only: every drafted node, and the accepted path
 
     def to_dict(self) -> dict:
-        """The exported record: every field but the inspector's detail."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "detail"}
+        """The exported record: every field but the inspector's detail (a tree as nested dicts)."""
+        record = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("detail", "tree")}
+        record["tree"] = asdict(self.tree) if self.tree else None
+        return record
 
 
 @dataclass(frozen=True)
