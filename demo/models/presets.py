@@ -21,6 +21,11 @@ class DrafterSpec:
     params: int = 0  # parameter count, for the memory check before the files are here (0: count them)
 
 
+TREE = "+tree"  # a model drafter's name + TREE: the same drafter, drafting a token tree
+PROMPT_LOOKUP = "prompt-lookup"  # drafts by copying from the prompt and answer: no model
+LAYER_SKIP = "layer-skip"  # the target drafting for itself with some decoder layers skipped
+
+
 @dataclass(frozen=True)
 class Preset:
     name: str
@@ -34,6 +39,21 @@ class Preset:
     # Seconds per new token per run that a ZeroGPU call budgets (`demo.models.zerogpu.duration`): a
     # generous allowance for the duration it asks for, not a measured speed.
     seconds_per_token: float = SECONDS_PER_TOKEN
+    # The decoder layers the "layer-skip" drafter skips, chosen by a search on training-split
+    # prompts (None: no search stored for this preset, so it is not offered).
+    skip_layers: tuple[int, ...] | None = None
+
+    def drafter_names(self) -> tuple[str, ...]:
+        """Every drafter a race on this preset may name, in display order: each model drafter and
+        its tree option, then prompt lookup, then layer-skip self-drafting where a search is stored."""
+        names = [n for s in self.drafters for n in (s.name, s.name + TREE)] + [PROMPT_LOOKUP]
+        return tuple(names + ([LAYER_SKIP] if self.skip_layers is not None else []))
+
+    def unusable(self) -> dict[str, str]:
+        """Drafters this preset cannot offer, each with the reason (shown where drafters are picked)."""
+        if self.skip_layers is None:
+            return {LAYER_SKIP: "no search for the layers to skip is stored for this preset's target"}
+        return {}
 
 
 PRESETS: dict[str, Preset] = {
