@@ -6,7 +6,9 @@ replays the race's own greedy answer with the drafter at gamma = 1..10 (`demo.en
 drafter forwards only, no target forward) and returns one record per gamma: tau, alpha, MBSU
 from the drafts made, and the cost model's predicted speedup from this race's measured step
 costs (`demo.engine.metrics.costs`). Sampling races have no sweep (an empty list): their
-verdicts are random draws, not read off one answer.
+verdicts are random draws, not read off one answer. The sweep replays a model drafter's chain
+of drafts: `unsweepable(request)` says why a race has none (sampling, or a first lane that drafts
+another way: a token tree, prompt lookup, layer-skip).
 """
 
 from __future__ import annotations
@@ -27,12 +29,25 @@ def _duration(request, image_payload, uploads, spd, ar) -> int:
     return zerogpu.duration(request.max_new_tokens, 2, presets.seconds_per_token(request.preset))
 
 
+def unsweepable(request: session.Request) -> str | None:
+    """Why the race of `request` has no γ sweep (None: it has one)."""
+    if not request.sampling.greedy:
+        return "The γ sweep is computed after greedy races only (a sampling race's verdicts are random draws)."
+    preset = presets.PRESETS.get(request.preset)
+    if preset is None or request.drafter not in {s.name for s in preset.drafters}:
+        return (
+            f"The γ sweep replays a model drafter's chain of drafts; the first lane's drafter, {request.drafter}, "
+            "drafts another way, so this race has none."
+        )
+    return None
+
+
 @zerogpu.GPU(duration=_duration)
 def gamma_sweep(request: session.Request, image_payload, uploads: str | Path, spd: Trace, ar: Trace) -> list[dict]:
     """The sweep of the finished greedy race (spd, ar) of `request`, as records by gamma."""
     from demo.engine import sweep  # torch: imported on first use
 
-    if not request.sampling.greedy or not (spd.done and ar.done):
+    if unsweepable(request) or not (spd.done and ar.done):
         return []
     image, _ = validate.open_image(validate.image_path(image_payload, uploads))
     loaded = session.load(request)  # loaded by the race already: returns at once
