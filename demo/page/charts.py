@@ -115,9 +115,11 @@ def _legend_below(n_entries: int = 2) -> dict:
     rows = 1 + (n_entries > 3)
     return {
         "showlegend": True,
-        "legend": {"orientation": "h", "x": 0.0, "y": -0.22, "yanchor": "top", "xanchor": "left"},
-        "height": HEIGHT + 24 * rows,
-        "margin": {"l": 50, "r": 12, "t": 36, "b": 42 + 24 * rows + 8},
+        # under the x axis's title: plotly places it in paper units, so the figure's plot area must
+        # stay about as tall as without the legend (HEIGHT - 78 px)
+        "legend": {"orientation": "h", "x": 0.0, "y": -0.36, "yanchor": "top", "xanchor": "left"},
+        "height": HEIGHT + 30 + 22 * rows,
+        "margin": {"l": 50, "r": 12, "t": 36, "b": 72 + 22 * rows},
     }
 
 
@@ -324,8 +326,8 @@ def gamma_sweep(rows: list[dict], race_gamma: int) -> go.Figure:
         lines,
         yaxis2={"overlaying": "y", "side": "right", "range": [0, 1.05], "title": {"text": "α"}, "showgrid": False},
         showlegend=True,
-        legend={"orientation": "h", "x": 0.0, "y": -0.2, "yanchor": "top", "xanchor": "left"},
+        legend={"orientation": "h", "x": 0.0, "y": -0.3, "yanchor": "top", "xanchor": "left"},
         shapes=[mark],
-        height=HEIGHT + 50,
-        margin={"l": 44, "r": 40, "t": 36, "b": 80},
+        height=HEIGHT + 60,
+        margin={"l": 44, "r": 40, "t": 36, "b": 92},
     )

@@ -47,7 +47,7 @@ def empty_second() -> dict:
         "spd2_panel": render.panel_html(
             empty, title(session.SECOND, empty), "a second drafter, raced beside the first"
         ),
-        "spd2_stats": render.speculative_stats_html(empty, None),
+        "spd2_stats": render.speculative_stats_html(empty, None, narrow=True),
         "blocks2": blocks.blocks_html(empty),
     }
 
@@ -78,13 +78,14 @@ def view(
             blocks=block_view,
             lane=LANE_CLASS[lane],
         )
-        update[stats] = render.speculative_stats_html(spd, comparisons[i]["speedup"] if comparisons else None)
+        speedup = comparisons[i]["speedup"] if comparisons else None
+        update[stats] = render.speculative_stats_html(spd, speedup, narrow=len(lanes) > 1)
         update[block_view] = blocks.blocks_html(spd)
     update |= {
         "ar_panel": render.panel_html(
             ar, "Autoregressive (target only)", stopped=stopped and not ar.done, skip_to="spd-stats", lane="lane-ar"
         ),
-        "ar_stats": render.autoregressive_stats_html(ar),
+        "ar_stats": render.autoregressive_stats_html(ar, narrow=len(lanes) > 1),
         "outcome": render.outcome_html(spds, ar, comparisons, facts, reference),
     }
     # The page's heavier views follow the charts' pace; the time chart waits for the race's end.

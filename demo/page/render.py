@@ -299,12 +299,18 @@ def error_html(message: str) -> str:
     return f'<div class="outcome"><div class="error-box" role="alert">{html.escape(message)}</div></div>'
 
 
+def _table(rows: list[str], narrow: bool) -> str:
+    """A stats table; `narrow` (three lanes side by side) puts each formula under its row."""
+    return f'<table class="stats{" stats-narrow" if narrow else ""}">{"".join(rows)}</table>'
+
+
 def _row(name: str, value: str, formula: str = "") -> str:
     return f'<tr><th scope="row">{name}</th><td class="num">{value}</td><td class="formula">{formula}</td></tr>'
 
 
-def speculative_stats_html(spd: Trace, speedup: float | None) -> str:
-    """The speculative run's numbers, each from demo.engine.metrics, with its formula beside it."""
+def speculative_stats_html(spd: Trace, speedup: float | None, narrow: bool = False) -> str:
+    """The speculative run's numbers, each from demo.engine.metrics, with its formula beside it
+    (under it, when `narrow`)."""
     s = metrics.summary(spd, speculative=True)
     n_decode = metrics.decode_tokens(spd)
     # The breakdown counts the tokens shown (a round's tokens arrive before its round event).
@@ -339,10 +345,10 @@ def speculative_stats_html(spd: Trace, speedup: float | None) -> str:
             f"params = {_num(s['c'], 3)}",
         ),
     ]
-    return f'<table class="stats">{"".join(rows)}</table>'
+    return _table(rows, narrow)
 
 
-def autoregressive_stats_html(ar: Trace) -> str:
+def autoregressive_stats_html(ar: Trace, narrow: bool = False) -> str:
     s = metrics.summary(ar)
     n_decode = metrics.decode_tokens(ar)
     rows = [
@@ -352,7 +358,7 @@ def autoregressive_stats_html(ar: Trace) -> str:
         _row("decode tokens/s", _num(s["tok_s"], 1), f"{n_decode} tokens / {s['decode_s']:.3f} s"),
         _row("prefill", f"{s['prefill_s'] * 1000:.0f} ms" if ar.prefill else "–", "image + prompt, one forward"),
     ]
-    return f'<table class="stats">{"".join(rows)}</table>'
+    return _table(rows, narrow)
 
 
 CSS = """
@@ -428,6 +434,8 @@ details.round-d[open] > summary { background: rgba(0,114,178,.06); }
 .stats .num { font-variant-numeric: tabular-nums; font-weight: 600; text-align: right; white-space: nowrap; }
 .stats .formula { opacity: .7; }
 .stats tr { border-bottom: 1px solid var(--border-color-primary, #eee) !important; }
+.stats-narrow tr { display: grid; grid-template-columns: 1fr auto; }
+.stats-narrow .formula { grid-column: 1 / -1; padding-top: 0 !important; font-size: 12px; }
 @media (max-width: 640px) {
   .stats tr { display: grid; grid-template-columns: 1fr auto; }
   .stats .formula { grid-column: 1 / -1; padding-top: 0 !important; font-size: 12px; }

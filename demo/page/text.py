@@ -54,12 +54,6 @@ CSS = (
 #examples .grid-wrap { height: auto !important; max-height: none !important; overflow: visible !important; }
 #examples .grid-container { grid-template-columns: repeat(auto-fill, minmax(96px, 1fr)) !important; }
 #examples-title p { font-size: 13px; margin: 0; }
-/* Three lanes side by side leave each table narrow: there too, each formula goes under its row. */
-#spd-stats, #spd2-stats, #ar-stats { container-type: inline-size; }
-@container (max-width: 560px) {
-  .stats tr { display: grid; grid-template-columns: 1fr auto; }
-  .stats .formula { grid-column: 1 / -1; padding-top: 0 !important; font-size: 12px; }
-}
 """
     + ANALYSIS_CSS
 )
@@ -82,7 +76,7 @@ JS = """
     if (toggle && !toggle.classList.contains("open")) toggle.click();
     row.open = true;
     requestAnimationFrame(() => {
-      row.scrollIntoView({ block: "center" });
+      row.scrollIntoView({ block: "start" });
       row.querySelector("summary").focus({ preventScroll: true });
     });
     return true;
