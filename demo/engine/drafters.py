@@ -34,7 +34,7 @@ class Drafter:
     """A loaded drafter model and what it may propose; shared, read-only, by every run.
 
     `path` names the forward its runs draft with: "transformers" here; `demo.engine.lean.LeanDrafter`
-    reports "lean" (or "lean + CUDA graphs"), and says in `fallback_reason` why it could not.
+    reports "lean" (or "lean + NumPy step", "lean + CUDA graphs"), and says in `fallback_reason` why it could not.
     """
 
     path = "transformers"

@@ -43,7 +43,7 @@ class DrafterInfo:
     kind: Literal["text-only", "image-aware"]
     params: int  # parameter count
     min_confidence: float  # adaptive draft length: stop drafting below this top probability; 0 = off
-    path: str = "transformers"  # the drafter's forward: "transformers", "lean", "lean + CUDA graphs"
+    path: str = "transformers"  # its forward: "transformers", "lean", "lean + NumPy step", "lean + CUDA graphs"
 
 
 @dataclass(frozen=True)
