@@ -261,8 +261,12 @@ def test_numpy_step_reads_the_lean_models_weights_and_the_runs_cache(world, draf
     step = fast.numpy_step
     (qkv_t, qkv_bias), (o_t, _) = fast.lean.layers[0][1:3]
     (np_qkv_t, np_qkv_bias), (np_o_t, _) = step.layers[0][1:3]
-    assert np.shares_memory(np_qkv_t, qkv_t.numpy()) and np.shares_memory(np_qkv_bias, qkv_bias.numpy())
-    assert np.shares_memory(np_o_t, o_t.numpy()) and np.shares_memory(step.embed, fast.lean.embed.numpy())
+    assert np.shares_memory(np_qkv_t, qkv_t.detach().numpy()) and np.shares_memory(
+        np_qkv_bias, qkv_bias.detach().numpy()
+    )
+    assert np.shares_memory(np_o_t, o_t.detach().numpy()) and np.shares_memory(
+        step.embed, fast.lean.embed.detach().numpy()
+    )
     cache = fast.lean.new_cache(8)
     ids = fast.allowed.nonzero()[:, 0][:3].tolist()
     step.forward(cache, ids)  # written into the torch tensors that the torch step reads

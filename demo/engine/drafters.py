@@ -52,6 +52,7 @@ class Drafter:
     ):
         assert kind in ("text-only", "image-aware"), kind
         self.model = model
+        self.device: torch.device = model.device  # read once: transformers' model.device walks the parameters
         self.name = name
         self.kind = kind
         self.stop_ids = stop_ids
@@ -68,10 +69,6 @@ class Drafter:
         self.blocked = ~self.allowed  # computed once: the draft loop masks with it at every step
         self.blocked_ids = blocked_ids
         self.cache_kw = cache_keyword(model)  # "cache", or "past_key_values" before transformers 5.2x
-
-    @property
-    def device(self) -> torch.device:
-        return self.model.device
 
     def feedable(self, token_id: int) -> bool:
         return token_id < self.usable and token_id not in self.blocked_ids
@@ -123,9 +120,8 @@ class DraftState:
         alone, so every draft is still an exact sample of q and verification stays exact.
         """
         d = self.drafter
-        q = torch.zeros(0, d.target_vocab_size, device=d.device)
         if n == 0:
-            return [], q
+            return [], torch.zeros(0, d.target_vocab_size, device=d.device)
         # 1. catch up: feed the answer tokens this drafter has not seen (usually the target's
         #    last token, or a bonus pair), skipping ids it lacks.
         pending = [(i, answer[i]) for i in range(self.consumed, len(answer)) if d.feedable(answer[i])]

@@ -23,7 +23,7 @@ Same memory, not copies:
     rotary     views of LeanLM's cos and sin tables
 
 The step reproduces `LeanLM._layer` for one token in float32: RMSNorm (normalise, then scale),
-q/k/v (with their biases, as Qwen2 has), rotary embedding (rotate_half written as a negated half and a copy), the new key and
+q/k/v (with their biases, as Qwen2 has), rotary embedding (rotate_half as LeanLM's exact +-1 matrix), the new key and
 value written at the token's position, softmax attention over the positions so far (query head
 j*g + r reads kv head j, as transformers' repeat_kv), the output projection, and the SiLU-gated
 MLP. Only float32 CPU models take it (NumPy has no fast bfloat16 or float16 matrix products);
@@ -32,6 +32,7 @@ MLP. Only float32 CPU models take it (NumPy has no fast bfloat16 or float16 matr
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -121,7 +122,7 @@ class NumpyStep:
         assert supported(lm) is None, supported(lm)
         self.lm = lm
         self.H, self.K, self.D, self.I = lm.n_heads, lm.n_kv, lm.head_dim, lm.intermediate
-        self.eps = np.float32(lm.eps)
+        self.eps = lm.eps
         self.scale = np.float32(self.D**-0.5)
         self.embed = _array(lm.embed)  # [V, C]
         self.norm = _array(lm.norm)  # [C]
@@ -130,26 +131,34 @@ class NumpyStep:
             (_array(norm1), _arrays(qkv), _arrays(o), _array(norm2), _arrays(gate_up), _arrays(down))
             for norm1, qkv, o, norm2, gate_up, down in lm.layers
         ]
+        self.rotation = _array(lm.rotation)  # [D, D]: x @ R == rotate_half(x), exactly
+        self._rope = (None, None, None)  # LeanLM's tables, and NumPy views of them
 
     def _rms(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
-        """RMSNorm of x [C], as LlamaRMSNorm in float32: x / sqrt(mean(x^2) + eps), then the gain."""
-        return x * (np.float32(1.0) / np.sqrt(np.dot(x, x) / np.float32(x.shape[0]) + self.eps)) * weight
+        """RMSNorm of x [C], as LlamaRMSNorm: x / sqrt(mean(x^2) + eps), then the gain (the scalar
+        in float64, rounded to float32 when it scales x)."""
+        return x * (1.0 / math.sqrt(float(np.dot(x, x)) / x.shape[0] + self.eps)) * weight
+
+    def _tables(self, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """cos and sin [positions, D] covering [0, end), as views of LeanLM's shared tables."""
+        tables = self.lm.rope(end)
+        if tables is not self._rope[0]:  # LeanLM grew them: view the new ones
+            self._rope = (tables, tables[0].numpy(), tables[1].numpy())
+        return self._rope[1], self._rope[2]
 
     def __call__(self, cache: StaticCache, token: int) -> torch.Tensor:
         """Feed one token after the cache's tokens; return the logits for the next one: [V]."""
         pos = cache.length
         cache.reserve(pos + 1)
-        cos, sin = (t.numpy()[pos] for t in self.lm.rope(pos + 1))  # [D] each
+        cos, sin = self._tables(pos + 1)
+        cos, sin = cos[pos], sin[pos]  # [D] each
         keys, values = cache.keys.numpy(), cache.values.numpy()  # [layers, K, capacity, D]
         H, K, D, I = self.H, self.K, self.D, self.I
-        half = D // 2
         h = self.embed[token]  # [C]: a row view; the first residual add makes a new array
         for i, (norm1, qkv_t, o_t, norm2, gate_up_t, down_t) in enumerate(self.layers):
             qkv = _mm(self._rms(h, norm1), *qkv_t).reshape(H + 2 * K, D)
             qk = qkv[: H + K]  # queries and keys rotate alike
-            rotated = np.empty_like(qk)  # rotate_half(qk) = cat(-qk[:, D/2:], qk[:, :D/2])
-            np.negative(qk[:, half:], out=rotated[:, :half])
-            rotated[:, half:] = qk[:, :half]
+            rotated = qk @ self.rotation  # rotate_half(qk)
             qk *= cos
             rotated *= sin
             qk += rotated
