@@ -26,6 +26,11 @@ PROMPT_LOOKUP = "prompt-lookup"  # drafts by copying from the prompt and answer:
 LAYER_SKIP = "layer-skip"  # the target drafting for itself with some decoder layers skipped
 
 
+def base_name(drafter: str) -> str:
+    """The drafter model a name drafts with: "text-only" for "text-only+tree"."""
+    return drafter.removesuffix(TREE)
+
+
 @dataclass(frozen=True)
 class Preset:
     name: str
