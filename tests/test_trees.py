@@ -288,3 +288,20 @@ def test_tree_sampling_matches_the_target_law(tok, monkeypatch, broken):
         later += r.tree.path[0] != next(i for i, n in enumerate(r.tree.nodes) if n.parent == -1)
     assert later > 100
     assert (distance > bound) == broken, (distance, bound)
+
+
+def test_the_gamma_sweep_replays_a_greedy_tree_race_round_for_round(world):
+    from demo.engine.sweep import replay
+
+    name = "image-partly+tree"
+    for image, question in CASES[:4]:
+        trace = spd(world, name, image, question, 3)
+        point = replay(
+            world.drafter(name),
+            world.prompt(image, question, name).drafter_inputs,
+            list(trace.summary.token_ids),
+            gamma=3,
+            max_new_tokens=MAX_NEW,
+        )
+        assert point.rounds == tuple((len(r.drafted_ids), r.n_accepted, r.n_emitted) for r in trace.rounds)
+        assert point.tree_costs == tuple((metrics.drafter_steps(r), metrics.verify_width(r)) for r in trace.rounds)

@@ -73,9 +73,9 @@ class LayerSkipDrafter(Drafter):
         self.n_params = self.n_params - skipped
         self.layer_cache_kw = cache_keyword(self.decoder.layers[0])
 
-    def run(self, embeds: torch.Tensor, cache: DynamicCache, start: int) -> torch.Tensor:
+    def run(self, embeds: torch.Tensor, cache: DynamicCache, start: int, every: bool = False) -> torch.Tensor:
         """The kept layers over embeds [1, n, C] at positions start.. (the cache holds start
-        tokens) -> the logits for the token after the last: [V]."""
+        tokens) -> the logits for the token after the last: [V] (every: after each, [n, V])."""
         n = embeds.shape[1]
         positions = torch.arange(start, start + n, device=embeds.device)[None]  # [1, n]
         rope = self.decoder.rotary_emb(embeds, positions)
@@ -94,7 +94,8 @@ class LayerSkipDrafter(Drafter):
                 position_embeddings=rope,
                 **{self.layer_cache_kw: cache},
             )
-        return self.head(self.decoder.norm(h[:, -1:]))[0, -1]
+        logits = self.head(self.decoder.norm(h if every else h[:, -1:]))[0]  # [n or 1, V]
+        return logits if every else logits[-1]
 
     @torch.inference_mode()
     def start(self, inputs: dict) -> DraftState:

@@ -212,14 +212,14 @@ class Loaded:
                 name=name,
                 target_vocab_size=self.target.vocab_size,
                 stop_ids=self.target.stop_ids,
-                blocked_ids=self._placeholders(),
+                blocked_ids=self.placeholder_ids(),
             )
         if name == PROMPT_LOOKUP:
             return PromptLookup(
                 name=name,
                 target_vocab_size=self.target.vocab_size,
                 stop_ids=self.target.stop_ids,
-                blocked_ids=self._placeholders(),
+                blocked_ids=self.placeholder_ids(),
                 device=self.device,
             )
         spec = next((s for s in self.preset.drafters if s.name == name), None)
@@ -231,7 +231,7 @@ class Loaded:
             raise KeyError(f"unknown drafter {name!r} for preset {self.preset.name!r} (known: {known})")
         return self._load_drafter(spec, progress)
 
-    def _placeholders(self) -> frozenset[int]:
+    def placeholder_ids(self) -> frozenset[int]:
         """The target prompt's image placeholder ids, which no drafter reads or proposes."""
         return image_placeholder_ids(self.processor, FAMILIES[self.preset.family].placeholder_tokens)
 
@@ -262,7 +262,7 @@ class Loaded:
             kind=spec.kind,
             target_vocab_size=self.target.vocab_size,
             stop_ids=self.target.stop_ids,
-            blocked_ids=self._placeholders(),
+            blocked_ids=self.placeholder_ids(),
         )
         progress(1.0, f"drafter {spec.name} ready")
         return drafter
