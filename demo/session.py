@@ -270,9 +270,10 @@ def _prompt(loaded, request: Request, image: Image.Image):
         raise InvalidInput(f"This model could not read the image and question ({first_line(error)}).") from error
     tokens = {"target": prompt.target_inputs["input_ids"].shape[1]}
     windows = {"target": validate.context_window(loaded.target.model.config)}
-    if prompt.drafter_inputs is not None:
+    model = loaded.drafter(request.drafter).model  # None for prompt lookup: no context to fill
+    if prompt.drafter_inputs is not None and model is not None:
         tokens["drafter"] = prompt.drafter_inputs["input_ids"].shape[1]
-        windows["drafter"] = validate.context_window(loaded.drafter(request.drafter).model.config)
+        windows["drafter"] = validate.context_window(model.config)
     validate.check_context(tokens, windows, request.max_new_tokens)
     return prompt
 

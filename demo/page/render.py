@@ -203,6 +203,12 @@ def _chip(text: str, cls: str, mark: str = "", title: str = "") -> str:
     return f'<span class="chip {cls}" title="{html.escape(title, quote=True)}">{mark}{face}</span>'
 
 
+def _why_none(trace: Trace, r) -> str:
+    """Why a speculative round drafted nothing: the token budget's last token, or no lookup match."""
+    lookup = trace.start and trace.start.drafter and trace.start.drafter.kind == "prompt-lookup"
+    return "no earlier match to copy" if lookup and r.stop != "max_new_tokens" else "token budget"
+
+
 def blocks_html(trace: Trace) -> str:
     """One row per verification round: the drafts (accepted ✓, rejected ✗, not checked) and the
     target's own token (the resample, the bonus, or a plain target step when nothing was drafted).
@@ -233,7 +239,7 @@ def blocks_html(trace: Trace) -> str:
             "",
             KIND_LABELS[kind] if emitted else "not used: the answer ended before it",
         )
-        drafts = "".join(chips) if chips else '<span class="nodraft">no drafts (token budget)</span>'
+        drafts = "".join(chips) if chips else f'<span class="nodraft">no drafts ({_why_none(trace, r)})</span>'
         meta = f"{r.n_accepted}/{n} accepted · +{r.n_emitted}" if n else f"+{r.n_emitted}"
         stop = ' <span class="stop">stop</span>' if r.stop else ""
         summary = (

@@ -46,6 +46,10 @@ def _pick(trace: Trace) -> RoundEvent | None:
 def _why_rejected(kind: str) -> str:
     if kind == "text-only":
         return "the text-only drafter cannot see the image, so it guesses what the picture shows from the words alone"
+    if kind == "prompt-lookup":
+        return "prompt lookup only copies what followed the same words earlier in the question or the answer"
+    if kind == "self":
+        return "the layer-skip drafter is the target itself with some of its layers left out, so it sees the image but thinks less"
     return "the image-aware drafter sees the image, but it is a far smaller model than the target"
 
 
