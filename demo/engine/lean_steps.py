@@ -33,16 +33,15 @@ MLP. Only float32 CPU models take it (NumPy has no fast bfloat16 or float16 matr
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-if TYPE_CHECKING:  # types only: `demo.engine.lean` imports this module
-    from demo.engine.lean import LeanLM, StaticCache
+# The LeanLM and StaticCache these steps run on (`demo.engine.lean`, which imports this module)
+# are named in docstrings, not imported: the two modules import one way.
 
 
-def supported(lm: LeanLM) -> str | None:
+def supported(lm) -> str | None:
     """Why the NumPy step cannot run this LeanLM, or None when it can."""
     if lm.device.type != "cpu":
         return f"the model is on {lm.device.type}, not the CPU"
@@ -57,7 +56,7 @@ class GraphStep:
 
     WARMUP = 3
 
-    def __init__(self, lm: LeanLM, cache: StaticCache):
+    def __init__(self, lm, cache):
         self.lm, self.cache = lm, cache
         self.capacity = 0
 
@@ -118,7 +117,7 @@ class NumpyStep:
     L positions attended (the cache's tokens and the new one).
     """
 
-    def __init__(self, lm: LeanLM):
+    def __init__(self, lm):
         assert supported(lm) is None, supported(lm)
         self.lm = lm
         self.H, self.K, self.D, self.I = lm.n_heads, lm.n_kv, lm.head_dim, lm.intermediate
@@ -146,7 +145,7 @@ class NumpyStep:
             self._rope = (tables, tables[0].numpy(), tables[1].numpy())
         return self._rope[1], self._rope[2]
 
-    def __call__(self, cache: StaticCache, token: int) -> torch.Tensor:
+    def __call__(self, cache, token: int) -> torch.Tensor:
         """Feed one token after the cache's tokens; return the logits for the next one: [V]."""
         pos = cache.length
         cache.reserve(pos + 1)
@@ -178,7 +177,7 @@ class NumpyStep:
         cache.length = pos + 1
         return torch.from_numpy(self._rms(h, self.norm) @ self.head_t)  # [V]
 
-    def forward(self, cache: StaticCache, ids: list[int]) -> torch.Tensor:
+    def forward(self, cache, ids: list[int]) -> torch.Tensor:
         """Feed ids one at a time (the same causal attention as a forward over all of them); return
         the logits for the token after the last: [V]."""
         for token in ids:
