@@ -225,7 +225,7 @@ def _prompt(loaded, request: Request, image: Image.Image, drafter: str):
         ) from error
     tokens = {"target": prompt.target_inputs["input_ids"].shape[1]}
     windows = {"target": validate.context_window(loaded.target.model.config)}
-    model = getattr(loaded.drafter(drafter), "model", None)  # None: a drafter with no model of its own
+    model = loaded.drafter(drafter).model  # None for prompt lookup: no context to fill
     if prompt.drafter_inputs is not None and model is not None:
         tokens["drafter"] = prompt.drafter_inputs["input_ids"].shape[1]
         windows["drafter"] = validate.context_window(model.config)

@@ -6,9 +6,9 @@ replays the race's own greedy answer with the drafter at gamma = 1..10 (`demo.en
 drafter forwards only, no target forward) and returns one record per gamma: tau, alpha, MBSU
 from the drafts made, and the cost model's predicted speedup from this race's measured step
 costs (`demo.engine.metrics.costs`). Sampling races have no sweep (an empty list): their
-verdicts are random draws, not read off one answer. The sweep replays a model drafter's chain
-of drafts: `unsweepable(request)` says why a race has none (sampling, or a first lane that drafts
-another way: a token tree, prompt lookup, layer-skip).
+verdicts are random draws, not read off one answer (`unsweepable(request)` says so). Every
+drafter replays, trees, prompt lookup and layer-skip included; a race with two speculative lanes
+sweeps its first.
 """
 
 from __future__ import annotations
@@ -33,12 +33,6 @@ def unsweepable(request: session.Request) -> str | None:
     """Why the race of `request` has no γ sweep (None: it has one)."""
     if not request.sampling.greedy:
         return "The γ sweep is computed after greedy races only (a sampling race's verdicts are random draws)."
-    preset = presets.PRESETS.get(request.preset)
-    if preset is None or request.drafter not in {s.name for s in preset.drafters}:
-        return (
-            f"The γ sweep replays a model drafter's chain of drafts; the first lane's drafter, {request.drafter}, "
-            "drafts another way, so this race has none."
-        )
     return None
 
 

@@ -60,7 +60,7 @@ def test_bench_writes_report_files_and_ends_with_one_json_line(tiny_preset, tmp_
         "limit_speedup",
         "lossless",
     }
-    assert [c["drafter_path"] for c in cells[:2]] == ["lean", "transformers"]  # side by side, per cell
+    assert [c["drafter_path"] for c in cells[:2]] == ["lean + NumPy step", "transformers"]  # side by side, per cell
     for cell in cells:
         assert 1.0 <= cell["tau"] <= cell["gamma"] + 1
         assert cell["speedup"] == pytest.approx(cell["tok_s_spd"] / cell["tok_s_ar"])
@@ -71,7 +71,7 @@ def test_bench_writes_report_files_and_ends_with_one_json_line(tiny_preset, tmp_
     assert result["peer"]["ar_vs_hf_generate"] > 0
     assert {"ar_vs_hf_generate", "spd_vs_hf_assisted"} <= set(result["peer"])
     by_drafter = result["peer"]["by_drafter"]["text-only"]
-    assert by_drafter["drafter_path"] == "lean" and by_drafter["lean_vs_transformers_path"] > 0
+    assert by_drafter["drafter_path"] == "lean + NumPy step" and by_drafter["lean_vs_transformers_path"] > 0
     # No description cell ran, so the step-cost goals say so; the peer ones are measured.
     assert result["goals"]["D / T1"] == {"value": None, "bar": "<= 0.05", "met": None}
     assert result["goals"]["AR / HF generate"]["value"] == result["peer"]["ar_vs_hf_generate"]
@@ -81,10 +81,21 @@ def test_bench_writes_report_files_and_ends_with_one_json_line(tiny_preset, tmp_
     assert "Block efficiency tau" in page and "Plotly" in page and "Where the time goes" in page
 
 
+@pytest.mark.slow
+def test_bench_all_drafters_names_every_cell_and_counts_greedy_lossless(tiny_preset, tmp_path, capsys):
+    args = "--tasks caption --gammas 2 --decoding greedy --n 1 --max-new-tokens 12 --no-peer --drafters all"
+    benchmark.main([*args.split(), "--preset", "tiny-bench", "--out", str(tmp_path / "bench")])
+    cells = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["cells"]
+    names = ["text-only", "text-only+tree", "image-aware", "image-aware+tree", "prompt-lookup"]
+    assert [c["drafter"] for c in cells] == names  # the tiny preset stores no layer-skip search
+    assert all(c["lossless"] == "1/1 identical" for c in cells)
+
+
 def cell(**fields) -> benchmark.Cell:
     base = dict(task="description", drafter="text-only", drafter_path="lean", gamma=4, decoding="greedy", n=3)
     base.update(tau=3.75, alpha=0.7, acceptance_by_position=[], mbsu=3.0, tok_s_spd=300.0, tok_s_ar=100.0)
     base.update(speedup=3.0, t1_ms=6.0, t_verify_ms=7.5, d_ms=0.24, limit_speedup=3.0, predicted_speedup=2.9)
+    base.update(verify_tokens=5.0, drafter_steps=4.0)
     base.update(draft_share=0.1, lossless="3/3 identical", correct_spd=3, correct_ar=3)
     base.update(fields)
     return benchmark.Cell(**base)

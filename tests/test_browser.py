@@ -215,6 +215,41 @@ def test_two_drafters_race_side_by_side_and_a_token_opens_its_round(browser, ser
     page.close()
 
 
+def test_a_token_tree_lane_draws_each_rounds_tree_in_its_block_view(browser, served):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(served)
+    page.wait_for_selector(DRAWN)
+    page.locator("#examples .thumbnail-item").first.click()
+    page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
+    pick(page, "drafter", "text-only+tree")
+    page.click("#run")
+    page.wait_for_selector("#outcome .badge", timeout=120_000)
+    page.wait_for_selector("#run:not([disabled])", timeout=120_000)
+    assert "lossless ✓ identical outputs" in page.inner_text("#outcome")  # greedy trees: the target's answer
+    trees = page.locator("#blocks .tree")
+    assert trees.count() >= 1
+    for i in range(min(trees.count(), 5)):  # each drawing holds the tree its row counts
+        tree = trees.nth(i)
+        number = tree.get_attribute("data-round")
+        meta = page.inner_text(f"#blocks details.round-d[data-round='{number}'] .meta")
+        assert f"tree of {tree.locator('.tn').count()} " in meta
+        assert tree.locator(".te").count() == tree.locator(".tn").count()  # an edge from each node to its parent
+    assert page.locator("#blocks .tree .tn-ok").count() >= 1 and page.locator("#blocks .tree .tn-no").count() >= 1
+    marks = page.locator("#blocks .tree .tn text").all_inner_texts()
+    assert {m[0] for m in marks} <= {"✓", "✗", "○"}  # each verdict marked by a symbol, not colour alone
+    node = trees.first.locator(".tn").first
+    node.focus()
+    assert page.evaluate("document.activeElement.classList.contains('tn')")  # focusable, and says what it is
+    assert node.get_attribute("aria-label").startswith("depth 1: ")
+    trees.first.scroll_into_view_if_needed()
+    page.locator("#blocks-accordion").screenshot(path=str(SHOTS / "tree-desktop.png"))
+    page.set_viewport_size({"width": 420, "height": 900})
+    page.wait_for_timeout(600)
+    trees.first.scroll_into_view_if_needed()
+    page.locator("#blocks-accordion").screenshot(path=str(SHOTS / "tree-phone.png"))
+    page.close()
+
+
 def test_bad_input_gets_a_message_and_stop_ends_a_race(browser, served, tmp_path):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(served)

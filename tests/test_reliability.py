@@ -33,10 +33,10 @@ from gradio_client.utils import QueueError
 from PIL import Image
 from test_validate import png_bytes
 
-from demo import session, validate
+from demo import offers, session, validate
 from demo.engine import drafters, speculative
 from demo.engine.events import RoundEvent
-from demo.models import loader
+from demo.models import loader, presets
 from demo.page import handlers, server
 
 PRESET = "tiny-reliability"
@@ -305,7 +305,9 @@ def test_the_page_pop_up_shows_a_message_as_typed_and_trace_returns_it_plain(app
 
 def test_the_api_lists_every_offered_presets_drafters(app):
     info = app.get_api_info()["named_endpoints"]
-    every = ["image-aware", "image-aware+tree", "prompt-lookup", "text-only", "text-only+tree"]
+    offered, _ = offers.offered(PRESET)  # the tiny preset, and the embedded one where its files are here
+    every = sorted({name for preset in offered for name in presets.PRESETS[preset].drafter_names()})
+    assert {"image-aware", "image-aware+tree", "prompt-lookup", "text-only", "text-only+tree"} <= set(every)
     for endpoint in ("/race", "/trace"):
         parameters = {p["parameter_name"]: p for p in info[endpoint]["parameters"]}
         assert parameters["drafter"]["type"]["enum"] == every

@@ -7,12 +7,21 @@ Throughput and speedup come from the runs' own clocks (device synchronised); tau
 and the rest from `demo.engine.metrics` over the events. Greedy cells also count how many outputs were
 identical between SPD and AR (lossless is counted, not assumed).
 
+`--drafters all` runs every drafter the preset offers (`Preset.drafter_names`): the model
+drafters, each with its "+tree" option, "prompt-lookup" and, where a search is stored,
+"layer-skip"; cells are named so in the JSON.
+
 Every cell also says where the time goes, from the same runs: the medians of the target's
-one-token step T1 (AR rounds), of its verify forward over gamma + 1 tokens T(gamma+1) (full SPD
-rounds), and of the drafter's step D (a round's drafting time over its drafts), and the speedup
-that the measured tau would give with free drafting, limit_speedup = tau * T1 / T(gamma+1).
-`--drafter-paths lean,transformers` runs each cell with the lean drafting path and with the
-transformers forward of the same drafter (`demo.engine.lean`), side by side.
+one-token step T1 (AR rounds), of its full verify forward T(w) (w = gamma + 1 tokens, or a full
+tree's nodes + 1), and of the drafter's step D (a round's drafting time over its drafter steps:
+drafts for a chain, 1 + nodes with children for a tree, lookups for prompt lookup). The cost
+model then runs over the rounds as they ran: predicted = tau * T1 / mean over rounds of
+(steps * D + T(width)), T(width) interpolated between T1 and T(w), so a tree's verify costs its
+node count and a round that drafted nothing one step. limit_speedup = tau * T1 / T(w) is the
+speedup this tau would give with free drafting and full verifies.
+`--drafter-paths lean,lean-torch,transformers` runs each cell with the lean drafting path (on a
+CPU its NumPy step), with LeanLM's torch step and with the transformers forward of the same
+drafter (`demo.engine.lean`), side by side.
 
 Then the peer comparison, on the same models and prompts: our AR against transformers'
 `generate(do_sample=False)`, and our SPD against transformers' assisted generation with the
@@ -30,6 +39,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -39,9 +49,10 @@ import torch
 
 from demo import analysis, session
 from demo.bench.peer import peer
-from demo.engine import lean, metrics
+from demo.engine import lean, metrics, trees
 from demo.engine.events import Trace
 from demo.engine.sampling import Sampling
+from demo.engine.trees import TreeDrafter
 from demo.models import loader
 from demo.world.scoring import score
 
@@ -58,7 +69,9 @@ SAMPLING = Sampling(greedy=False, temperature=0.7, top_p=0.95, seed=0)
 class Cell:
     task: str
     drafter: str
-    drafter_path: str  # the drafter's forward that ran: "lean", "lean + CUDA graphs" or "transformers"
+    drafter_path: (
+        str  # the drafter's forward that ran: "lean + NumPy step", "lean + CUDA graphs", "lean" or "transformers"
+    )
     gamma: int
     decoding: str  # "greedy" | "sampling"
     n: int  # examples
@@ -69,11 +82,13 @@ class Cell:
     tok_s_spd: float
     tok_s_ar: float
     speedup: float
+    verify_tokens: float  # tokens per verify forward, averaged over rounds (a tree: its nodes + 1)
+    drafter_steps: float  # drafter forwards per round (a tree: 1 + nodes with children; prompt lookup: lookups)
     t1_ms: float  # median target step over 1 token (AR rounds)
-    t_verify_ms: float  # median verify forward over gamma + 1 tokens (full SPD rounds)
-    d_ms: float  # median drafter step: a round's drafting time over its drafts
-    limit_speedup: float  # tau * T1 / T(gamma+1): this tau with free drafting
-    predicted_speedup: float  # cost model from this cell's measured step costs, drafting included
+    t_verify_ms: float  # median full verify forward: gamma + 1 tokens, or a full tree's nodes + 1
+    d_ms: float  # median drafter step: a round's drafting time over its drafter steps
+    limit_speedup: float  # tau * T1 / T(w): this tau with free drafting, every verify a full one
+    predicted_speedup: float  # cost model over the rounds that ran, from this cell's step costs, drafting included
     draft_share: float  # drafting's share of the SPD runs' decoding time
     lossless: str  # "k/n identical" for greedy, "n/a (sampling)" otherwise
     correct_spd: int  # answers the world's scorer accepts
@@ -86,11 +101,17 @@ def examples_for(task: str, n: int, seed: int):
 
 
 def drafter_on(loaded, name: str, path: str):
-    """The loaded drafter `name` on the requested path: "lean" (as loaded, falling back where it
-    must) or "transformers" (the same model through its transformers forward)."""
-    assert path in ("lean", "transformers"), path
+    """The loaded drafter `name` on the requested path: "lean" (as loaded: the device's fastest
+    checked step, falling back where it must), "lean-torch" (LeanLM's torch step, where "lean" takes
+    the NumPy step on a CPU) or "transformers" (the model's transformers forward; a tree drafts
+    through its model's). None for a drafter with one path only (prompt lookup, layer-skip) on
+    any path but the first."""
     d = loaded.drafter(name)
-    return d if path == "lean" else lean.on_path(d, lean=False)
+    if path == "lean":
+        return d
+    if d.tree is not None:
+        return TreeDrafter(lean.on_path(d.base, path), d.tree, name=d.name)
+    return lean.on_path(d, path) if d.kind in ("text-only", "image-aware") else None
 
 
 def run_pair(loaded, example, drafter, gamma: int, sampling: Sampling, max_new: int, spd_first: bool):
@@ -102,14 +123,23 @@ def run_pair(loaded, example, drafter, gamma: int, sampling: Sampling, max_new: 
     return traces["speculative"], traces["autoregressive"]
 
 
-def step_costs(spd_traces: list[Trace], ar_traces: list[Trace], gamma: int) -> tuple[float, float, float]:
-    """Median measured T1 (AR step), T(gamma+1) (full verify) and D (one draft step), seconds."""
+def step_costs(spd_traces: list[Trace], ar_traces: list[Trace]) -> metrics.Costs:
+    """Median measured T1 (AR step), T(w) (a full verify: w = gamma + 1, or a full tree's nodes + 1)
+    and D (one drafter step), seconds, pooled over the cell's runs."""
     t1 = statistics.median(r.verify_seconds for t in ar_traces for r in t.rounds)
-    full = [r for t in spd_traces for r in t.rounds if len(r.drafted_ids) == gamma]
-    some = full or [r for t in spd_traces for r in t.rounds if r.drafted_ids]
-    t_verify = statistics.median(r.verify_seconds for r in some)
-    draft = statistics.median(r.draft_seconds / len(r.drafted_ids) for r in some)
-    return t1, t_verify, draft
+    width = metrics.full_width(spd_traces[0])
+    spd = [r for t in spd_traces for r in t.rounds]
+    full = [r for r in spd if metrics.verify_width(r) == width] or [r for r in spd if r.drafted_ids] or spd
+    drafted = [r for r in spd if r.drafted_ids]
+    return metrics.Costs(
+        t1=t1,
+        t_verify=statistics.median(r.verify_seconds for r in full),
+        t_draft=statistics.median(r.draft_seconds / metrics.drafter_steps(r) for r in drafted) if drafted else 0.0,
+        gamma=spd_traces[0].gamma,
+        t1_spread=math.nan,
+        verify_spread=math.nan,
+        width=width,
+    )
 
 
 def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tuple[Cell, list[Trace]]:
@@ -124,7 +154,8 @@ def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tup
     tok_s_spd = sum(metrics.decode_tokens(t) for t in spds) / sum(metrics.decode_seconds(t) for t in spds)
     tok_s_ar = sum(metrics.decode_tokens(t) for t in ars) / sum(metrics.decode_seconds(t) for t in ars)
     tau = metrics.tau(all_spd)
-    t1, t_verify, t_draft = step_costs(spds, ars, gamma)
+    costs = step_costs(spds, ars)
+    rounds = len(all_spd.rounds)
     identical = sum(s.summary.token_ids == a.summary.token_ids for s, a in zip(spds, ars))
     drafting = sum(r.draft_seconds for t in spds for r in t.rounds)
     cell = Cell(
@@ -141,11 +172,13 @@ def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tup
         tok_s_spd=tok_s_spd,
         tok_s_ar=tok_s_ar,
         speedup=tok_s_spd / tok_s_ar,
-        t1_ms=t1 * 1e3,
-        t_verify_ms=t_verify * 1e3,
-        d_ms=t_draft * 1e3,
-        limit_speedup=tau * t1 / t_verify,
-        predicted_speedup=metrics.predicted_speedup(tau, gamma, t1, t_verify, t_draft),
+        verify_tokens=sum(metrics.verify_width(r) for r in all_spd.rounds) / rounds,
+        drafter_steps=sum(metrics.drafter_steps(r) for r in all_spd.rounds) / rounds,
+        t1_ms=costs.t1 * 1e3,
+        t_verify_ms=costs.t_verify * 1e3,
+        d_ms=costs.t_draft * 1e3,
+        limit_speedup=tau * costs.t1 / costs.t_verify,
+        predicted_speedup=metrics.predicted_by_rounds(all_spd, costs),
         draft_share=drafting / sum(metrics.decode_seconds(t) for t in spds),
         lossless=f"{identical}/{len(examples)} identical" if decoding == "greedy" else "n/a (sampling)",
         correct_spd=sum(score(ex.task, ex, s.summary.text) for ex, s in zip(examples, spds)),
@@ -199,7 +232,7 @@ def goals(cells: list[Cell], peer_result: dict | None) -> list[dict]:
 
 def print_table(cells: list[Cell]) -> None:
     header = (
-        f"{'task':16} {'drafter':12} {'path':12} {'g':>2} {'decoding':9} {'tau':>5} {'alpha':>6} "
+        f"{'task':16} {'drafter':16} {'path':17} {'g':>2} {'decoding':9} {'tau':>5} {'alpha':>6} "
         f"{'SPD tok/s':>9} {'AR tok/s':>8} {'T1 ms':>6} {'Tv ms':>6} {'D ms':>5} "
         f"{'speedup':>7} {'limit':>5} {'predicted':>9}  lossless"
     )
@@ -207,7 +240,7 @@ def print_table(cells: list[Cell]) -> None:
     print("-" * len(header))
     for c in cells:
         print(
-            f"{c.task:16} {c.drafter:12} {c.drafter_path:12} {c.gamma:>2} {c.decoding:9} {c.tau:5.2f} {c.alpha:6.2f} "
+            f"{c.task:16} {c.drafter:16} {c.drafter_path:17} {c.gamma:>2} {c.decoding:9} {c.tau:5.2f} {c.alpha:6.2f} "
             f"{c.tok_s_spd:9.1f} {c.tok_s_ar:8.1f} {c.t1_ms:6.2f} {c.t_verify_ms:6.2f} {c.d_ms:5.2f} "
             f"{c.speedup:7.2f} {c.limit_speedup:5.2f} {c.predicted_speedup:9.2f}  {c.lossless}"
         )
@@ -283,11 +316,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m demo.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default=loader.DEFAULT_PRESET)
     parser.add_argument("--tasks", default=",".join(PAPER_TASKS))
-    parser.add_argument("--drafters", default="text-only,image-aware")
+    parser.add_argument(
+        "--drafters",
+        default="text-only,image-aware",
+        help="names the preset offers (see Preset.drafter_names), or all of them: all",
+    )
     parser.add_argument(
         "--drafter-paths",
         default="lean",
-        help="lean, transformers, or both (lean,transformers): the drafter forwards each cell runs with",
+        help="any of lean, lean-torch, transformers (comma-separated): the drafter forwards each cell runs with",
     )
     parser.add_argument("--gammas", default="2,4,6")
     parser.add_argument("--decoding", default="greedy,sampling")
@@ -308,7 +345,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     started = time.time()
     loaded = loader.load(args.preset)
-    drafters, paths = args.drafters.split(","), args.drafter_paths.split(",")
+    drafters = list(loaded.preset.drafter_names()) if args.drafters == "all" else args.drafters.split(",")
+    paths = args.drafter_paths.split(",")
     on = {(d, path): drafter_on(loaded, d, path) for d in drafters for path in paths}
     cells, obs = [], {d: [] for d in drafters}
     for task in args.tasks.split(","):
@@ -317,6 +355,10 @@ def main(argv: list[str] | None = None) -> dict:
             for drafter in drafters:
                 for gamma in map(int, args.gammas.split(",")):
                     for path in paths:
+                        if on[drafter, path] is None or (
+                            on[drafter, path].tree and trees.refusal(on[drafter, path].tree, gamma)
+                        ):
+                            continue
                         cell, spds = bench_cell(
                             loaded, task, on[drafter, path], gamma, decoding, examples, args.max_new_tokens
                         )
@@ -330,7 +372,8 @@ def main(argv: list[str] | None = None) -> dict:
                             flush=True,
                         )
     peer_result = None
-    if not args.no_peer:
+    models = [d for d in drafters if d in {s.name for s in loaded.preset.drafters}]  # peers: model chains only
+    if not args.no_peer and models:
         examples = examples_for("description", 2, args.seed) + examples_for("vqa", 2, args.seed)
         peer_result = {
             d: peer(
@@ -343,7 +386,7 @@ def main(argv: list[str] | None = None) -> dict:
                 args.peer_min_confidence,
                 with_transformers_path="transformers" in paths,
             )
-            for d in drafters
+            for d in models
         }
     goal_rows = goals(cells, peer_result)
     meta = {

@@ -1,11 +1,17 @@
-"""Drafters: small causal LMs that propose the next tokens, each with its own KV cache.
+"""Drafters: models that propose the next tokens, each run with its own KV cache.
 
-Two kinds sit behind the one `Drafter` class; they differ only in the prompt they are given:
+Two kinds of drafter model sit behind the one `Drafter` class; they differ only in the prompt
+they are given:
 
     text-only    a causal LM that sees the conversation's text with every image placeholder
                  removed, and never the image (the paper's main drafter)
     image-aware  a small LLaVA-architecture model that receives the image too (the paper's
                  "LLaVA drafter with image adapter")
+
+Beside them, behind the same calls: `demo.engine.layerskip` (kind "self": the target drafting
+with some of its layers skipped, a `Drafter` subclass), `demo.engine.lookup` (kind
+"prompt-lookup": no model at all) and `demo.engine.trees` (any model drafter, drafting a token
+tree instead of a chain: its `tree` is the shape, None for chains).
 
 The drafter's vocabulary may be a prefix of the target's (LLaVA-1.5: 32000 of 32064). Ids it
 lacks are kept out of its input, and its distribution `q` is zero on them.
@@ -17,6 +23,11 @@ The engine talks to a drafter through three calls:
     drafter.start(inputs) -> state   a fresh state: the drafter's own prompt prefilled
     state.draft(answer, n, ...)      feed the answer tokens not yet seen, propose up to n tokens
     state.rollback(n_answer)         forget everything after the first n_answer answer tokens
+
+`draft` is made of a lower-level step API, which token trees use directly: `catch_up(answer)`
+(feed the pending answer, return logits), `extend(token, position)` (feed one draft, return
+logits), `q(logits, sampling)` and `rollback`. A subclass changes how a step runs by overriding
+`_forward(ids)` alone (`demo.engine.lean`, `demo.engine.layerskip`).
 """
 
 from __future__ import annotations
@@ -34,11 +45,12 @@ class Drafter:
     """A loaded drafter model and what it may propose; shared, read-only, by every run.
 
     `path` names the forward its runs draft with: "transformers" here; `demo.engine.lean.LeanDrafter`
-    reports "lean" (or "lean + CUDA graphs"), and says in `fallback_reason` why it could not.
+    reports "lean" (or "lean + NumPy step", "lean + CUDA graphs"), and says in `fallback_reason` why it could not.
     """
 
     path = "transformers"
     fallback_reason: str | None = None
+    tree = None  # a chain drafter; `demo.engine.trees.TreeDrafter` sets its TreeShape
 
     def __init__(
         self,
@@ -50,8 +62,9 @@ class Drafter:
         stop_ids: frozenset[int],
         blocked_ids: frozenset[int] = frozenset(),
     ):
-        assert kind in ("text-only", "image-aware"), kind
+        assert kind in ("text-only", "image-aware", "self"), kind
         self.model = model
+        self.device: torch.device = model.device  # read once: transformers' model.device walks the parameters
         self.name = name
         self.kind = kind
         self.stop_ids = stop_ids
@@ -68,10 +81,6 @@ class Drafter:
         self.blocked = ~self.allowed  # computed once: the draft loop masks with it at every step
         self.blocked_ids = blocked_ids
         self.cache_kw = cache_keyword(model)  # "cache", or "past_key_values" before transformers 5.2x
-
-    @property
-    def device(self) -> torch.device:
-        return self.model.device
 
     def feedable(self, token_id: int) -> bool:
         return token_id < self.usable and token_id not in self.blocked_ids
@@ -103,6 +112,42 @@ class DraftState:
         out = d.model(input_ids=input_ids, **{d.cache_kw: self.cache}, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
 
+    # --- the step API: what `draft` is made of, and what token trees draft with -----------------
+
+    def catch_up(self, answer: list[int]) -> torch.Tensor:
+        """Feed the answer tokens this drafter has not seen (usually the target's last token, or
+        a bonus pair), skipping ids it lacks; return the logits for the token after the answer: [V_d]."""
+        d = self.drafter
+        pending = [(i, answer[i]) for i in range(self.consumed, len(answer)) if d.feedable(answer[i])]
+        self.consumed = len(answer)
+        if pending:
+            self.fed_positions += [i for i, _ in pending]
+            self.fed_tokens += [tok for _, tok in pending]
+            return self._forward([tok for _, tok in pending])
+        # Nothing new it can read: re-feed its last cached token to get fresh logits.
+        self.cache.crop(-1)
+        return self._forward([self.fed_tokens[-1] if self.fed_tokens else self.prompt_last])
+
+    def extend(self, token: int, position: int) -> torch.Tensor:
+        """Feed one drafted token at answer position `position` (the cache must hold every fed
+        position before it); return the logits for the token after it: [V_d]."""
+        self.fed_positions.append(position)
+        self.fed_tokens.append(token)
+        self.consumed = position + 1
+        return self._forward([token])
+
+    def q(self, logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+        """The drafter's distribution from its logits [V_d], warped, zero on ids it may not propose."""
+        return warp(logits.masked_fill(self.drafter.blocked, float("-inf")), sampling)
+
+    def widen(self, qs: list[torch.Tensor]) -> torch.Tensor:
+        """Distributions [V_d] each -> [len(qs), target_vocab_size], zero on ids the drafter lacks."""
+        d = self.drafter
+        q = torch.zeros(len(qs), d.target_vocab_size, device=d.device)
+        if qs:
+            q[:, : d.usable] = torch.stack(qs)[:, : d.usable]
+        return q
+
     @torch.inference_mode()
     def draft(
         self,
@@ -122,41 +167,23 @@ class DraftState:
         probability falls below min_confidence. The decision is taken before sampling, from q
         alone, so every draft is still an exact sample of q and verification stays exact.
         """
-        d = self.drafter
-        q = torch.zeros(0, d.target_vocab_size, device=d.device)
         if n == 0:
-            return [], q
-        # 1. catch up: feed the answer tokens this drafter has not seen (usually the target's
-        #    last token, or a bonus pair), skipping ids it lacks.
-        pending = [(i, answer[i]) for i in range(self.consumed, len(answer)) if d.feedable(answer[i])]
-        self.consumed = len(answer)
-        if pending:
-            self.fed_positions += [i for i, _ in pending]
-            self.fed_tokens += [tok for _, tok in pending]
-            ids = [tok for _, tok in pending]
-        else:
-            # Nothing new it can read: re-feed its last cached token to get fresh logits.
-            self.cache.crop(-1)
-            ids = [self.fed_tokens[-1] if self.fed_tokens else self.prompt_last]
-        logits = self._forward(ids)
+            return [], self.widen([])
+        # 1. catch up on the answer.
+        logits = self.catch_up(answer)
         # 2. draft one token at a time; each is fed back except the last.
         drafts, qs = [], []
         for step in range(n):
-            q = warp(logits.masked_fill(d.blocked, float("-inf")), sampling)  # [V_d]
+            q = self.q(logits, sampling)  # [V_d]
             if step > 0 and min_confidence > 0 and float(q.max()) < min_confidence:
                 break
             token = int(q.argmax()) if sampling.greedy else int(sample(q, generator))
             drafts.append(token)
             qs.append(q)
-            if token in d.stop_ids or step == n - 1:
+            if token in self.drafter.stop_ids or step == n - 1:
                 break
-            self.fed_positions.append(len(answer) + step)
-            self.fed_tokens.append(token)
-            self.consumed = len(answer) + step + 1
-            logits = self._forward([token])
-        q = torch.zeros(len(qs), d.target_vocab_size, device=d.device)
-        q[:, : d.usable] = torch.stack(qs)[:, : d.usable]
-        return drafts, q
+            logits = self.extend(token, len(answer) + step)
+        return drafts, self.widen(qs)
 
     def rollback(self, n_answer: int) -> None:
         """Keep only what the cache holds for the first n_answer answer tokens."""

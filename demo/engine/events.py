@@ -37,13 +37,46 @@ Stop = Literal["eos", "max_new_tokens"]
 TOKEN_KINDS: tuple[TokenKind, ...] = get_args(TokenKind)
 
 
+DrafterKind = Literal["text-only", "image-aware", "prompt-lookup", "self"]
+DRAFTER_KINDS: tuple[DrafterKind, ...] = get_args(DrafterKind)
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """The shape of a drafted token tree: `branching[d - 1]` children per node at depth d for the
+    first levels, then one child per node (chains) down to depth gamma. (2, 2) at gamma 4: 2
+    nodes at depth 1, 4 at depth 2, 4 at depths 3 and 4: 14 nodes; 4 * gamma - 2 from gamma 2."""
+
+    branching: tuple[int, ...] = (2, 2)
+
+    def children(self, depth: int) -> int:
+        """How many children each node at depth - 1 gets (depth 1: the children of the answer's last token)."""
+        return self.branching[depth - 1] if depth <= len(self.branching) else 1
+
+    def describe(self) -> str:
+        levels = ", ".join(f"{k} at depth {d}" for d, k in enumerate(self.branching, start=1))
+        return f"children per node: {levels}, then 1 (chains) down to depth gamma"
+
+    def nodes(self, gamma: int) -> int:
+        """The most nodes a tree of depth gamma holds (fewer where drafting stopped at a stop token)."""
+        total, width = 0, 1
+        for depth in range(1, gamma + 1):
+            width *= self.children(depth)
+            total += width
+        return total
+
+
 @dataclass(frozen=True)
 class DrafterInfo:
     name: str
-    kind: Literal["text-only", "image-aware"]
-    params: int  # parameter count
+    # "text-only" / "image-aware": a drafter model without or with the image; "prompt-lookup": no
+    # model, copies from the prompt and answer; "self": the target drafting with layers skipped
+    kind: DrafterKind
+    params: int  # parameter count (prompt lookup: 0; self: the parameters of the layers it runs)
     min_confidence: float  # adaptive draft length: stop drafting below this top probability; 0 = off
-    path: str = "transformers"  # the drafter's forward: "transformers", "lean", "lean + CUDA graphs"
+    path: str = "transformers"  # what drafts: "transformers", "lean", "lean + NumPy step",
+    # "lean + CUDA graphs", "n-gram lookup"
+    tree: TreeShape | None = None  # the "+tree" option: the shape of each round's tree; None: chains
 
 
 @dataclass(frozen=True)

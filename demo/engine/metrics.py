@@ -8,7 +8,13 @@
            c = drafter parameters / target parameters. It is the speedup when every forward
            costs the time to read the model's weights. `mbsu` uses the nominal gamma;
            `mbsu_made` the drafts actually made per round (they differ with adaptive drafting,
-           and in the last rounds, cut by the token budget).
+           and in the last rounds, cut by the token budget). Prompt lookup has c = 0; layer-skip
+           the fraction of the target it runs; a token tree counts gamma drafter steps, as a tree
+           drafted level by level (one forward per depth) would cost where weights dominate.
+
+Token trees: tau, alpha and the accept lengths read the walked path (`RoundEvent.drafted_ids`);
+what a round cost is its tree: `verify_width` (nodes + 1) and `drafter_steps`, which the cost
+model (`costs`, `predicted_by_rounds`) uses.
 
 gamma and the parameter counts come from the trace's first event (`RunStart`): a trace is
 measured on its own, with nothing passed beside it.
@@ -19,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from demo.engine.events import Trace
+from demo.engine.events import RoundEvent, Trace
 
 
 def decode_tokens(trace: Trace) -> int:
@@ -189,9 +195,10 @@ class Costs:
     t1: float  # one target step over one token (the autoregressive run's rounds)
     t_verify: float  # one target forward over gamma + 1 tokens (the speculative run's full rounds)
     t_draft: float  # one drafter step (a round's draft seconds over its drafts)
-    gamma: int  # the race's gamma: t_verify's width is gamma + 1
+    gamma: int  # the race's gamma
     t1_spread: float  # `spread` of the autoregressive steps
     verify_spread: float  # `spread` of the speculative verifies
+    width: int = 0  # tokens in the verifies t_verify measures: gamma + 1 (0 says so), or a tree's nodes + 1
 
     @property
     def noisy(self) -> bool:
@@ -199,30 +206,62 @@ class Costs:
 
     def verify(self, n_tokens: float) -> float:
         """A target forward over n_tokens tokens, interpolated linearly between the two measured
-        widths (1 and gamma + 1 tokens)."""
-        if self.gamma == 0:
+        widths (1 token, and `width`)."""
+        width = self.width or self.gamma + 1
+        if width <= 1:
             return self.t1
-        return self.t1 + (n_tokens - 1) * (self.t_verify - self.t1) / self.gamma
+        return self.t1 + (n_tokens - 1) * (self.t_verify - self.t1) / (width - 1)
+
+
+def verify_width(r: RoundEvent) -> int:
+    """Tokens a round's verify forward fed: the answer's last token and the drafts, or every node
+    of its token tree (the walked path is only part of what the target scored)."""
+    return 1 + (len(r.tree.nodes) if r.tree else len(r.drafted_ids))
+
+
+def drafter_steps(r: RoundEvent) -> int:
+    """Drafter forwards a round drafted with: one per draft of a chain (prompt lookup: lookups);
+    for a tree, the catch-up and one per node that has children."""
+    if r.tree:
+        return 1 + len({n.parent for n in r.tree.nodes if n.parent >= 0})
+    return len(r.drafted_ids)
+
+
+def full_width(trace: Trace) -> int:
+    """The verify width of a round that drafted all it may: gamma + 1, or a full tree's nodes + 1."""
+    tree = trace.start.drafter.tree if trace.start and trace.start.drafter else None
+    return 1 + (tree.nodes(trace.gamma) if tree else trace.gamma)
 
 
 def costs(spd: Trace, ar: Trace) -> Costs | None:
     """The step costs of a finished race (None until both runs have decoding rounds)."""
     steps = [r.verify_seconds for r in ar.rounds]
-    gamma = spd.gamma
-    full = [r.verify_seconds for r in spd.rounds if len(r.drafted_ids) == gamma] or [
+    width = full_width(spd)
+    full = [r.verify_seconds for r in spd.rounds if verify_width(r) == width] or [
         r.verify_seconds for r in spd.rounds if r.drafted_ids
     ]
-    per_draft = [r.draft_seconds / len(r.drafted_ids) for r in spd.rounds if r.drafted_ids]
+    per_draft = [r.draft_seconds / drafter_steps(r) for r in spd.rounds if r.drafted_ids]
     if not steps or not full or not per_draft:
         return None
     return Costs(
         t1=_quantile(steps, 0.5),
         t_verify=_quantile(full, 0.5),
         t_draft=_quantile(per_draft, 0.5),
-        gamma=gamma,
+        gamma=spd.gamma,
         t1_spread=spread(steps),
         verify_spread=spread(full),
+        width=width,
     )
+
+
+def predicted_by_rounds(trace: Trace, c: Costs) -> float:
+    """The cost model over the rounds that ran: tau target steps' worth of tokens for each round's
+    own drafter steps and its verify of its own width (chains, trees, rounds that drafted
+    nothing alike), averaged over the rounds."""
+    if not trace.rounds:
+        return math.nan
+    cost = sum(drafter_steps(r) * c.t_draft + c.verify(verify_width(r)) for r in trace.rounds) / len(trace.rounds)
+    return tau(trace) * c.t1 / cost
 
 
 def predicted(tau_value: float, drafts: float, c: Costs) -> float:
@@ -254,6 +293,9 @@ class SweepPoint:
 
     gamma: int
     rounds: tuple[tuple[int, int, int], ...]  # per round: (drafts made, drafts accepted, tokens emitted)
+    # token trees: per round (drafter steps, verify width), as `drafter_steps` and `verify_width`
+    # count them; empty for chains, whose drafts made are both (plus one, for the width)
+    tree_costs: tuple[tuple[int, int], ...] = ()
 
     @property
     def tau(self) -> float:
@@ -279,13 +321,15 @@ class SweepPoint:
 def sweep_rows(points: list[SweepPoint], c: float, step_costs: Costs | None) -> list[dict]:
     """The sweep as records: gamma, tau, alpha, MBSU (from the drafts made) and the cost model's
     predicted speedup (None without the race's measured costs)."""
-    return [
-        {
-            "gamma": pt.gamma,
-            "tau": pt.tau,
-            "alpha": pt.alpha,
-            "mbsu": pt.tau / (1 + pt.drafts_per_round * c),
-            "predicted_speedup": predicted(pt.tau, pt.drafts_per_round, step_costs) if step_costs else None,
-        }
-        for pt in points
-    ]
+    rows = []
+    for pt in points:
+        row = {"gamma": pt.gamma, "tau": pt.tau, "alpha": pt.alpha, "mbsu": pt.tau / (1 + pt.drafts_per_round * c)}
+        if not step_costs:
+            row["predicted_speedup"] = None
+        elif pt.tree_costs:  # each round's own drafter steps and verify width
+            cost = sum(n * step_costs.t_draft + step_costs.verify(w) for n, w in pt.tree_costs) / len(pt.tree_costs)
+            row["predicted_speedup"] = pt.tau * step_costs.t1 / cost
+        else:
+            row["predicted_speedup"] = predicted(pt.tau, pt.drafts_per_round, step_costs)
+        rows.append(row)
+    return rows

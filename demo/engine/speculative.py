@@ -12,7 +12,9 @@ forward over [last token] + drafts gives p at every draft position and one past,
 in `demo.engine.sampling` accepts a prefix of the drafts and adds one token of the target's own (a
 resample at the first rejection, or a bonus when all were accepted); (3) both KV caches forget
 the rejected drafts; (4) the round's tokens are emitted, cut after a stop. The image is encoded
-once, at prefill; later forwards carry only token ids.
+once, at prefill; later forwards carry only token ids. A drafter may propose nothing in a round
+(prompt lookup without a match, or the token budget's last token): that round is one target step.
+A tree drafter's rounds are `demo.engine.trees.tree_round`, the same four steps over a token tree.
 
     speculative_generate / autoregressive_generate   the runs, as event generators
     run(...) -> Trace                                 one whole run, for the benchmark and checks
@@ -26,14 +28,13 @@ them, so `event.t` is the time the run itself used. Nothing here knows about Gra
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
 
-from demo.engine.compat import cache_keyword
+from demo.engine import trees
+from demo.engine.decoding import Decoding, Prompt, Stopwatch, Target, ranked
 from demo.engine.detokenize import Detokenizer
 from demo.engine.drafters import Drafter, DraftState
 from demo.engine.events import (
@@ -46,86 +47,16 @@ from demo.engine.events import (
     RoundEvent,
     RunStart,
     RunSummary,
-    Stop,
     TokenEvent,
     Trace,
 )
 from demo.engine.sampling import Sampling, acceptance_probs, sample, verify_greedy, verify_sampled, warp
 
 
-class Target:
-    """The multimodal target: a prefill with the image, then text-only forwards on a KV cache."""
-
-    def __init__(self, model, tokenizer, *, name: str, stop_ids: frozenset[int]):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.name = name
-        self.stop_ids = stop_ids
-        self.n_params = sum(p.numel() for p in model.parameters())
-        self.vocab_size = model.get_output_embeddings().weight.shape[0]
-        self.cache_kw = cache_keyword(model)  # "cache", or "past_key_values" before transformers 5.2x
-
-    @property
-    def device(self) -> torch.device:
-        return self.model.device
-
-    def new_cache(self) -> DynamicCache:
-        return DynamicCache(config=self.model.config)
-
-    def prefill(self, inputs: dict, cache: DynamicCache) -> torch.Tensor:
-        """Encode the image and the prompt; return the logits for the first answer token: [V]."""
-        out = self.model(**inputs, **{self.cache_kw: cache}, use_cache=True, logits_to_keep=1)
-        return out.logits[0, -1]
-
-    def forward(self, ids: list[int], cache: DynamicCache) -> torch.Tensor:
-        """Feed ids after the cache (no pixel_values: the image is already in it) -> [len(ids), V]."""
-        input_ids = torch.tensor([ids], device=self.device)
-        return self.model(input_ids=input_ids, **{self.cache_kw: cache}, use_cache=True).logits[0]
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """Model inputs for one request, built by the preset's processors."""
-
-    target_inputs: dict  # input_ids, attention_mask, pixel_values, ... for the target's prefill
-    drafter_inputs: dict | None = None  # the drafter's own prefill inputs (its kind decides)
-
-
-class Stopwatch:
-    """Accumulates compute time over `with` blocks, synchronising the device around each."""
-
-    def __init__(self, device: torch.device):
-        self.device = torch.device(device)
-        self.total = 0.0
-        self.last = 0.0
-
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-    def __enter__(self) -> Stopwatch:
-        self._sync()
-        self._start = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._sync()
-        self.last = time.perf_counter() - self._start
-        self.total += self.last
-
-
 def _first_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) -> tuple[int, float]:
     p = warp(logits, sampling)
     token = int(logits.argmax()) if sampling.greedy else int(sample(p, generator))
     return token, float(p[token])
-
-
-def _stop_reason(answer: list[int], stop_ids: frozenset[int], max_new_tokens: int) -> str | None:
-    if answer[-1] in stop_ids:
-        return "eos"
-    if len(answer) >= max_new_tokens:
-        return "max_new_tokens"
-    return None
 
 
 def run_start(
@@ -146,6 +77,7 @@ def run_start(
             params=drafter.n_params,
             min_confidence=min_confidence,
             path=drafter.path,
+            tree=drafter.tree,
         )
     return RunStart(
         mode="speculative" if drafter is not None else "autoregressive",
@@ -156,26 +88,6 @@ def run_start(
         sampling=sampling,
         max_new_tokens=max_new_tokens,
     )
-
-
-@dataclass
-class Decoding:
-    """One run's state between rounds, shared by the prefill and every round."""
-
-    target: Target
-    start: RunStart  # the run's settings
-    generator: torch.Generator
-    clock: Stopwatch  # this run's compute time
-    cache: DynamicCache  # the target's: prompt + answer[:-1] at the top of every round
-    detok: Detokenizer
-    answer: list[int]  # token ids so far
-    stop: Stop | None = None  # set by the token that ends the run
-
-    def append(self, token: int) -> str:
-        """Add a token to the answer; return its text piece (the rest of the text after a stop)."""
-        self.answer.append(token)
-        self.stop = _stop_reason(self.answer, self.target.stop_ids, self.start.max_new_tokens)
-        return self.detok.push(token) + (self.detok.flush() if self.stop else "")
 
 
 @torch.inference_mode()
@@ -253,15 +165,6 @@ def verify(
     )
 
 
-INSPECT_TOP_K = 5  # tokens of each distribution the inspector shows
-
-
-def _ranked(dist: torch.Tensor, tokenizer) -> tuple[tuple[str, float], ...]:
-    """The INSPECT_TOP_K most likely tokens of dist [V], as (text, probability)."""
-    probs, ids = torch.topk(dist, min(INSPECT_TOP_K, dist.shape[-1]))
-    return tuple((tokenizer.decode([int(i)]), float(pr)) for pr, i in zip(probs, ids, strict=True) if pr > 0)
-
-
 def round_detail(drafts: list[int], q: torch.Tensor, v: Verdict, sampling: Sampling, tokenizer) -> RoundDetail:
     """The inspector's view of a round, from what verification already computed (no model call):
     the top k of p and q at each checked draft, the uniform draws u (redrawn from a copy of the
@@ -280,8 +183,8 @@ def round_detail(drafts: list[int], q: torch.Tensor, v: Verdict, sampling: Sampl
             accept_prob=v.accept_probs[i],
             u=u[i],
             accepted=i < v.n_accepted,
-            top_p=_ranked(v.p[i], tokenizer),
-            top_q=_ranked(q[i], tokenizer),
+            top_p=ranked(v.p[i], tokenizer),
+            top_q=ranked(q[i], tokenizer),
         )
         for i in range(n_checked)
     )
@@ -290,7 +193,7 @@ def round_detail(drafts: list[int], q: torch.Tensor, v: Verdict, sampling: Sampl
     if k < len(drafts) and not sampling.greedy:  # the residual the resample was drawn from
         residual = (v.p[k] - q[k]).clamp_min(0.0)
         law = residual / residual.sum() if residual.sum() > 0 else v.p[k]
-    own = _ranked(law, tokenizer)
+    own = ranked(law, tokenizer)
     return RoundDetail(positions=positions, token=tokenizer.decode([v.token]), own=own, own_p=float(law[v.token]))
 
 
@@ -403,6 +306,8 @@ def speculative_generate(
     drafter stops early where its top probability falls below it (see `DraftState.draft`).
     """
     assert gamma >= 1 and max_new_tokens >= 1
+    if drafter.tree is not None and (why := trees.refusal(drafter.tree, gamma, min_confidence)):
+        raise ValueError(f"This tree cannot run: {why}.")
     start = run_start(
         target, drafter, gamma=gamma, sampling=sampling, max_new_tokens=max_new_tokens, min_confidence=min_confidence
     )
@@ -410,10 +315,11 @@ def speculative_generate(
     state, drafting, prefill, first = _prefill(target, prompt, start, generator, drafter)
     yield prefill
     yield first
+    play = trees.tree_round if drafter.tree is not None else speculative_round
     n_round = 0
     while state.stop is None:
         n_round += 1
-        tokens, round_event = speculative_round(state, drafting, n_round)
+        tokens, round_event = play(state, drafting, n_round)
         yield from tokens
         yield round_event
     yield _summary(state, prefill, n_round)

@@ -10,13 +10,17 @@ At the race's own gamma the replay makes the drafter calls the race made, in the
 the same tokens, so its rounds (drafts made, accepted, tokens emitted) equal the race's exactly;
 at other gammas the target's verdicts are read from the answer, so they are exact as long as
 the target's argmax does not depend on how its forwards are batched (true up to float
-round-off at near-ties). Adaptive drafting (min_confidence > 0) is replayed as it runs.
+round-off at near-ties). Adaptive drafting (min_confidence > 0) is replayed as it runs. A tree
+drafter's rounds are replayed as trees (`demo.engine.trees.draft_tree`, then the walk along the
+answer), with each round's drafter steps and verify width for the cost model. Prompt lookup and
+layer-skip replay through the same calls as any drafter.
 """
 
 from __future__ import annotations
 
 import torch
 
+from demo.engine import trees
 from demo.engine.drafters import Drafter
 from demo.engine.metrics import SweepPoint
 from demo.engine.sampling import Sampling
@@ -39,23 +43,41 @@ def replay(
     would have had with draft length gamma."""
     state = drafter.start(drafter_inputs)
     generator = torch.Generator(device=drafter.device)  # greedy drafting draws nothing
-    rounds, n = [], 1  # the prefill wrote answer[0]
+    rounds, costs, n = [], [], 1  # the prefill wrote answer[0]
     while n < len(answer):
-        # 1. draft, as `speculative_round` does: never more than the budget can take.
+        # 1. draft, as `speculative_round` (or `tree_round`) does: never more than the budget can take.
         n_draft = min(gamma, max_new_tokens - n - 1)
-        drafts, _ = state.draft(answer[:n], n_draft, GREEDY, generator, min_confidence)
-        # 2. the target's verdicts are the answer's own next tokens.
-        n_accepted = 0
-        while (
-            n_accepted < len(drafts) and n + n_accepted < len(answer) and drafts[n_accepted] == answer[n + n_accepted]
-        ):
-            n_accepted += 1
-        # 3. roll back, and 4. emit the accepted drafts and the target's token, cut at the end.
+        if drafter.tree is not None:
+            tree = trees.draft_tree(state, answer[:n], n_draft, drafter.tree, GREEDY, generator)
+            # 2. the target's verdicts are the answer's own next tokens: walk the tree along them.
+            node, n_accepted, rejected = -1, 0, False
+            while n + n_accepted < len(answer):
+                kids = tree.children.get(node, [])
+                match = next((c for c in kids if tree.tokens[c] == answer[n + n_accepted]), None)
+                if match is None:
+                    rejected = bool(kids)  # at a leaf nothing was rejected
+                    break
+                node, n_accepted = match, n_accepted + 1
+            made = n_accepted + rejected  # the walked path, as the round's drafted_ids
+            costs.append((1 + len({p for p in tree.parents if p >= 0}) if tree.tokens else 0, 1 + len(tree.tokens)))
+        else:
+            drafts, _ = state.draft(answer[:n], n_draft, GREEDY, generator, min_confidence)
+            # 2. the target's verdicts are the answer's own next tokens.
+            n_accepted = 0
+            while (
+                n_accepted < len(drafts)
+                and n + n_accepted < len(answer)
+                and drafts[n_accepted] == answer[n + n_accepted]
+            ):
+                n_accepted += 1
+            made = len(drafts)
+        # 3. roll back (a tree's drafting already left the drafter at the answer), and 4. emit
+        #    the accepted drafts and the target's token, cut at the end.
         state.rollback(n + n_accepted)
         emitted = min(n_accepted + 1, len(answer) - n)
-        rounds.append((len(drafts), n_accepted, emitted))
+        rounds.append((made, n_accepted, emitted))
         n += emitted
-    return SweepPoint(gamma=gamma, rounds=tuple(rounds))
+    return SweepPoint(gamma=gamma, rounds=tuple(rounds), tree_costs=tuple(costs))
 
 
 def sweep(

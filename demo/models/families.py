@@ -65,6 +65,10 @@ class MRopeTarget(Target):
         out = self.model(**inputs, position_ids=positions, **{self.cache_kw: cache}, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
 
+    def positions(self, cache: _RopeCache, offsets: torch.Tensor) -> torch.Tensor:
+        """Text positions for tokens at `offsets` [n] past the cache: [3, 1, n], one per M-RoPE axis."""
+        return (cache.get_seq_length() + cache.rope_delta + offsets).view(1, 1, -1).expand(3, 1, -1)
+
     def forward(self, ids: list[int], cache: _RopeCache) -> torch.Tensor:
         start = cache.get_seq_length() + cache.rope_delta
         positions = torch.arange(start, start + len(ids), device=self.device).view(1, 1, -1).expand(3, 1, -1)

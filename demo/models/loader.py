@@ -38,14 +38,27 @@ import torch
 from PIL import Image
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
+from demo.engine import layerskip, trees
 from demo.engine.drafters import Drafter
 from demo.engine.lean import LeanDrafter
+from demo.engine.lookup import PromptLookup
 from demo.engine.speculative import Prompt, Target
+from demo.engine.trees import TreeDrafter
 from demo.models import devices, hub
 from demo.models.devices import NotEnoughMemory  # noqa: F401  (re-exported: load() raises it)
 from demo.models.families import FAMILIES
 from demo.models.hub import Availability, Unavailable  # noqa: F401  (re-exported: load() raises Unavailable)
-from demo.models.presets import ASSETS, DEFAULT_PRESET, PRESETS, DrafterSpec, Preset  # noqa: F401  (re-exported)
+from demo.models.presets import (  # noqa: F401  (re-exported)
+    ASSETS,
+    DEFAULT_PRESET,
+    LAYER_SKIP,
+    PRESETS,
+    PROMPT_LOOKUP,
+    TREE,
+    DrafterSpec,
+    Preset,
+    base_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -164,10 +177,12 @@ class Loaded:
             return Prompt(target_inputs)
         d = self.drafter(drafter)
         if d.kind == "image-aware":
-            drafter_inputs = self._inputs(self.drafter_processors[drafter], image, question)
+            drafter_inputs = self._inputs(self.drafter_processors[base_name(drafter)], image, question)
+        elif d.kind == "self":  # the target drafting for itself reads the target's own inputs
+            drafter_inputs = target_inputs
         else:
-            # The text-only drafter reads the same conversation minus the image placeholders
-            # (and minus any id it lacks).
+            # The text-only drafter and prompt lookup read the same conversation minus the image
+            # placeholders (and minus any id the drafter lacks).
             ids = [i for i in target_inputs["input_ids"][0].tolist() if d.feedable(i)]
             drafter_inputs = {"input_ids": torch.tensor([ids], device=self.device)}
         return Prompt(target_inputs, drafter_inputs)
@@ -175,13 +190,50 @@ class Loaded:
     def drafter(self, name: str, progress: Progress | None = None) -> Drafter:
         """The named drafter, loaded once and shared; each run makes its own state (`Drafter.start`)."""
         with self._lock:
-            if name not in self.drafters:
-                spec = next((s for s in self.preset.drafters if s.name == name), None)
-                if spec is None:
-                    known = ", ".join(s.name for s in self.preset.drafters)
-                    raise KeyError(f"unknown drafter {name!r} for preset {self.preset.name!r} (known: {known})")
-                self.drafters[name] = self._load_drafter(spec, progress or _silent)
-            return self.drafters[name]
+            return self._drafter(name, progress or _silent)
+
+    def _drafter(self, name: str, progress: Progress):
+        if name not in self.drafters:
+            self.drafters[name] = self._make_drafter(name, progress)
+        return self.drafters[name]
+
+    def _make_drafter(self, name: str, progress: Progress):
+        """A drafter of any name `Preset.drafter_names` gives: a drafter model (loaded), the same
+        model drafting trees, or one built on what is loaded already (prompt lookup)."""
+        if name.endswith(TREE):
+            return TreeDrafter(self._drafter(base_name(name), progress), trees.SHAPE, name=name)
+        if name == LAYER_SKIP and self.preset.skip_layers is not None:
+            why = layerskip.unsupported(self.target.model)
+            if why:
+                raise KeyError(f"drafter {name!r} is not offered for preset {self.preset.name!r}: {why}")
+            return layerskip.LayerSkipDrafter(
+                self.target.model,
+                skip=self.preset.skip_layers,
+                name=name,
+                target_vocab_size=self.target.vocab_size,
+                stop_ids=self.target.stop_ids,
+                blocked_ids=self.placeholder_ids(),
+            )
+        if name == PROMPT_LOOKUP:
+            return PromptLookup(
+                name=name,
+                target_vocab_size=self.target.vocab_size,
+                stop_ids=self.target.stop_ids,
+                blocked_ids=self.placeholder_ids(),
+                device=self.device,
+            )
+        spec = next((s for s in self.preset.drafters if s.name == name), None)
+        if spec is None:
+            why = self.preset.unusable().get(name)
+            if why:
+                raise KeyError(f"drafter {name!r} is not offered for preset {self.preset.name!r}: {why}")
+            known = ", ".join(self.preset.drafter_names())
+            raise KeyError(f"unknown drafter {name!r} for preset {self.preset.name!r} (known: {known})")
+        return self._load_drafter(spec, progress)
+
+    def placeholder_ids(self) -> frozenset[int]:
+        """The target prompt's image placeholder ids, which no drafter reads or proposes."""
+        return image_placeholder_ids(self.processor, FAMILIES[self.preset.family].placeholder_tokens)
 
     def _load_drafter(self, spec: DrafterSpec, progress: Progress) -> Drafter:
         progress(0.0, f"finding the drafter {spec.path}")
@@ -202,7 +254,6 @@ class Loaded:
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
         progress(0.9, "checking that the drafter's token ids mean what the target's mean")
         check_vocab_compatible(self.target.tokenizer, tokenizer, spec.name)
-        family = FAMILIES[self.preset.family]
         # Lean where the architecture allows (checked against transformers at first use), else
         # the transformers forward; `drafter.path` says which.
         drafter = LeanDrafter(
@@ -211,7 +262,7 @@ class Loaded:
             kind=spec.kind,
             target_vocab_size=self.target.vocab_size,
             stop_ids=self.target.stop_ids,
-            blocked_ids=image_placeholder_ids(self.processor, family.placeholder_tokens),
+            blocked_ids=self.placeholder_ids(),
         )
         progress(1.0, f"drafter {spec.name} ready")
         return drafter
@@ -220,7 +271,27 @@ class Loaded:
         """Facts about this target-drafter pairing that the UI should state (loads the drafter)."""
         d = self.drafter(drafter)
         tokenizer = self.target.tokenizer
+        if d.kind == "prompt-lookup":
+            return (
+                f"Prompt lookup has no model: it drafts the tokens that followed the last {d.max_ngram} "
+                "tokens (or fewer) where they occur earlier in the question or the answer, and drafts nothing "
+                "in a round where they do not (that round is one plain target step). Its q is 1 on each draft, "
+                "so in sampling mode a draft is accepted with probability p.",
+            )
         notes = []
+        if d.kind == "self":
+            n_layers = len(d.keep) + len(d.skip)
+            notes.append(
+                f"The layer-skip drafter is the target itself with decoder layers {', '.join(map(str, d.skip))} of "
+                f"{n_layers} skipped (chosen by a search on training prompts): it reads the image as the target does "
+                f"and runs {d.n_params / self.target.n_params:.0%} of the target's parameters per step, with a KV "
+                "cache of its own."
+            )
+        if d.tree is not None:
+            notes.append(
+                f"Token tree, {d.tree.describe()} ({d.tree.nodes(4)} nodes at gamma 4): one target forward scores "
+                "every node, each attending to its own ancestors only, and the longest path the target accepts is kept."
+            )
         if d.fallback_reason:
             notes.append(f"The drafter {d.name} drafts through transformers: {d.fallback_reason}.")
         unreachable = sorted(i for i in self.target.stop_ids if i >= d.usable or i in d.blocked_ids)

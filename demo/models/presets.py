@@ -26,6 +26,11 @@ PROMPT_LOOKUP = "prompt-lookup"  # drafts by copying from the prompt and answer:
 LAYER_SKIP = "layer-skip"  # the target drafting for itself with some decoder layers skipped
 
 
+def base_name(drafter: str) -> str:
+    """The drafter model a name drafts with: "text-only" for "text-only+tree"."""
+    return drafter.removesuffix(TREE)
+
+
 @dataclass(frozen=True)
 class Preset:
     name: str
@@ -66,6 +71,10 @@ PRESETS: dict[str, Preset] = {
         ),
         description="The project's own LLaVA (trained on synthetic scenes) and two drafters, on CPU.",
         seconds_per_token=0.05,
+        # `python -m demo.bench.layerskip --preset embedded` (2026-12-02; 24 training prompts, 754 answer
+        # tokens): keeping layer 0 of 6 alone scores best, MBSU 1.12 at gamma 1 (tau 1.42, c 0.27);
+        # skipping [2, 3] gives tau 2.62 at gamma 2 but c 0.71 (MBSU 1.09). See docs/benchmark.md.
+        skip_layers=(1, 2, 3, 4, 5),
     ),
     "llava-1.5-7b": Preset(
         name="llava-1.5-7b",

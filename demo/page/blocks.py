@@ -54,6 +54,12 @@ def blocks_html(trace: Trace) -> str:
     return f'<div class="blocks">{"".join(rows)}</div>'
 
 
+def _why_none(trace: Trace, r: RoundEvent) -> str:
+    """Why a speculative round drafted nothing: the token budget's last token, or no lookup match."""
+    lookup = trace.start and trace.start.drafter and trace.start.drafter.kind == "prompt-lookup"
+    return "no earlier match to copy" if lookup and r.stop != "max_new_tokens" else "token budget"
+
+
 def _round(r: RoundEvent, trace: Trace, own: str | None) -> str:
     """A round's row: its summary line, opening into the inspector. `own`: the target's token,
     None when the answer stopped inside the drafts."""
@@ -73,7 +79,7 @@ def _round(r: RoundEvent, trace: Trace, own: str | None) -> str:
         "",
         KIND_LABELS[kind] if own is not None else "not used: the answer ended before it",
     )
-    drafts = "".join(chips) if chips else '<span class="nodraft">no drafts (token budget)</span>'
+    drafts = "".join(chips) if chips else f'<span class="nodraft">no drafts ({_why_none(trace, r)})</span>'
     size = f"tree of {len(r.tree.nodes)} · " if r.tree is not None else ""
     meta = f"{size}{r.n_accepted}/{n} accepted · +{r.n_emitted}" if n else f"+{r.n_emitted}"
     stop = ' <span class="stop">stop</span>' if r.stop else ""

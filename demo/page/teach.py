@@ -43,13 +43,13 @@ def _pick(trace: Trace) -> RoundEvent | None:
     return None
 
 
-def _why_rejected(name: str, kind: str) -> str:
-    if name == "prompt-lookup":
-        return "prompt lookup copies what followed the latest words where they occurred before, and here the answer went on differently"
-    if name == "layer-skip":
-        return "the target drafting for itself with some layers skipped sees the image, but its shortened forward is not the whole model"
+def _why_rejected(kind: str) -> str:
     if kind == "text-only":
         return "the text-only drafter cannot see the image, so it guesses what the picture shows from the words alone"
+    if kind == "prompt-lookup":
+        return "prompt lookup only copies what followed the same words earlier in the question or the answer"
+    if kind == "self":
+        return "the layer-skip drafter is the target itself with some of its layers left out, so it sees the image but thinks less"
     return "the image-aware drafter sees the image, but it is a far smaller model than the target"
 
 
@@ -91,7 +91,7 @@ def annotated_round_html(spd: Trace, several: bool = False) -> str:
                 if unchecked > 0
                 else ""
             )
-            + f": {_why_rejected(drafter.name, drafter.kind)}."
+            + f": {_why_rejected(drafter.kind)}."
         )
         if own is not None and own.rejection is not None:
             told += (

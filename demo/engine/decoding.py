@@ -1,0 +1,144 @@
+"""The target as the engine drives it, the inputs of one request, and a run's compute clock.
+
+Target      the multimodal target: a prefill with the image, then text-only forwards on its
+            KV cache: a chain of tokens (`forward`), or a token tree in one forward
+            (`forward_tree`: a tree attention mask and per-node positions)
+Prompt      the model inputs of one request, the target's and the drafter's
+Stopwatch   a run's compute time, the device synchronised around each timed block
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from demo.engine.compat import cache_keyword
+from demo.engine.detokenize import Detokenizer
+from demo.engine.events import RunStart, Stop
+
+
+class Target:
+    """The multimodal target: a prefill with the image, then text-only forwards on a KV cache."""
+
+    def __init__(self, model, tokenizer, *, name: str, stop_ids: frozenset[int]):
+        self.model = model
+        self.device: torch.device = model.device  # read once: transformers' model.device walks the parameters
+        self.tokenizer = tokenizer
+        self.name = name
+        self.stop_ids = stop_ids
+        self.n_params = sum(p.numel() for p in model.parameters())
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self.cache_kw = cache_keyword(model)  # "cache", or "past_key_values" before transformers 5.2x
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.model.config)
+
+    def prefill(self, inputs: dict, cache: DynamicCache) -> torch.Tensor:
+        """Encode the image and the prompt; return the logits for the first answer token: [V]."""
+        out = self.model(**inputs, **{self.cache_kw: cache}, use_cache=True, logits_to_keep=1)
+        return out.logits[0, -1]
+
+    def forward(self, ids: list[int], cache: DynamicCache) -> torch.Tensor:
+        """Feed ids after the cache (no pixel_values: the image is already in it) -> [len(ids), V]."""
+        input_ids = torch.tensor([ids], device=self.device)
+        return self.model(input_ids=input_ids, **{self.cache_kw: cache}, use_cache=True).logits[0]
+
+    def positions(self, cache: DynamicCache, offsets: torch.Tensor) -> torch.Tensor:
+        """position_ids for tokens fed after the cache at `offsets` [n] past its length: [1, n]
+        (`demo.models.families.MRopeTarget` gives its three M-RoPE axes instead)."""
+        return (cache.get_seq_length() + offsets)[None]
+
+    def forward_tree(
+        self, ids: list[int], depths: list[int], visible: torch.Tensor, cache: DynamicCache
+    ) -> torch.Tensor:
+        """Feed a token tree after the cache in one forward -> logits [len(ids), V].
+
+        ids[0] is the answer's last token, at depth 0; ids[i] sits at position cache length +
+        depths[i]. visible [n, n] (bool): visible[i, j] when token i may attend to token j (its
+        ancestors and itself); every token attends to the whole cache. The mask goes to the model
+        as a 4-D additive mask, which transformers passes to the attention as it is."""
+        n, past = len(ids), cache.get_seq_length()
+        dtype = self.model.dtype
+        allowed = torch.cat([torch.ones(n, past, dtype=torch.bool, device=self.device), visible.to(self.device)], 1)
+        mask = torch.zeros(n, past + n, dtype=dtype, device=self.device)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)  # [n, past + n]
+        offsets = torch.tensor(depths, device=self.device)
+        out = self.model(
+            input_ids=torch.tensor([ids], device=self.device),
+            attention_mask=mask[None, None],  # [1, 1, n, past + n]
+            position_ids=self.positions(cache, offsets),
+            **{self.cache_kw: cache},
+            use_cache=True,
+        )
+        return out.logits[0]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """Model inputs for one request, built by the preset's processors."""
+
+    target_inputs: dict  # input_ids, attention_mask, pixel_values, ... for the target's prefill
+    drafter_inputs: dict | None = None  # the drafter's own prefill inputs (its kind decides)
+
+
+class Stopwatch:
+    """Accumulates compute time over `with` blocks, synchronising the device around each."""
+
+    def __init__(self, device: torch.device):
+        self.device = torch.device(device)
+        self.total = 0.0
+        self.last = 0.0
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def __enter__(self) -> Stopwatch:
+        self._sync()
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._sync()
+        self.last = time.perf_counter() - self._start
+        self.total += self.last
+
+
+def _stop_reason(answer: list[int], stop_ids: frozenset[int], max_new_tokens: int) -> str | None:
+    if answer[-1] in stop_ids:
+        return "eos"
+    if len(answer) >= max_new_tokens:
+        return "max_new_tokens"
+    return None
+
+
+@dataclass
+class Decoding:
+    """One run's state between rounds, shared by the prefill and every round."""
+
+    target: Target
+    start: RunStart  # the run's settings
+    generator: torch.Generator
+    clock: Stopwatch  # this run's compute time
+    cache: DynamicCache  # the target's: prompt + answer[:-1] at the top of every round
+    detok: Detokenizer
+    answer: list[int]  # token ids so far
+    stop: Stop | None = None  # set by the token that ends the run
+
+    def append(self, token: int) -> str:
+        """Add a token to the answer; return its text piece (the rest of the text after a stop)."""
+        self.answer.append(token)
+        self.stop = _stop_reason(self.answer, self.target.stop_ids, self.start.max_new_tokens)
+        return self.detok.push(token) + (self.detok.flush() if self.stop else "")
+
+
+INSPECT_TOP_K = 5  # tokens of each distribution the inspector shows
+
+
+def ranked(dist: torch.Tensor, tokenizer) -> tuple[tuple[str, float], ...]:
+    """The INSPECT_TOP_K most likely tokens of dist [V], as (text, probability)."""
+    probs, ids = torch.topk(dist, min(INSPECT_TOP_K, dist.shape[-1]))
+    return tuple((tokenizer.decode([int(i)]), float(pr)) for pr, i in zip(probs, ids, strict=True) if pr > 0)

@@ -1,0 +1,70 @@
+"""Greedy exactness on the embedded world's own models: every task family, many gammas and budgets.
+
+The slow tier's long sweep for every new drafter: for one held-out example of each task family,
+the target's greedy answer at the largest budget is computed once; the speculative run at any
+budget b must then write its first b tokens (fewer where the answer ended), token for token.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import torch
+
+from demo.engine.events import Trace
+from demo.engine.sampling import Sampling
+from demo.engine.speculative import autoregressive_generate, speculative_generate
+from demo.models import loader
+from demo.world.tasks import TASKS, heldout_examples
+
+GREEDY = Sampling()
+
+
+@cache
+def embedded():
+    return loader.load("embedded")
+
+
+@cache
+def examples(seed: int = 3):
+    """One held-out example per task family."""
+    return tuple(heldout_examples(task, 1, seed=seed)[0] for task in TASKS)
+
+
+@cache
+def reference(task_index: int, budget: int) -> tuple[int, ...]:
+    """The target's own greedy answer to the task family's example."""
+    loaded, ex = embedded(), examples()[task_index]
+    events = autoregressive_generate(
+        loaded.target,
+        loaded.prompt(ex.image, ex.question),
+        sampling=GREEDY,
+        max_new_tokens=budget,
+        generator=torch.Generator().manual_seed(0),
+    )
+    return Trace.of(events).summary.token_ids
+
+
+def mismatches(drafter: str, gammas, budgets) -> list[tuple[str, int, int]]:
+    """(task, gamma, budget) of every speculative run with `drafter` whose answer is not the
+    target's own (cut to the budget)."""
+    loaded = embedded()
+    top = max(budgets)
+    wrong = []
+    for i, ex in enumerate(examples()):
+        ref = reference(i, top)
+        prompt = loaded.prompt(ex.image, ex.question, drafter)
+        for gamma in gammas:
+            for budget in budgets:
+                events = speculative_generate(
+                    loaded.target,
+                    loaded.drafter(drafter),
+                    prompt,
+                    gamma=gamma,
+                    sampling=GREEDY,
+                    max_new_tokens=budget,
+                    generator=torch.Generator().manual_seed(0),
+                )
+                if Trace.of(events).summary.token_ids != ref[:budget]:
+                    wrong.append((ex.task, gamma, budget))
+    return wrong
