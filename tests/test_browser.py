@@ -187,7 +187,7 @@ def test_two_drafters_race_side_by_side_and_a_token_opens_its_round(browser, ser
     assert page.locator("#chart-race .scatterlayer .trace").count() == 3
     assert page.locator("#chart-tau .scatterlayer .trace").count() == 2
     assert page.locator("#chart-hist .barlayer .trace").count() == 2
-    legend = page.locator("#chart-race .legendtext").all_inner_texts()
+    legend = page.eval_on_selector_all("#chart-race .legendtext", "texts => texts.map(t => t.textContent)")
     assert legend == ["SPD text-only", "SPD image-aware", "autoregressive"]
     assert "the first speculative lane" in page.inner_text("#how-round")
     shoot(page, "two-lanes-desktop.png")
@@ -235,7 +235,7 @@ def test_a_token_tree_lane_draws_each_rounds_tree_in_its_block_view(browser, ser
         assert f"tree of {tree.locator('.tn').count()} " in meta
         assert tree.locator(".te").count() == tree.locator(".tn").count()  # an edge from each node to its parent
     assert page.locator("#blocks .tree .tn-ok").count() >= 1 and page.locator("#blocks .tree .tn-no").count() >= 1
-    marks = page.locator("#blocks .tree .tn text").all_inner_texts()
+    marks = page.eval_on_selector_all("#blocks .tree .tn text", "texts => texts.map(t => t.textContent)")
     assert {m[0] for m in marks} <= {"✓", "✗", "○"}  # each verdict marked by a symbol, not colour alone
     node = trees.first.locator(".tn").first
     node.focus()
