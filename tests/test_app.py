@@ -296,6 +296,18 @@ def test_replay_shows_the_measured_race_slowed_to_a_fixed_length(monkeypatch):
     assert "lossless" not in outcome and "outputs differ from token 3 on" in outcome
 
 
+def test_replay_shows_every_lane_of_a_two_drafter_race(monkeypatch):
+    monkeypatch.setattr(handlers, "REPLAY_SECONDS", 0.3)
+    traces = {
+        "speculative": spd_trace(),
+        "speculative-2": spd_trace(drafter="image-aware"),
+        "autoregressive": ar_trace(),
+    }
+    final = list(handlers.replay_race(((), events_in_race_order(traces))))[-1]
+    assert final["spd2_panel"].count('class="tok tok-') == final["spd_panel"].count('class="tok tok-') == 8
+    assert "image-aware: ✗ outputs differ from token 3 on" in final["outcome"]
+
+
 def test_examples_are_read_from_the_examples_folder(tiny_world, tmp_path):
     examples = layout.load_examples(tiny_world / "examples")
     assert [(Path(e.image).name, e.task) for e in examples] == [("0.png", "task_0"), ("1.png", "task_1")]
