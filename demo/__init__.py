@@ -5,7 +5,8 @@ Layers, each a package that imports only the ones before it:
     engine/    the exact decoding loop and its typed events (no Gradio, no model loading)
     models/    presets, hub access, loading
     session    one Request parsed by name, lanes, run() -> Trace, warm-up, replay (no Gradio);
-               sweeps (the γ sweep of a finished race),
+               sweeps (the γ sweep of a finished race), offers (what can run here, checked
+               before any work), failures (what a failed request is told),
                with validate (input checks) and analysis (where drafts are rejected)
     page/      the Gradio app
     bench/     benchmarks, soak, GPU check

@@ -9,14 +9,18 @@ its name and valid range), and then use the calls below:
     prepare(request, image, ...)   everything before the first token, as a generator of loading
                                    reports: the image checked, the models loaded, the lanes built
     lanes(loaded, request, image)  the race's seeded runs, not started: lane -> event generator
+                                   (`lane_names(request)`: one speculative lane per drafter, then
+                                   the autoregressive one)
     racing(lanes)                  the race as (lane, event) pairs, compute-fair; closes the runs
                                    (and frees their KV caches) however it is left
+    run_lanes(...)                 the request's lanes decoded whole, one after the other
     gpu_race(request, image)       prepare + racing, yielding plain data (the part a Space runs
                                    on its GPU, in another process)
     run(loaded, request, image)    one lane decoded whole -> Trace (benchmark, Analysis tab)
     warm_up(preset)                load and decode a few tokens with each drafter
     paced(timeline, slowdown)      a recorded race again, each event at its measured time x slowdown
-    message(error)                 the one sentence a person or caller is told about a failure
+What a failed request is told is `demo.failures.message(error)`. Whether a preset and a request's lanes can run here at all is `demo.offers`'s to say (`prepare`
+asks it first, before any work).
 
 Torch and transformers are imported on first use, so a page can import this module and be
 usable before they are.
@@ -24,12 +28,9 @@ usable before they are.
 
 from __future__ import annotations
 
-import gc
 import logging
 import queue
 import threading
-import traceback
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from PIL import Image
 
-from demo import validate
+from demo import failures, offers, validate
 from demo.engine.race import race
 from demo.models import presets, zerogpu
 from demo.validate import InvalidInput
@@ -49,7 +50,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LANES = ("speculative", "autoregressive")
+LANES = ("speculative", "autoregressive")  # a race with one drafter
+SECOND = "speculative-2"  # the lane of a request's second drafter, when it names one
 DEFAULTS = {
     "gamma": 4,
     "greedy": True,
@@ -76,17 +78,38 @@ class Request:
     sampling: Sampling
     max_new_tokens: int
     min_confidence: float = 0.0  # adaptive draft length: stop drafting below this top probability; 0 = off
+    second_drafter: str | None = None  # the drafter of a second speculative lane (lane SECOND); None: none
+
+    @property
+    def drafters(self) -> tuple[str, ...]:
+        """The speculative lanes' drafters, in lane order."""
+        return (self.drafter,) if self.second_drafter is None else (self.drafter, self.second_drafter)
+
+    def lane_drafter(self, lane: str) -> str | None:
+        """The drafter of lane `lane` (None for the autoregressive lane)."""
+        drafters = {"speculative": self.drafter, SECOND: self.second_drafter, "autoregressive": None}
+        if lane not in drafters or (lane == SECOND and self.second_drafter is None):
+            raise KeyError(f"request has no lane {lane!r} (its lanes: {', '.join(lane_names(self))})")
+        return drafters[lane]
 
     def settings(self) -> dict:
         return {
             "question": self.question,
             "preset": self.preset,
             "drafter": self.drafter,
+            "second_drafter": self.second_drafter,
+            "lanes": {lane: self.lane_drafter(lane) for lane in lane_names(self)},
             "gamma": self.gamma,
             "sampling": asdict(self.sampling),
             "max_new_tokens": self.max_new_tokens,
             "min_confidence": self.min_confidence,
         }
+
+
+def lane_names(request: Request) -> tuple[str, ...]:
+    """A request's lanes in race order (ties go to the first): its speculative lanes, then the
+    autoregressive one."""
+    return ("speculative", SECOND, "autoregressive") if request.second_drafter is not None else LANES
 
 
 def parse(
@@ -101,16 +124,20 @@ def parse(
     seed=DEFAULTS["seed"],
     max_new_tokens=DEFAULTS["max_new_tokens"],
     min_confidence=DEFAULTS["min_confidence"],
+    second_drafter=None,
     known: dict | None = None,
 ) -> Request:
     """The request from its fields as sent, by name; `known` maps preset names to presets (default
-    `presets.PRESETS`). Raises InvalidInput naming the first bad value and its valid range."""
+    `presets.PRESETS`). `second_drafter` (None, "" or "none": no second lane) races a second
+    speculative lane beside the first (`validate.lane_drafters`). Raises InvalidInput naming the
+    first bad value and its valid range."""
     from demo.engine.sampling import Sampling  # torch: imported on first use
 
     known = presets.PRESETS if known is None else known
     text = validate.question(question)
     preset = validate.choice("model preset", preset, known)
-    drafter = validate.choice(f"drafter for preset {preset!r}", drafter, [d.name for d in known[preset].drafters])
+    offered = known[preset]
+    drafters = validate.lane_drafters(drafter, second_drafter, offered.drafter_names(), offered.unusable(), preset)
     gamma = validate.integer("gamma (drafts per round)", gamma, *validate.GAMMA_RANGE)
     max_new_tokens = validate.integer("max new tokens", max_new_tokens, *validate.MAX_NEW_RANGE)
     greedy = validate.flag("greedy", greedy)
@@ -119,69 +146,8 @@ def parse(
     seed = validate.integer("seed", seed, *validate.SEED_RANGE)
     min_confidence = validate.number(THRESHOLD, min_confidence, 0.0, 1.0)
     sampling = Sampling() if greedy else Sampling(greedy=False, temperature=temperature, top_p=top_p, seed=seed)
-    return Request(text, preset, drafter, gamma, sampling, max_new_tokens, min_confidence)
-
-
-# --- failures -----------------------------------------------------------------------------------
-
-
-class LoadFailed(RuntimeError):
-    """A preset whose files are here but would not load (damaged weights, a bad config...)."""
-
-
-def first_line(error: BaseException, limit: int = 160) -> str:
-    line = (str(error).strip().splitlines() or [""])[0]
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _out_of_memory(error: BaseException) -> bool:
-    import torch
-
-    if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
-        return True
-    text = str(error).lower()  # other backends, and the CPU allocator, raise a RuntimeError
-    return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
-
-
-def _release_memory() -> None:
-    """Give freed tensors back to the accelerator, so the next request finds the memory free."""
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def message(error: Exception) -> str:
-    """What the person or API caller is told about a failed request; the server log gets the rest."""
-    from demo.models import loader  # torch and transformers: imported on first use
-
-    if isinstance(error, (InvalidInput, loader.Unavailable, loader.NotEnoughMemory, LoadFailed)):
-        return str(error)  # written for the person
-    if _out_of_memory(error):
-        log.warning("out of memory during a request: %s", error)
-        traceback.clear_frames(error.__traceback__)  # the failed run's frames hold its KV caches
-        _release_memory()
-        return (
-            "The models ran out of memory for this request; it was stopped and its memory freed. "
-            "Ask for fewer new tokens, shorten the question, or pick a smaller preset."
-        )
-    reference = uuid.uuid4().hex[:8]
-    log.error("request failed (reference %s)", reference, exc_info=error)
-    return f"Something went wrong on the server (reference {reference}; the details are in its log). Try again."
-
-
-def _load_failed(preset: str, error: Exception) -> Exception:
-    """The error a failed load becomes: messages written for the person pass through."""
-    from demo.models import loader
-
-    if isinstance(error, (loader.Unavailable, loader.NotEnoughMemory)) or _out_of_memory(error):
-        return error
-    log.error("loading preset %r failed", preset, exc_info=error)
-    return LoadFailed(
-        f"The models of preset {preset!r} could not be loaded ({type(error).__name__}: {first_line(error)}). "
-        "Its files may be missing or damaged; the other presets still work."
-    )
+    second = drafters[1] if len(drafters) > 1 else None
+    return Request(text, preset, drafters[0], gamma, sampling, max_new_tokens, min_confidence, second)
 
 
 # --- loading --------------------------------------------------------------------------------------
@@ -190,7 +156,7 @@ _WARMING = threading.Lock()  # held while the background warm-up decodes
 
 
 def load(request: Request, progress=None):
-    """The request's preset and drafter, loaded once per process (`progress(fraction, message)`
+    """The request's preset and drafters, loaded once per process (`progress(fraction, message)`
     hears about each stage). Waits for a running warm-up, so that a race never shares the CPU
     with one and its clocks stay honest."""
     from demo.models import loader  # torch and transformers: imported on first use
@@ -198,7 +164,8 @@ def load(request: Request, progress=None):
     with _WARMING:
         pass
     loaded = loader.load(request.preset, progress)
-    loaded.drafter(request.drafter, progress)
+    for drafter in request.drafters:
+        loaded.drafter(drafter, progress)
     return loaded
 
 
@@ -217,32 +184,18 @@ def _loading(request: Request, show) -> Iterator:
     while True:
         item = reports.get()
         if isinstance(item, Exception):
-            raise _load_failed(request.preset, item)
+            raise failures.load_failed(request.preset, item)
         if not isinstance(item, tuple):
             return item
         yield show(*item)
-
-
-def check_available(preset: str) -> None:
-    """Refuse (Unavailable, LoadFailed) a preset that is not served here or cannot load."""
-    from demo.models import loader
-
-    loader.check_served(preset)  # preloaded deployments (a Space) never load in a request
-    if loader.is_loaded(preset):
-        return
-    try:
-        available = loader.availability(preset)
-    except Exception as error:  # files too damaged even to count their parameters
-        raise _load_failed(preset, error) from error
-    if not available.ok:
-        raise loader.Unavailable(available.message)
 
 
 def prepare(request: Request, image_payload, uploads: str | Path, show) -> Iterator:
     """Everything before the first token: the image (a file inside `uploads`), the models, the
     prompt and its length. Yields show(fraction, message) while loading; returns (facts, lanes,
     notes): what the page says of the drafter, the race's runs, notes on the image."""
-    check_available(request.preset)
+    offers.check_available(request.preset)
+    offers.check_memory(request.preset, request.drafters)
     path = validate.image_path(image_payload, uploads)
     if path is None:
         raise InvalidInput(validate.NO_IMAGE)
@@ -251,26 +204,28 @@ def prepare(request: Request, image_payload, uploads: str | Path, show) -> Itera
         yield show(0.0, "waiting for the warm-up to finish")
     loaded = yield from _loading(request, show)
     try:
-        facts = loaded.notes(request.drafter)
+        facts = tuple(dict.fromkeys(note for d in request.drafters for note in loaded.notes(d)))
     except Exception as error:
-        raise _load_failed(request.preset, error) from error
+        raise failures.load_failed(request.preset, error) from error
     return facts, lanes(loaded, request, image), notes
 
 
 # --- lanes and runs ---------------------------------------------------------------------------------
 
 
-def _prompt(loaded, request: Request, image: Image.Image):
-    """The prompt of both lanes; refuses (InvalidInput) one the models cannot read or whose answer
-    would not fit their context."""
+def _prompt(loaded, request: Request, image: Image.Image, drafter: str):
+    """The prompt of the lanes of `drafter` (the autoregressive lane reads its target inputs);
+    refuses (InvalidInput) one the models cannot read or whose answer would not fit their context."""
     try:
-        prompt = loaded.prompt(image, request.question, request.drafter)
+        prompt = loaded.prompt(image, request.question, drafter)
     except Exception as error:
         log.warning("the processor refused a request", exc_info=error)
-        raise InvalidInput(f"This model could not read the image and question ({first_line(error)}).") from error
+        raise InvalidInput(
+            f"This model could not read the image and question ({failures.first_line(error)})."
+        ) from error
     tokens = {"target": prompt.target_inputs["input_ids"].shape[1]}
     windows = {"target": validate.context_window(loaded.target.model.config)}
-    model = loaded.drafter(request.drafter).model  # None for prompt lookup: no context to fill
+    model = loaded.drafter(drafter).model  # None for prompt lookup: no context to fill
     if prompt.drafter_inputs is not None and model is not None:
         tokens["drafter"] = prompt.drafter_inputs["input_ids"].shape[1]
         windows["drafter"] = validate.context_window(model.config)
@@ -279,41 +234,50 @@ def _prompt(loaded, request: Request, image: Image.Image):
 
 
 def lanes(
-    loaded, request: Request, image: Image.Image, names: tuple[str, ...] = LANES, drafter=None
+    loaded, request: Request, image: Image.Image, names: tuple[str, ...] | None = None, drafter=None
 ) -> dict[str, Iterator[Event]]:
     """The runs of a race, not started: lane name -> the engine's event generator, each with its
-    own generator seeded with the request's seed. Both read the same target inputs: the image is
-    processed once, outside both clocks. `drafter` replaces the preset's drafter of the request's
-    name (the benchmark's drafter on another forward path)."""
+    own generator seeded with the request's seed. `names`: the lanes to build, in race order
+    (default `lane_names(request)`). Every lane reads the same target inputs: the image is
+    processed once per drafter, outside every clock. `drafter` replaces the first speculative
+    lane's drafter (the benchmark's drafter on another forward path)."""
     import torch
 
     from demo.engine.speculative import Prompt, autoregressive_generate, speculative_generate
 
-    prompt = _prompt(loaded, request, image)
+    names = lane_names(request) if names is None else names
+    prompts = {}
+    for d in dict.fromkeys(request.lane_drafter(n) for n in names if n != "autoregressive"):
+        prompt = _prompt(loaded, request, image, d)
+        first = next(iter(prompts.values()), prompt)
+        prompts[d] = Prompt(first.target_inputs, prompt.drafter_inputs)
+    target_inputs = next(iter(prompts.values())).target_inputs if prompts else None
+    if target_inputs is None:  # the autoregressive lane alone
+        target_inputs = _prompt(loaded, request, image, request.drafter).target_inputs
     s = request.sampling
 
     def seeded():
         return torch.Generator(device=loaded.device).manual_seed(s.seed)
 
     def make(name: str):
-        if name == "speculative":
-            return speculative_generate(
+        if name == "autoregressive":
+            return autoregressive_generate(
                 loaded.target,
-                drafter or loaded.drafter(request.drafter),
-                prompt,
-                gamma=request.gamma,
+                Prompt(target_inputs),
                 sampling=s,
                 max_new_tokens=request.max_new_tokens,
                 generator=seeded(),
-                min_confidence=request.min_confidence,
             )
-        assert name == "autoregressive", name
-        return autoregressive_generate(
+        d = request.lane_drafter(name)
+        return speculative_generate(
             loaded.target,
-            Prompt(prompt.target_inputs),
+            drafter if drafter is not None and name == "speculative" else loaded.drafter(d),
+            prompts[d],
+            gamma=request.gamma,
             sampling=s,
             max_new_tokens=request.max_new_tokens,
             generator=seeded(),
+            min_confidence=request.min_confidence,
         )
 
     return {name: make(name) for name in names}
@@ -339,11 +303,12 @@ def racing(runs: dict[str, Iterator[Event]]):
         close(runs)
 
 
-def run_lanes(loaded, request: Request, image: Image.Image, order: tuple[str, ...] = LANES, drafter=None) -> dict:
-    """The request's lanes decoded whole, one after the other in `order`, from one prompt:
-    lane -> Trace (`drafter`: as in `lanes`)."""
+def run_lanes(loaded, request: Request, image: Image.Image, order: tuple[str, ...] | None = None, drafter=None) -> dict:
+    """The request's lanes decoded whole, one after the other in `order` (default: all of them,
+    `lane_names(request)`), from one prompt: lane -> Trace (`drafter`: as in `lanes`)."""
     from demo.engine.events import Trace
 
+    order = lane_names(request) if order is None else order
     runs = lanes(loaded, request, image, order, drafter)
     try:
         return {lane: Trace.of(runs[lane]) for lane in order}
@@ -357,16 +322,16 @@ def run(loaded, request: Request, image: Image.Image, lane: str = "speculative",
 
 
 def _race_duration(request: Request, image_payload, uploads=None) -> int:
-    """Seconds a race asks ZeroGPU for: both runs at the preset's per-token budget, capped."""
-    return zerogpu.duration(request.max_new_tokens, len(LANES), presets.seconds_per_token(request.preset))
+    """Seconds a race asks ZeroGPU for: every lane at the preset's per-token budget, capped."""
+    return zerogpu.duration(request.max_new_tokens, len(lane_names(request)), presets.seconds_per_token(request.preset))
 
 
 @zerogpu.GPU(duration=_race_duration)
 def gpu_race(request: Request, image_payload, uploads: str | Path) -> Iterator[tuple]:
     """The part of a race that needs the accelerator, yielding plain data only (on ZeroGPU it
     runs in another process, its values pickled): ("loading", fraction, message) while a preset
-    loads (lazy deployments only), ("ready", facts, notes) once both runs are set up, then the
-    race's (lane, event) pairs. Both runs are closed however it ends."""
+    loads (lazy deployments only), ("ready", facts, notes) once every lane is set up, then the
+    race's (lane, event) pairs. Every run is closed however it ends."""
     facts, runs, notes = yield from prepare(
         request, image_payload, uploads, lambda fraction, message: ("loading", fraction, message)
     )
@@ -439,48 +404,3 @@ def paced(timeline, slowdown: float, stop: threading.Event) -> Iterator[tuple[st
         if stop.wait(max(0.0, started + event.t * slowdown - time.perf_counter())):
             return
         yield lane, event
-
-
-# --- what the selector offers ---------------------------------------------------------------------
-
-
-def offered(default: str) -> tuple[list[str], dict[str, str]]:
-    """The presets a page offers, and the others with the reason each is left out.
-
-    Preloaded (a Space, or DEMO_PRELOAD): exactly the presets that loaded at start-up. Lazy: the
-    presets whose files are here or may be downloaded (`demo.models.hub`, no torch needed), and
-    always `default`, whose own status line says whether it can load."""
-    if zerogpu.preload_names(presets.DEFAULT_PRESET) is not None:
-        from demo.models import loader  # already imported: the presets were loaded at start-up
-
-        outcome = loader.preloaded()
-        if outcome is not None:
-            left = {name: f"it failed to load at start-up: {why}." for name, why in outcome.items() if why}
-            left |= {
-                name: f"not loaded at start-up here (set {zerogpu.PRELOAD_ENV} to serve it)."
-                for name in presets.PRESETS
-                if name not in outcome
-            }
-            return [name for name, why in outcome.items() if why is None and name in presets.PRESETS], left
-    from demo.models import hub
-
-    choices, left = [], {}
-    for name, preset in presets.PRESETS.items():
-        found = hub.availability([preset.target, *(s.path for s in preset.drafters)])
-        if found.ok or name == default:
-            choices.append(name)
-        else:
-            left[name] = found.message
-    return choices, left
-
-
-def availability(name: str) -> tuple[bool, str]:
-    """Whether preset `name` can load on this machine now, and the sentence that says so."""
-    from demo.models import loader  # torch and transformers: imported on first use
-
-    try:
-        available = loader.availability(name)
-    except Exception as error:  # files too damaged even to count their parameters
-        log.warning("cannot check preset %r: %s", name, error)
-        return False, f"Its files could not be read ({type(error).__name__}); they may be damaged."
-    return available.ok, available.message

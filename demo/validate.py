@@ -13,6 +13,8 @@ Nothing here loads a model or knows about Gradio.
     open_image(path)          the file -> an RGB PIL image; refuses non-images, corrupt files,
                               more than MAX_PIXELS or a side ratio over MAX_ASPECT, reading only
                               the header first; converts every other mode (see `to_rgb`)
+    lane_drafters(...)        the drafters of a race's speculative lanes: one or two, each one the
+                              preset offers and can use, never the same twice
     check_context(...)        prompt + new tokens must fit the models' context windows
 
 Policy, decided once: out-of-range or wrongly typed values are refused with the valid range (the
@@ -109,6 +111,45 @@ def question(value) -> str:
             f"The question is {len(value):,} characters long; the limit is {MAX_QUESTION_CHARS:,}. Shorten it."
         )
     return value
+
+
+# --- the lanes -------------------------------------------------------------------------------
+
+MAX_SPECULATIVE_LANES = 2  # a race: the autoregressive lane and at most this many speculative ones
+NO_SECOND = (None, "", "none")  # what a request sends for "no second speculative lane"
+
+
+def _drafter(name: str, value, offered, unusable: dict[str, str], preset: str) -> str:
+    """One lane's drafter: a name the preset offers; one it cannot use is refused with the reason."""
+    if isinstance(value, str) and value in unusable:
+        raise InvalidInput(
+            f"The drafter {value!r} cannot run on preset {preset!r}: {unusable[value]}. "
+            f"Choose one of: {', '.join(offered)}."
+        )
+    return choice(f"{name} for preset {preset!r}", value, offered)
+
+
+def lane_drafters(first, second, offered, unusable: dict[str, str], preset: str) -> tuple[str, ...]:
+    """The drafters of a race's speculative lanes, in lane order: `first`, and `second` unless it
+    is one of NO_SECOND (a list of names is taken as more lanes, and refused past the limit).
+    Each must be one of `offered` (a reason from `unusable` explains a name the preset cannot
+    use), and the two must differ."""
+    offered = list(offered)
+    extra = list(second) if isinstance(second, (list, tuple)) else [] if second in NO_SECOND else [second]
+    if 1 + len(extra) > MAX_SPECULATIVE_LANES:
+        names = ", ".join(_shown(v) for v in [first, *extra])
+        raise InvalidInput(
+            f"A race holds at most {MAX_SPECULATIVE_LANES} speculative lanes beside the autoregressive one; "
+            f"got {1 + len(extra)} drafters ({names}). Pick one second drafter, or none."
+        )
+    drafters = (_drafter("drafter", first, offered, unusable, preset),)
+    drafters += tuple(_drafter("second drafter", d, offered, unusable, preset) for d in extra)
+    if len(drafters) == 2 and drafters[0] == drafters[1]:
+        raise InvalidInput(
+            f"The two speculative lanes would both draft with {drafters[0]!r}: a second lane must use another "
+            "drafter (or none), or it would only repeat the first."
+        )
+    return drafters
 
 
 # --- the image --------------------------------------------------------------------------------

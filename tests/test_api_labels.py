@@ -42,6 +42,9 @@ def test_every_endpoint_names_its_outputs(app):
         "time per round chart",
         "gamma sweep chart",
         "gamma sweep note",
+        "second speculative panel",
+        "second speculative stats",
+        "second block view",
     ]
     assert [r["label"] for r in endpoints["/trace"]["returns"]] == ["trace"]
     assert [r["label"] for r in endpoints["/analysis"]["returns"]][:4] == [

@@ -138,7 +138,11 @@ def test_smallest_budget_gives_one_token_from_the_prefill(client, tiny_world):
     [
         ({"question": "  "}, "Ask a question about the image first."),
         ({"preset": "nope"}, "Unknown model preset: 'nope'. Choose one of: embedded, "),
-        ({"drafter": "nope"}, "Unknown drafter for preset 'tiny': 'nope'. Choose one of: text-only, image-aware."),
+        (
+            {"drafter": "nope"},
+            "Unknown drafter for preset 'tiny': 'nope'. Choose one of: text-only, text-only+tree, image-aware, "
+            "image-aware+tree, prompt-lookup.",
+        ),
         ({"gamma": 50}, "gamma (drafts per round) must be a whole number from 1 to 10; got 50."),
         ({"max_new": 0}, "max new tokens must be a whole number from 1 to 512; got 0."),
         ({"greedy": False, "temperature": 0}, "temperature must be a number in (0, 5]; got 0."),
@@ -167,14 +171,61 @@ def test_a_preset_without_weights_is_reported_in_the_page(client, tiny_world):
     assert "error-box" in outcome and "Model files missing: " in outcome
 
 
+def shown_outputs() -> list[str]:
+    """The /race outputs an API caller gets, in order: all but the buttons and the State."""
+    return [name for name in handlers.OUTPUTS if name not in ("run", "replay", "stop", "last")]
+
+
+def test_trace_races_a_second_drafter_when_asked_and_returns_every_lane(client, tiny_world):
+    args = trace_args(tiny_world, drafter="text-only", gamma=3, max_new=24)
+    result = client.predict(*args, 0.0, "image-aware", api_name="/trace")
+    assert list(result["runs"]) == ["speculative", "speculative-2", "autoregressive"]
+    assert result["settings"]["lanes"] == {
+        "speculative": "text-only",
+        "speculative-2": "image-aware",
+        "autoregressive": None,
+    }
+    ar = result["runs"]["autoregressive"]["trace"]["summary"]["token_ids"]
+    for lane in ("speculative", "speculative-2"):
+        assert result["runs"][lane]["trace"]["summary"]["token_ids"] == ar  # greedy: every lane lossless
+        assert result["comparisons"][lane]["identical"] is True
+    alone = client.predict(*trace_args(tiny_world, drafter="image-aware", gamma=3, max_new=24), api_name="/trace")
+    rounds = [(r["drafted_ids"], r["n_accepted"]) for r in alone["runs"]["speculative"]["trace"]["rounds"]]
+    assert [(r["drafted_ids"], r["n_accepted"]) for r in result["runs"]["speculative-2"]["trace"]["rounds"]] == rounds
+    assert result["gamma_sweep"][2]["tau"] == result["runs"]["speculative"]["metrics"]["tau"]  # the first lane's
+    with pytest.raises(AppError, match="^The two speculative lanes would both draft with 'text-only'"):
+        client.predict(*args, 0.0, "text-only", api_name="/trace")
+
+
+def test_race_endpoint_with_two_drafters_fills_the_third_panel_and_overlays_the_lanes(client, tiny_world):
+    image = handle_file(str(tiny_world / "examples" / "0.png"))
+    args = (image, QUESTION, TINY, "text-only", 3, "greedy", 0.8, 0.95, 0, 24, False, 0.5, "image-aware")
+    page = dict(zip(shown_outputs(), client.predict(*args, api_name="/race"), strict=True))
+    assert (
+        "Speculative, second lane · image-aware" in page["spd2_panel"] and 'data-blocks="blocks2"' in page["spd2_panel"]
+    )
+    assert page["spd2_panel"].count('class="tok tok-') == page["ar_panel"].count('class="tok tok-') > 1
+    assert "wall-clock speedup" in page["spd2_stats"] and '<summary class="round">' in page["blocks2"]
+    assert "text-only: lossless ✓" in page["outcome"] and "image-aware: lossless ✓" in page["outcome"]
+    race = json.loads(page["race_chart"]["plot"])["data"]
+    assert [line["name"] for line in race] == ["SPD text-only", "SPD image-aware", "autoregressive"]
+    assert len(json.loads(page["tau_chart"]["plot"])["data"]) == 2
+    assert "the first speculative lane" in page["how_round"]
+    assert "(the first speculative lane: text-only)" in page["sweep_note"]
+    rows = list(csv.DictReader(io.StringIO(Path(page["csv_file"]["value"]).read_text())))
+    assert {r["run"] for r in rows} == {"speculative", "speculative-2", "autoregressive"}
+    one = dict(zip(shown_outputs(), client.predict(*args[:-1], api_name="/race"), strict=True))  # as callers did before
+    assert "tok tok-" not in one["spd2_panel"]  # one speculative lane: the third panel is empty
+    assert "lossless ✓ identical outputs" in one["outcome"] and "text-only: lossless" not in one["outcome"]
+
+
 def test_race_endpoint_streams_the_panels_then_offers_the_downloads(client, tiny_world):
     image = handle_file(str(tiny_world / "examples" / "0.png"))
     job = client.submit(image, QUESTION, TINY, "image-aware", 3, "greedy", 0.8, 0.95, 0, 48, api_name="/race")
     final = job.result()
     updates = job.outputs()
     assert len(updates) >= 3  # the empty start, at least one partial redraw, the final state
-    shown = [name for name in handlers.OUTPUTS if name not in ("run", "replay", "stop", "last")]  # no buttons, no State
-    page = dict(zip(shown, final, strict=True))
+    page = dict(zip(shown_outputs(), final, strict=True))
     spd_panel, ar_panel, outcome, blocks = page["spd_panel"], page["ar_panel"], page["outcome"], page["blocks"]
     assert spd_panel.count('class="tok tok-') == ar_panel.count('class="tok tok-') > 1
     assert "lossless ✓ identical outputs" in outcome
@@ -245,6 +296,18 @@ def test_replay_shows_the_measured_race_slowed_to_a_fixed_length(monkeypatch):
     assert "lossless" not in outcome and "outputs differ from token 3 on" in outcome
 
 
+def test_replay_shows_every_lane_of_a_two_drafter_race(monkeypatch):
+    monkeypatch.setattr(handlers, "REPLAY_SECONDS", 0.3)
+    traces = {
+        "speculative": spd_trace(),
+        "speculative-2": spd_trace(drafter="image-aware"),
+        "autoregressive": ar_trace(),
+    }
+    final = list(handlers.replay_race(((), events_in_race_order(traces))))[-1]
+    assert final["spd2_panel"].count('class="tok tok-') == final["spd_panel"].count('class="tok tok-') == 8
+    assert "image-aware: ✗ outputs differ from token 3 on" in final["outcome"]
+
+
 def test_examples_are_read_from_the_examples_folder(tiny_world, tmp_path):
     examples = layout.load_examples(tiny_world / "examples")
     assert [(Path(e.image).name, e.task) for e in examples] == [("0.png", "task_0"), ("1.png", "task_1")]
@@ -296,9 +359,28 @@ def test_csv_export_has_one_row_per_token_with_its_details():
         "rejected_q": "0.9",
         "rejected_accept_prob": "0.0556",
         "t": "0.06",
+        "drafter": "text-only",
     }
     assert rows[6]["text"] == "<b>&" and rows[5]["text"] == "\n"
-    assert [r["kind"] for r in rows[8:]] == ["target"] * 3
+    assert [r["kind"] for r in rows[8:]] == ["target"] * 3 and {r["drafter"] for r in rows[8:]} == {""}
+
+
+def test_exports_hold_every_lane_and_compare_each_speculative_lane_with_the_target():
+    second = spd_trace(drafter="image-aware")
+    traces = {"speculative": spd_trace(), "speculative-2": second, "autoregressive": ar_trace()}
+    record = json.loads(export.to_json(export.payload({"lanes": {}}, traces)))
+    assert list(record["runs"]) == ["speculative", "speculative-2", "autoregressive"]
+    assert record["runs"]["speculative-2"]["metrics"]["tau"] == pytest.approx(7 / 3)
+    assert list(record["comparisons"]) == ["speculative", "speculative-2"]
+    assert record["comparisons"]["speculative"] == record["comparison"]  # the first lane's, where it always was
+    assert record["comparisons"]["speculative-2"]["first_difference"] == 3
+    rows = list(csv.DictReader(io.StringIO(export.tokens_csv(traces))))
+    assert [(r["run"], r["drafter"]) for r in rows[7:10]] == [
+        ("speculative", "text-only"),
+        ("speculative-2", "image-aware"),
+        ("speculative-2", "image-aware"),
+    ]
+    assert len(rows) == 8 + 8 + 3
 
 
 def test_comparison_finds_where_outputs_part_ways():

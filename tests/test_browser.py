@@ -2,7 +2,8 @@
 
 It picks an example, runs the race, and checks what a person would see: coloured tokens in the
 speculative panel, text in both panels, the four charts, the block view, the lossless badge and
-a token's tooltip. It also sends bad input (no question, no image, a file that is no image),
+a token's tooltip; then races two drafters side by side (a third panel, the charts overlaid) and
+opens a round's inspector from one of its tokens. It also sends bad input (no question, no image, a file that is no image),
 which must be answered on the page, stops a race midway, and runs a small analysis on the Analysis
 tab, then races one of its runs on the Race tab; `python app.py` serves a usable page, and its
 first page load starts the warm-up. It saves screenshots (desktop and phone widths) under
@@ -151,6 +152,101 @@ def test_a_race_teaches_an_annotated_round_the_gamma_sweep_and_p_and_q(browser, 
     for chart in ("#chart-race", "#chart-sweep"):  # one chart a row on a phone: titles whole
         assert page.locator(chart).bounding_box()["width"] > 340, chart
     shoot(page, "teach-phone.png")
+    page.close()
+
+
+def pick(page, dropdown: str, value: str) -> None:
+    """Choose `value` in the Gradio dropdown whose element id is `dropdown`."""
+    page.click(f"#{dropdown} input")
+    page.get_by_role("option", name=value, exact=True).click()
+
+
+def test_two_drafters_race_side_by_side_and_a_token_opens_its_round(browser, served):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(served)
+    page.wait_for_selector(DRAWN)
+    assert not page.locator("#spd2-panel").is_visible()  # one speculative lane until a second drafter is picked
+    page.locator("#examples .thumbnail-item").first.click()
+    page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
+    pick(page, "drafter2", "image-aware")
+    page.wait_for_selector("#spd2-panel", state="visible")
+    assert page.locator("#blocks2").is_visible()
+    page.click("#run")
+    page.wait_for_selector("#outcome .badge", timeout=120_000)
+    page.wait_for_selector("#run:not([disabled])", timeout=120_000)
+    # the third panel, its stats and block view
+    assert "Speculative, second lane · image-aware" in page.inner_text("#spd2-panel .panel-title")
+    n = page.locator("#ar-panel .tok").count()
+    assert page.locator("#spd-panel .tok").count() == page.locator("#spd2-panel .tok").count() == n > 1  # greedy
+    assert "wall-clock speedup" in page.inner_text("#spd2-stats")
+    assert page.locator("#blocks2 .round").count() >= 1 and "image-aware drafter" in page.inner_text("#blocks2")
+    outcome = page.inner_text("#outcome")
+    assert "text-only: lossless ✓" in outcome and "image-aware: lossless ✓" in outcome
+    # the charts overlay the lanes, with a legend naming each
+    page.wait_for_timeout(400)  # the last plotly redraw
+    assert page.locator("#chart-race .scatterlayer .trace").count() == 3
+    assert page.locator("#chart-tau .scatterlayer .trace").count() == 2
+    assert page.locator("#chart-hist .barlayer .trace").count() == 2
+    legend = page.eval_on_selector_all("#chart-race .legendtext", "texts => texts.map(t => t.textContent)")
+    assert legend == ["SPD text-only", "SPD image-aware", "autoregressive"]
+    assert "the first speculative lane" in page.inner_text("#how-round")
+    shoot(page, "two-lanes-desktop.png")
+    # a token of the second lane opens its round's inspector in that lane's block view
+    token = page.locator("#spd2-panel .tok:not([data-round='0'])").nth(2)
+    number = token.get_attribute("data-round")
+    token.click()
+    row = page.locator(f"#blocks2 details.round-d[data-round='{number}']")
+    page.wait_for_function(f"document.querySelector(\"#blocks2 details.round-d[data-round='{number}']\").open")
+    assert row.locator(".inspector").is_visible() and "p (target)" in row.locator(".inspector").inner_text()
+    assert page.evaluate("document.activeElement.closest('details')?.dataset.round") == number
+    row.screenshot(path=str(SHOTS / "token-opens-round.png"))
+    # and Enter on a token of the first lane, in the first lane's block view
+    token = page.locator("#spd-panel .tok:not([data-round='0'])").nth(4)
+    number = token.get_attribute("data-round")
+    token.focus()
+    page.keyboard.press("Enter")
+    page.wait_for_function(f"document.querySelector(\"#blocks details.round-d[data-round='{number}']\").open")
+    assert page.evaluate("document.activeElement.closest('#blocks') !== null")  # the focus followed it there
+    page.set_viewport_size({"width": 420, "height": 900})
+    page.wait_for_timeout(600)
+    for chart in ("#chart-race", "#chart-tau"):  # one chart a row on a phone, legends whole
+        assert page.locator(chart).bounding_box()["width"] > 340, chart
+    shoot(page, "two-lanes-phone.png")
+    page.close()
+
+
+def test_a_token_tree_lane_draws_each_rounds_tree_in_its_block_view(browser, served):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(served)
+    page.wait_for_selector(DRAWN)
+    page.locator("#examples .thumbnail-item").first.click()
+    page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
+    pick(page, "drafter", "text-only+tree")
+    page.click("#run")
+    page.wait_for_selector("#outcome .badge", timeout=120_000)
+    page.wait_for_selector("#run:not([disabled])", timeout=120_000)
+    assert "lossless ✓ identical outputs" in page.inner_text("#outcome")  # greedy trees: the target's answer
+    trees = page.locator("#blocks .tree")
+    assert trees.count() >= 1
+    for i in range(min(trees.count(), 5)):  # each drawing holds the tree its row counts
+        tree = trees.nth(i)
+        number = tree.get_attribute("data-round")
+        meta = page.inner_text(f"#blocks details.round-d[data-round='{number}'] .meta")
+        assert f"tree of {tree.locator('.tn').count()} " in meta
+        assert tree.locator(".te").count() == tree.locator(".tn").count()  # an edge from each node to its parent
+    assert page.locator("#blocks .tree .tn-ok").count() >= 1 and page.locator("#blocks .tree .tn-no").count() >= 1
+    marks = page.eval_on_selector_all("#blocks .tree .tn text", "texts => texts.map(t => t.textContent)")
+    assert {m[0] for m in marks} <= {"✓", "✗", "○"}  # each verdict marked by a symbol, not colour alone
+    node = trees.first.locator(".tn").first
+    node.focus()
+    assert page.evaluate("document.activeElement.classList.contains('tn')")  # focusable, and says what it is
+    assert node.get_attribute("aria-label").startswith("depth 1: ")
+    trees.first.scroll_into_view_if_needed()
+    page.locator("#blocks-accordion").screenshot(path=str(SHOTS / "tree-desktop.png"))
+    page.set_viewport_size({"width": 420, "height": 900})
+    page.wait_for_timeout(600)
+    trees.first.scroll_into_view_if_needed()
+    page.locator("#blocks-accordion").screenshot(path=str(SHOTS / "tree-phone.png"))
     page.close()
 
 

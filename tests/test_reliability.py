@@ -33,10 +33,10 @@ from gradio_client.utils import QueueError
 from PIL import Image
 from test_validate import png_bytes
 
-from demo import session, validate
+from demo import offers, session, validate
 from demo.engine import drafters, speculative
 from demo.engine.events import RoundEvent
-from demo.models import loader
+from demo.models import loader, presets
 from demo.page import handlers, server
 
 PRESET = "tiny-reliability"
@@ -281,29 +281,46 @@ def test_an_image_that_is_a_server_path_or_a_url_is_refused_with_the_apps_senten
 def test_too_few_values_are_refused_with_the_endpoints_parameters_in_order(app):
     done = raw_call(app, "trace", [])
     assert done["output"]["error"] == (
-        "/trace takes 11 values, in this order: image, question, preset, drafter, gamma, greedy, temperature, "
-        "top_p, seed, max_new_tokens, min_confidence; it got 0. gradio_client fills in the defaults of any left out."
+        "/trace takes 12 values (the last may be left out), in this order: image, question, preset, drafter, gamma, "
+        "greedy, temperature, top_p, seed, max_new_tokens, min_confidence, second_drafter; it got 0. gradio_client "
+        "fills in the defaults of any left out."
     )
-    assert raw_call(app, "race", ["x"])["output"]["error"].startswith("/race takes 12 values, in this order: image,")
+    assert raw_call(app, "race", ["x"])["output"]["error"].startswith(
+        "/race takes 13 values (the last may be left out), in this order: image,"
+    )
 
 
 def test_the_page_pop_up_shows_a_message_as_typed_and_trace_returns_it_plain(app, world):
     assert handlers.page_error("a <image> & b").message == "a &lt;image&gt; &amp; b"  # the toast renders HTML
     image = uploaded(app, world / "images" / "0.png")
     bad = args(world, image=image, drafter="<i>x</i>")
+    names = "text-only, text-only+tree, image-aware, image-aware+tree, prompt-lookup"
     assert raw_call(app, "trace", list(bad))["output"]["error"] == (
-        f"Unknown drafter for preset {PRESET!r}: '<i>x</i>'. Choose one of: text-only, image-aware."
+        f"Unknown drafter for preset {PRESET!r}: '<i>x</i>'. Choose one of: {names}."
     )
     assert raw_call(app, "race", page_args(image, drafter="<i>x</i>"))["output"]["error"] == (
-        f"Unknown drafter for preset {PRESET!r}: '&lt;i&gt;x&lt;/i&gt;'. Choose one of: text-only, image-aware."
+        f"Unknown drafter for preset {PRESET!r}: '&lt;i&gt;x&lt;/i&gt;'. Choose one of: {names}."
     )
 
 
 def test_the_api_lists_every_offered_presets_drafters(app):
     info = app.get_api_info()["named_endpoints"]
+    offered, _ = offers.offered(PRESET)  # the tiny preset, and the embedded one where its files are here
+    every = sorted({name for preset in offered for name in presets.PRESETS[preset].drafter_names()})
+    assert {"image-aware", "image-aware+tree", "prompt-lookup", "text-only", "text-only+tree"} <= set(every)
     for endpoint in ("/race", "/trace"):
-        drafter = next(p for p in info[endpoint]["parameters"] if p["parameter_name"] == "drafter")
-        assert drafter["type"]["enum"] == ["image-aware", "text-only"]
+        parameters = {p["parameter_name"]: p for p in info[endpoint]["parameters"]}
+        assert parameters["drafter"]["type"]["enum"] == every
+        assert parameters["second_drafter"]["type"]["enum"] == ["none", *every]
+        assert parameters["second_drafter"]["parameter_default"] == "none"  # one speculative lane, as before
+
+
+def test_a_call_written_before_the_second_drafter_existed_still_races_one_lane(app, world):
+    image = uploaded(app, world / "images" / "0.png")
+    done = raw_call(app, "trace", [image, *args(world)[1:]])  # 11 values, as /trace took them
+    assert done["success"] and list(done["output"]["data"][0]["runs"]) == ["speculative", "autoregressive"]
+    done = raw_call(app, "race", page_args(image))  # 12 values, as /race took them
+    assert done["success"]
 
 
 def test_uploads_over_the_size_limit_are_refused(app, client, world, tmp_path):
@@ -485,7 +502,7 @@ def test_the_stop_button_ends_its_pages_race_within_an_event_and_frees_the_cache
     shutil.copy(world / "images" / "0.png", uploads / "0.png")
     page, other = SimpleNamespace(session_hash="page"), SimpleNamespace(session_hash="another page")
     race = handlers.run_race(
-        str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", 4, "greedy", 0.8, 0.95, 0, 400, False, 0.5, page
+        str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", 4, "greedy", 0.8, 0.95, 0, 400, False, 0.5, page=page
     )
     updates = []
     consumer = threading.Thread(target=lambda: updates.extend(race))

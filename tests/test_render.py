@@ -8,7 +8,7 @@ from demo.engine.sampling import Sampling
 from demo.page import render
 
 
-def spd_trace(stop: str = "eos", greedy: bool = True, gamma: int = 3) -> Trace:
+def spd_trace(stop: str = "eos", greedy: bool = True, gamma: int = 3, drafter: str = "text-only") -> Trace:
     """A speculative run with gamma 3 (the most drafts per round it announces: `gamma`) and every
     kind of token:
 
@@ -17,9 +17,9 @@ def spd_trace(stop: str = "eos", greedy: bool = True, gamma: int = 3) -> Trace:
     round 2: drafts " on" " top" "\\n"; accepts all three -> bonus "<b>&"
     round 3: drafts "" (the end); accepts it -> the answer ends inside the drafts
     """
-    drafter = DrafterInfo("text-only", "text-only", 100, 0.0)
+    info = DrafterInfo(drafter, "text-only", 100, 0.0)
     events = [
-        RunStart("speculative", "tiny", 1000, drafter, gamma, Sampling(greedy=greedy), 8),
+        RunStart("speculative", "tiny", 1000, info, gamma, Sampling(greedy=greedy), 8),
         PrefillEvent("speculative", 40, 24, 0.030, 0.004, t=0.034),
         TokenEvent(0, 10, "The", "target", 0, p=0.9, t=0.035),
         TokenEvent(1, 11, " red", "accepted", 1, p=0.8, q=0.6, accept_prob=1.0, t=0.060),
@@ -47,7 +47,7 @@ def spd_trace(stop: str = "eos", greedy: bool = True, gamma: int = 3) -> Trace:
             "The red square on top\n<b>&",
             stop,
             3,
-            "text-only",
+            drafter,
             1000,
             100,
             0.034,
@@ -147,31 +147,6 @@ def test_greedy_tooltips_name_the_argmax_rule():
     assert "min(1, p/q)" not in accepted + resampled
 
 
-def test_block_view_marks_accepted_rejected_and_unchecked_drafts():
-    html = render.blocks_html(spd_trace())
-    rows = re.findall(r'<summary class="round">(.*?)</summary>', html)
-    assert len(rows) == 3
-    first = rows[0]
-    assert re.findall(r'class="chip (chip-\w+)', first) == ["chip-ok", "chip-no", "chip-skip", "chip-own"]
-    assert "chip-resampled" in first and ">✓ red<" in first and ">✗ circle<" in first and "> square<" in first
-    second = rows[1]
-    assert re.findall(r'class="chip (chip-\w+)', second) == ["chip-ok"] * 3 + ["chip-own"]
-    assert "chip-bonus" in second and "3/3 accepted · +4" in second
-
-
-def test_block_view_greys_out_the_target_token_when_the_answer_ended_inside_the_drafts():
-    third = re.findall(r'<summary class="round">(.*?)</summary>', render.blocks_html(spd_trace()))[2]
-    assert "chip-unused" in third and '<span class="stop">stop</span>' in third
-
-
-def test_block_view_keeps_only_the_latest_rounds():
-    trace = spd_trace()
-    trace.rounds = [trace.rounds[0]] * (render.MAX_ROUNDS_SHOWN + 7)
-    html = render.blocks_html(trace)
-    assert html.count('<summary class="round">') == render.MAX_ROUNDS_SHOWN
-    assert "7 earlier rounds not shown" in html
-
-
 def test_speculative_stats_show_the_metrics_beside_their_formulas():
     trace = spd_trace()
     html = render.speculative_stats_html(trace, speedup=1.5)
@@ -197,21 +172,36 @@ def test_stats_of_an_empty_trace_show_dashes_not_errors():
     assert "–" in render.autoregressive_stats_html(Trace())
 
 
+SAME = {"identical": True, "first_difference": None, "speedup": 2.0}
+
+
 def test_lossless_badge_only_when_the_outputs_are_identical():
     spd, ar = spd_trace(), ar_trace()
-    same = render.outcome_html(spd, ar, {"identical": True, "first_difference": None, "speedup": 2.0})
-    assert "lossless ✓ identical outputs (8 tokens)" in same and "×2.00" in same
-    differ = render.outcome_html(spd, ar, {"identical": False, "first_difference": 3, "speedup": 2.0})
+    same = render.outcome_html([spd], ar, [SAME])
+    assert "lossless ✓ identical outputs (8 tokens)" in same and "<b>×2.00</b> wall-clock decoding speedup (" in same
+    differ = render.outcome_html([spd], ar, [{"identical": False, "first_difference": 3, "speedup": 2.0}])
     assert "lossless" not in differ and "outputs differ from token 3 on" in differ
     sampled = render.outcome_html(
-        spd_trace(greedy=False), ar_trace(greedy=False), {"identical": False, "first_difference": 3, "speedup": 2.0}
+        [spd_trace(greedy=False)], ar_trace(greedy=False), [{"identical": False, "first_difference": 3, "speedup": 2.0}]
     )
     assert "lossless" not in sampled and "differ by design, same distribution" in sampled
 
 
+def test_with_two_speculative_lanes_the_outcome_compares_each_with_the_target_alone():
+    spds, ar = [spd_trace(), spd_trace(drafter="image-aware")], ar_trace()
+    differ = {"identical": False, "first_difference": 3, "speedup": 0.5}
+    html = render.outcome_html(spds, ar, [SAME, differ])
+    assert "text-only: lossless ✓ identical outputs (8 tokens)" in html
+    assert "image-aware: ✗ outputs differ from token 3 on" in html
+    assert "<b>×2.00</b> text-only · <b>×0.50</b> image-aware wall-clock decoding speedup over the target alone" in html
+    assert "text-only: Why ×2.00" in html and "image-aware: Why ×0.50" in html  # each lane's own cost model
+    racing = render.outcome_html([Trace.of([spds[0].start, spds[0].prefill]), Trace()], Trace(), None)
+    assert "Racing… text-only: 0.034 s, speculative at 0.000 s, autoregressive at 0.000 s of compute." in racing
+
+
 def test_the_speedup_is_explained_by_this_runs_own_step_costs():
     spd, ar = spd_trace(), ar_trace()
-    slower = render.outcome_html(spd, ar, {"identical": True, "first_difference": None, "speedup": 0.8})
+    slower = render.outcome_html([spd], ar, [{"identical": True, "first_difference": None, "speedup": 0.8}])
     c = metrics.costs(spd, ar)
     assert "<b>×0.80</b>" in slower and "Why ×0.80" in slower
     assert f"the target alone takes {c.t1 * 1000:.2f} ms a token" in slower
@@ -223,6 +213,15 @@ def test_panel_shows_its_own_compute_clock():
     assert "0.110 s compute · 8 tokens · done (end of answer)" in html
 
 
+def test_a_speculative_panel_names_its_block_view_and_its_round_tokens_say_they_open_their_round():
+    html = render.panel_html(spd_trace(), "Speculative", blocks="blocks2", lane="lane-2")
+    assert html.startswith('<div class="panel lane-2" data-blocks="blocks2">')
+    assert html.count(render.OPENS) == 2 * 7  # tooltip and label of every token but the prefill's
+    prefill = re.search(r'<span class="tok tok-target"[^>]*data-round="0"[^>]*>', html).group(0)
+    assert render.OPENS not in prefill
+    assert render.OPENS not in render.panel_html(spd_trace(), "Speculative")  # no block view named: nothing opens
+
+
 def test_legend_lists_every_kind_with_its_non_colour_cue():
     html = render.legend_html()
     for kind, cue in render.KIND_CUES.items():
@@ -230,7 +229,7 @@ def test_legend_lists_every_kind_with_its_non_colour_cue():
 
 
 def test_outcome_states_the_presets_facts_about_the_pairing():
-    html = render.outcome_html(Trace(), Trace(), None, ("The drafter cannot propose <end>.",))
+    html = render.outcome_html([Trace()], Trace(), None, ("The drafter cannot propose <end>.",))
     assert '<div class="fact">The drafter cannot propose &lt;end&gt;.</div>' in html
     assert "press <b>Run the race</b>" in html
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -11,9 +12,11 @@ from pathlib import Path
 import pytest
 import tiny
 
-from demo import session
+from demo import failures, offers, session
 from demo.engine.events import Trace
 from demo.engine.sampling import Sampling
+from demo.models import devices, loader, presets, zerogpu
+from demo.models.hub import Availability
 from demo.models.presets import DrafterSpec, Preset
 from demo.validate import InvalidInput
 
@@ -43,7 +46,10 @@ def test_every_bad_field_is_refused_with_its_name():
         InvalidInput, match=r"^gamma \(drafts per round\) must be a whole number from 1 to 10; got 0\.$"
     ):
         session.parse(question="q", preset="p", drafter="text-only", gamma=0, known=PRESETS)
-    with pytest.raises(InvalidInput, match=r"^Unknown drafter for preset 'p': 'x'\. Choose one of: text-only\.$"):
+    with pytest.raises(
+        InvalidInput,
+        match=r"^Unknown drafter for preset 'p': 'x'\. Choose one of: text-only, text-only\+tree, prompt-lookup\.$",
+    ):
         session.parse(question="q", preset="p", drafter="x", known=PRESETS)
 
 
@@ -62,6 +68,120 @@ def test_a_run_is_one_lane_decoded_whole_and_greedy_speculative_equals_autoregre
     assert raced["speculative"].summary.token_ids == spd.summary.token_ids
     key = [(r.drafted_ids, r.n_accepted, r.target_id) for r in spd.rounds]
     assert [(r.drafted_ids, r.n_accepted, r.target_id) for r in raced["speculative"].rounds] == key
+
+
+TWO = {
+    "p": Preset(
+        "p",
+        "t",
+        (DrafterSpec("text-only", "text-only", "d"), DrafterSpec("image-aware", "image-aware", "e")),
+    )
+}
+
+
+def test_a_second_drafter_adds_a_second_speculative_lane_named_speculative_2():
+    one = session.parse(question="q", preset="p", drafter="text-only", known=TWO)
+    assert one.drafters == ("text-only",) and session.lane_names(one) == ("speculative", "autoregressive")
+    for none in (None, "", "none"):
+        assert session.parse(question="q", preset="p", drafter="text-only", second_drafter=none, known=TWO) == one
+    two = session.parse(question="q", preset="p", drafter="text-only", second_drafter="image-aware", known=TWO)
+    assert two.drafters == ("text-only", "image-aware") and two.second_drafter == "image-aware"
+    assert session.lane_names(two) == ("speculative", "speculative-2", "autoregressive")
+    assert two.settings()["lanes"] == {
+        "speculative": "text-only",
+        "speculative-2": "image-aware",
+        "autoregressive": None,
+    }
+    assert one.settings()["second_drafter"] is None and one.settings()["drafter"] == "text-only"
+    with pytest.raises(KeyError, match="request has no lane 'speculative-2'"):
+        one.lane_drafter("speculative-2")
+
+
+def test_every_drafter_the_preset_offers_may_race_and_the_others_are_refused_with_the_reason():
+    known = {"p": Preset("p", "t", (DrafterSpec("text-only", "text-only", "d"),))}
+    for name in ("text-only+tree", "prompt-lookup"):
+        assert session.parse(question="q", preset="p", drafter=name, known=known).drafter == name
+    with pytest.raises(
+        InvalidInput,
+        match=r"^The drafter 'layer-skip' cannot run on preset 'p': no search for the layers to skip is stored "
+        r"for this preset's target\. Choose one of: text-only, text-only\+tree, prompt-lookup\.$",
+    ):
+        session.parse(question="q", preset="p", drafter="text-only", second_drafter="layer-skip", known=known)
+
+
+@pytest.mark.parametrize(
+    "second, refusal",
+    [
+        ("text-only", r"^The two speculative lanes would both draft with 'text-only': a second lane must use another"),
+        (
+            ["image-aware", "text-only+tree"],
+            r"^A race holds at most 2 speculative lanes beside the autoregressive one; "
+            r"got 3 drafters \('text-only', 'image-aware', 'text-only\+tree'\)\. Pick one second drafter, or none\.$",
+        ),
+        (
+            "x",
+            r"^Unknown second drafter for preset 'p': 'x'\. Choose one of: text-only, text-only\+tree, image-aware, ",
+        ),
+        (3, r"^Unknown second drafter for preset 'p': 3\. "),
+    ],
+)
+def test_a_lane_configuration_the_race_cannot_take_is_refused_with_its_limit(second, refusal):
+    with pytest.raises(InvalidInput, match=refusal):
+        session.parse(question="q", preset="p", drafter="text-only", second_drafter=second, known=TWO)
+
+
+def test_two_lanes_race_beside_autoregressive_decoding_each_as_it_decodes_alone(world):
+    image = tiny.images(1)[0]
+    request = session.Request("Describe the image.", "tiny", "text-partly", 3, Sampling(), 24, 0.0, "image-partly")
+    raced = {lane: Trace() for lane in session.lane_names(request)}
+    with session.racing(session.lanes(world, request, image)) as events:
+        for lane, event in events:
+            raced[lane].add(event)
+    assert raced["speculative-2"].start.drafter.name == "image-partly" and raced["speculative"].start.gamma == 3
+    alone = {
+        d: session.run(world, dataclasses.replace(request, drafter=d, second_drafter=None), image)
+        for d in request.drafters
+    }
+    for lane, drafter in (("speculative", "text-partly"), ("speculative-2", "image-partly")):
+        key = [(r.drafted_ids, r.n_accepted, r.target_id) for r in alone[drafter].rounds]
+        assert [(r.drafted_ids, r.n_accepted, r.target_id) for r in raced[lane].rounds] == key
+        assert raced[lane].summary.token_ids == raced["autoregressive"].summary.token_ids  # greedy: lossless
+    whole = session.run_lanes(world, request, image)
+    assert list(whole) == ["speculative", "speculative-2", "autoregressive"]
+    assert whole["speculative-2"].summary.token_ids == raced["speculative-2"].summary.token_ids
+
+
+def test_two_lanes_ask_zerogpu_for_three_runs_of_time():
+    one = session.Request("q", "embedded", "text-only", 4, Sampling(), 100)
+    two = dataclasses.replace(one, second_drafter="image-aware")
+    assert session._race_duration(two, None) > session._race_duration(one, None)
+    assert session._race_duration(two, None) == zerogpu.duration(100, 3, presets.seconds_per_token("embedded"))
+
+
+def test_two_drafter_models_that_do_not_fit_together_are_refused_before_anything_loads(monkeypatch):
+    big = Preset(
+        "big",
+        "test/target",
+        (
+            DrafterSpec("a", "text-only", "test/a", params=200_000_000),
+            DrafterSpec("b", "text-only", "test/b", params=200_000_000),
+        ),
+        params=100_000_000,
+    )
+    monkeypatch.setitem(presets.PRESETS, "big", big)
+    monkeypatch.setattr(devices, "probe", lambda: devices.Memory((), 2**30))
+    monkeypatch.setattr(loader, "availability", lambda name: Availability(True, True, "here"))
+    monkeypatch.setattr(loader, "load", lambda *a, **k: pytest.fail("loaded before the lanes were checked"))
+    request = session.Request("q", "big", "a", 4, Sampling(), 8, 0.0, "b")
+    with pytest.raises(devices.NotEnoughMemory) as refused:
+        next(session.prepare(request, None, "/nowhere", lambda *a: None))
+    assert str(refused.value) == (
+        "preset 'big' with the drafters 'a' and 'b' needs about 2.2 GiB of RAM in float32 on CPU, but only 1.0 GiB "
+        "is available. Race one of these drafters at a time."
+    )
+    assert failures.message(refused.value) == str(refused.value)  # said to the person as it is
+    offers.check_memory("big", ("a", "a+tree"))  # one model, drafting two ways: nothing more to hold
+    offers.check_memory("big", ("a", "prompt-lookup"))  # prompt lookup has no model
 
 
 def test_leaving_a_race_early_closes_every_lane(world):
@@ -101,10 +221,10 @@ def _event(t: float):
 
 
 def test_messages_pass_what_was_written_for_people_and_hide_the_rest():
-    assert session.message(InvalidInput("Ask a question about the image first.")) == (
+    assert failures.message(InvalidInput("Ask a question about the image first.")) == (
         "Ask a question about the image first."
     )
-    hidden = session.message(KeyError("internal detail"))
+    hidden = failures.message(KeyError("internal detail"))
     assert hidden.startswith("Something went wrong on the server (reference ") and "internal detail" not in hidden
 
 

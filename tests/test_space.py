@@ -23,7 +23,7 @@ import tiny
 import torch
 from gradio_client import Client, handle_file
 
-from demo import session, space
+from demo import offers, session, space
 from demo.engine.sampling import Sampling
 from demo.models import loader, presets, zerogpu
 from demo.page import analysis_tab, layout, server
@@ -416,7 +416,7 @@ def test_a_preset_that_fails_to_preload_is_named_with_the_reason_and_the_others_
         "broken": f"Model files missing: {tmp_path / 'gone'}",
         "nonesuch": f"unknown preset 'nonesuch' (known: {', '.join(loader.PRESETS)})",
     }
-    choices, left = session.offered("embedded")
+    choices, left = offers.offered("embedded")
     assert choices == ["tiny-a"]
     assert left["broken"] == f"it failed to load at start-up: Model files missing: {tmp_path / 'gone'}."
     assert left["embedded"] == "not loaded at start-up here (set DEMO_PRELOAD to serve it)."
@@ -437,7 +437,7 @@ def test_off_a_space_the_selector_offers_the_presets_whose_files_are_here_and_na
     monkeypatch.delenv(zerogpu.PRELOAD_ENV, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", "/nonexistent-hf-home")
-    choices, left = session.offered("embedded")
+    choices, left = offers.offered("embedded")
     assert choices[0] == "embedded"
     assert set(left) == {"llava-1.5-7b", "qwen2.5-vl-3b", "smolvlm-500m"} - set(choices)
     assert all("Not in the local Hugging Face cache" in why for why in left.values())

@@ -50,6 +50,8 @@ def test_a_valid_request_keeps_its_values_and_settings_record_them():
         "sampling": {"greedy": False, "temperature": 0.8, "top_k": 0, "top_p": 0.95, "seed": 2**32 - 1},
         "max_new_tokens": 64,
         "min_confidence": 0.5,
+        "second_drafter": None,
+        "lanes": {"speculative": "text-only", "autoregressive": None},
     }
 
 
@@ -64,7 +66,10 @@ def test_a_valid_request_keeps_its_values_and_settings_record_them():
         ({"preset": "org/any-model"}, "Unknown model preset: 'org/any-model'. Choose one of: p."),
         ({"preset": "/etc"}, "Unknown model preset: '/etc'. Choose one of: p."),
         ({"preset": None}, "Unknown model preset: None. Choose one of: p."),
-        ({"drafter": "other"}, "Unknown drafter for preset 'p': 'other'. Choose one of: text-only, aware."),
+        (
+            {"drafter": "other"},
+            "Unknown drafter for preset 'p': 'other'. Choose one of: text-only, text-only+tree, aware, aware+tree, prompt-lookup.",
+        ),
         ({"gamma": 0}, "gamma (drafts per round) must be a whole number from 1 to 10; got 0."),
         ({"gamma": 11}, "gamma (drafts per round) must be a whole number from 1 to 10; got 11."),
         ({"gamma": 2.5}, "gamma (drafts per round) must be a whole number from 1 to 10; got 2.5."),

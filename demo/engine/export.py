@@ -1,13 +1,16 @@
 """Traces -> exportable records: one JSON document per race, one CSV row per token.
 
-Pure functions of `Trace`s (each describes its own run) and the request's settings, shared by the app's downloads, its API
-endpoint and the benchmark. Numbers come from `demo.engine.metrics`; NaN (a metric with nothing to
-count yet, e.g. alpha of an autoregressive run) becomes null, so the JSON is strict.
+Pure functions of `Trace`s (each describes its own run) and the request's settings, shared by the
+app's downloads, its API endpoint and the benchmark. Numbers come from `demo.engine.metrics`; NaN (a
+metric with nothing to count yet, e.g. alpha of an autoregressive run) becomes null, so the JSON is
+strict. A race's lanes are named as the session names them: "speculative", "speculative-2" (a
+second drafter's lane, when there is one) and "autoregressive"; every lane is exported.
 
-    payload(settings, traces) -> dict            the whole race: settings, both traces, metrics
+    payload(settings, traces) -> dict            the whole race: settings, every lane's trace and
+                                                 metrics, each speculative lane against the target
     comparison(spd, ar) -> dict                  identical outputs? first difference, speedup
     to_json(payload) -> str
-    tokens_csv(traces) -> str                    run, index, text, kind, round, p, q, ... t
+    tokens_csv(traces) -> str                    run, index, text, kind, round, p, q, ... t, drafter
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ CSV_COLUMNS = (
     "rejected_q",
     "rejected_accept_prob",
     "t",
+    "drafter",  # the lane's drafter (empty for the autoregressive lane)
 )
 
 
@@ -66,12 +70,18 @@ def comparison(spd: Trace, ar: Trace) -> dict:
 
 
 def payload(settings: dict, traces: dict[str, Trace], gamma_sweep: list[dict] | None = None) -> dict:
-    """The whole race: settings, and for each run its full event trace and its metrics; with
-    `gamma_sweep` (`demo.sweeps.gamma_sweep`'s records), that too."""
+    """The whole race: settings, and for each run its full event trace and its metrics; once every
+    run is done, "comparisons": each speculative lane against "autoregressive", by lane, and
+    "comparison": the first lane's (as before there were two); with `gamma_sweep`
+    (`demo.sweeps.gamma_sweep`'s records), that too."""
     runs = {name: {"metrics": metrics.summary(trace), "trace": trace.to_dict()} for name, trace in traces.items()}
     out = {"settings": settings, "runs": runs}
     if all(t.done for t in traces.values()) and {"speculative", "autoregressive"} <= traces.keys():
-        out["comparison"] = comparison(traces["speculative"], traces["autoregressive"])
+        ar = traces["autoregressive"]
+        out["comparison"] = comparison(traces["speculative"], ar)
+        out["comparisons"] = {
+            name: comparison(trace, ar) for name, trace in traces.items() if trace.start.mode == "speculative"
+        }
     if gamma_sweep is not None:
         out["gamma_sweep"] = gamma_sweep
     return _strict(out)
@@ -87,7 +97,8 @@ def tokens_csv(traces: dict[str, Trace]) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for name, trace in traces.items():
+        drafter = trace.start.drafter.name if trace.start and trace.start.drafter else None
         for tok in trace.tokens:
-            row = {"run": name, **tok.to_dict()}
+            row = {"run": name, **tok.to_dict(), "drafter": drafter}
             writer.writerow(["" if row[c] is None else row[c] for c in CSV_COLUMNS])
     return buffer.getvalue()

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import gradio as gr
 
-from demo import session, validate
+from demo import failures, offers, session, validate
 from demo.engine import export
 from demo.models import presets
 from demo.page import analysis_charts, render
@@ -157,9 +157,9 @@ def analyze(preset, task, drafter, gamma, n, seed):
     """Run SPD (greedy) on n held-out examples with the chosen drafter(s); stream the aggregates."""
     try:
         preset, task, drafters, gamma, n, seed = parse_settings(preset, task, drafter, gamma, n, seed)
-        session.check_available(preset)  # not served here, or cannot load: said before any work
+        offers.check_available(preset)  # not served here, or cannot load: said before any work
     except Exception as error:
-        raise page_error(session.message(error)) from None
+        raise page_error(failures.message(error)) from None
     batch = Batch(preset, task, drafters, gamma, n, seed, MAX_NEW_TOKENS)
     yield _view(batch, status_html("Loading the models…", 0.0), busy=True)
     started = time.perf_counter()
@@ -177,7 +177,7 @@ def analyze(preset, task, drafter, gamma, n, seed):
             correct = score(item.task, item, trace.summary.text)
             batch.runs.append(Run(len(batch.runs) + 1, i, item, d, trace, obs, correct))
     except Exception as error:  # models that will not load, a failed run: what finished stays on the page
-        message = f"Stopped: {session.message(error)}"
+        message = f"Stopped: {failures.message(error)}"
         yield _view(batch, status_html(message, error=True), busy=False)
         raise page_error(message) from None
     batch.seconds = time.perf_counter() - started

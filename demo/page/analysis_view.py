@@ -17,7 +17,7 @@ import pandas as pd
 
 from demo import analysis
 from demo.engine import export, metrics
-from demo.page import render
+from demo.page import blocks, render
 from demo.world.tasks import TASKS
 
 if TYPE_CHECKING:
@@ -260,6 +260,6 @@ def run_html(run: Run | None, gamma: int = 0) -> str:
     )
     rounds = (
         f"<details><summary>Round by round ({len(run.trace.rounds)} rounds)</summary>"
-        f"{render.blocks_html(run.trace)}</details>"
+        f"{blocks.blocks_html(run.trace)}</details>"
     )
     return head + question + reference + panel + f"<h4>Rejections ({len(rejected)})</h4>" + table + rounds

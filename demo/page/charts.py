@@ -1,13 +1,17 @@
-"""Events -> plotly figures: the four live charts of the race.
+"""Events -> plotly figures: the live charts of the race.
 
 Pure functions of `Trace`s; every plotted number comes from `demo.engine.metrics` or straight from the
-events. No Gradio here. Each figure is sized for a quarter of the page and works on an empty
-or partial trace, so the UI can redraw it while the runs are still going.
+events. No Gradio here. Each figure is sized for a quarter of the page and works on empty or
+partial traces, so the UI can redraw it while the runs are still going. A race has one or two
+speculative lanes (`spds`, in lane order): the charts overlay them, each lane in a colour and a
+line or fill pattern of its own, named by its drafter in the legend.
 
     block_efficiency        running tau after each round, between 1 (autoregressive) and gamma+1
     accept_lengths          how many rounds accepted exactly k drafts, k = 0..gamma
     acceptance_by_position  the fraction of drafts accepted at draft position 1..gamma
     race                    answer tokens against each run's own compute clock
+    round_times             draft and verify time of every round
+    gamma_sweep             the first speculative lane's γ sweep
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from demo.engine import metrics
 from demo.engine.events import Trace
 
 SPECULATIVE = "#009E73"
+SECOND = "#CC79A7"  # the second speculative lane (Okabe-Ito reddish purple)
 AUTOREGRESSIVE = "#666666"
 POSITION = "#0072B2"
 DRAFT = "#E69F00"
@@ -94,50 +99,119 @@ def _level(y: float, text: str, colour: str) -> tuple[dict, dict]:
     return line, label
 
 
-def block_efficiency(spd: Trace) -> go.Figure:
-    """Running tau (tokens per target forward) after each round, with its floor and, once the
-    run has said its gamma, its ceiling gamma+1."""
-    if not spd.rounds:
+# Per speculative lane, in lane order: colour, line dash, marker and bar fill pattern, so the
+# lanes stay apart without colour too.
+LANE_STYLES = (
+    {"color": SPECULATIVE, "dash": "solid", "symbol": "circle", "pattern": ""},
+    {"color": SECOND, "dash": "dash", "symbol": "diamond", "pattern": "/"},
+)
+LEGEND = {"x": 0.02, "y": 0.98, "bgcolor": "rgba(255,255,255,.7)"}  # inside the plot, top left
+TOP_LEFT = {"x": 0.01, "y": 0.99, "yanchor": "top", "xanchor": "left", "bgcolor": "rgba(255,255,255,.75)"}
+HATCH = {"shape": "/", "fgcolor": "white", "fillmode": "overlay", "solidity": 0.35}  # over the lane's colour
+
+
+def _legend_below(n_entries: int = 2) -> dict:
+    """A legend in rows under the x axis, where it hides no data (the figure grows to hold it)."""
+    rows = 1 + (n_entries > 3)
+    return {
+        "showlegend": True,
+        # under the x axis's title: plotly places it in paper units, so the figure's plot area must
+        # stay about as tall as without the legend (HEIGHT - 78 px)
+        "legend": {"orientation": "h", "x": 0.0, "y": -0.36, "yanchor": "top", "xanchor": "left"},
+        "height": HEIGHT + 30 + 22 * rows,
+        "margin": {"l": 50, "r": 12, "t": 36, "b": 72 + 22 * rows},
+    }
+
+
+def lane_name(trace: Trace) -> str:
+    """A lane's name in a legend: its drafter's, or "autoregressive"."""
+    if trace.start is None:
+        return "speculative"
+    return f"SPD {trace.start.drafter.name}" if trace.start.drafter else "autoregressive"
+
+
+def _several(spds) -> bool:
+    return len(spds) > 1
+
+
+def _bars(spds, x_of, y_of, colour: str) -> list:
+    """One bar series per lane: a single lane in `colour`, several in their lanes' styles."""
+    bars = []
+    for i, spd in enumerate(spds):
+        style = LANE_STYLES[i]
+        marker = {"color": colour if not _several(spds) else style["color"]}
+        if style["pattern"]:
+            marker["pattern"] = HATCH | {"shape": style["pattern"]}
+        bars.append(go.Bar(x=x_of(spd), y=y_of(spd), name=lane_name(spd), marker=marker))
+    return bars
+
+
+def block_efficiency(spds: list[Trace]) -> go.Figure:
+    """Running tau (tokens per target forward) after each round of each speculative lane, with
+    its floor and, once the runs have said their gamma, its ceiling gamma+1."""
+    spds = [s for s in spds if s.rounds]
+    if not spds:
         return _empty("Block efficiency τ, running")
-    taus = metrics.running_tau(spd)
-    rounds = list(range(1, len(taus) + 1))
-    gamma = spd.gamma
+    lines = []
+    for i, spd in enumerate(spds):
+        taus, style = metrics.running_tau(spd), LANE_STYLES[i]
+        lines.append(
+            go.Scatter(
+                x=list(range(1, len(taus) + 1)),
+                y=taus,
+                mode="lines+markers",
+                name=lane_name(spd) if _several(spds) else "τ",
+                line={"color": style["color"], "dash": style["dash"]},
+                marker={"size": 5, "symbol": style["symbol"]},
+            )
+        )
+    gamma = max(s.gamma for s in spds)
     levels = [_level(1, "autoregressive: 1", AUTOREGRESSIVE)]
     if gamma:
         levels.append(_level(gamma + 1, f"γ+1 = {gamma + 1}", POSITION))
+    most = max(len(s.rounds) for s in spds)
     return _figure(
         "Block efficiency τ, running",
-        {"title": {"text": "round"}, "range": [0.5, max(len(taus), 1) + 0.5]},
+        {"title": {"text": "round"}, "range": [0.5, most + 0.5]},
         {"title": {"text": "tokens / forward"}, "range": [0, max(gamma, 1) + 1.5]},
-        [go.Scatter(x=rounds, y=taus, mode="lines+markers", name="τ", line={"color": SPECULATIVE}, marker={"size": 4})],
+        lines,
         shapes=[line for line, _ in levels],
         annotations=[label for _, label in levels],
+        **(_legend_below() if _several(spds) else {}),
     )
 
 
-def accept_lengths(spd: Trace) -> go.Figure:
-    """Rounds by number of accepted drafts: the accept-length histogram, k = 0..gamma."""
-    if not spd.rounds:
+def accept_lengths(spds: list[Trace]) -> go.Figure:
+    """Rounds by number of accepted drafts: the accept-length histogram, k = 0..gamma, a bar per lane."""
+    spds = [s for s in spds if s.rounds]
+    if not spds:
         return _empty("Accepted drafts per round")
-    counts = metrics.accept_length_histogram(spd)
     return _figure(
         "Accepted drafts per round",
         {"title": {"text": "drafts accepted"}, "dtick": 1},
         {"title": {"text": "rounds"}, "rangemode": "tozero"},
-        [go.Bar(x=list(range(spd.gamma + 1)), y=counts, name="rounds", marker={"color": SPECULATIVE})],
+        _bars(spds, lambda s: list(range(s.gamma + 1)), metrics.accept_length_histogram, SPECULATIVE),
+        barmode="group",
+        **(_legend_below() if _several(spds) else {}),
     )
 
 
-def acceptance_by_position(spd: Trace) -> go.Figure:
+def acceptance_by_position(spds: list[Trace]) -> go.Figure:
     """Acceptance rate at each draft position 1..gamma: later drafts are accepted less often."""
-    if not spd.rounds:
+    spds = [s for s in spds if s.rounds]
+    if not spds:
         return _empty("Acceptance by draft position")
-    rates = [None if math.isnan(r) else r for r in metrics.acceptance_by_position(spd)]
+
+    def rates(spd):
+        return [None if math.isnan(r) else r for r in metrics.acceptance_by_position(spd)]
+
     return _figure(
         "Acceptance by draft position",
         {"title": {"text": "draft position"}, "dtick": 1},
         {"title": {"text": "accepted / drafted"}, "range": [0, 1.05]},
-        [go.Bar(x=list(range(1, spd.gamma + 1)), y=rates, name="acceptance", marker={"color": POSITION})],
+        _bars(spds, lambda s: list(range(1, s.gamma + 1)), rates, POSITION),
+        barmode="group",
+        **(_legend_below() if _several(spds) else {}),
     )
 
 
@@ -150,47 +224,58 @@ def _curve(trace: Trace) -> tuple[list[float], list[int]]:
     return xs, ys
 
 
-def race(spd: Trace, ar: Trace) -> go.Figure:
+def race(spds: list[Trace], ar: Trace) -> go.Figure:
     """Answer tokens against compute time, one line per run: the race as measured."""
-    if not spd.tokens and not ar.tokens:
+    if not ar.tokens and not any(s.tokens for s in spds):
         return _empty("The race: tokens against compute")
     lines = []
-    for trace, name, colour in ((spd, "speculative", SPECULATIVE), (ar, "autoregressive", AUTOREGRESSIVE)):
-        xs, ys = _curve(trace)
-        lines.append(
-            go.Scatter(x=xs, y=ys, mode="lines", name=name, line={"color": colour, "shape": "hv", "width": 2.5})
-        )
+    for i, spd in enumerate(spds):
+        xs, ys = _curve(spd)
+        style = LANE_STYLES[i]
+        line = {"color": style["color"], "dash": style["dash"], "shape": "hv", "width": 2.5}
+        lines.append(go.Scatter(x=xs, y=ys, mode="lines", name=lane_name(spd), line=line))
+    xs, ys = _curve(ar)
+    line = {"color": AUTOREGRESSIVE, "dash": "dot", "shape": "hv", "width": 2.5}
+    lines.append(go.Scatter(x=xs, y=ys, mode="lines", name="autoregressive", line=line))
     return _figure(
         "The race: tokens against compute",
         {"title": {"text": "seconds of compute (own clock)"}, "rangemode": "tozero"},
         {"title": {"text": "tokens"}, "rangemode": "tozero"},
         lines,
-        showlegend=True,
-        legend={"x": 0.02, "y": 0.98, "bgcolor": "rgba(255,255,255,.7)"},
+        **(_legend_below(len(lines)) if _several(spds) else {"showlegend": True, "legend": LEGEND}),
     )
 
 
-def round_times(spd: Trace, ar: Trace) -> go.Figure:
-    """Per speculative round: drafting and verifying time stacked, against the target's median
-    single step (from the autoregressive run): where each round's time goes."""
-    if not spd.rounds:
+def round_times(spds: list[Trace], ar: Trace) -> go.Figure:
+    """Per speculative round: drafting and verifying time stacked (a stack per lane, side by
+    side), against the target's median single step (from the autoregressive run): where each
+    round's time goes."""
+    spds = [s for s in spds if s.rounds]
+    if not spds:
         return _empty("Time per round: draft + verify")
-    rounds = [r.index for r in spd.rounds]
-    draft = [r.draft_seconds * 1000 for r in spd.rounds]
-    verify = [r.verify_seconds * 1000 for r in spd.rounds]
+    bars = []
+    for i, spd in enumerate(spds):
+        rounds = [r.index for r in spd.rounds]
+        draft = [r.draft_seconds * 1000 for r in spd.rounds]
+        verify = [r.verify_seconds * 1000 for r in spd.rounds]
+        suffix = f" · {lane_name(spd)}" if _several(spds) else ""
+        pattern = {"pattern": HATCH} if i else {}
+        group = {"offsetgroup": str(i)}
+        bars += [
+            go.Bar(x=rounds, y=draft, name="draft" + suffix, marker={"color": DRAFT} | pattern, **group),
+            go.Bar(
+                x=rounds, y=verify, base=draft, name="verify" + suffix, marker={"color": POSITION} | pattern, **group
+            ),
+        ]
     steps = sorted(r.verify_seconds for r in ar.rounds)
     levels = [_level(steps[len(steps) // 2] * 1000, "target alone: 1 step", AUTOREGRESSIVE)] if steps else []
     return _figure(
         "Time per round: draft + verify",
         {"title": {"text": "round"}},
         {"title": {"text": "ms"}, "rangemode": "tozero"},
-        [
-            go.Bar(x=rounds, y=draft, name="draft", marker={"color": DRAFT}),
-            go.Bar(x=rounds, y=verify, name="verify", marker={"color": POSITION}),
-        ],
-        barmode="stack",
-        showlegend=True,
-        legend={"x": 0.01, "y": 0.99, "yanchor": "top", "xanchor": "left", "bgcolor": "rgba(255,255,255,.75)"},
+        bars,
+        barmode="group",
+        **(_legend_below(len(bars)) if _several(spds) else {"showlegend": True, "legend": TOP_LEFT}),
         shapes=[line for line, _ in levels],
         annotations=[label for _, label in levels],
     )
@@ -241,8 +326,8 @@ def gamma_sweep(rows: list[dict], race_gamma: int) -> go.Figure:
         lines,
         yaxis2={"overlaying": "y", "side": "right", "range": [0, 1.05], "title": {"text": "α"}, "showgrid": False},
         showlegend=True,
-        legend={"orientation": "h", "x": 0.0, "y": -0.2, "yanchor": "top", "xanchor": "left"},
+        legend={"orientation": "h", "x": 0.0, "y": -0.3, "yanchor": "top", "xanchor": "left"},
         shapes=[mark],
-        height=HEIGHT + 50,
-        margin={"l": 44, "r": 40, "t": 36, "b": 80},
+        height=HEIGHT + 60,
+        margin={"l": 44, "r": 40, "t": 36, "b": 92},
     )

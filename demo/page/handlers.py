@@ -1,7 +1,7 @@
 """The Race tab's handlers: each yields dicts keyed by the names of the components it updates.
 
-    run_race      /race and the Run button: streams both token panels, the stats, the block view
-                  and the four charts while the runs decode, then the downloads
+    run_race      /race and the Run button: streams every lane's token panel and stats, the block
+                  views and the charts while the runs decode, then the downloads
     replay_race   the Replay button: the last race again from its recorded events, slowed down
                   by one factor that the page states
     stop_race     the Stop button: ends the page's race or replay after the event at hand
@@ -11,8 +11,8 @@ A name left out of an update leaves that component as it is. `positional(handler
 dicts into the tuples Gradio expects, in `OUTPUTS` order (`demo.page.app` wires them).
 
 The handlers hold no decoding logic and touch no caches or logits: `demo.session` parses the
-request, loads, builds the lanes, races and closes them; `demo.page.render` and
-`demo.page.charts` turn the traces into components.
+request, loads, builds the lanes, races and closes them; `demo.page.lanes` turns the traces into
+component updates.
 
 Reliability, as the handlers guarantee it:
 - Both endpoints receive the raw request values (`preprocess=False`), so every malformed value
@@ -41,10 +41,10 @@ from pathlib import Path
 import gradio as gr
 import gradio.utils
 
-from demo import session, sweeps, validate
+from demo import failures, session, sweeps, validate
 from demo.engine import export
 from demo.engine.events import RoundEvent, TokenEvent, Trace
-from demo.page import charts, render, teach
+from demo.page import lanes, render
 from demo.page.examples import reference_for
 
 PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the browser keeps up)
@@ -54,11 +54,13 @@ HEARTBEAT_EVERY = 0.02  # seconds: a handler yields after a round once this much
 REPLAY_SECONDS = 12.0  # a replay lasts this long, whatever the race took
 THRESHOLD_DEFAULT = 0.5  # the page's adaptive-drafting threshold slider starts here
 
-# The API's outputs keep their places: what issue 26 added comes after the downloads.
+# The API's outputs keep their places: what issue 26 added comes after the downloads, and the
+# second speculative lane's (issue 27) after those.
 OUTPUTS = (
     *("spd_panel", "spd_stats", "ar_panel", "ar_stats", "outcome", "blocks"),
     *("race_chart", "tau_chart", "hist_chart", "pos_chart", "json_file", "csv_file"),
-    *("how_round", "time_chart", "sweep_chart", "sweep_note", "run", "replay", "stop", "last"),
+    *("how_round", "time_chart", "sweep_chart", "sweep_note", "spd2_panel", "spd2_stats", "blocks2"),
+    *("run", "replay", "stop", "last"),
 )
 
 
@@ -141,56 +143,6 @@ def _tidy(handler: Callable[..., Iterator]) -> Callable[..., Iterator]:
 
 
 # --- views ------------------------------------------------------------------------------------------
-
-
-def view(
-    traces: dict[str, Trace],
-    facts: tuple[str, ...],
-    charts_too: bool,
-    reference: str | None = None,
-    stopped: bool = False,
-) -> dict:
-    """The race's panels, stats, outcome, annotated round and block view (and its charts, with
-    charts_too), from the traces alone: their first event says what was run. `reference`: the
-    example's reference answer, when the race is of an example; `stopped`: the Stop button ended it."""
-    spd, ar = traces["speculative"], traces["autoregressive"]
-    done = spd.done and ar.done
-    comparison = export.comparison(spd, ar) if done else None
-    speedup = comparison["speedup"] if comparison else None
-    update = {
-        "spd_panel": render.panel_html(spd, "Speculative", stopped=stopped and not spd.done, skip_to="ar-panel"),
-        "spd_stats": render.speculative_stats_html(spd, speedup),
-        "ar_panel": render.panel_html(
-            ar, "Autoregressive (target only)", stopped=stopped and not ar.done, skip_to="spd-stats"
-        ),
-        "ar_stats": render.autoregressive_stats_html(ar),
-        "outcome": render.outcome_html(spd, ar, comparison, facts, reference),
-        "blocks": render.blocks_html(spd),
-    }
-    # The page's heavier views follow the charts' pace; the time chart waits for the race's end.
-    if charts_too:
-        update["how_round"] = teach.annotated_round_html(spd)
-    if charts_too and done:
-        update["time_chart"] = charts.round_times(spd, ar)
-    if charts_too:
-        update |= {
-            "race_chart": charts.race(spd, ar),
-            "tau_chart": charts.block_efficiency(spd),
-            "hist_chart": charts.accept_lengths(spd),
-            "pos_chart": charts.acceptance_by_position(spd),
-        }
-    return update
-
-
-def sweep_view(rows: list[dict], request: session.Request) -> dict:
-    """The γ sweep's chart and its rule of thumb (sampling races have none)."""
-    if not rows:
-        note = "The γ sweep is computed after greedy races only (a sampling race's verdicts are random draws)."
-        return {"sweep_chart": charts.gamma_sweep([], 0), "sweep_note": f'<div class="sweep-note">{note}</div>'}
-    return {
-        "sweep_chart": charts.gamma_sweep(rows, request.gamma),
-        "sweep_note": teach.rule_of_thumb(rows, request.gamma),
-    }
 
 
 def buttons(busy: bool) -> dict:
@@ -276,7 +228,7 @@ def stop_race(page: gr.Request = None) -> dict:
         run.ended.wait(STOP_WAIT)
         if run.shown is not None:
             traces, facts, reference = run.shown
-            shown = view(traces, facts, charts_too=True, reference=reference, stopped=True)
+            shown = lanes.view(traces, facts, charts_too=True, reference=reference, stopped=True)
     words = '<div class="outcome">Stopped. The panels below keep what was decoded before the stop.</div>'
     return shown | status(words, False)
 
@@ -303,14 +255,14 @@ def _frames(
         first = not shown_tokens and isinstance(event, TokenEvent)
         if first or now - last_panel >= PANEL_EVERY:
             charts_too = now - last_chart >= CHART_EVERY
-            yield view(traces, facts, charts_too, reference)
+            yield lanes.view(traces, facts, charts_too, reference)
             shown_tokens = shown_tokens or first
             last_panel = last_yield = time.perf_counter()
             last_chart = last_panel if charts_too else last_chart
         elif isinstance(event, RoundEvent) and now - last_yield >= HEARTBEAT_EVERY:
             yield None
             last_yield = time.perf_counter()
-    yield view(traces, facts, charts_too=True, reference=reference)
+    yield lanes.view(traces, facts, charts_too=True, reference=reference)
 
 
 def _until(events, stop: threading.Event) -> Iterator:
@@ -322,7 +274,18 @@ def _until(events, stop: threading.Event) -> Iterator:
 
 
 def page_request(
-    question, preset, drafter, gamma, decoding, temperature, top_p, seed, max_new_tokens, adaptive, threshold
+    question,
+    preset,
+    drafter,
+    gamma,
+    decoding,
+    temperature,
+    top_p,
+    seed,
+    max_new_tokens,
+    adaptive,
+    threshold,
+    second_drafter=None,
 ) -> session.Request:
     """The page form's values as a session Request: the Decoding radio is `greedy`, the adaptive
     checkbox and its threshold are `min_confidence`."""
@@ -339,6 +302,7 @@ def page_request(
         seed=seed,
         max_new_tokens=max_new_tokens,
         min_confidence=min_confidence,
+        second_drafter=second_drafter,
     )
 
 
@@ -356,10 +320,12 @@ def run_race(
     max_new_tokens,
     adaptive=False,
     threshold=THRESHOLD_DEFAULT,
+    second_drafter="none",
     page: gr.Request = None,
 ):
-    """Stream the race to the page: both panels, stats, block view and charts as events arrive.
-    A failure is shown where the outcome goes and raised as gr.Error (an API caller gets it)."""
+    """Stream the race to the page: every lane's panel and stats, the block views and the charts
+    as events arrive. A failure is shown where the outcome goes and raised as gr.Error (an API
+    caller gets it)."""
     with _page_run(page) as run:
         try:
             request = page_request(
@@ -374,6 +340,7 @@ def run_race(
                 max_new_tokens,
                 adaptive,
                 threshold,
+                second_drafter,
             )
             with closing(session.gpu_race(request, image, uploads())) as stream:
                 facts, notes = yield from session.until_ready(
@@ -384,7 +351,7 @@ def run_race(
                 reference = _reference(image, request.question)
                 yield from _race_to_page(request, facts, stream, run, image, reference)
         except Exception as error:  # Gradio closing the handler is a GeneratorExit: not caught, not an error
-            message = session.message(error)
+            message = failures.message(error)
             yield failed(message)
             raise page_error(message) from None
 
@@ -400,27 +367,27 @@ def _reference(image, question) -> str | None:
 def _race_to_page(
     request: session.Request, facts: tuple[str, ...], events, run: _PageRun, image, reference: str | None
 ) -> Iterator[dict]:
-    traces = {lane: Trace() for lane in session.LANES}
+    traces = {lane: Trace() for lane in lanes.ordered(session.lane_names(request))}
     timeline = []  # the race in the order it ran, for the replay
     run.shown = (traces, facts, reference)
     # The charts wait for the first redraw after the first token: drawing four plots costs the
     # browser more than the first tokens do.
-    last_view = view(traces, facts, charts_too=False, reference=reference)
-    yield last_view | NO_DOWNLOADS | buttons(busy=True) | sweep_view([], request) | {"sweep_note": SWEEP_WAIT}
+    last_view = lanes.view(traces, facts, charts_too=False, reference=reference)
+    yield last_view | NO_DOWNLOADS | buttons(busy=True) | lanes.sweep_view([], request) | {"sweep_note": SWEEP_WAIT}
     for frame in _frames(_until(_recorded(events, timeline), run.stop), traces, facts, reference):
         last_view = frame or last_view
         yield frame or {}
     if run.stop.is_set():  # the Stop button answers for the page
         return
     spd, ar = traces["speculative"], traces["autoregressive"]
-    rows = None
-    if request.sampling.greedy:
+    rows, why_not = None, sweeps.unsweepable(request)
+    if why_not is None:
         yield {"sweep_note": '<div class="sweep-note">Replaying the answer at γ = 1 … 10 with the drafter…</div>'}
         rows = sweeps.gamma_sweep(request, image, uploads(), spd, ar)
     # The last update repeats the final view, so that an API client's result is the whole page.
     yield (
         last_view
-        | sweep_view(rows or [], request)
+        | lanes.sweep_view(rows or [], request, why_not)
         | downloads(traces, request, rows)
         | buttons(busy=False)
         | {"last": (facts, timeline)}
@@ -443,8 +410,8 @@ def replay_race(last, page: gr.Request = None):
     facts, timeline = last
     slowdown = REPLAY_SECONDS / max(event.t for _, event in timeline)
     facts = facts + (f"Replay: the measured race shown {slowdown:.0f}× slower than it ran.",)
-    traces = {lane: Trace() for lane in session.LANES}
-    last_view = view(traces, facts, charts_too=True)
+    traces = {lane: Trace() for lane in lanes.ordered({lane for lane, _ in timeline})}
+    last_view = lanes.view(traces, facts, charts_too=True)
     yield last_view | buttons(busy=True)
     with _page_run(page) as run:
         run.shown = (traces, facts, None)
@@ -457,9 +424,20 @@ def replay_race(last, page: gr.Request = None):
 
 @_tidy
 def trace_api(
-    image, question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new_tokens, min_confidence=0.0
+    image,
+    question,
+    preset,
+    drafter,
+    gamma,
+    greedy,
+    temperature,
+    top_p,
+    seed,
+    max_new_tokens,
+    min_confidence=0.0,
+    second_drafter="none",
 ):
-    """The whole race as one JSON document: settings, both traces and their metrics.
+    """The whole race as one JSON document: settings, every lane's trace and its metrics.
 
     A generator, so that a cancelled or disconnected caller stops the decoding within a round;
     its last value is the document, which is what gradio_client's predict() returns.
@@ -476,8 +454,9 @@ def trace_api(
             seed=seed,
             max_new_tokens=max_new_tokens,
             min_confidence=min_confidence,
+            second_drafter=second_drafter,
         )
-        traces = {lane: Trace() for lane in session.LANES}
+        traces = {lane: Trace() for lane in lanes.ordered(session.lane_names(request))}
         with closing(session.gpu_race(request, image, uploads())) as events:
             yield from session.until_ready(events, lambda fraction, message: gr.skip())
             last_yield = time.perf_counter()
@@ -489,4 +468,4 @@ def trace_api(
         rows = sweeps.gamma_sweep(request, image, uploads(), traces["speculative"], traces["autoregressive"])
         yield export.payload(request.settings(), traces, rows)
     except Exception as error:
-        raise gr.Error(session.message(error), print_exception=False) from None
+        raise gr.Error(failures.message(error), print_exception=False) from None

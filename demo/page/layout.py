@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from demo import session, validate
+from demo import offers, session, validate
 from demo.engine.events import Trace
 from demo.models import presets
-from demo.page import charts, render
+from demo.page import blocks, charts, lanes, render
 from demo.page.examples import EXAMPLES_DIR, Example, load_examples  # noqa: F401 (the page's names)
 from demo.page.handlers import THRESHOLD_DEFAULT
 from demo.page.text import TIMING
@@ -39,14 +39,19 @@ def reference_html(example: Example | None) -> str:
 
 
 def preset_html(name: str) -> str:
-    """What a preset is, its caveat, and whether it can load on this machine now."""
+    """What a preset is, its caveat, whether it can load on this machine now, and the drafters it
+    cannot offer, each with the reason."""
     preset = presets.PRESETS.get(name)
     if preset is None:
         return ""
-    ok, message = session.availability(name)
+    ok, message = offers.availability(name)
     status = "ready" if ok else "unavailable"
     lines = [html.escape(preset.description), html.escape(preset.note)]
     lines.append(f'<span class="{status}">{"✓" if ok else "✗"} {html.escape(message)}</span>')
+    lines += [
+        f'<span class="unavailable">Drafter {html.escape(drafter)} not offered:</span> {html.escape(why)}.'
+        for drafter, why in preset.unusable().items()
+    ]
     return '<div class="preset-info">' + "<br>".join(line for line in lines if line) + "</div>"
 
 
@@ -58,14 +63,22 @@ def left_out_html(left: dict[str, str]) -> str:
     return f'<div class="preset-info"><span class="unavailable">Not offered here:</span>{rows}</div>'
 
 
+NO_SECOND = "none"  # the second drafter's choice for a race with one speculative lane
+
+
 def drafter_choices(preset: str) -> list[str]:
-    return [s.name for s in presets.PRESETS[preset].drafters]
+    """Every drafter a race on `preset` may name (`Preset.drafter_names`)."""
+    return list(presets.PRESETS[preset].drafter_names())
+
+
+def second_choices(preset: str) -> list[str]:
+    return [NO_SECOND, *drafter_choices(preset)]
 
 
 def inputs(default_preset: str, examples: list[Example]) -> SimpleNamespace:
     """The left column (image, examples) and the settings; returns the components by name."""
     c = SimpleNamespace()
-    choices, left = session.offered(default_preset)
+    choices, left = offers.offered(default_preset)
     if default_preset not in choices:
         default_preset = choices[0] if choices else None
     drafters = drafter_choices(default_preset) if default_preset else []
@@ -110,9 +123,16 @@ def inputs(default_preset: str, examples: list[Example]) -> SimpleNamespace:
             c.drafter = gr.Dropdown(
                 drafters, value=drafters[0] if drafters else None, label="Drafter", elem_id="drafter"
             )
+            c.drafter2 = gr.Dropdown(
+                [NO_SECOND, *drafters],
+                value=NO_SECOND,
+                label="Second drafter: a third lane",
+                elem_id="drafter2",
+            )
             # The API lists every offered preset's drafters (the choices follow the preset on the page).
             every = sorted({name for preset in choices for name in drafter_choices(preset)})
             c.drafter.api_info = lambda: {"type": "string", "enum": every}
+            c.drafter2.api_info = lambda: {"type": "string", "enum": [NO_SECOND, *every]}
         c.preset_info = gr.HTML(js_on_load=None, elem_id="preset-info")
         gr.HTML(left_out_html(left), js_on_load=None, visible=bool(left), elem_id="presets-left")
         with gr.Row():
@@ -201,16 +221,18 @@ def how_it_works() -> SimpleNamespace:
 
 
 def race_view() -> SimpleNamespace:
-    """The race's outputs: outcome, both panels and their stats, charts, block view, downloads."""
+    """The race's outputs: outcome, every lane's panel and stats (the second speculative lane's
+    hidden until a second drafter is picked), charts, block views, downloads."""
     v = SimpleNamespace()
     empty = Trace()
     with gr.Row(elem_id="race-head"):
         gr.HTML(render.legend_html(), js_on_load=None, elem_id="legend")
-    v.outcome = gr.HTML(render.outcome_html(empty, empty, None), js_on_load=None, label="outcome", elem_id="outcome")
+    v.outcome = gr.HTML(render.outcome_html([empty], empty, None), js_on_load=None, label="outcome", elem_id="outcome")
+    second = lanes.empty_second()
     with gr.Row(equal_height=False):
         with gr.Column(min_width=320):
             v.spd_panel = gr.HTML(
-                render.panel_html(empty, "Speculative", "drafter + target"),
+                render.panel_html(empty, "Speculative", "drafter + target", lane="lane-1"),
                 js_on_load=None,
                 label="speculative panel",
                 elem_id="spd-panel",
@@ -221,9 +243,17 @@ def race_view() -> SimpleNamespace:
                 label="speculative stats",
                 elem_id="spd-stats",
             )
+        # The second speculative lane shows while a second drafter is picked (`demo.page.server`).
+        with gr.Column(min_width=320, visible=False, elem_id="spd2-column") as v.spd2_column:
+            v.spd2_panel = gr.HTML(
+                second["spd2_panel"], js_on_load=None, label="second speculative panel", elem_id="spd2-panel"
+            )
+            v.spd2_stats = gr.HTML(
+                second["spd2_stats"], js_on_load=None, label="second speculative stats", elem_id="spd2-stats"
+            )
         with gr.Column(min_width=320):
             v.ar_panel = gr.HTML(
-                render.panel_html(empty, "Autoregressive (target only)", "one forward per token"),
+                render.panel_html(empty, "Autoregressive (target only)", "one forward per token", lane="lane-ar"),
                 js_on_load=None,
                 label="autoregressive panel",
                 elem_id="ar-panel",
@@ -237,14 +267,14 @@ def race_view() -> SimpleNamespace:
     # Empty charts at load: the browser fetches plotly.js before the first Run, not during it.
     with gr.Row(elem_id="charts"):
         v.race_chart = gr.Plot(
-            charts.race(empty, empty),
+            charts.race([empty], empty),
             label="race chart",
             show_label=False,
             min_width=CHART_MIN_WIDTH,
             elem_id="chart-race",
         )
         v.tau_chart = gr.Plot(
-            charts.block_efficiency(empty),
+            charts.block_efficiency([empty]),
             label="block efficiency chart",
             show_label=False,
             min_width=CHART_MIN_WIDTH,
@@ -252,14 +282,14 @@ def race_view() -> SimpleNamespace:
         )
     with gr.Row(elem_id="charts-2"):
         v.hist_chart = gr.Plot(
-            charts.accept_lengths(empty),
+            charts.accept_lengths([empty]),
             label="accept lengths chart",
             show_label=False,
             min_width=CHART_MIN_WIDTH,
             elem_id="chart-hist",
         )
         v.pos_chart = gr.Plot(
-            charts.acceptance_by_position(empty),
+            charts.acceptance_by_position([empty]),
             label="acceptance by position chart",
             show_label=False,
             min_width=CHART_MIN_WIDTH,
@@ -274,7 +304,7 @@ def race_view() -> SimpleNamespace:
             elem_id="chart-sweep",
         )
         v.time_chart = gr.Plot(
-            charts.round_times(empty, empty),
+            charts.round_times([empty], empty),
             label="time per round chart",
             show_label=False,
             min_width=CHART_MIN_WIDTH,
@@ -288,9 +318,16 @@ def race_view() -> SimpleNamespace:
         elem_id="sweep-note",
     )
     with gr.Accordion(
-        "Block by block: every verification round of the speculative run (open one for p and q)", open=True
+        "Block by block: every verification round of the speculative run (open one, or click one of its tokens, "
+        "for p and q)",
+        open=True,
+        elem_id="blocks-accordion",
     ):
-        v.blocks = gr.HTML(render.blocks_html(empty), js_on_load=None, label="block view", elem_id="blocks")
+        v.blocks = gr.HTML(blocks.blocks_html(empty), js_on_load=None, label="block view", elem_id="blocks")
+    with gr.Accordion(
+        "Block by block: the second speculative lane", open=True, visible=False, elem_id="blocks2-accordion"
+    ) as v.blocks2_accordion:
+        v.blocks2 = gr.HTML(second["blocks2"], js_on_load=None, label="second block view", elem_id="blocks2")
     with gr.Row():
         v.json_file = gr.DownloadButton("Download the trace (JSON)", interactive=False, elem_id="download-json")
         v.csv_file = gr.DownloadButton("Download the tokens (CSV)", interactive=False, elem_id="download-csv")

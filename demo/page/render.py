@@ -36,7 +36,6 @@ KIND_CUES = {
     "bonus": "double underline",
     "target": "no mark",
 }
-MAX_ROUNDS_SHOWN = 200  # the block view keeps the latest rounds; longer answers scroll past the rest
 
 
 def visible(text: str, line_breaks: bool = True) -> str:
@@ -94,7 +93,7 @@ def token_details(tok: TokenEvent, greedy: bool) -> list[str]:
     return lines
 
 
-def _tooltip(tok: TokenEvent, greedy: bool) -> str:
+def _tooltip(tok: TokenEvent, greedy: bool, hint: str = "") -> str:
     where = "prefill" if tok.round == 0 else f"round {tok.round}"
     head = f"<b>#{tok.index}</b> · {html.escape(KIND_LABELS[tok.kind])} · {where}"
     rows = []
@@ -114,33 +113,39 @@ def _tooltip(tok: TokenEvent, greedy: bool) -> str:
     else:
         rows = [("p (target)", _num(tok.p))]
     body = "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in rows)
-    return f'<span class="tip" aria-hidden="true">{head}<table>{body}</table></span>'
+    return f'<span class="tip" aria-hidden="true">{head}<table>{body}</table>{hint}</span>'
 
 
-def token_span(tok: TokenEvent, greedy: bool, end: bool = False) -> str:
-    """One token: its text (or an end marker), its kind's class, and its tooltip."""
+OPENS = "click or Enter: open its round in the block view"
+
+
+def token_span(tok: TokenEvent, greedy: bool, end: bool = False, opens: bool = False) -> str:
+    """One token: its text (or an end marker), its kind's class, and its tooltip; with `opens`,
+    a token of a verification round says that it opens that round (the page's script does it)."""
     if end and not tok.text:
         face = '<span class="end">end</span>'
     elif not tok.text:
         face = '<span class="part">·</span>'  # held back: part of a character completed later
     else:
         face = visible(tok.text.lstrip(" ") or tok.text, line_breaks=False)
-    label = html.escape(" — ".join(token_details(tok, greedy)), quote=True)
+    details = token_details(tok, greedy) + ([OPENS] if opens and tok.round > 0 else [])
+    label = html.escape(" — ".join(details), quote=True)
+    hint = f'<span class="opens">{OPENS}</span>' if opens and tok.round > 0 else ""
     # No empty coloured fragments at line ends: a token's leading spaces (where lines wrap) go
     # before its box, and its line breaks after it.
     lead = tok.text[: len(tok.text) - len(tok.text.lstrip(" "))] if tok.text.strip(" ") else ""
     breaks = "\n" * tok.text.count("\n")
     return (
         f'{lead}<span class="tok tok-{tok.kind}" tabindex="0" data-round="{tok.round}" '
-        f'aria-label="{label}">{face}{_tooltip(tok, greedy)}</span>{breaks}'
+        f'aria-label="{label}">{face}{_tooltip(tok, greedy, hint)}</span>{breaks}'
     )
 
 
-def tokens_html(trace: Trace) -> str:
-    """The answer as coloured, focusable token spans, one per TokenEvent."""
+def tokens_html(trace: Trace, opens: bool = False) -> str:
+    """The answer as coloured, focusable token spans, one per TokenEvent (`opens`: see `token_span`)."""
     ended = trace.summary is not None and trace.summary.stop == "eos"
     last = len(trace.tokens) - 1
-    spans = "".join(token_span(t, trace.greedy, end=ended and i == last) for i, t in enumerate(trace.tokens))
+    spans = "".join(token_span(t, trace.greedy, ended and i == last, opens) for i, t in enumerate(trace.tokens))
     return f'<div class="tokens">{spans}</div>'
 
 
@@ -171,17 +176,26 @@ def settings_line(trace: Trace) -> str:
 
 
 def panel_html(
-    trace: Trace, title: str, subtitle: str | None = None, stopped: bool = False, skip_to: str = "spd-stats"
+    trace: Trace,
+    title: str,
+    subtitle: str | None = None,
+    stopped: bool = False,
+    skip_to: str = "spd-stats",
+    blocks: str | None = None,
+    lane: str = "",
 ) -> str:
     """A lane: its title, what it runs (`settings_line`, unless given), its own compute clock, a
-    link past its tokens for keyboard users (to the element `skip_to`), and its tokens."""
+    link past its tokens for keyboard users (to the element `skip_to`), and its tokens. `blocks`:
+    the id of the lane's block view, where a click on (or Enter at) a token opens its round;
+    `lane`: the lane's class (its mark, matching its line in the charts)."""
     subtitle = settings_line(trace) if subtitle is None else subtitle
     clock = f"{trace.t:.3f} s compute · {len(trace.tokens)} tokens · {_status(trace, stopped)}"
     skip = f'<a class="skip" href="#{skip_to}">skip the {len(trace.tokens)} tokens</a>' if trace.tokens else ""
+    opens = f' data-blocks="{html.escape(blocks, quote=True)}"' if blocks else ""
     return (
-        f'<div class="panel"><div class="panel-head"><span class="panel-title">{html.escape(title)}</span>'
+        f'<div class="panel {lane}"{opens}><div class="panel-head"><span class="panel-title">{html.escape(title)}</span>'
         f'<span class="panel-sub">{html.escape(subtitle)}</span>'
-        f'<span class="clock">{clock}</span></div>{skip}{tokens_html(trace)}</div>'
+        f'<span class="clock">{clock}</span></div>{skip}{tokens_html(trace, opens=blocks is not None)}</div>'
     )
 
 
@@ -198,99 +212,67 @@ def legend_html() -> str:
     return f'<div class="legend" role="list" aria-label="token colours">{items}{chips}</div>'
 
 
-def _chip(text: str, cls: str, mark: str = "", title: str = "") -> str:
-    face = visible(text, line_breaks=False) if text else "∅"
-    return f'<span class="chip {cls}" title="{html.escape(title, quote=True)}">{mark}{face}</span>'
-
-
-def _why_none(trace: Trace, r) -> str:
-    """Why a speculative round drafted nothing: the token budget's last token, or no lookup match."""
-    lookup = trace.start and trace.start.drafter and trace.start.drafter.kind == "prompt-lookup"
-    return "no earlier match to copy" if lookup and r.stop != "max_new_tokens" else "token budget"
-
-
-def blocks_html(trace: Trace) -> str:
-    """One row per verification round: the drafts (accepted ✓, rejected ✗, not checked) and the
-    target's own token (the resample, the bonus, or a plain target step when nothing was drafted).
-    Each row opens (click, or Enter on it) into the inspector: p and q at each checked draft
-    (`demo.page.teach.inspector_html`), filled in once the run is over."""
-    if not trace.rounds:
-        return '<div class="blocks empty">Rounds appear here as the speculative run verifies them.</div>'
-    rows = []
-    last_text = {tok.round: tok.text or "end" for tok in trace.tokens}  # a round's last token is the target's
-    hidden = max(0, len(trace.rounds) - MAX_ROUNDS_SHOWN)
-    if hidden:
-        rows.append(f'<div class="round more">{hidden} earlier rounds not shown (see the export)</div>')
-    for r in trace.rounds[hidden:]:
-        chips = []
-        for j, text in enumerate(r.drafted_texts):
-            if j < r.n_accepted:
-                chips.append(_chip(text, "chip-ok", "✓", "accepted"))
-            elif j == r.n_accepted:
-                chips.append(_chip(text, "chip-no", "✗", "rejected by the target"))
-            else:
-                chips.append(_chip(text, "chip-skip", "", "not checked: after the first rejection"))
-        n = len(r.drafted_ids)
-        kind = "resampled" if r.n_accepted < n else "bonus" if n else "target"
-        emitted = r.n_emitted > r.n_accepted  # false when the answer stopped inside the drafts
-        target = _chip(
-            last_text.get(r.index, "") if emitted else "",
-            f"chip-own chip-{kind}" + ("" if emitted else " chip-unused"),
-            "",
-            KIND_LABELS[kind] if emitted else "not used: the answer ended before it",
-        )
-        drafts = "".join(chips) if chips else f'<span class="nodraft">no drafts ({_why_none(trace, r)})</span>'
-        meta = f"{r.n_accepted}/{n} accepted · +{r.n_emitted}" if n else f"+{r.n_emitted}"
-        stop = ' <span class="stop">stop</span>' if r.stop else ""
-        summary = (
-            f'<summary class="round"><span class="rno">R{r.index}</span><span class="drafts">{drafts}</span>'
-            f'<span class="arrow">→</span>{target}<span class="meta">{meta}{stop}</span></summary>'
-        )
-        if trace.done:
-            inside = teach.inspector_html(r, trace.greedy) or '<div class="inspector">no detail recorded</div>'
-        else:
-            inside = '<div class="inspector">The inspector fills in once the run is over.</div>'
-        rows.append(f'<details class="round-d" data-round="{r.index}">{summary}{inside}</details>')
-    return f'<div class="blocks">{"".join(rows)}</div>'
+NOISY = 'class="noisy"'  # the mark of teach.why_html's warning that the timing is noisy
 
 
 def outcome_html(
-    spd: Trace, ar: Trace, comparison: dict | None, facts: tuple[str, ...] = (), reference: str | None = None
+    spds: list[Trace],
+    ar: Trace,
+    comparisons: list[dict] | None,
+    facts: tuple[str, ...] = (),
+    reference: str | None = None,
 ) -> str:
-    """The race's headline: progress while it runs; the speedup, the lossless check, whether the
-    target's answer matches the example's `reference` (when there is one), and why the speedup
-    is what it is (computed from this run's step costs) after.
+    """The race's headline: progress while it runs; then, for every speculative lane (`spds`, in
+    lane order) against the target alone, the speedup, the lossless check and why the speedup is
+    what it is (computed from that lane's step costs); and whether the target's answer matches the
+    example's `reference` (when there is one).
 
-    `comparison` is `demo.engine.export.comparison(spd, ar)` once both runs are done, else None;
-    `facts` are the preset's notes about this pairing, stated under the headline.
+    `comparisons` are `demo.engine.export.comparison(spd, ar)` of each lane once every run is done,
+    else None; `facts` are the preset's notes about its drafters, stated under the headline.
     """
     notes = "".join(f'<div class="fact">{html.escape(fact)}</div>' for fact in facts)
-    if comparison is None:
-        if spd.prefill is None and ar.prefill is None:
+    several = len(spds) > 1
+
+    def name(spd: Trace) -> str:  # a lane's name in the outcome: its drafter's, when there are several
+        return f"{spd.start.drafter.name}: " if several and spd.start and spd.start.drafter else ""
+
+    if comparisons is None:
+        if all(s.prefill is None for s in spds) and ar.prefill is None:
             text = "Pick an example or upload an image, ask a question, and press <b>Run the race</b>."
         else:
-            text = f"Racing… speculative at {spd.t:.3f} s, autoregressive at {ar.t:.3f} s of compute."
+            clocks = ", ".join(f"{html.escape(name(s)) or 'speculative at '}{s.t:.3f} s" for s in spds)
+            text = f"Racing… {clocks}, autoregressive at {ar.t:.3f} s of compute."
         return f'<div class="outcome">{text}</div>{notes}'
-    speedup = comparison["speedup"]
-    headline = (
-        f'<span class="headline"><b>×{speedup:.2f}</b> wall-clock decoding speedup '
-        f"({_num(metrics.tokens_per_second(spd), 1)} vs {_num(metrics.tokens_per_second(ar), 1)} tokens/s)</span>"
-        if not math.isnan(speedup)
-        else '<span class="headline">Too short to time: no tokens after the prefill.</span>'
-    )
-    why = teach.why_html(spd, ar, speedup)
-    if not spd.greedy:
-        badge = (
+    badges, speeds, whys = [], [], []
+    for spd, comparison in zip(spds, comparisons, strict=True):
+        speedup = comparison["speedup"]
+        if not math.isnan(speedup):
+            speeds.append(f"<b>×{speedup:.2f}</b>{' ' + html.escape(name(spd)[:-2]) if several else ''}")
+        warned = any(NOISY in why for why in whys)  # the busy machine is said once, whichever lane shows it
+        whys.append(teach.why_html(spd, ar, speedup, name(spd), warn=not warned))
+        if not spd.greedy:
+            continue
+        if comparison["identical"]:
+            text = f"{name(spd)}lossless ✓ identical outputs ({len(spd.summary.token_ids)} tokens)"
+            badges.append(f'<span class="badge badge-ok">{html.escape(text)}</span>')
+        else:
+            text = f"{name(spd)}✗ outputs differ from token {comparison['first_difference']} on"
+            badges.append(f'<span class="badge badge-bad">{html.escape(text)}</span>')
+    if not spds[0].greedy:
+        badges.append(
             '<span class="badge badge-info" title="Speculative sampling keeps the target\'s distribution exactly; '
             'two runs draw different random numbers">sampling: outputs differ by design, same distribution</span>'
         )
-    elif comparison["identical"]:
-        n = len(spd.summary.token_ids)
-        badge = f'<span class="badge badge-ok">lossless ✓ identical outputs ({n} tokens)</span>'
-    else:
-        badge = f'<span class="badge badge-bad">✗ outputs differ from token {comparison["first_difference"]} on</span>'
-    notes = teach.sampling_note_html(spd) + notes
-    return f'<div class="outcome">{badge}{teach.reference_badge(ar, reference)}{headline}{why}</div>{notes}'
+    rates = " · ".join(_num(metrics.tokens_per_second(s), 1) for s in spds)
+    headline = (
+        f'<span class="headline">{" · ".join(speeds)} wall-clock decoding speedup'
+        f"{' over the target alone' if several else ''} ({rates} vs {_num(metrics.tokens_per_second(ar), 1)} tokens/s)</span>"
+        if speeds
+        else '<span class="headline">Too short to time: no tokens after the prefill.</span>'
+    )
+    notes = teach.sampling_note_html(spds[0]) + notes
+    reference_badge = teach.reference_badge(ar, reference)
+    return f'<div class="outcome">{"".join(badges)}{reference_badge}{headline}{"".join(whys)}</div>{notes}'
 
 
 def loading_html(fraction: float, message: str) -> str:
@@ -317,12 +299,18 @@ def error_html(message: str) -> str:
     return f'<div class="outcome"><div class="error-box" role="alert">{html.escape(message)}</div></div>'
 
 
+def _table(rows: list[str], narrow: bool) -> str:
+    """A stats table; `narrow` (three lanes side by side) puts each formula under its row."""
+    return f'<table class="stats{" stats-narrow" if narrow else ""}">{"".join(rows)}</table>'
+
+
 def _row(name: str, value: str, formula: str = "") -> str:
     return f'<tr><th scope="row">{name}</th><td class="num">{value}</td><td class="formula">{formula}</td></tr>'
 
 
-def speculative_stats_html(spd: Trace, speedup: float | None) -> str:
-    """The speculative run's numbers, each from demo.engine.metrics, with its formula beside it."""
+def speculative_stats_html(spd: Trace, speedup: float | None, narrow: bool = False) -> str:
+    """The speculative run's numbers, each from demo.engine.metrics, with its formula beside it
+    (under it, when `narrow`)."""
     s = metrics.summary(spd, speculative=True)
     n_decode = metrics.decode_tokens(spd)
     # The breakdown counts the tokens shown (a round's tokens arrive before its round event).
@@ -357,10 +345,10 @@ def speculative_stats_html(spd: Trace, speedup: float | None) -> str:
             f"params = {_num(s['c'], 3)}",
         ),
     ]
-    return f'<table class="stats">{"".join(rows)}</table>'
+    return _table(rows, narrow)
 
 
-def autoregressive_stats_html(ar: Trace) -> str:
+def autoregressive_stats_html(ar: Trace, narrow: bool = False) -> str:
     s = metrics.summary(ar)
     n_decode = metrics.decode_tokens(ar)
     rows = [
@@ -370,7 +358,7 @@ def autoregressive_stats_html(ar: Trace) -> str:
         _row("decode tokens/s", _num(s["tok_s"], 1), f"{n_decode} tokens / {s['decode_s']:.3f} s"),
         _row("prefill", f"{s['prefill_s'] * 1000:.0f} ms" if ar.prefill else "–", "image + prompt, one forward"),
     ]
-    return f'<table class="stats">{"".join(rows)}</table>'
+    return _table(rows, narrow)
 
 
 CSS = """
@@ -423,11 +411,15 @@ details.round-d[open] > summary { background: rgba(0,114,178,.06); }
   color: #fff; font-size: 12px; }
 .tip td:first-child { color: #bbb; }
 .tip .rej { color: #ffb38a; }
+.tip .opens { display: block; margin-top: 3px; color: #bbb; font-style: italic; }
+.panel[data-blocks] .tok:not([data-round="0"]) { cursor: pointer; }
 .nl, .ctl, .part { opacity: .55; }
 .end { font-size: 11px; padding: 0 3px; opacity: .8; border: 1px solid currentColor; border-radius: 3px;
   font-family: ui-sans-serif, system-ui, sans-serif; }
 .panel { border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 10px 12px;
   min-height: 150px; }
+.panel.lane-1 { border-left: 4px solid #009E73; } .panel.lane-2 { border-left: 4px dashed #CC79A7; }
+.panel.lane-ar { border-left: 4px dotted #666; }
 .panel-head { display: flex; flex-wrap: wrap; align-items: baseline; gap: 4px 10px; margin-bottom: 6px; }
 .panel-title { font-weight: 700; font-size: 16px; }
 .panel-sub { opacity: .7; font-size: 13px; }
@@ -442,6 +434,8 @@ details.round-d[open] > summary { background: rgba(0,114,178,.06); }
 .stats .num { font-variant-numeric: tabular-nums; font-weight: 600; text-align: right; white-space: nowrap; }
 .stats .formula { opacity: .7; }
 .stats tr { border-bottom: 1px solid var(--border-color-primary, #eee) !important; }
+.stats-narrow tr { display: grid; grid-template-columns: 1fr auto; }
+.stats-narrow .formula { grid-column: 1 / -1; padding-top: 0 !important; font-size: 12px; }
 @media (max-width: 640px) {
   .stats tr { display: grid; grid-template-columns: 1fr auto; }
   .stats .formula { grid-column: 1 / -1; padding-top: 0 !important; font-size: 12px; }

@@ -9,7 +9,8 @@
 
 One decoder at a time (`concurrency_id="decode"`, limit 1: one accelerator, honest clocks), at
 most QUEUE_SIZE requests waiting; one more is told at once that the queue is full. Gradio 6 takes
-the theme and CSS at launch, so launch through `launch()` (or pass `text.CSS` and `text.THEME`).
+the theme, CSS and script at launch, so launch through `launch()` (or pass `text.CSS`, `text.JS` and
+`text.THEME`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,14 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: lis
 
     def on_preset(name):
         names = layout.drafter_choices(name) if name in presets.PRESETS else []
-        return gr.Dropdown(choices=names, value=names[0] if names else None), layout.preset_html(name)
+        return (
+            gr.Dropdown(choices=names, value=names[0] if names else None),
+            gr.Dropdown(choices=[layout.NO_SECOND, *names], value=layout.NO_SECOND),
+            layout.preset_html(name),
+        )
+
+    def on_second(drafter):  # the second lane's panel and block view show while a second drafter is picked
+        return [gr.update(visible=drafter not in (None, "", layout.NO_SECOND))] * 2
 
     def visible(on):
         return gr.update(visible=bool(on))
@@ -53,7 +61,8 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: lis
     small = {"api_visibility": "private", "queue": False}
     c.gallery.select(on_example, None, [c.image, c.question, c.reference], **small)
     c.image.upload(lambda: layout.reference_html(None), None, c.reference, **small)
-    c.preset.change(on_preset, c.preset, [c.drafter, c.preset_info], **small)
+    c.preset.change(on_preset, c.preset, [c.drafter, c.drafter2, c.preset_info], **small)
+    c.drafter2.change(on_second, c.drafter2, [v.spd2_column, v.blocks2_accordion], **small)
     demo.load(layout.preset_html, c.preset, c.preset_info, **small)
     c.decoding.change(lambda d: [visible(d == "sampling")] * 3, c.decoding, [c.temperature, c.top_p, c.seed], **small)
     c.adaptive.change(visible, c.adaptive, c.threshold, **small)
@@ -66,7 +75,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: lis
     decode = {"concurrency_limit": 1, "concurrency_id": "decode", "preprocess": False}
     racing = c.run.click(
         handlers.positional(handlers.run_race),  # its accelerator part is `session.gpu_race`
-        [c.image, *settings, c.decoding, *sampling, c.adaptive, c.threshold],
+        [c.image, *settings, c.decoding, *sampling, c.adaptive, c.threshold, c.drafter2],
         outputs,
         api_name="race",
         show_progress="hidden",
@@ -87,7 +96,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: lis
     trace_out = gr.JSON(visible=False, label="trace")
     gr.Button(visible=False).click(
         handlers.trace_api,
-        [c.image, *settings, greedy, *sampling, min_confidence],
+        [c.image, *settings, greedy, *sampling, min_confidence, c.drafter2],
         trace_out,
         api_name="trace",
         **decode,
@@ -106,22 +115,41 @@ def _remote(value) -> bool:
     return isinstance(path, str) and path.split(":", 1)[0].lower() in ("http", "https", "ftp", "file", "data")
 
 
+# Inputs an endpoint gained after callers had started to use it (its last ones), each with the value
+# a call that leaves it out gets: such a call keeps working as it did (gradio_client fills them in
+# anyway; a plain HTTP call may not know them).
+ADDED_INPUTS = {"race": (layout.NO_SECOND,), "trace": (layout.NO_SECOND,)}  # second_drafter (issue 27)
+
+
+def _padded(block_fn, inputs: list) -> list:
+    """`inputs`, with the endpoint's added inputs that it leaves out set to their defaults."""
+    added = ADDED_INPUTS.get(block_fn.api_name, ())
+    missing = len(block_fn.inputs) - len(inputs)
+    return [*inputs, *added[len(added) - missing :]] if 0 < missing <= len(added) else inputs
+
+
 class _Page(gr.Blocks):
     """gr.Blocks whose refusals of a request's raw values, before any handler runs, are the app's
     own sentences rather than Gradio's (which `show_error=False` blanks to `{"error": null}`):
-    too few values, and an image that is a server path or a URL rather than an upload."""
+    too few values, and an image that is a server path or a URL rather than an upload. A call
+    that leaves out inputs added since it was written (`ADDED_INPUTS`) gets their defaults."""
 
     def validate_inputs(self, block_fn, inputs):
-        if len(inputs) < len(block_fn.inputs):
+        if len(_padded(block_fn, inputs)) < len(block_fn.inputs):
             names = _parameters(block_fn)
+            added = len(ADDED_INPUTS.get(block_fn.api_name, ()))
+            optional = (
+                f" (the last {added} may be left out)" if added > 1 else " (the last may be left out)" if added else ""
+            )
             raise gr.Error(
-                f"/{block_fn.api_name or block_fn.name} takes {len(block_fn.inputs)} values, in this order: "
+                f"/{block_fn.api_name or block_fn.name} takes {len(block_fn.inputs)} values{optional}, in this order: "
                 f"{', '.join(names)}; it got {len(inputs)}. gradio_client fills in the defaults of any left out.",
                 print_exception=False,
             )
         super().validate_inputs(block_fn, inputs)
 
     async def preprocess_data(self, block_fn, inputs, state, explicit_call=False):
+        inputs = _padded(block_fn, inputs)
         if any(_remote(value) for value in inputs):
             raise gr.Error(validate.NOT_UPLOADED, print_exception=False)
         try:
@@ -207,6 +235,7 @@ def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_siz
     result = demo.launch(
         prevent_thread_lock=True,
         css=text.CSS,
+        js=text.JS,
         theme=text.THEME,
         max_file_size=validate.MAX_FILE_BYTES,
         show_error=False,

@@ -53,8 +53,9 @@ def _why_rejected(kind: str) -> str:
     return "the image-aware drafter sees the image, but it is a far smaller model than the target"
 
 
-def annotated_round_html(spd: Trace) -> str:
-    """One round of this race, told step by step (before a run: what a round is)."""
+def annotated_round_html(spd: Trace, several: bool = False) -> str:
+    """One round of this race, told step by step (before a run: what a round is). `several`: the
+    race has more than one speculative lane, and `spd` is the first (the page says so)."""
     r = _pick(spd)
     if r is None or spd.start is None or spd.start.drafter is None:
         return (
@@ -66,6 +67,10 @@ def annotated_round_html(spd: Trace) -> str:
     drafter = spd.start.drafter
     proposed = " ".join(_t(t) for t in r.drafted_texts)
     who = f"{drafter.name} drafter" + ("" if drafter.name == drafter.kind else f", {drafter.kind}")
+    if several:
+        who += (
+            "; the first speculative lane, whose γ sweep is below too: the second lane's rounds open in its block view"
+        )
     marks = []
     for j, text in enumerate(r.drafted_texts):
         if j < r.n_accepted:
@@ -159,9 +164,10 @@ def inspector_html(r: RoundEvent, greedy: bool) -> str:
 # --- the speedup, explained from this run's costs ----------------------------------------------------
 
 
-def why_html(spd: Trace, ar: Trace, speedup: float) -> str:
+def why_html(spd: Trace, ar: Trace, speedup: float, lane: str = "", warn: bool = True) -> str:
     """The measured speedup against the cost model fed with this race's own step costs, the
-    spread of the per-round estimate, and a warning when the step costs varied widely."""
+    spread of the per-round estimate, and (with `warn`) a warning when the step costs varied
+    widely. `lane`: the lane's name, said first, when a race has several."""
     c = metrics.costs(spd, ar)
     if c is None or math.isnan(speedup):
         return ""
@@ -171,21 +177,21 @@ def why_html(spd: Trace, ar: Trace, speedup: float) -> str:
     round_ms = (drafts * c.t_draft + verify) * 1000
     model = metrics.predicted(tau, drafts, c)
     mid, low, high = metrics.round_speedups(spd, ar)
-    text = (
+    text = lane + (
         f"Why ×{speedup:.2f}: a round here costs {drafts:.1f} drafter steps × {c.t_draft * 1000:.2f} ms + a verify "
         f"of {drafts + 1:.1f} tokens {verify * 1000:.2f} ms = {round_ms:.1f} ms and yields τ = {tau:.2f} tokens; "
         f"the target alone takes {c.t1 * 1000:.2f} ms a token, so {tau:.2f} × {c.t1 * 1000:.2f} / {round_ms:.1f} "
         f"= ×{model:.2f} predicted (a verify of {c.gamma + 1} tokens costs {c.t_verify / c.t1:.1f} single steps here). "
         f"Per-round medians give ×{mid:.2f}, ×{low:.2f}–{high:.2f} between the rounds' quartiles."
     )
-    warn = ""
-    if c.noisy:
-        warn = (
+    warning = ""
+    if c.noisy and warn:
+        warning = (
             f'<span class="noisy" role="note">⚠ Timing is noisy: this run\'s single target steps varied by '
             f"{c.t1_spread * 100:.0f}% and its verifies by {c.verify_spread * 100:.0f}% (interquartile range over "
             "median); the machine is probably busy, so the speedup may differ a lot on a rerun.</span>"
         )
-    return f'<span class="why">{html.escape(text)}</span>{warn}'
+    return f'<span class="why">{html.escape(text)}</span>{warning}'
 
 
 def sampling_note_html(spd: Trace) -> str:
@@ -202,8 +208,9 @@ def sampling_note_html(spd: Trace) -> str:
 # --- the sweep's rule of thumb ------------------------------------------------------------------------
 
 
-def rule_of_thumb(rows: list[dict], race_gamma: int) -> str:
-    """One sentence read off the sweep: the γ the cost model prefers, and how τ and α move."""
+def rule_of_thumb(rows: list[dict], race_gamma: int, whose: str = "") -> str:
+    """One sentence read off the sweep: the γ the cost model prefers, and how τ and α move
+    (`whose`: which lane's sweep it is, when a race has several)."""
     scored = [r for r in rows if r["predicted_speedup"] is not None]
     if not scored:
         return ""
@@ -212,7 +219,7 @@ def rule_of_thumb(rows: list[dict], race_gamma: int) -> str:
     first, last = rows[0], rows[-1]
     here = next((r for r in scored if r["gamma"] == race_gamma), None)
     text = (
-        f"Rule of thumb for this prompt: the cost model peaks at γ = {best['gamma']} (×{best['predicted_speedup']:.2f}), "
+        f"Rule of thumb for this prompt{whose}: the cost model peaks at γ = {best['gamma']} (×{best['predicted_speedup']:.2f}), "
         + (
             f"and γ = {min(near)}–{max(near)} is within 5% of it. "
             if len(near) > 1

@@ -1,13 +1,13 @@
 """The page's words and looks: its header, the timing and "How it works" texts, CSS and theme.
 
-Gradio 6 takes the theme and CSS at launch (`demo.page.app.launch` passes them).
+Gradio 6 takes the theme, CSS and script at launch (`demo.page.server.launch` passes them).
 """
 
 from __future__ import annotations
 
 import gradio as gr
 
-from demo.page import render
+from demo.page import blocks, render
 
 # The Analysis tab's rules.
 ANALYSIS_CSS = """
@@ -37,6 +37,7 @@ ANALYSIS_CSS = """
 
 CSS = (
     render.CSS
+    + blocks.CSS
     + """
 .gradio-container { max-width: 1480px !important; }
 #title h1 { margin: 0 0 2px 0; font-size: 26px; }
@@ -57,6 +58,39 @@ CSS = (
     + ANALYSIS_CSS
 )
 THEME = gr.themes.Default(primary_hue="teal", neutral_hue="slate")
+
+# The page's one script: a click on (or Enter at) a token of a speculative lane's panel opens that
+# token's round in the lane's block view (the panel names the view: data-blocks), opening the
+# view's accordion first if it is closed, and moves the focus there.
+JS = """
+() => {
+  const open = (tok) => {
+    const panel = tok.closest(".panel[data-blocks]");
+    const round = tok.dataset.round;
+    if (!panel || !round || round === "0") return false;
+    const view = document.getElementById(panel.dataset.blocks);
+    const row = view && view.querySelector(`details.round-d[data-round="${round}"]`);
+    if (!row) return false;
+    const accordion = view.closest("#blocks-accordion, #blocks2-accordion");
+    const toggle = accordion && accordion.querySelector(".label-wrap");
+    if (toggle && !toggle.classList.contains("open")) toggle.click();
+    row.open = true;
+    requestAnimationFrame(() => {
+      row.scrollIntoView({ block: "start" });
+      row.querySelector("summary").focus({ preventScroll: true });
+    });
+    return true;
+  };
+  document.addEventListener("click", (event) => {
+    const tok = event.target.closest && event.target.closest(".tok");
+    if (tok) open(tok);
+  });
+  document.addEventListener("keydown", (event) => {
+    const tok = event.key === "Enter" && event.target.closest && event.target.closest(".tok");
+    if (tok && open(tok)) event.preventDefault();
+  });
+}
+"""
 
 
 TIMING = """**How the race is timed.** Both runs decode on this machine, taking turns on one thread.

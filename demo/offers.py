@@ -1,0 +1,109 @@
+"""Whether a preset, and a race's lanes, can run here: answered before any work, loading nothing.
+
+    check_available(preset)          refuse (Unavailable, LoadFailed) a preset not served here or
+                                     that cannot load
+    check_memory(preset, drafters)   refuse (NotEnoughMemory) lanes whose drafter models do not
+                                     fit beside the target, with the need and the free memory
+    offered(default)                 the presets a page offers, and the others with the reason
+    availability(name)               whether a preset can load now, and the sentence that says so
+
+Part of the session layer (no Gradio); torch and transformers are imported on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from demo import failures
+from demo.models import presets, zerogpu
+
+log = logging.getLogger(__name__)
+
+
+def check_available(preset: str) -> None:
+    """Refuse (Unavailable, LoadFailed) a preset that is not served here or cannot load."""
+    from demo.models import loader
+
+    loader.check_served(preset)  # preloaded deployments (a Space) never load in a request
+    if loader.is_loaded(preset):
+        return
+    try:
+        available = loader.availability(preset)
+    except Exception as error:  # files too damaged even to count their parameters
+        raise failures.load_failed(preset, error) from error
+    if not available.ok:
+        raise loader.Unavailable(available.message)
+
+
+def _model_drafter(preset: presets.Preset, name: str) -> presets.DrafterSpec | None:
+    """The model a drafter name drafts with: the spec of that name, or of its tree option's base;
+    None for a drafter with no model of its own (prompt lookup, layer-skip self-drafting)."""
+    return next((s for s in preset.drafters if name in (s.name, s.name + presets.TREE)), None)
+
+
+def check_memory(preset_name: str, drafters: tuple[str, ...]) -> None:
+    """Refuse (NotEnoughMemory), before anything loads, a race's lanes (their `drafters`) whose
+    drafter models do not fit beside the target of preset `preset_name`. The loader checks one
+    drafter at a time, so lanes with two models of their own are checked together here (their
+    weights, as `demo.models.devices.plan` counts them; drafters already loaded cost nothing)."""
+    from demo.models import devices, hub, loader
+
+    preset = presets.PRESETS[preset_name]
+    specs = {spec.name: spec for d in drafters if (spec := _model_drafter(preset, d)) is not None}
+    if len(specs) < 2:
+        return
+    loaded = loader.load(preset_name) if loader.is_loaded(preset_name) else None
+
+    def params(ref: str, estimate: int) -> int:  # counted from the files when they are here
+        path = hub.local(ref)
+        return (hub.count_params(path) if path else 0) or estimate
+
+    target = 0 if loaded else params(preset.target, preset.params)  # a loaded target's memory is taken
+    drafters = sum(params(s.path, s.params) for s in specs.values() if not (loaded and s.name in loaded.drafters))
+    names = " and ".join(repr(name) for name in specs)
+    try:
+        devices.plan(target, drafters, devices.probe(), what=f"preset {preset_name!r} with the drafters {names}")
+    except devices.NotEnoughMemory as error:
+        raise devices.NotEnoughMemory(f"{error}. Race one of these drafters at a time.") from None
+
+
+def offered(default: str) -> tuple[list[str], dict[str, str]]:
+    """The presets a page offers, and the others with the reason each is left out.
+
+    Preloaded (a Space, or DEMO_PRELOAD): exactly the presets that loaded at start-up. Lazy: the
+    presets whose files are here or may be downloaded (`demo.models.hub`, no torch needed), and
+    always `default`, whose own status line says whether it can load."""
+    if zerogpu.preload_names(presets.DEFAULT_PRESET) is not None:
+        from demo.models import loader  # already imported: the presets were loaded at start-up
+
+        outcome = loader.preloaded()
+        if outcome is not None:
+            left = {name: f"it failed to load at start-up: {why}." for name, why in outcome.items() if why}
+            left |= {
+                name: f"not loaded at start-up here (set {zerogpu.PRELOAD_ENV} to serve it)."
+                for name in presets.PRESETS
+                if name not in outcome
+            }
+            return [name for name, why in outcome.items() if why is None and name in presets.PRESETS], left
+    from demo.models import hub
+
+    choices, left = [], {}
+    for name, preset in presets.PRESETS.items():
+        found = hub.availability([preset.target, *(s.path for s in preset.drafters)])
+        if found.ok or name == default:
+            choices.append(name)
+        else:
+            left[name] = found.message
+    return choices, left
+
+
+def availability(name: str) -> tuple[bool, str]:
+    """Whether preset `name` can load on this machine now, and the sentence that says so."""
+    from demo.models import loader  # torch and transformers: imported on first use
+
+    try:
+        available = loader.availability(name)
+    except Exception as error:  # files too damaged even to count their parameters
+        log.warning("cannot check preset %r: %s", name, error)
+        return False, f"Its files could not be read ({type(error).__name__}); they may be damaged."
+    return available.ok, available.message

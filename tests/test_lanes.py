@@ -1,0 +1,56 @@
+"""The Race tab's lanes as component updates (demo.page.lanes), on hand-built traces: every lane's
+panel, stats and block view keyed by component name, and what the page says of a preset's drafters."""
+
+from test_render import ar_trace, spd_trace
+
+from demo import offers
+from demo.engine.events import Trace
+from demo.models import presets
+from demo.page import lanes, layout
+
+
+def test_one_speculative_lane_leaves_the_second_lanes_components_empty():
+    update = lanes.view({"speculative": spd_trace(), "autoregressive": ar_trace()}, (), charts_too=True)
+    assert update["spd_panel"].count('class="tok tok-') == 8 and 'data-blocks="blocks"' in update["spd_panel"]
+    assert "tok tok-" not in update["spd2_panel"] and "Rounds appear here" in update["blocks2"]
+    assert "stats-narrow" not in update["spd_stats"] + update["ar_stats"]  # two lanes: room for the formulas
+    outcome = update["outcome"]
+    assert "lossless" not in outcome and "✗ outputs differ from token 3 on" in outcome
+    assert "text-only: " not in outcome and "over the target alone" not in outcome  # one lane: no lane names
+    assert [line.name for line in update["race_chart"].data] == ["SPD text-only", "autoregressive"]
+    assert "the first speculative lane" not in update["how_round"]
+
+
+def test_two_speculative_lanes_fill_every_lanes_components_by_name():
+    traces = {
+        "speculative": spd_trace(),
+        "speculative-2": spd_trace(drafter="image-aware"),
+        "autoregressive": ar_trace(),
+    }
+    update = lanes.view(traces, ("a fact",), charts_too=True)
+    assert update["spd2_panel"].startswith('<div class="panel lane-2" data-blocks="blocks2">')
+    assert "Speculative, second lane · image-aware" in update["spd2_panel"]
+    assert 'href="#spd2-panel"' in update["spd_panel"] and 'href="#ar-panel"' in update["spd2_panel"]  # skip links
+    assert "image-aware drafter" in update["blocks2"] and update["blocks2"].count('<summary class="round">') == 3
+    assert all("stats-narrow" in update[name] for name in ("spd_stats", "spd2_stats", "ar_stats"))
+    assert "text-only: ✗ outputs differ" in update["outcome"] and "image-aware: ✗ outputs differ" in update["outcome"]
+    assert [line.name for line in update["race_chart"].data] == ["SPD text-only", "SPD image-aware", "autoregressive"]
+    assert len(update["tau_chart"].data) == len(update["hist_chart"].data) == len(update["time_chart"].data) / 2 == 2
+    assert "the first speculative lane" in update["how_round"]
+    assert lanes.ordered({"autoregressive", "speculative-2", "speculative"}) == list(traces)
+
+
+def test_while_racing_the_charts_wait_and_the_time_chart_waits_for_the_end():
+    traces = {"speculative": Trace(), "speculative-2": Trace(), "autoregressive": Trace()}
+    update = lanes.view(traces, (), charts_too=False)
+    assert not {"race_chart", "how_round", "time_chart"} & set(update)
+    assert "time_chart" not in lanes.view(traces, (), charts_too=True)
+
+
+def test_the_preset_line_names_each_drafter_it_cannot_offer_with_the_reason(monkeypatch):
+    monkeypatch.setattr(offers, "availability", lambda name: (True, "Ready."))
+    monkeypatch.setitem(presets.PRESETS, "p", presets.Preset("p", "t", (presets.DrafterSpec("d", "text-only", "x"),)))
+    html = layout.preset_html("p")
+    assert "Drafter layer-skip not offered:</span> no search for the layers to skip is stored" in html
+    assert layout.drafter_choices("p") == ["d", "d+tree", "prompt-lookup"]
+    assert layout.second_choices("p") == ["none", "d", "d+tree", "prompt-lookup"]
