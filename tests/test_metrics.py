@@ -160,3 +160,15 @@ def test_a_trace_before_its_first_event_has_no_gamma_and_no_parameter_ratio():
     assert Trace().gamma == 0 and metrics.acceptance_by_position(Trace()) == []
     assert math.isnan(metrics.param_ratio(Trace()))
     assert "alpha" not in metrics.summary(Trace()) and "alpha" in metrics.summary(Trace(), speculative=True)
+
+
+def test_cost_model_keeps_measured_verify_costs_and_never_prices_one_below_them():
+    measured = metrics.Costs(t1=0.004, t_verify=0.006, t_draft=0.0005, gamma=4, t1_spread=0.0, verify_spread=0.0)
+    assert measured.verify(1) == 0.004 and measured.verify(5) == pytest.approx(0.006)
+    assert measured.verify(9) == pytest.approx(0.008)  # extrapolated along the measured slope
+    # A busy machine measured the 5-token verify cheaper than the 1-token step: both measurements
+    # stay, and wider forwards are held at the cheaper one instead of falling to negative costs.
+    inverted = metrics.Costs(t1=0.075, t_verify=0.030, t_draft=0.001, gamma=4, t1_spread=0.0, verify_spread=0.0)
+    assert inverted.verify(1) == 0.075 and inverted.verify(5) == pytest.approx(0.030)
+    assert inverted.verify(11) == inverted.verify(40) == 0.030
+    assert all(metrics.predicted(2.0, g, inverted) > 0 for g in range(1, 11))

@@ -206,11 +206,14 @@ class Costs:
 
     def verify(self, n_tokens: float) -> float:
         """A target forward over n_tokens tokens, interpolated linearly between the two measured
-        widths (1 token, and `width`)."""
+        widths (1 token, and `width`), and never below the cheaper of the two: where a busy
+        machine measured the wide forward cheaper than the one-token step, the line falls with
+        width, and is held at the measured floor instead of going on to negative costs."""
         width = self.width or self.gamma + 1
         if width <= 1:
             return self.t1
-        return self.t1 + (n_tokens - 1) * (self.t_verify - self.t1) / (width - 1)
+        line = self.t1 + (n_tokens - 1) * (self.t_verify - self.t1) / (width - 1)
+        return max(line, min(self.t1, self.t_verify))
 
 
 def verify_width(r: RoundEvent) -> int:
