@@ -110,7 +110,9 @@ def parse(
     known = presets.PRESETS if known is None else known
     text = validate.question(question)
     preset = validate.choice("model preset", preset, known)
-    drafter = validate.choice(f"drafter for preset {preset!r}", drafter, [d.name for d in known[preset].drafters])
+    if drafter in known[preset].unusable():  # a drafter it names but cannot offer: say why
+        raise InvalidInput(validate.sentence(known[preset].refusal(drafter, 1)))
+    drafter = validate.choice(f"drafter for preset {preset!r}", drafter, known[preset].drafter_names())
     gamma = validate.integer("gamma (drafts per round)", gamma, *validate.GAMMA_RANGE)
     max_new_tokens = validate.integer("max new tokens", max_new_tokens, *validate.MAX_NEW_RANGE)
     greedy = validate.flag("greedy", greedy)
@@ -118,6 +120,9 @@ def parse(
     top_p = validate.number("top-p", top_p, 0.0, 1.0, low_open=True)
     seed = validate.integer("seed", seed, *validate.SEED_RANGE)
     min_confidence = validate.number(THRESHOLD, min_confidence, 0.0, 1.0)
+    refused = known[preset].refusal(drafter, gamma, min_confidence)  # e.g. a tree too large for one verify
+    if refused:
+        raise InvalidInput(validate.sentence(refused))
     sampling = Sampling() if greedy else Sampling(greedy=False, temperature=temperature, top_p=top_p, seed=seed)
     return Request(text, preset, drafter, gamma, sampling, max_new_tokens, min_confidence)
 

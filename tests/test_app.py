@@ -138,7 +138,10 @@ def test_smallest_budget_gives_one_token_from_the_prefill(client, tiny_world):
     [
         ({"question": "  "}, "Ask a question about the image first."),
         ({"preset": "nope"}, "Unknown model preset: 'nope'. Choose one of: embedded, "),
-        ({"drafter": "nope"}, "Unknown drafter for preset 'tiny': 'nope'. Choose one of: text-only, image-aware."),
+        (
+            {"drafter": "nope"},
+            "Unknown drafter for preset 'tiny': 'nope'. Choose one of: text-only, text-only+tree, image-aware, image-aware+tree, prompt-lookup.",
+        ),
         ({"gamma": 50}, "gamma (drafts per round) must be a whole number from 1 to 10; got 50."),
         ({"max_new": 0}, "max new tokens must be a whole number from 1 to 512; got 0."),
         ({"greedy": False, "temperature": 0}, "temperature must be a number in (0, 5]; got 0."),

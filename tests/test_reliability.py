@@ -292,10 +292,10 @@ def test_the_page_pop_up_shows_a_message_as_typed_and_trace_returns_it_plain(app
     image = uploaded(app, world / "images" / "0.png")
     bad = args(world, image=image, drafter="<i>x</i>")
     assert raw_call(app, "trace", list(bad))["output"]["error"] == (
-        f"Unknown drafter for preset {PRESET!r}: '<i>x</i>'. Choose one of: text-only, image-aware."
+        f"Unknown drafter for preset {PRESET!r}: '<i>x</i>'. Choose one of: text-only, text-only+tree, image-aware, image-aware+tree, prompt-lookup."
     )
     assert raw_call(app, "race", page_args(image, drafter="<i>x</i>"))["output"]["error"] == (
-        f"Unknown drafter for preset {PRESET!r}: '&lt;i&gt;x&lt;/i&gt;'. Choose one of: text-only, image-aware."
+        f"Unknown drafter for preset {PRESET!r}: '&lt;i&gt;x&lt;/i&gt;'. Choose one of: text-only, text-only+tree, image-aware, image-aware+tree, prompt-lookup."
     )
 
 

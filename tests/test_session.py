@@ -43,7 +43,10 @@ def test_every_bad_field_is_refused_with_its_name():
         InvalidInput, match=r"^gamma \(drafts per round\) must be a whole number from 1 to 10; got 0\.$"
     ):
         session.parse(question="q", preset="p", drafter="text-only", gamma=0, known=PRESETS)
-    with pytest.raises(InvalidInput, match=r"^Unknown drafter for preset 'p': 'x'\. Choose one of: text-only\.$"):
+    with pytest.raises(
+        InvalidInput,
+        match=r"^Unknown drafter for preset 'p': 'x'\. Choose one of: text-only, text-only\+tree, prompt-lookup\.$",
+    ):
         session.parse(question="q", preset="p", drafter="x", known=PRESETS)
 
 

@@ -64,7 +64,10 @@ def test_a_valid_request_keeps_its_values_and_settings_record_them():
         ({"preset": "org/any-model"}, "Unknown model preset: 'org/any-model'. Choose one of: p."),
         ({"preset": "/etc"}, "Unknown model preset: '/etc'. Choose one of: p."),
         ({"preset": None}, "Unknown model preset: None. Choose one of: p."),
-        ({"drafter": "other"}, "Unknown drafter for preset 'p': 'other'. Choose one of: text-only, aware."),
+        (
+            {"drafter": "other"},
+            "Unknown drafter for preset 'p': 'other'. Choose one of: text-only, text-only+tree, aware, aware+tree, prompt-lookup.",
+        ),
         ({"gamma": 0}, "gamma (drafts per round) must be a whole number from 1 to 10; got 0."),
         ({"gamma": 11}, "gamma (drafts per round) must be a whole number from 1 to 10; got 11."),
         ({"gamma": 2.5}, "gamma (drafts per round) must be a whole number from 1 to 10; got 2.5."),
