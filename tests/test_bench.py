@@ -60,7 +60,7 @@ def test_bench_writes_report_files_and_ends_with_one_json_line(tiny_preset, tmp_
         "limit_speedup",
         "lossless",
     }
-    assert [c["drafter_path"] for c in cells[:2]] == ["lean", "transformers"]  # side by side, per cell
+    assert [c["drafter_path"] for c in cells[:2]] == ["lean + NumPy step", "transformers"]  # side by side, per cell
     for cell in cells:
         assert 1.0 <= cell["tau"] <= cell["gamma"] + 1
         assert cell["speedup"] == pytest.approx(cell["tok_s_spd"] / cell["tok_s_ar"])
@@ -71,7 +71,7 @@ def test_bench_writes_report_files_and_ends_with_one_json_line(tiny_preset, tmp_
     assert result["peer"]["ar_vs_hf_generate"] > 0
     assert {"ar_vs_hf_generate", "spd_vs_hf_assisted"} <= set(result["peer"])
     by_drafter = result["peer"]["by_drafter"]["text-only"]
-    assert by_drafter["drafter_path"] == "lean" and by_drafter["lean_vs_transformers_path"] > 0
+    assert by_drafter["drafter_path"] == "lean + NumPy step" and by_drafter["lean_vs_transformers_path"] > 0
     # No description cell ran, so the step-cost goals say so; the peer ones are measured.
     assert result["goals"]["D / T1"] == {"value": None, "bar": "<= 0.05", "met": None}
     assert result["goals"]["AR / HF generate"]["value"] == result["peer"]["ar_vs_hf_generate"]

@@ -1,11 +1,12 @@
 """The lean drafting path: logits as transformers', exact speculative output, and the fallback."""
 
+import numpy as np
 import pytest
 import tiny
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
 
-from demo.engine import lean, speculative
+from demo.engine import lean, lean_steps, speculative
 from demo.engine.drafters import Drafter, DraftState
 from demo.engine.lean import LeanDrafter, LeanLM, StaticCache
 from demo.engine.sampling import Sampling, warp
@@ -50,7 +51,13 @@ def drafters(world, tok):
         stop_ids=world.target.stop_ids,
         blocked_ids=base["text-partly"].blocked_ids,
     )
-    return {name: (d, lean.on_path(d, lean=True)) for name, d in base.items()}
+    return {name: (d, lean.on_path(d, "lean")) for name, d in base.items()}
+
+
+@pytest.fixture(scope="module")
+def torch_steps(drafters):
+    """Each test drafter on LeanLM's torch step (where "lean" takes the NumPy step on a CPU)."""
+    return {name: lean.on_path(hf, "lean-torch") for name, (hf, _) in drafters.items()}
 
 
 def drafter_inputs(world, d: Drafter, image, question) -> dict:
@@ -62,12 +69,16 @@ def drafter_inputs(world, d: Drafter, image, question) -> dict:
     return {"input_ids": torch.tensor([ids])}
 
 
+@pytest.mark.parametrize("step", ["lean + NumPy step", "lean"])
 @pytest.mark.parametrize("name", ["text-partly", "image-partly", "qwen2"])
 @torch.inference_mode()  # as the engine drafts
-def test_lean_logits_match_transformers_over_many_steps_with_rollbacks(world, drafters, name, monkeypatch):
+def test_lean_logits_match_transformers_over_many_steps_with_rollbacks(
+    world, drafters, torch_steps, name, step, monkeypatch
+):
     monkeypatch.setattr(lean, "CHUNK", 32)  # small capacity steps: the cache grows several times
     hf, fast = drafters[name]
-    assert fast.path == "lean" and fast.fallback_reason is None
+    fast = fast if step == "lean + NumPy step" else torch_steps[name]
+    assert fast.path == step and fast.fallback_reason is None
     image, question = CASES[3]
     inputs = drafter_inputs(world, hf, image, question)
     ref, got = hf.start(inputs), fast.start(inputs)
@@ -127,7 +138,7 @@ def test_greedy_speculative_output_with_lean_path_equals_autoregressive(world, d
             world.target, world.prompt(image, question), sampling=GREEDY, max_new_tokens=MAX_NEW
         )
         assert list(trace.summary.token_ids) == list(autoregressive.summary.token_ids) == reference
-        assert trace.start.drafter.path == "lean"
+        assert trace.start.drafter.path == "lean + NumPy step"
         # The lean drafter proposes what the transformers drafter proposes, round by round.
         assert [r.drafted_ids for r in trace.rounds] == [
             r.drafted_ids for r in run(world, hf, image, question, gamma).rounds
@@ -169,7 +180,7 @@ def test_each_lean_draft_is_a_sample_of_the_q_it_returns(world, drafters):
 @torch.inference_mode()  # as the engine drafts
 def test_static_step_for_cuda_graphs_computes_the_eager_step(world, drafters):
     _, fast = drafters["image-partly"]
-    assert fast.path == "lean"
+    assert fast.path == "lean + NumPy step"  # LeanLM built and checked
     lm: LeanLM = fast.lean
     ids = fast.allowed.nonzero()[:, 0][:40].tolist()
     eager, static = lm.new_cache(64), lm.new_cache(64)
@@ -187,7 +198,7 @@ def test_static_step_for_cuda_graphs_computes_the_eager_step(world, drafters):
 
 def test_lean_forward_reads_the_transformers_modules_own_weights(drafters):
     hf, fast = drafters["qwen2"]  # q/k/v with biases
-    assert fast.path == "lean"
+    assert fast.path == "lean + NumPy step"
     attn, mlp = hf.model.model.layers[0].self_attn, hf.model.model.layers[0].mlp
     (qkv_t, qkv_bias), _, _, (gate_up_t, _), (down_t, _) = fast.lean.layers[0][1:]
     # The fused q/k/v and gate/up matrices are the modules' storage: each module's weight is a view of them.
@@ -237,7 +248,7 @@ def test_lean_path_that_fails_its_check_falls_back_to_transformers(world, drafte
     hf, _ = drafters["text-partly"]
     real = LeanLM.forward
     monkeypatch.setattr(LeanLM, "forward", lambda self, cache, ids: real(self, cache, ids) + 0.5)  # wrong logits
-    d = lean.on_path(hf, lean=True)
+    d = lean.on_path(hf, "lean")
     assert d.path == "transformers" and "failed its check" in d.fallback_reason and d.lean is None
     image, question = CASES[0]
     trace = run(world, d, image, question, 4)
@@ -245,12 +256,40 @@ def test_lean_path_that_fails_its_check_falls_back_to_transformers(world, drafte
     assert type(d.start(drafter_inputs(world, d, image, question))) is DraftState
 
 
+def test_numpy_step_reads_the_lean_models_weights_and_the_runs_cache(world, drafters):
+    _, fast = drafters["qwen2"]  # q/k/v with biases
+    step = fast.numpy_step
+    (qkv_t, qkv_bias), (o_t, _) = fast.lean.layers[0][1:3]
+    (np_qkv_t, np_qkv_bias), (np_o_t, _) = step.layers[0][1:3]
+    assert np.shares_memory(np_qkv_t, qkv_t.detach().numpy()) and np.shares_memory(
+        np_qkv_bias, qkv_bias.detach().numpy()
+    )
+    assert np.shares_memory(np_o_t, o_t.detach().numpy()) and np.shares_memory(
+        step.embed, fast.lean.embed.detach().numpy()
+    )
+    cache = fast.lean.new_cache(8)
+    ids = fast.allowed.nonzero()[:, 0][:3].tolist()
+    step.forward(cache, ids)  # written into the torch tensors that the torch step reads
+    assert cache.length == 3 and bool(cache.keys[:, :, :3].abs().sum() > 0) and bool(cache.keys[:, :, 3:].eq(0).all())
+
+
+def test_numpy_step_that_fails_its_check_steps_through_torch(world, drafters, references, monkeypatch):
+    hf, _ = drafters["text-partly"]
+    real = lean_steps.NumpyStep.forward
+    monkeypatch.setattr(lean_steps.NumpyStep, "forward", lambda self, cache, ids: real(self, cache, ids) * 1.01)
+    d = lean.on_path(hf, "lean")
+    assert d.path == "lean" and d.numpy_step is None and "failed its check" in d.numpy_reason
+    image, question = CASES[0]
+    trace = run(world, d, image, question, 4)
+    assert trace.start.drafter.path == "lean" and list(trace.summary.token_ids) == references[0]
+
+
 def test_loaded_presets_draft_through_the_lean_path(tmp_path):
     tiny.save_preset(tmp_path, name="tiny-lean")
     loaded = loader.load("tiny-lean")
     for name in ("text-only", "image-aware"):
         d = loaded.drafter(name)
-        assert isinstance(d, LeanDrafter) and d.path == "lean"
+        assert isinstance(d, LeanDrafter) and d.path == "lean + NumPy step"
         assert not any("drafts through transformers" in note for note in loaded.notes(name))
     loader._LOADED.pop("tiny-lean")
     loader.PRESETS.pop("tiny-lean")

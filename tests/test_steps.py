@@ -17,5 +17,5 @@ def test_step_timings_cover_each_drafting_path_and_end_with_one_json_line(tmp_pa
         loader.PRESETS.pop("tiny-steps")
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
     for timed in result["drafters"].values():
-        assert set(timed) == {"transformers", "lean", "lean static"}  # compiling only when asked
+        assert set(timed) == {"transformers", "lean", "lean static", "lean numpy"}  # compiling only when asked
         assert all(0 < t["p10_ms"] <= t["median_ms"] for t in timed.values())

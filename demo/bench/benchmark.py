@@ -19,8 +19,9 @@ model then runs over the rounds as they ran: predicted = tau * T1 / mean over ro
 (steps * D + T(width)), T(width) interpolated between T1 and T(w), so a tree's verify costs its
 node count and a round that drafted nothing one step. limit_speedup = tau * T1 / T(w) is the
 speedup this tau would give with free drafting and full verifies.
-`--drafter-paths lean,transformers` runs each cell with the lean drafting path and with the
-transformers forward of the same drafter (`demo.engine.lean`), side by side.
+`--drafter-paths lean,lean-torch,transformers` runs each cell with the lean drafting path (on a
+CPU its NumPy step), with LeanLM's torch step and with the transformers forward of the same
+drafter (`demo.engine.lean`), side by side.
 
 Then the peer comparison, on the same models and prompts: our AR against transformers'
 `generate(do_sample=False)`, and our SPD against transformers' assisted generation with the
@@ -68,7 +69,9 @@ SAMPLING = Sampling(greedy=False, temperature=0.7, top_p=0.95, seed=0)
 class Cell:
     task: str
     drafter: str
-    drafter_path: str  # the drafter's forward that ran: "lean", "lean + CUDA graphs" or "transformers"
+    drafter_path: (
+        str  # the drafter's forward that ran: "lean + NumPy step", "lean + CUDA graphs", "lean" or "transformers"
+    )
     gamma: int
     decoding: str  # "greedy" | "sampling"
     n: int  # examples
@@ -98,17 +101,17 @@ def examples_for(task: str, n: int, seed: int):
 
 
 def drafter_on(loaded, name: str, path: str):
-    """The loaded drafter `name` on the requested path: "lean" (as loaded, falling back where it
-    must) or "transformers" (the same model through its transformers forward; a tree drafts
+    """The loaded drafter `name` on the requested path: "lean" (as loaded: the device's fastest
+    checked step, falling back where it must), "lean-torch" (LeanLM's torch step, where "lean" takes
+    the NumPy step on a CPU) or "transformers" (the model's transformers forward; a tree drafts
     through its model's). None for a drafter with one path only (prompt lookup, layer-skip) on
     any path but the first."""
-    assert path in ("lean", "transformers"), path
     d = loaded.drafter(name)
     if path == "lean":
         return d
     if d.tree is not None:
-        return TreeDrafter(lean.on_path(d.base, lean=False), d.tree, name=d.name)
-    return lean.on_path(d, lean=False) if d.kind in ("text-only", "image-aware") else None
+        return TreeDrafter(lean.on_path(d.base, path), d.tree, name=d.name)
+    return lean.on_path(d, path) if d.kind in ("text-only", "image-aware") else None
 
 
 def run_pair(loaded, example, drafter, gamma: int, sampling: Sampling, max_new: int, spd_first: bool):
@@ -229,7 +232,7 @@ def goals(cells: list[Cell], peer_result: dict | None) -> list[dict]:
 
 def print_table(cells: list[Cell]) -> None:
     header = (
-        f"{'task':16} {'drafter':16} {'path':12} {'g':>2} {'decoding':9} {'tau':>5} {'alpha':>6} "
+        f"{'task':16} {'drafter':16} {'path':17} {'g':>2} {'decoding':9} {'tau':>5} {'alpha':>6} "
         f"{'SPD tok/s':>9} {'AR tok/s':>8} {'T1 ms':>6} {'Tv ms':>6} {'D ms':>5} "
         f"{'speedup':>7} {'limit':>5} {'predicted':>9}  lossless"
     )
@@ -237,7 +240,7 @@ def print_table(cells: list[Cell]) -> None:
     print("-" * len(header))
     for c in cells:
         print(
-            f"{c.task:16} {c.drafter:16} {c.drafter_path[:12]:12} {c.gamma:>2} {c.decoding:9} {c.tau:5.2f} {c.alpha:6.2f} "
+            f"{c.task:16} {c.drafter:16} {c.drafter_path:17} {c.gamma:>2} {c.decoding:9} {c.tau:5.2f} {c.alpha:6.2f} "
             f"{c.tok_s_spd:9.1f} {c.tok_s_ar:8.1f} {c.t1_ms:6.2f} {c.t_verify_ms:6.2f} {c.d_ms:5.2f} "
             f"{c.speedup:7.2f} {c.limit_speedup:5.2f} {c.predicted_speedup:9.2f}  {c.lossless}"
         )
@@ -321,7 +324,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--drafter-paths",
         default="lean",
-        help="lean, transformers, or both (lean,transformers): the drafter forwards each cell runs with",
+        help="any of lean, lean-torch, transformers (comma-separated): the drafter forwards each cell runs with",
     )
     parser.add_argument("--gammas", default="2,4,6")
     parser.add_argument("--decoding", default="greedy,sampling")

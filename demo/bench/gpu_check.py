@@ -47,7 +47,8 @@ from demo import session
 from demo.engine import metrics
 from demo.engine.compat import cache_keyword
 from demo.engine.events import Trace
-from demo.engine.lean import GraphStep, LeanLM
+from demo.engine.lean import LeanLM
+from demo.engine.lean_steps import GraphStep
 from demo.engine.sampling import Sampling
 from demo.models import devices, loader
 

@@ -68,7 +68,7 @@ def _methods(loaded, prompt, d, gamma: int, max_new: int, min_confidence: float,
         "hf_assisted": hf(assistant_model=d.model),
     }
     if with_transformers_path:
-        methods["ours_spd_transformers"] = ours(lean.on_path(d, lean=False))
+        methods["ours_spd_transformers"] = ours(lean.on_path(d, "transformers"))
     return methods
 
 

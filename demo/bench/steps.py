@@ -4,12 +4,14 @@ Times one drafter step (feed one token after a prompt, get the next token's logi
 on the preset's drafters:
 
     transformers    the model's own forward on a DynamicCache (what drafting cost before)
-    lean            `LeanLM.forward` on a StaticCache (what the demo runs on CPU)
+    lean            `LeanLM.forward` on a StaticCache (torch, eager)
     lean static     `LeanLM.static_step`: every shape fixed, the form a CUDA graph captures
+    lean numpy      `demo.engine.lean_steps.NumpyStep`: the step in NumPy (what the demo runs on a
+                    CPU in float32)
     lean compiled   that static step through torch.compile (with --compile; never in the demo:
                     this measures whether it would help on this machine)
 
-Reports, per path, the 10th percentile (the least disturbed by other processes on a shared
+The paths take turns, step by step. Reports, per path, the 10th percentile (the least disturbed by other processes on a shared
 machine) and the median wall time over many steps, then one JSON line.
 """
 
@@ -23,20 +25,30 @@ import time
 import torch
 from transformers import DynamicCache
 
+from demo.engine import lean_steps
 from demo.engine.lean import LeanLM
+from demo.engine.lean_steps import NumpyStep
 from demo.models import loader
 
 
-def timings(step, warmup: int, repeats: int) -> dict:
+def timings(steps: dict, warmup: int, repeats: int) -> dict:
+    """Each step's p10 and median wall time, the steps taken in turn (interleaved), so that a
+    machine busier at one moment than another slows every path alike."""
     for _ in range(warmup):
-        step()
-    wall = []
+        for step in steps.values():
+            step()
+    wall = {name: [] for name in steps}
     for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        wall.append(time.perf_counter() - start)
-    wall.sort()
-    return {"p10_ms": wall[repeats // 10] * 1e3, "median_ms": statistics.median(wall) * 1e3}
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            wall[name].append(time.perf_counter() - start)
+    return {name: _quantiles(w) for name, w in wall.items()}
+
+
+def _quantiles(wall: list[float]) -> dict:
+    wall = sorted(wall)
+    return {"p10_ms": wall[len(wall) // 10] * 1e3, "median_ms": statistics.median(wall) * 1e3}
 
 
 @torch.inference_mode()
@@ -65,18 +77,23 @@ def drafter_steps(drafter, prompt_len: int, warmup: int, repeats: int, compile_t
     def static_step():
         lm.static_step(static, token_t, position, keys_index, tables)
 
-    out = {
-        "transformers": timings(transformers_step, warmup, repeats),
-        "lean": timings(lean_step, warmup, repeats),
-        "lean static": timings(static_step, warmup, repeats),
-    }
+    numpy_step = NumpyStep(lm) if lean_steps.supported(lm) is None else None
+
+    def lean_numpy_step():
+        numpy_step(static, token)
+        static.crop(-1)
+
+    paths = {"transformers": transformers_step, "lean": lean_step, "lean static": static_step}
+    if numpy_step is not None:
+        paths["lean numpy"] = lean_numpy_step
+    out = {}
     if compile_too:
         compiled = torch.compile(lm.static_step, fullgraph=True, dynamic=False)
         started = time.perf_counter()
         compiled(static, token_t, position, keys_index, tables)
         out["compile_seconds"] = time.perf_counter() - started
-        out["lean compiled"] = timings(lambda: compiled(static, token_t, position, keys_index, tables), warmup, repeats)
-    return out
+        paths["lean compiled"] = lambda: compiled(static, token_t, position, keys_index, tables)
+    return timings(paths, warmup, repeats) | out
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -25,16 +25,13 @@ class Target:
 
     def __init__(self, model, tokenizer, *, name: str, stop_ids: frozenset[int]):
         self.model = model
+        self.device: torch.device = model.device  # read once: transformers' model.device walks the parameters
         self.tokenizer = tokenizer
         self.name = name
         self.stop_ids = stop_ids
         self.n_params = sum(p.numel() for p in model.parameters())
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.cache_kw = cache_keyword(model)  # "cache", or "past_key_values" before transformers 5.2x
-
-    @property
-    def device(self) -> torch.device:
-        return self.model.device
 
     def new_cache(self) -> DynamicCache:
         return DynamicCache(config=self.model.config)

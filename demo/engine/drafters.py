@@ -45,7 +45,7 @@ class Drafter:
     """A loaded drafter model and what it may propose; shared, read-only, by every run.
 
     `path` names the forward its runs draft with: "transformers" here; `demo.engine.lean.LeanDrafter`
-    reports "lean" (or "lean + CUDA graphs"), and says in `fallback_reason` why it could not.
+    reports "lean" (or "lean + NumPy step", "lean + CUDA graphs"), and says in `fallback_reason` why it could not.
     """
 
     path = "transformers"
@@ -64,6 +64,7 @@ class Drafter:
     ):
         assert kind in ("text-only", "image-aware", "self"), kind
         self.model = model
+        self.device: torch.device = model.device  # read once: transformers' model.device walks the parameters
         self.name = name
         self.kind = kind
         self.stop_ids = stop_ids
@@ -80,10 +81,6 @@ class Drafter:
         self.blocked = ~self.allowed  # computed once: the draft loop masks with it at every step
         self.blocked_ids = blocked_ids
         self.cache_kw = cache_keyword(model)  # "cache", or "past_key_values" before transformers 5.2x
-
-    @property
-    def device(self) -> torch.device:
-        return self.model.device
 
     def feedable(self, token_id: int) -> bool:
         return token_id < self.usable and token_id not in self.blocked_ids

@@ -93,7 +93,8 @@ class DrafterInfo:
     kind: DrafterKind
     params: int  # parameter count (prompt lookup: 0; self: the parameters of the layers it runs)
     min_confidence: float  # adaptive draft length: stop drafting below this top probability; 0 = off
-    path: str = "transformers"  # what drafts: "transformers", "lean", "lean + CUDA graphs", "n-gram lookup"
+    path: str = "transformers"  # what drafts: "transformers", "lean", "lean + NumPy step",
+    # "lean + CUDA graphs", "n-gram lookup"
     tree: TreeShape | None = None  # the "+tree" option: the shape of each round's tree; None: chains
 
 

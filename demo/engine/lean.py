@@ -9,9 +9,8 @@ drafter with none of that, in the style of gpt-fast's `model.py`:
                   and a length; `crop(-k)` forgets the last k tokens, as `DynamicCache.crop` does
     LeanLM        the drafter's language model as plain tensors (the transformers modules' own
                   parameters, no copies) and a minimal forward over a StaticCache
-    GraphStep     on CUDA, the one-token step captured as a CUDA graph and replayed
-    LeanDrafter   a `Drafter` whose runs (`LeanDraftState`) draft through LeanLM; the engine loop
-                  does not change
+    LeanDrafter   a `Drafter` whose runs (`LeanDraftState`) draft through LeanLM, stepping by
+                  a CUDA graph on CUDA and in NumPy on a CPU (`demo.engine.lean_steps`)
 
 It covers Llama-architecture language models (Llama, and Qwen2, which adds q/k/v biases) with
 static rotary embeddings, whether the drafter is a causal LM (text-only) or a LLaVA (image-aware:
@@ -25,9 +24,8 @@ draft is sampled (or arg-maxed) from the q that the lean forward produced, and q
 verification uses. The tests still hold the two within float tolerance over many steps with
 rollbacks.
 
-torch.compile is not used. On the 2-core CPU it measured no faster than this eager forward (see
-docs/benchmark.md) and took 8 to 28 s to compile a shape here; ZeroGPU forbids it. CUDA graphs are a
-plain torch API, used where a CUDA device is present; a capture failure falls back to the eager step.
+torch.compile is not used: on the 2-core CPU it measured no faster than the eager step and took 8
+to 28 s to compile a shape (docs/benchmark.md); ZeroGPU forbids it.
 """
 
 from __future__ import annotations
@@ -39,6 +37,7 @@ import threading
 import torch
 import torch.nn.functional as F
 
+from demo.engine import lean_steps
 from demo.engine.drafters import Drafter, DraftState
 
 log = logging.getLogger(__name__)
@@ -129,10 +128,16 @@ def _fuse(modules) -> tuple[torch.Tensor, torch.Tensor | None]:
 
     Each module's weight (and bias) then becomes a row view of the fused tensor, so transformers'
     forward and the lean one read one storage: no second copy of the weights, and one matrix
-    product where there were two or three. Values are unchanged.
+    product where there were two or three. Values are unchanged. Modules fused before (a second
+    LeanLM on one model) give back the same fused storage.
     """
     if len({m.bias is None for m in modules}) != 1:
         raise ValueError("some of the fused projections have a bias and some do not")
+    if _adjacent([m.weight for m in modules]) and (modules[0].bias is None or _adjacent([m.bias for m in modules])):
+        rows = sum(m.weight.shape[0] for m in modules)
+        first, bias = modules[0].weight.detach(), modules[0].bias
+        weight = first.as_strided((rows, first.shape[1]), first.stride())
+        return weight, None if bias is None else bias.detach().as_strided((rows,), (1,))
     # The fused tensors are of the parameters' own kind: ordinary ones (usable outside inference
     # mode, as transformers' generate uses them) unless the model was built in inference mode.
     with torch.inference_mode(modules[0].weight.is_inference()), torch.no_grad():
@@ -146,6 +151,17 @@ def _fuse(modules) -> tuple[torch.Tensor, torch.Tensor | None]:
                 m.bias.data = bias[row : row + rows]
             row += rows
     return weight, bias
+
+
+def _adjacent(tensors: list[torch.Tensor]) -> bool:
+    """Whether contiguous tensors lie one after the other in one storage (as `_fuse` leaves them)."""
+    storage = tensors[0].untyped_storage().data_ptr()
+    at = tensors[0].data_ptr()
+    for t in tensors:
+        if not t.is_contiguous() or t.untyped_storage().data_ptr() != storage or t.data_ptr() != at:
+            return False
+        at += t.numel() * t.element_size()
+    return True
 
 
 def _rotation(d: int, dtype, device) -> torch.Tensor:
@@ -316,58 +332,20 @@ class LeanLM:
         return self._logits(h)
 
 
-class GraphStep:
-    """The one-token step of one run's cache, captured as a CUDA graph (re-captured when the cache
-    grows, since a graph replays on fixed addresses)."""
-
-    WARMUP = 3
-
-    def __init__(self, lm: LeanLM, cache: StaticCache):
-        self.lm, self.cache = lm, cache
-        self.capacity = 0
-
-    def _capture(self) -> None:
-        cache, device = self.cache, self.lm.device
-        self.token = torch.zeros(1, dtype=torch.long, device=device)
-        # Warm-up and capture write at the last slot, which no step reads before writing it.
-        self.position = torch.full((1,), cache.capacity - 1, dtype=torch.long, device=device)
-        self.keys_index = torch.arange(cache.capacity, device=device)
-        self.tables = self.lm.rope(cache.capacity)  # held here: the graph reads them by address
-        args = (cache, self.token, self.position, self.keys_index, self.tables)
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            for _ in range(self.WARMUP):
-                self.lm.static_step(*args)
-        torch.cuda.current_stream(device).wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.logits = self.lm.static_step(*args)
-        self.capacity = cache.capacity
-
-    def __call__(self, token: int) -> torch.Tensor:
-        cache = self.cache
-        cache.reserve(cache.length + 1)
-        if cache.capacity != self.capacity:
-            self._capture()
-        self.token.fill_(token)
-        self.position.fill_(cache.length)
-        self.graph.replay()
-        cache.length += 1
-        return self.logits
-
-
 class LeanDraftState(DraftState):
     """One run's drafting through LeanLM: the same bookkeeping as DraftState, on a StaticCache."""
 
     def __init__(self, drafter: LeanDrafter, cache: StaticCache, prompt_last: int):
         super().__init__(drafter, cache, prompt_last)
         self.lm = drafter.lean
-        self.graph = GraphStep(self.lm, cache) if drafter.graphs else None
+        self.graph = lean_steps.GraphStep(self.lm, cache) if drafter.graphs else None
+        self.numpy = drafter.numpy_step
 
     def _forward(self, ids: list[int]) -> torch.Tensor:
         if self.graph is not None and len(ids) == 1:
             return self.graph(ids[0])
+        if self.numpy is not None:
+            return self.numpy.forward(self.cache, ids)
         return self.lm.forward(self.cache, ids)
 
 
@@ -383,13 +361,16 @@ class LeanDrafter(Drafter):
     CHECK_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-8}  # relative to the logits' scale
     HALF_TOLERANCE = 5e-2  # bf16 / fp16
 
-    def __init__(self, model, *, graphs: bool | None = None, **kwargs):
+    def __init__(self, model, *, graphs: bool | None = None, numpy: bool = True, **kwargs):
         super().__init__(model, **kwargs)
         self.lean: LeanLM | None = None
         self.fallback_reason = unsupported(model)
         self._want_graphs = graphs
         self.graphs = False
         self.graphs_reason: str | None = None  # why a CUDA device steps without graphs
+        self.numpy_step: lean_steps.NumpyStep | None = None  # the CPU's step, where it passed its check
+        self.numpy_reason: str | None = None  # why a CPU model steps through torch
+        self._want_numpy = numpy  # False: the torch step on a CPU too (to compare the two)
         self._prepared = self.fallback_reason is not None
         self._prepare_lock = threading.Lock()
 
@@ -398,7 +379,7 @@ class LeanDrafter(Drafter):
         self.prepare()
         if self.lean is None:
             return "transformers"
-        return "lean + CUDA graphs" if self.graphs else "lean"
+        return "lean + CUDA graphs" if self.graphs else "lean + NumPy step" if self.numpy_step else "lean"
 
     def prepare(self) -> None:
         """Build and check the lean path once; on any failure, record why and use transformers."""
@@ -409,20 +390,35 @@ class LeanDrafter(Drafter):
                 return
             try:
                 lean = LeanLM(self.model)
-                self._check(lean)
+                self._check(lean, lean.forward)
                 self.lean = lean
                 want = self._want_graphs if self._want_graphs is not None else self.device.type == "cuda"
                 self.graphs = want and self._check_graphs()
+                if not self.graphs and self._want_numpy:
+                    self._prepare_numpy()
             except Exception as error:  # any failure: draft through transformers, and say why
                 self.lean = None
                 self.fallback_reason = f"lean path failed its check: {type(error).__name__}: {error}"[:300]
                 log.warning("drafter %r drafts through transformers: %s", self.name, self.fallback_reason)
             self._prepared = True
 
+    def _prepare_numpy(self) -> None:
+        """On a CPU in float32, step through NumPy if its logits pass the same check (else torch)."""
+        self.numpy_reason = lean_steps.supported(self.lean)
+        if self.numpy_reason is None:
+            try:
+                step = lean_steps.NumpyStep(self.lean)
+                self._check(self.lean, step.forward)
+                self.numpy_step = step
+            except Exception as error:
+                self.numpy_reason = f"NumPy step failed its check: {type(error).__name__}: {error}"[:300]
+                log.warning("drafter %r steps through torch: %s", self.name, self.numpy_reason)
+
     @torch.inference_mode()
-    def _check(self, lean: LeanLM) -> None:
-        """Lean logits must match transformers' after a transformers prefill copied into a static
-        cache (as `start` does), over steps of 1 and 2 tokens and a rollback."""
+    def _check(self, lean: LeanLM, forward) -> None:
+        """Lean logits (`forward(cache, ids)` over a cache of `lean`'s) must match transformers' after a
+        transformers prefill copied into a static cache (as `start` does), over steps of 1 and 2
+        tokens and a rollback."""
         from transformers import DynamicCache
 
         g = torch.Generator().manual_seed(0)
@@ -438,7 +434,7 @@ class LeanDrafter(Drafter):
                 ref_cache.crop(-rollback)
                 cache.crop(-rollback)
             ref = self._forward_transformers(ref_cache, chunk)
-            got = lean.forward(cache, chunk)
+            got = forward(cache, chunk)
             scale = float(ref.abs().max()) + 1.0
             error = float((got.float() - ref.float()).abs().max())
             if not error <= tolerance * scale:
@@ -457,7 +453,7 @@ class LeanDrafter(Drafter):
             eager, graphed = self.lean.new_cache(8), self.lean.new_cache(8)
             self.lean.forward(eager, ids[:4])
             self.lean.forward(graphed, ids[:4])
-            step = GraphStep(self.lean, graphed)
+            step = lean_steps.GraphStep(self.lean, graphed)
             want = self.lean.forward(eager, ids[4:5])
             got = step(ids[4])
             torch.cuda.synchronize(self.device)
@@ -482,12 +478,18 @@ class LeanDrafter(Drafter):
         return LeanDraftState(self, cache, prefilled.prompt_last)
 
 
-def on_path(drafter: Drafter, lean: bool) -> Drafter:
-    """The same drafter model behind the lean path (lean=True, falling back where it must) or the
-    transformers one: for comparing the two on one loaded model."""
-    cls = LeanDrafter if lean else Drafter
-    return cls(
+PATHS = ("lean", "lean-torch", "transformers")  # what `on_path` builds
+
+
+def on_path(drafter: Drafter, path: str) -> Drafter:
+    """The same drafter model on another forward, for comparing them on one loaded model: "lean"
+    (the device's fastest checked step, falling back where it must), "lean-torch" (LeanLM's torch
+    step even on a CPU, where "lean" takes the NumPy step) or "transformers"."""
+    assert path in PATHS, path
+    options = {"lean": {}, "lean-torch": {"numpy": False}}.get(path)
+    return (Drafter if options is None else LeanDrafter)(
         drafter.model,
+        **(options or {}),
         name=drafter.name,
         kind=drafter.kind,
         target_vocab_size=drafter.target_vocab_size,
