@@ -9,9 +9,8 @@ import tiny
 import torch
 
 from demo.engine import metrics, trees
-from demo.engine.drafters import Drafter
 from demo.engine.events import TREE_SHAPE, Trace, TreeShape
-from demo.engine.lean import LeanDrafter
+from demo.engine.lean import on_path
 from demo.engine.sampling import Sampling
 from demo.engine.speculative import autoregressive_generate, speculative_generate
 from demo.engine.trees import TreeDrafter, draft_tree, keep_path, visibility
@@ -102,25 +101,13 @@ def test_keeping_the_accepted_path_leaves_the_cache_a_chain_forward_would(world,
         )
 
 
-def lean_twin(drafter: Drafter) -> LeanDrafter:
-    lean = LeanDrafter(
-        drafter.model,
-        name=drafter.name,
-        kind=drafter.kind,
-        target_vocab_size=drafter.target_vocab_size,
-        stop_ids=drafter.stop_ids,
-        blocked_ids=drafter.blocked_ids,
-    )
-    assert lean.path == "lean", lean.fallback_reason
-    return lean
-
-
-@pytest.mark.parametrize("lean", [False, True], ids=["transformers", "lean"])
+@pytest.mark.parametrize("path", ["transformers", "lean", "lean-torch"])
 @pytest.mark.parametrize("sampling", [GREEDY, Sampling(greedy=False, temperature=1.5)], ids=["greedy", "sampling"])
-def test_drafting_a_tree_leaves_the_drafter_holding_the_answer_only(world, lean, sampling):
-    """After a tree, the drafter's next chain is the chain a fresh drafter drafts after the answer."""
-    drafter = world.drafter("text-partly")
-    drafter = lean_twin(drafter) if lean else drafter
+def test_drafting_a_tree_leaves_the_drafter_holding_the_answer_only(world, path, sampling):
+    """After a tree, the drafter's next chain is the chain a fresh drafter drafts after the answer,
+    on every drafting path (the lean ones step through LeanDraftState: `_forward` and `rollback`)."""
+    drafter = on_path(world.drafter("text-partly"), path)
+    assert drafter.path.startswith(path.split("-")[0]), drafter.fallback_reason
     image, question = CASES[2]
     inputs = world.prompt(image, question, "text-partly").drafter_inputs
     answer = [60, 61, 62]

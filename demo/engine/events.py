@@ -234,7 +234,9 @@ class RoundEvent:
     verify_seconds: float
     t: float
     detail: RoundDetail | None = None  # speculative rounds: the distributions behind the decision
-    tree: DraftTree | None = None  # tree rounds only: every drafted node, and the accepted path
+    # tree rounds only: every drafted node, and the accepted path (None for chain rounds, and for a
+    # tree round that drafted nothing: the token budget's last token)
+    tree: DraftTree | None = None
 
     def to_dict(self) -> dict:
         """The exported record: every field but the inspector's detail (a tree as nested dicts)."""
