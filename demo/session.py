@@ -145,6 +145,10 @@ def parse(
     top_p = validate.number("top-p", top_p, 0.0, 1.0, low_open=True)
     seed = validate.integer("seed", seed, *validate.SEED_RANGE)
     min_confidence = validate.number(THRESHOLD, min_confidence, 0.0, 1.0)
+    for name in drafters:  # e.g. a tree too large for one verify, refused before any work
+        refused = offered.refusal(name, gamma, min_confidence)
+        if refused:
+            raise InvalidInput(validate.sentence(refused))
     sampling = Sampling() if greedy else Sampling(greedy=False, temperature=temperature, top_p=top_p, seed=seed)
     second = drafters[1] if len(drafters) > 1 else None
     return Request(text, preset, drafters[0], gamma, sampling, max_new_tokens, min_confidence, second)

@@ -84,6 +84,11 @@ def flag(name: str, value) -> bool:
     return value
 
 
+def sentence(reason: str) -> str:
+    """A reason as a sentence: its first letter capitalised, a full stop at the end."""
+    return reason[:1].upper() + reason[1:].rstrip(".") + "."
+
+
 def choice(name: str, value, known) -> str:
     known = list(known)
     if not isinstance(value, str) or value not in known:

@@ -9,9 +9,8 @@ import tiny
 import torch
 
 from demo.engine import metrics, trees
-from demo.engine.drafters import Drafter
-from demo.engine.events import Trace, TreeShape
-from demo.engine.lean import LeanDrafter
+from demo.engine.events import TREE_SHAPE, Trace, TreeShape
+from demo.engine.lean import on_path
 from demo.engine.sampling import Sampling
 from demo.engine.speculative import autoregressive_generate, speculative_generate
 from demo.engine.trees import TreeDrafter, draft_tree, keep_path, visibility
@@ -22,7 +21,7 @@ CASES = list(zip(tiny.images(len(tiny.QUESTIONS)), tiny.QUESTIONS))
 
 
 def test_the_default_shape_branches_twice_then_runs_in_chains():
-    shape = trees.SHAPE
+    shape = TREE_SHAPE
     assert [shape.children(d) for d in (1, 2, 3, 8)] == [2, 2, 1, 1]
     assert [shape.nodes(g) for g in range(1, 9)] == [2, 6, 10, 14, 18, 22, 26, 30]
     assert TreeShape((3,)).nodes(3) == 9 and TreeShape((2, 3)).nodes(2) == 8
@@ -102,31 +101,19 @@ def test_keeping_the_accepted_path_leaves_the_cache_a_chain_forward_would(world,
         )
 
 
-def lean_twin(drafter: Drafter) -> LeanDrafter:
-    lean = LeanDrafter(
-        drafter.model,
-        name=drafter.name,
-        kind=drafter.kind,
-        target_vocab_size=drafter.target_vocab_size,
-        stop_ids=drafter.stop_ids,
-        blocked_ids=drafter.blocked_ids,
-    )
-    assert lean.path == "lean", lean.fallback_reason
-    return lean
-
-
-@pytest.mark.parametrize("lean", [False, True], ids=["transformers", "lean"])
+@pytest.mark.parametrize("path", ["transformers", "lean", "lean-torch"])
 @pytest.mark.parametrize("sampling", [GREEDY, Sampling(greedy=False, temperature=1.5)], ids=["greedy", "sampling"])
-def test_drafting_a_tree_leaves_the_drafter_holding_the_answer_only(world, lean, sampling):
-    """After a tree, the drafter's next chain is the chain a fresh drafter drafts after the answer."""
-    drafter = world.drafter("text-partly")
-    drafter = lean_twin(drafter) if lean else drafter
+def test_drafting_a_tree_leaves_the_drafter_holding_the_answer_only(world, path, sampling):
+    """After a tree, the drafter's next chain is the chain a fresh drafter drafts after the answer,
+    on every drafting path (the lean ones step through LeanDraftState: `_forward` and `rollback`)."""
+    drafter = on_path(world.drafter("text-partly"), path)
+    assert drafter.path.startswith(path.split("-")[0]), drafter.fallback_reason
     image, question = CASES[2]
     inputs = world.prompt(image, question, "text-partly").drafter_inputs
     answer = [60, 61, 62]
     state, fresh = drafter.start(inputs), drafter.start(inputs)
-    tree = draft_tree(state, answer, 4, trees.SHAPE, sampling, torch.Generator().manual_seed(1))
-    assert len(tree.tokens) == trees.SHAPE.nodes(4)
+    tree = draft_tree(state, answer, 4, TREE_SHAPE, sampling, torch.Generator().manual_seed(1))
+    assert len(tree.tokens) == TREE_SHAPE.nodes(4)
     assert all(p < len(answer) for p in state.fed_positions) and state.consumed == len(answer)
     assert state.cache.get_seq_length() == fresh.cache.get_seq_length() + len(state.fed_positions)
     accepted = [tree.tokens[i] for i in path_to(tree.children[tree.children[-1][0]][0], tree.parents)]
@@ -142,7 +129,7 @@ def test_greedy_children_are_the_drafters_distinct_top_choices(world):
     drafter = world.drafter("image-partly")
     image, question = CASES[0]
     state = drafter.start(world.prompt(image, question, "image-partly").drafter_inputs)
-    tree = draft_tree(state, [60], 3, trees.SHAPE, GREEDY, torch.Generator())
+    tree = draft_tree(state, [60], 3, TREE_SHAPE, GREEDY, torch.Generator())
     root = tree.children[-1]
     q = tree.q[-1]
     assert [tree.tokens[c] for c in root] == torch.topk(q, 2).indices.tolist()
@@ -198,10 +185,10 @@ def test_a_tree_accepts_more_per_round_than_its_chain(world):
 
 def test_a_tree_round_reports_its_nodes_path_and_walked_drafts(world):
     trace = spd(world, "text-partly+tree", *CASES[3], 4)
-    assert trace.start.drafter.tree == trees.SHAPE and trace.start.drafter.kind == "text-only"
+    assert trace.start.drafter.tree == TREE_SHAPE and trace.start.drafter.kind == "text-only"
     for r in trace.rounds:
         tree = r.tree
-        assert tree is not None and len(tree.nodes) <= trees.SHAPE.nodes(4)
+        assert tree is not None and len(tree.nodes) <= TREE_SHAPE.nodes(4)
         for i, node in enumerate(tree.nodes):
             assert node.parent < i
             assert node.depth == (1 if node.parent < 0 else tree.nodes[node.parent].depth + 1)
@@ -281,7 +268,7 @@ def test_tree_sampling_matches_the_target_law(tok, monkeypatch, broken):
     world = law.small_world(tok)
     if broken:  # negative control: every sibling judged against p, as if its elders were never tried
         monkeypatch.setattr(trees, "residual", lambda r, q: r)
-    drafter = TreeDrafter(world.drafter, trees.SHAPE, name="d+tree")
+    drafter = TreeDrafter(world.drafter, TREE_SHAPE, name="d+tree")
     distance, bound, traces = law.law_distance(world, drafter, world.prompt, n=3000, gamma=2)
     later = 0  # rounds whose path starts at a later sibling: the first child was tried and rejected
     for r in (r for t in traces for r in t.rounds if r.tree and r.tree.path):
@@ -305,3 +292,17 @@ def test_the_gamma_sweep_replays_a_greedy_tree_race_round_for_round(world):
         )
         assert point.rounds == tuple((len(r.drafted_ids), r.n_accepted, r.n_emitted) for r in trace.rounds)
         assert point.tree_costs == tuple((metrics.drafter_steps(r), metrics.verify_width(r)) for r in trace.rounds)
+
+
+def test_a_request_for_a_tree_too_large_or_adaptive_is_refused_when_parsed():
+    from demo import session
+    from demo.validate import InvalidInput
+
+    ask = dict(question="What colour is the circle?", preset="embedded", drafter="text-only+tree")
+    assert session.parse(**ask, gamma=8).drafter == "text-only+tree"
+    with pytest.raises(InvalidInput, match=r"^A token tree of depth gamma = 9 has 34 nodes.*at most 32.*gamma 8"):
+        session.parse(**ask, gamma=9)
+    with pytest.raises(InvalidInput, match="applies to chains only"):
+        session.parse(**ask, gamma=4, min_confidence=0.3)
+    with pytest.raises(InvalidInput, match="'layer-skip' cannot run on preset 'llava-1.5-7b': no search"):
+        session.parse(question="Hi?", preset="llava-1.5-7b", drafter="layer-skip")

@@ -49,8 +49,8 @@ import torch
 
 from demo import analysis, session
 from demo.bench.peer import peer
-from demo.engine import lean, metrics, trees
-from demo.engine.events import Trace
+from demo.engine import lean, metrics
+from demo.engine.events import Trace, tree_refusal
 from demo.engine.sampling import Sampling
 from demo.engine.trees import TreeDrafter
 from demo.models import loader
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> dict:
                 for gamma in map(int, args.gammas.split(",")):
                     for path in paths:
                         if on[drafter, path] is None or (
-                            on[drafter, path].tree and trees.refusal(on[drafter, path].tree, gamma)
+                            on[drafter, path].tree and tree_refusal(on[drafter, path].tree, gamma)
                         ):
                             continue
                         cell, spds = bench_cell(

@@ -66,6 +66,25 @@ class TreeShape:
         return total
 
 
+TREE_SHAPE = TreeShape((2, 2))  # the trees "<drafter>+tree" drafts
+MAX_TREE_NODES = 32  # the most nodes one verify forward scores (gamma 8 with TREE_SHAPE: 30)
+
+
+def tree_refusal(shape: TreeShape, gamma: int, min_confidence: float = 0.0) -> str | None:
+    """Why a tree run with these settings cannot run (the limit in the sentence), or None. Here,
+    beside the shape, so that a request can be refused before torch is imported."""
+    nodes = shape.nodes(gamma)
+    if nodes > MAX_TREE_NODES:
+        deepest = max((g for g in range(1, gamma) if shape.nodes(g) <= MAX_TREE_NODES), default=0)
+        return (
+            f"a token tree of depth gamma = {gamma} has {nodes} nodes, and one target forward scores at most "
+            f"{MAX_TREE_NODES}: pick gamma {deepest} or less for a tree"
+        )
+    if min_confidence > 0:
+        return "adaptive draft length (a confidence threshold) applies to chains only: set it to 0 for a tree"
+    return None
+
+
 @dataclass(frozen=True)
 class DrafterInfo:
     name: str
@@ -215,7 +234,9 @@ class RoundEvent:
     verify_seconds: float
     t: float
     detail: RoundDetail | None = None  # speculative rounds: the distributions behind the decision
-    tree: DraftTree | None = None  # tree rounds only: every drafted node, and the accepted path
+    # tree rounds only: every drafted node, and the accepted path (None for chain rounds, and for a
+    # tree round that drafted nothing: the token budget's last token)
+    tree: DraftTree | None = None
 
     def to_dict(self) -> dict:
         """The exported record: every field but the inspector's detail (a tree as nested dicts)."""

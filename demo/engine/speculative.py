@@ -49,6 +49,7 @@ from demo.engine.events import (
     RunSummary,
     TokenEvent,
     Trace,
+    tree_refusal,
 )
 from demo.engine.sampling import Sampling, acceptance_probs, sample, verify_greedy, verify_sampled, warp
 
@@ -306,7 +307,7 @@ def speculative_generate(
     drafter stops early where its top probability falls below it (see `DraftState.draft`).
     """
     assert gamma >= 1 and max_new_tokens >= 1
-    if drafter.tree is not None and (why := trees.refusal(drafter.tree, gamma, min_confidence)):
+    if drafter.tree is not None and (why := tree_refusal(drafter.tree, gamma, min_confidence)):
         raise ValueError(f"This tree cannot run: {why}.")
     start = run_start(
         target, drafter, gamma=gamma, sampling=sampling, max_new_tokens=max_new_tokens, min_confidence=min_confidence

@@ -1,8 +1,10 @@
 """Token trees ("<drafter>+tree"): the drafter proposes a tree, the target scores it in one forward.
 
 Shape (`TreeShape`, in `demo.engine.events`): k children per node at the first levels, then one
-child per node down to depth gamma. The default, (2, 2), gives 2 nodes at depth 1, 4 at depth 2
-and 4 chains below: 4 * gamma - 2 nodes from gamma 2 (gamma 1: 2 nodes).
+child per node down to depth gamma. The default, TREE_SHAPE = (2, 2), gives 2 nodes at depth 1,
+4 at depth 2 and 4 chains below: 4 * gamma - 2 nodes from gamma 2 (gamma 1: 2 nodes). A tree of
+more than MAX_TREE_NODES (32: gamma 8 at most), or with a confidence threshold, is refused
+before any work (`events.tree_refusal`, also read by `Preset.refusal`).
 
 1. Drafting (`draft_tree`) walks the tree depth first through the drafter's own state, with the
    step API of `DraftState` (`catch_up`, `extend`, `rollback`), so the lean drafting path serves
@@ -43,6 +45,7 @@ import torch
 from demo.engine.decoding import Decoding, Target, ranked
 from demo.engine.drafters import Drafter, DraftState
 from demo.engine.events import (
+    TREE_SHAPE,
     DraftTree,
     Position,
     Rejection,
@@ -54,28 +57,11 @@ from demo.engine.events import (
 )
 from demo.engine.sampling import Sampling, sample, warp
 
-SHAPE = TreeShape((2, 2))  # the trees "<drafter>+tree" drafts
-MAX_NODES = 32  # the most nodes one verify forward scores (gamma 8 with SHAPE: 30)
-
-
-def refusal(shape: TreeShape, gamma: int, min_confidence: float = 0.0) -> str | None:
-    """Why a tree run with these settings cannot run (the limit in the sentence), or None."""
-    nodes = shape.nodes(gamma)
-    if nodes > MAX_NODES:
-        deepest = max(g for g in range(1, gamma) if shape.nodes(g) <= MAX_NODES)
-        return (
-            f"a token tree of depth gamma = {gamma} has {nodes} nodes, and one target forward scores at most "
-            f"{MAX_NODES}: pick gamma {deepest} or less for a tree"
-        )
-    if min_confidence > 0:
-        return "adaptive draft length (a confidence threshold) applies to chains only: set it to 0 for a tree"
-    return None
-
 
 class TreeDrafter:
     """A model drafter drafting token trees: the same model and states, another round."""
 
-    def __init__(self, base: Drafter, shape: TreeShape = SHAPE, *, name: str):
+    def __init__(self, base: Drafter, shape: TreeShape = TREE_SHAPE, *, name: str):
         self.base = base
         self.tree = shape
         self.name = name

@@ -38,8 +38,9 @@ import torch
 from PIL import Image
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
-from demo.engine import layerskip, trees
+from demo.engine import layerskip
 from demo.engine.drafters import Drafter
+from demo.engine.events import TREE_SHAPE
 from demo.engine.lean import LeanDrafter
 from demo.engine.lookup import PromptLookup
 from demo.engine.speculative import Prompt, Target
@@ -201,7 +202,7 @@ class Loaded:
         """A drafter of any name `Preset.drafter_names` gives: a drafter model (loaded), the same
         model drafting trees, or one built on what is loaded already (prompt lookup)."""
         if name.endswith(TREE):
-            return TreeDrafter(self._drafter(base_name(name), progress), trees.SHAPE, name=name)
+            return TreeDrafter(self._drafter(base_name(name), progress), TREE_SHAPE, name=name)
         if name == LAYER_SKIP and self.preset.skip_layers is not None:
             why = layerskip.unsupported(self.target.model)
             if why:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from demo import ASSETS
+from demo.engine.events import TREE_SHAPE, tree_refusal
 
 SECONDS_PER_TOKEN = 0.1  # the default per-token budget of a run on ZeroGPU (see Preset.seconds_per_token)
 
@@ -53,6 +54,17 @@ class Preset:
         its tree option, then prompt lookup, then layer-skip self-drafting where a search is stored."""
         names = [n for s in self.drafters for n in (s.name, s.name + TREE)] + [PROMPT_LOOKUP]
         return tuple(names + ([LAYER_SKIP] if self.skip_layers is not None else []))
+
+    def refusal(self, drafter: str, gamma: int, min_confidence: float = 0.0) -> str | None:
+        """Why this preset cannot race `drafter` at these settings (the limit in the sentence), or
+        None: a name it does not offer, or a token tree too large or with a confidence threshold.
+        Reads no model: a request is refused before any work."""
+        if drafter not in self.drafter_names():
+            why = self.unusable().get(drafter)
+            return f"drafter {drafter!r} is not offered for preset {self.name!r}" + (f": {why}" if why else "")
+        if drafter.endswith(TREE):
+            return tree_refusal(TREE_SHAPE, gamma, min_confidence)
+        return None
 
     def unusable(self) -> dict[str, str]:
         """Drafters this preset cannot offer, each with the reason (shown where drafters are picked)."""

@@ -172,16 +172,19 @@ def why_html(spd: Trace, ar: Trace, speedup: float, lane: str = "", warn: bool =
     if c is None or math.isnan(speedup):
         return ""
     tau = metrics.tau(spd)
-    drafts = metrics.drafts_per_round(spd)
-    verify = c.verify(drafts + 1)
-    round_ms = (drafts * c.t_draft + verify) * 1000
-    model = metrics.predicted(tau, drafts, c)
+    # per round, averaged: drafter steps and verify width (a token tree's verify scores all its nodes)
+    steps = sum(metrics.drafter_steps(r) for r in spd.rounds) / len(spd.rounds)
+    width = sum(metrics.verify_width(r) for r in spd.rounds) / len(spd.rounds)
+    verify = c.verify(width)
+    round_ms = (steps * c.t_draft + verify) * 1000
+    model = metrics.predicted_by_rounds(spd, c)
     mid, low, high = metrics.round_speedups(spd, ar)
     text = lane + (
-        f"Why ×{speedup:.2f}: a round here costs {drafts:.1f} drafter steps × {c.t_draft * 1000:.2f} ms + a verify "
-        f"of {drafts + 1:.1f} tokens {verify * 1000:.2f} ms = {round_ms:.1f} ms and yields τ = {tau:.2f} tokens; "
+        f"Why ×{speedup:.2f}: a round here costs {steps:.1f} drafter steps × {c.t_draft * 1000:.2f} ms + a verify "
+        f"of {width:.1f} tokens {verify * 1000:.2f} ms = {round_ms:.1f} ms and yields τ = {tau:.2f} tokens; "
         f"the target alone takes {c.t1 * 1000:.2f} ms a token, so {tau:.2f} × {c.t1 * 1000:.2f} / {round_ms:.1f} "
-        f"= ×{model:.2f} predicted (a verify of {c.gamma + 1} tokens costs {c.t_verify / c.t1:.1f} single steps here). "
+        f"= ×{model:.2f} predicted (a verify of {c.width or c.gamma + 1} tokens costs {c.t_verify / c.t1:.1f} single "
+        "steps here). "
         f"Per-round medians give ×{mid:.2f}, ×{low:.2f}–{high:.2f} between the rounds' quartiles."
     )
     warning = ""
