@@ -198,7 +198,7 @@ def test_two_drafters_race_side_by_side_and_a_token_opens_its_round(browser, ser
     row = page.locator(f"#blocks2 details.round-d[data-round='{number}']")
     page.wait_for_function(f"document.querySelector(\"#blocks2 details.round-d[data-round='{number}']\").open")
     assert row.locator(".inspector").is_visible() and "p (target)" in row.locator(".inspector").inner_text()
-    assert page.evaluate("document.activeElement.closest('details')?.dataset.round") == number
+    page.wait_for_function(f"document.activeElement.closest('details')?.dataset.round === '{number}'")
     row.screenshot(path=str(SHOTS / "token-opens-round.png"))
     # and Enter on a token of the first lane, in the first lane's block view
     token = page.locator("#spd-panel .tok:not([data-round='0'])").nth(4)
@@ -206,7 +206,7 @@ def test_two_drafters_race_side_by_side_and_a_token_opens_its_round(browser, ser
     token.focus()
     page.keyboard.press("Enter")
     page.wait_for_function(f"document.querySelector(\"#blocks details.round-d[data-round='{number}']\").open")
-    assert page.evaluate("document.activeElement.closest('#blocks') !== null")  # the focus followed it there
+    page.wait_for_function("document.activeElement.closest('#blocks') !== null")  # the focus followed it there
     page.set_viewport_size({"width": 420, "height": 900})
     page.wait_for_timeout(600)
     for chart in ("#chart-race", "#chart-tau"):  # one chart a row on a phone, legends whole

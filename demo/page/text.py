@@ -75,10 +75,14 @@ JS = """
     const toggle = accordion && accordion.querySelector(".label-wrap");
     if (toggle && !toggle.classList.contains("open")) toggle.click();
     row.open = true;
-    requestAnimationFrame(() => {
+    // an accordion that was closed shows the row a few frames later: retry until it takes focus
+    const summary = row.querySelector("summary");
+    const focus = (tries) => {
       row.scrollIntoView({ block: "start" });
-      row.querySelector("summary").focus({ preventScroll: true });
-    });
+      summary.focus({ preventScroll: true });
+      if (document.activeElement !== summary && tries > 0) setTimeout(() => focus(tries - 1), 50);
+    };
+    requestAnimationFrame(() => focus(40));
     return true;
   };
   document.addEventListener("click", (event) => {
