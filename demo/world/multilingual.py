@@ -28,30 +28,77 @@ from pathlib import Path
 
 import torch
 
-from .data import ScenePool, batches, encode, sample_items
+from . import translation
+from .data import ScenePool, batches, collate, encode, sample_items
 from .fit import fit
 from .generate import greedy
 from .models import build, n_params
 from .recipe import FULL, QUICK, LanguageDrafter, Recipe, in_languages
 from .tasks import LANGUAGES, corpus
-from .text import IMAGE_TOKEN, build_processor, extend_tokenizer
+from .text import IMAGE_SEQ_LENGTH, IMAGE_TOKEN, build_processor, extend_tokenizer
 from .train import Distill, World, loss_on, set_trainable, train
 
+# A translated word starts a little shorter than its English one: the embeddings are tied, so
+# where the target would write " green" its logit stays the larger, and English answers are
+# what they were (with equal rows, the first pilot's English answers took " grün" for " green").
+TRANSLATED_SCALE = 0.9
 
-def grow_embeddings(model, old_tok, new_tok) -> None:
-    """Resize `model`'s (tied) embeddings to `new_tok`; a new token's row is the mean of the old
-    rows of the pieces the old tokenizer splits it into, so it starts where its text was."""
+
+def grow_embeddings(model, old_tok, new_tok, lexicons: dict[str, str] | None = None) -> None:
+    """Resize `model`'s (tied) embeddings to `new_tok`. A new token that spells a word of
+    `lexicons` (word -> English, `translation.lexicon`) starts as the mean of the old rows of
+    its English translation's tokens (" Kreis" as " circle", "红色" as " red"), times
+    `TRANSLATED_SCALE`, so the lookup the target has writes it; any other new token as the mean of the old rows of the pieces
+    the old tokenizer splits it into, so it starts where its text was."""
     emb = model.get_input_embeddings().weight
     n_old = emb.shape[0]
     rows = []
     with torch.no_grad():
         for i in range(n_old, len(new_tok)):
-            pieces = old_tok.backend_tokenizer.model.tokenize(new_tok.convert_ids_to_tokens(i))
-            rows.append(emb[[old_tok.convert_tokens_to_ids(p.value) for p in pieces]].mean(0))
+            word = new_tok.decode([i]).strip().lower()
+            if lexicons and word in lexicons:
+                old = old_tok(" " + lexicons[word], add_special_tokens=False)["input_ids"]
+                rows.append(TRANSLATED_SCALE * emb[old].mean(0))
+            else:
+                pieces = old_tok.backend_tokenizer.model.tokenize(new_tok.convert_ids_to_tokens(i))
+                rows.append(emb[[old_tok.convert_tokens_to_ids(p.value) for p in pieces]].mean(0))
     model.resize_token_embeddings(len(new_tok), mean_resizing=False)
     with torch.no_grad():
         model.get_input_embeddings().weight[n_old:] = torch.stack(rows)
     model.tie_weights()
+
+
+def translated_words(old_tok, new_tok, lexicons: dict[str, str]) -> dict[str, str]:
+    """The new tokens that `grow_embeddings` starts from a translation: token text -> English."""
+    out = {}
+    for i in range(len(old_tok), len(new_tok)):
+        word = new_tok.decode([i]).strip().lower()
+        if word in lexicons:
+            out[new_tok.decode([i])] = lexicons[word]
+    return out
+
+
+def language_fact_batches(pool: ScenePool, tok, scenes_per_batch: int, rng: random.Random, languages, verify=True):
+    """Endless batches of `data.fact_batches`' rows in `languages` (`translation.facts`; one
+    language per row, drawn), on the real images: the image tokens, then every fact, the loss
+    on each fact's answer (all of a lookup fact)."""
+    image_id = tok.convert_tokens_to_ids(IMAGE_TOKEN)
+    while True:
+        rows, scenes = [], []
+        for _ in range(scenes_per_batch):
+            s, language = rng.randrange(len(pool.scenes)), rng.choice(languages)
+            ids, labels = [image_id] * IMAGE_SEQ_LENGTH, [-100] * IMAGE_SEQ_LENGTH
+            space = " " if language == "de" else ""
+            for question, answer in translation.facts(pool.scenes[s], rng, language, verify):
+                q = tok(space + question, add_special_tokens=False)["input_ids"] if question else []
+                a = tok(space + answer, add_special_tokens=False)["input_ids"]
+                ids, labels = ids + q + a, labels + [-100] * len(q) + a
+            rows.append((ids, labels))
+            scenes.append(s)
+        batch = collate(rows, tok.pad_token_id)
+        batch["scenes"] = torch.tensor(scenes)
+        batch["pixel_values"] = pool.pixels[batch["scenes"]].float()
+        yield batch
 
 
 def stage_target_languages(w: World, recipe: Recipe, seed: int, log: dict) -> None:
