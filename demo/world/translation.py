@@ -21,32 +21,69 @@ from .tasks import NUMBERS, plural
 
 # The words a German place is made of, and the English they mean.
 GERMAN_PLACE_WORDS = {"oben": "top", "unten": "bottom", "links": "left", "rechts": "right", "mitte": "centre"}
+# The other words the answers' and questions' layouts are made of, and what they mean.
 GERMAN_FUNCTION_WORDS = {
     "ist": "is",
+    "sind": "are",
     "der": "the",
     "die": "the",
     "das": "the",
+    "den": "the",
+    "dem": "the",
     "ein": "a",
     "eine": "a",
     "einen": "a",
+    "einem": "a",
     "form": "shape",
     "formen": "shapes",
     "objekt": "object",
     "farbe": "colour",
+    "farben": "colours",
+    "welche": "which",
+    "wie": "how",
+    "viele": "many",
+    "wo": "where",
+    "was": "what",
     "und": "and",
     "also": "so",
     "es": "it",
     "er": "it",
     "sie": "it",
     "nicht": "not",
-    "kein": "not a",
     "antwort": "answer",
-    "bild": "image",
+    "bild": "picture",
+    "szene": "scene",
     "hier": "here",
+    "im": "in the",
+    "auf": "on",
+    "hat": "has",
+    "diesem": "this",
+    "du": "you",
+    "wir": "we",
     "anzahl": "number",
     "gibt": "there is",
     "ja": "yes",
     "nein": "no",
+    "option": "option",
+    "optionen": "options",
+    "buchstaben": "letter",
+    "richtigen": "correct",
+    "nenne": "give",
+    "dann": "then",
+    "kurz": "briefly",
+    "erkläre": "explain",
+    "insgesamt": "in total",
+    "hintergrund": "background",
+    "zeichnung": "drawing",
+    "einfache": "simple",
+    "helle": "light",
+    "hellen": "light",
+    "schlicht": "plain",
+    "leer": "empty",
+    "wirkt": "looks",
+    "liegt": "is",
+    "befindet": "is",
+    "bildunterschrift": "caption",
 }
 CHINESE_FUNCTION_WORDS = {
     "是": "is",
@@ -58,11 +95,57 @@ CHINESE_FUNCTION_WORDS = {
     "所以": "so",
     "它": "it",
     "不是": "is not",
+    "不": "not",
     "答案": "answer",
     "有": "there is",
     "一个": "a",
     "没有": "no",
-    "图中": "in the image",
+    "图中": "in the picture",
+    "在": "in",
+    "这张图片": "this picture",
+    "图片": "picture",
+    "这": "this",
+    "什么": "what",
+    "哪里": "where",
+    "几": "how many",
+    "里": "in",
+    "背景": "background",
+    "背景上": "on the background",
+    "浅色": "light",
+    "简单": "simple",
+    "描述": "describe",
+    "详细": "in detail",
+    "请": "please",
+    "选项": "options",
+    "字母": "letter",
+    "正确": "correct",
+    "解释": "explain",
+    "简要": "briefly",
+    "然后": "then",
+    "给出": "give",
+    "看到": "see",
+    "能": "can",
+    "你": "you",
+    "中间": "middle",
+    "位置": "position",
+    "共有": "there are",
+    "总共": "in total",
+    "图画": "drawing",
+    "一幅": "a",
+    "和": "and",
+    "都": "all",
+    "大的": "large",
+    "小的": "small",
+    "个": "",
+    "吗": "",
+    "就在这里": "here",
+    "左": "left",
+    "右": "right",
+    "上": "top",
+    "下": "bottom",
+    "中": "centre",
+    "角": "corner",
+    "侧": "side",
 }
 
 
@@ -95,6 +178,29 @@ def lexicon(language: str, function_words: bool = False) -> dict[str, str]:
     else:
         raise ValueError(f"no lexicon for {language!r}; expected 'de' or 'zh'")
     return out
+
+
+def gloss(token: str, lexicons: dict[str, str]) -> str | None:
+    """The English a token of the grown tokenizer means, or None: the lexicon's entry for the
+    word it spells; for a Chinese token (runs of words, no spaces: "是什么颜色"), its words
+    found longest first from the left, each one's English in turn ("is what colour"), when
+    they cover the token."""
+    word = token.strip().lower()
+    if word in lexicons:
+        return lexicons[word] or None
+    if not word or not all("\u4e00" <= c <= "\u9fff" for c in word):
+        return None
+    out, k = [], 0
+    longest = max(map(len, lexicons))
+    while k < len(word):
+        hit = next(
+            (word[k : k + n] for n in range(min(longest, len(word) - k), 0, -1) if word[k : k + n] in lexicons), None
+        )
+        if hit is None:
+            return None
+        out.append(lexicons[hit])
+        k += len(hit)
+    return " ".join(w for w in out if w) or None
 
 
 def facts(scene: Scene, rng: random.Random, language: str, verify: bool = False) -> list[tuple[str, str]]:
