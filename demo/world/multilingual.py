@@ -195,8 +195,7 @@ def stage_target_languages(w: World, recipe: Recipe, seed: int, log: dict) -> No
     log["languages_glossed_tokens"] = sum(
         translation.gloss(w.tok.decode([i]), lexicons) is not None for i in range(len(english), len(w.tok))
     )
-    model = target.model
-    params = set_trainable(target, model.multi_modal_projector, model.language_model, target.lm_head)
+    params, hook = new_rows_only(target, len(english), c.embedding_scale)
     streams = [
         batches(w.pool, w.tok, mix, recipe.tokens, random.Random(seed + c.seed + k))
         for k, (_, mix) in enumerate(LANGUAGE_CURRICULUM)
@@ -214,6 +213,7 @@ def stage_target_languages(w: World, recipe: Recipe, seed: int, log: dict) -> No
         return kept_english_loss(target, teacher, batch, len(english))
 
     log["target_languages_loss"] = fit(params, ends[-1], c.lr, loss_of, "10 target, three languages")
+    hook.remove()
     target.half().float()  # what ships is fp16: distil from exactly that
     probes[ends[-1]] = language_probe(target, w.processor, c.probe_n)
     tqdm.write(f"language probe at the end: {probes[ends[-1]]}")

@@ -224,7 +224,8 @@ class Languages:
     offset: float  # each language's direction in its new rows, times the old rows' mean norm
     offset_seed: int  # offset of the draws of the English conversations `quiet_directions` reads
     phase_steps: tuple[int, ...]  # steps of each phase of LANGUAGE_CURRICULUM
-    lr: float  # peak learning rate
+    lr: float  # peak learning rate of the projector and the LM (the old embedding rows are frozen)
+    embedding_scale: float  # the new embedding rows learn at this times `lr`
     seed: int  # phase k's batches are drawn from seed + k
     probe_n: int  # held-out colour and shape questions per language, greedy, at each phase's end
 
@@ -311,6 +312,7 @@ FULL = Recipe(
         offset_seed=59,
         phase_steps=(1000, 1300, 700),
         lr=3e-4,
+        embedding_scale=6.0,
         seed=60,
         probe_n=40,
     ),
