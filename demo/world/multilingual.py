@@ -157,18 +157,28 @@ def kept_english_loss(target, teacher, batch: dict, n_english: int) -> torch.Ten
     return kl.mean()
 
 
+PROBED = {
+    "en": ("vqa_colour", "caption", "multiple_choice"),
+    "de": ("vqa_colour", "vqa_shape"),
+    "zh": ("vqa_colour", "vqa_shape"),
+}
+PROBE_TOKENS = {"vqa_colour": 40, "vqa_shape": 40, "caption": 90, "multiple_choice": 200}
+
+
 @torch.no_grad()
 def language_probe(target, processor, n: int) -> dict[str, dict[str, float]]:
-    """Held-out colour and shape questions in each language, n of each, answered greedily on the
-    real images: the share right (the training log's record of how the lookups come)."""
+    """Held-out questions answered greedily on the real images, n of each: colour and shape in
+    each language, and English's captions and multiple choice (the most fragile), the share
+    right (the training log's record of how the lookups come, and of English holding)."""
     tok = processor.tokenizer
     out = {}
-    for language in LANGUAGES:
+    for language, tasks in PROBED.items():
         out[language] = {}
-        for task in ("vqa_colour", "vqa_shape"):
+        for task in tasks:
             examples = heldout_examples(task, n, seed=7, language=language)
             rows, pixels = encode_examples(processor, examples)
-            ids = greedy(target, rows, tok.pad_token_id, tok.eos_token_id, target.config.image_token_id, pixels, 40)
+            image_id = target.config.image_token_id
+            ids = greedy(target, rows, tok.pad_token_id, tok.eos_token_id, image_id, pixels, PROBE_TOKENS[task])
             texts = tok.batch_decode(ids, skip_special_tokens=True)
             out[language][task] = round(sum(score(task, e, t) for e, t in zip(examples, texts)) / n, 3)
     target.train()
