@@ -115,7 +115,7 @@ def test_task_keys_name_their_language():
     with pytest.raises(ValueError):
         split_task("fr/caption")
     shares = {lang: sum(v for k, v in LANGUAGE_MIX.items() if split_task(k)[0] == lang) for lang in LANGUAGES}
-    assert shares == pytest.approx({"en": 1 / 3, "de": 1 / 3, "zh": 1 / 3})
+    assert shares == pytest.approx({"en": 0, "de": 1 / 2, "zh": 1 / 2})  # English comes in batches of its own
 
 
 @functools.cache

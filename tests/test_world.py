@@ -234,6 +234,7 @@ def test_quick_recipe_is_the_full_one_with_fewer_steps_and_smaller_batches():
         "tokens",
         "drafter_tokens",
         "probe_n",
+        "english_items",
     }
 
     def differences(full, quick, path=""):

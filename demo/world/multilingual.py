@@ -185,6 +185,27 @@ def language_probe(target, processor, n: int) -> dict[str, dict[str, float]]:
     return out
 
 
+def english_answers(w: World, teacher, english, c, seed: int) -> Distill:
+    """The English target's greedy answers to `c.english_items` English training questions in
+    `recipe.ENGLISH_KEEP`'s shares: what stage 10 keeps it saying, at the states the app visits."""
+    items = sample_items(w.pool, ENGLISH_KEEP, c.english_items, seed + c.english_seed)
+    prompts = [encode(english, it.question, None)[0] for it in items]
+    scenes = [it.scene for it in items]
+    eos = english.eos_token_id
+    image_id = english.convert_tokens_to_ids(IMAGE_TOKEN)
+    answers = greedy(
+        teacher,
+        prompts,
+        english.pad_token_id,
+        eos,
+        image_id,
+        w.pool.pixels[scenes],
+        200,
+        desc="10 English answers kept",
+    )
+    return Distill(scenes, [it.task for it in items], prompts, [a + [eos] for a in answers])
+
+
 def stage_target_languages(w: World, recipe: Recipe, seed: int, log: dict) -> None:
     """10. the grown tokenizer and embeddings, then the target in three languages."""
     c = recipe.languages
@@ -205,6 +226,9 @@ def stage_target_languages(w: World, recipe: Recipe, seed: int, log: dict) -> No
     log["languages_glossed_tokens"] = sum(
         translation.gloss(w.tok.decode([i]), lexicons) is not None for i in range(len(english), len(w.tok))
     )
+    english_set = english_answers(w, teacher, english, c, seed)
+    log["languages_english_answer_tokens"] = sum(map(len, english_set.answers))
+    english_stream = english_set.batches(w.pool, english, recipe.tokens, random.Random(seed + c.english_seed), True)
     params, hook = new_rows_only(target, len(english), c.embedding_scale)
     streams = [
         batches(w.pool, w.tok, mix, recipe.tokens, random.Random(seed + c.seed + k))
@@ -218,7 +242,7 @@ def stage_target_languages(w: World, recipe: Recipe, seed: int, log: dict) -> No
         if step and step in ends:  # how the lookups come, in the log
             probes[step] = language_probe(target, w.processor, c.probe_n)
             tqdm.write(f"language probe at step {step} (end of {LANGUAGE_CURRICULUM[phase - 1][0]}): {probes[step]}")
-        batch = next(streams[phase])
+        batch = next(english_stream if step % c.english_every == c.english_every - 1 else streams[phase])
         batch.pop("scenes")
         return kept_english_loss(target, teacher, batch, len(english))
 

@@ -65,7 +65,8 @@ def in_languages(mix: dict[str, float], languages: tuple[str, ...]) -> dict[str,
 
 # English in stage 10: stage 5e's shares of captions and multiple choice (in every five batches
 # two of multiple choice, one of it on one-object scenes, and two of stage 5's mix, half of that
-# captions). Its batches' loss keeps the English target's answers (`multilingual.kept_english_loss`).
+# captions): the English target's own greedy answers to questions in these shares, its
+# distribution kept (`multilingual.kept_english_loss`).
 ENGLISH_KEEP = {
     "description": 0.06,
     "caption": 0.30,
@@ -78,18 +79,16 @@ ENGLISH_KEEP = {
 }
 
 
-def language_mix(new: dict[str, float], english: float = 1 / 3) -> dict[str, float]:
-    """`new` (shares of tasks) in German and Chinese, (1 - `english`) / 2 each, and English in
-    `ENGLISH_KEEP`'s shares for the rest."""
+def language_mix(new: dict[str, float]) -> dict[str, float]:
+    """`new` (shares of tasks) in German and Chinese, half each."""
     total = sum(new.values())
-    out = {in_language(t, lang): (1 - english) / 2 * w / total for lang in LANGUAGES[1:] for t, w in new.items()}
-    return out | {t: english * w for t, w in ENGLISH_KEEP.items()}
+    return {in_language(t, lang): w / total / 2 for lang in LANGUAGES[1:] for t, w in new.items()}
 
 
-# Stage 10, the target in three languages: German and Chinese two thirds of the batches, English a
-# third in `ENGLISH_KEEP`, in a curriculum (one optimiser, one schedule): the short questions and
-# captions, twice as often (where the lookups in the new words are learnt), then `MIX`, then the
-# shares of stage 5e in every language (captions and multiple choice, the slowest to learn).
+# Stage 10, the target in three languages: German and Chinese in a curriculum (one optimiser, one
+# schedule): the short questions and captions, twice as often (where the lookups in the new words
+# are learnt), then `MIX`, then the shares of stage 5e (captions and multiple choice, the slowest
+# to learn); every third batch English (`ENGLISH_KEEP`).
 LANGUAGE_MIX = language_mix(MIX)
 LANGUAGE_CURRICULUM = (
     ("short", language_mix({t: 1.0 for t in SHORT} | {"caption": 2.0})),
@@ -226,6 +225,9 @@ class Languages:
     phase_steps: tuple[int, ...]  # steps of each phase of LANGUAGE_CURRICULUM
     lr: float  # peak learning rate of the projector and the LM (the old embedding rows are frozen)
     embedding_scale: float  # the new embedding rows learn at this times `lr`
+    english_every: int  # every this many batches one is English, the English target's answers
+    english_items: int  # English training questions the English target answers for them
+    english_seed: int  # offset of their draws (and of the batches')
     seed: int  # phase k's batches are drawn from seed + k
     probe_n: int  # held-out colour and shape questions per language, greedy, at each phase's end
 
@@ -313,6 +315,9 @@ FULL = Recipe(
         phase_steps=(1000, 1300, 700),
         lr=3e-4,
         embedding_scale=6.0,
+        english_every=3,
+        english_items=1500,
+        english_seed=58,
         seed=60,
         probe_n=40,
     ),
@@ -359,7 +364,7 @@ QUICK = replace(
     ),
     tokens=300,
     drafter_tokens=300,
-    languages=replace(FULL.languages, corpus_per_task=50, phase_steps=(2, 2, 2), probe_n=2),
+    languages=replace(FULL.languages, corpus_per_task=50, phase_steps=(2, 2, 2), english_items=8, probe_n=2),
     language_distill={k: replace(c, items=16, max_new_tokens=8) for k, c in FULL.language_distill.items()},
     language_drafters={
         k: replace(c, pretrain=_steps(c.pretrain, 3), distill=_steps(c.distill, 3))
