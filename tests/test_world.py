@@ -233,6 +233,8 @@ def test_quick_recipe_is_the_full_one_with_fewer_steps_and_smaller_batches():
         "max_new_tokens",
         "tokens",
         "drafter_tokens",
+        "probe_n",
+        "english_items",
     }
 
     def differences(full, quick, path=""):
@@ -261,7 +263,7 @@ def test_quick_recipe_is_the_full_one_with_fewer_steps_and_smaller_batches():
         "image_drafter.finetune_steps",
         "text_drafter.distill.steps",
         "tokens",
-        "languages.steps",
+        "languages.phase_steps",
         "language_distill.zh.items",
         "language_drafters.de.distill.steps",
     } <= changed

@@ -1,5 +1,11 @@
-"""`python -m demo.bench`: the paper-style benchmark (demo.bench.benchmark)."""
+"""`python -m demo.bench`: the paper-style benchmark (demo.bench.benchmark); with `--languages`,
+the second seed's table per language and drafter (demo.bench.languages)."""
 
-from demo.bench.benchmark import main
+import sys
+
+if any(a == "--languages" or a.startswith("--languages=") for a in sys.argv[1:]):
+    from demo.bench.languages import main
+else:
+    from demo.bench.benchmark import main
 
 main()

@@ -4,6 +4,7 @@ Contract:
 - `fit(params, steps, lr, loss_of, desc)` runs AdamW with a linear warm-up and a cosine decay
   to a tenth of `lr`, clips gradients at 1.0, shows a tqdm bar, and returns the mean loss of
   the last tenth of the steps. `loss_of(step)` builds a batch and returns a scalar loss.
+  `params` may be AdamW's parameter groups, each with its own "scale" of `lr` (default 1).
 - `CellHeads` predicts, for every image token of a vision tower, the shape, colour and size of
   the object in that grid cell (or "empty") and which cell it is: the auxiliary loss that
   pretrains the towers, so every attribute and the place are linearly readable.
@@ -20,7 +21,7 @@ from .scenes import COLOURS, GRID, SHAPES, SIZES
 
 
 def fit(
-    params: list[nn.Parameter],
+    params: list[nn.Parameter] | list[dict],
     steps: int,
     lr: float,
     loss_of: Callable[[int], torch.Tensor],
@@ -28,6 +29,7 @@ def fit(
     weight_decay: float = 0.01,
 ) -> float:
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
+    clipped = [p for group in opt.param_groups for p in group["params"]]
     warmup = max(1, steps // 20)
     losses = []
     bar = tqdm(range(steps), desc=desc, mininterval=2.0)
@@ -39,13 +41,13 @@ def fit(
             else 0.1 + 0.45 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
         )
         for group in opt.param_groups:
-            group["lr"] = lr * t
+            group["lr"] = lr * t * group.get("scale", 1.0)
         # 2. forward and backward
         loss = loss_of(step)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         # 3. clip and update
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        torch.nn.utils.clip_grad_norm_(clipped, 1.0)
         opt.step()
         losses.append(loss.item())
         if step % 10 == 0:

@@ -3,9 +3,13 @@
 Contract: `train_languages(w, recipe, seed, out, log, lap)` takes the English world (in memory,
 as stage 9 leaves it, or loaded from a saved one by `load_world`) and
  10. grows the tokenizer for German and Chinese (`text.extend_tokenizer`: English tokenises as
-     before) and the target's embeddings with it, each new token's row the mean of its pieces'
-     old rows; then trains the target end to end on real images (tower frozen) on
-     `recipe.languages.mix`, English a third of it, and rounds it to fp16;
+     before) and the target's embeddings with it: a new token that spells a word of
+     `translation.lexicon` (every grounded word, and the words the layouts are made of) starts
+     from its English translation's row, any other from its pieces' rows, each plus its
+     language's direction (`grow_embeddings`); then trains the target end to end on real images
+     (tower frozen) through `recipe.LANGUAGE_CURRICULUM`, English a third of the batches with
+     the English target's answers kept (`kept_english_loss`), probing held-out colour and shape
+     questions in each language at each phase's end, and rounds it to fp16;
  11. writes each language's distillation set (the target's greedy answers on training scenes)
      and trains the text drafters of the seed's recipe (`recipe.language_drafters`): each
      pretrained on corpus text in its languages, then fine-tuned on the target's answers in them;
@@ -18,6 +22,7 @@ were held). Each stage is timed through `lap`.
 """
 
 import argparse
+import copy
 import json
 import random
 import shutil
@@ -27,51 +32,225 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
-from .data import ScenePool, batches, encode, sample_items
+from . import translation
+from .data import ScenePool, batches, encode, item_batch, sample_items
+from .evaluate import encode_examples
 from .fit import fit
 from .generate import greedy
 from .models import build, n_params
-from .recipe import FULL, QUICK, LanguageDrafter, Recipe, in_languages
-from .tasks import LANGUAGES, corpus
+from .recipe import ENGLISH_KEEP, FULL, LANGUAGE_CURRICULUM, QUICK, LanguageDrafter, Recipe, in_languages
+from .scoring import score
+from .tasks import LANGUAGES, corpus, heldout_examples
 from .text import IMAGE_TOKEN, build_processor, extend_tokenizer
-from .train import Distill, World, loss_on, set_trainable, train
+from .train import Distill, World, set_trainable, train
+
+# A translated word starts a little shorter than its English one: the embeddings are tied, so
+# where the target would write " green" its logit stays the larger, and English answers are
+# what they were (with equal rows, the first pilot's English answers took " grün" for " green").
+TRANSLATED_SCALE = 0.9
+# Every new token also starts with its language's own direction (`quiet_directions`): without it
+# " rot" and "红色" both started as " red" and the target wrote Chinese words in German answers
+# ("Die Form unten in der Mitte ist黄色."). The directions are ones the target's English hidden
+# states barely use, so no new token outscores an English word in English: with random
+# directions an English caption began "On一个 light background", and with directions pointing
+# away from the hidden states' mean a new token was still the argmax at 2.3% of English answer
+# positions (none with these).
 
 
-def grow_embeddings(model, old_tok, new_tok) -> None:
-    """Resize `model`'s (tied) embeddings to `new_tok`; a new token's row is the mean of the old
-    rows of the pieces the old tokenizer splits it into, so it starts where its text was."""
+@torch.no_grad()
+def quiet_directions(target, batches) -> dict[str, torch.Tensor]:
+    """For German and Chinese, a unit direction that what the target's LM head reads barely
+    uses on the answers of English `batches` (encoded conversations with their images,
+    `data.item_batch`): the eigenvectors of the least two eigenvalues of its second moment."""
+    seen, vectors = [], []
+    hook = target.lm_head.register_forward_hook(lambda module, args, out: seen.append(args[0]))
+    target.eval()
+    try:
+        for batch in batches:
+            seen.clear()
+            target(**{k: v for k, v in batch.items() if k not in ("scenes", "labels")})
+            answer = torch.zeros_like(batch["labels"], dtype=torch.bool)
+            answer[:, :-1] = batch["labels"][:, 1:] != -100  # the positions that predict an answer token
+            vectors.append(seen[0][answer])
+    finally:
+        hook.remove()
+        target.train()
+    h = torch.cat(vectors).double()
+    _, eigenvectors = torch.linalg.eigh(h.T @ h / len(h))  # ascending eigenvalues
+    return {"de": eigenvectors[:, 0].float(), "zh": eigenvectors[:, 1].float()}
+
+
+def token_language(text: str) -> str:
+    """The language a new token of the grown tokenizer belongs to: "zh" for Han characters, the
+    pieces of one (bytes that decode to no character) and full-width punctuation ("。", "："),
+    "de" for the rest."""
+    wide = ("\u4e00", "\u9fff"), ("\u3000", "\u303f"), ("\uff00", "\uffef"), ("\ufffd", "\ufffd")
+    return "zh" if any(lo <= c <= hi for c in text for lo, hi in wide) else "de"
+
+
+def grow_embeddings(
+    model, old_tok, new_tok, lexicons: dict[str, str] | None = None, offset: float = 0.0, directions=None
+) -> None:
+    """Resize `model`'s (tied) embeddings to `new_tok`. A new token whose meaning `lexicons`
+    gives (word -> English, `translation.lexicon`; `translation.gloss` reads a token of several
+    Chinese words) starts as the mean of the old rows of its English translation's tokens
+    (" Kreis" as " circle", "红色" as " red", "是什么颜色" as " is what colour"), times
+    `TRANSLATED_SCALE`, so the lookup the target has writes it; any other new token as the mean
+    of the old rows of the pieces the old tokenizer splits it into, so it starts where its text
+    was. With `offset`, each new token gets its language's direction added (`token_language`;
+    `directions[language]`, a unit vector, `quiet_directions`), times `offset` times the
+    old rows' mean norm, so the target can tell the languages' words apart."""
     emb = model.get_input_embeddings().weight
     n_old = emb.shape[0]
+    norm = emb.detach().norm(dim=1).mean()
     rows = []
     with torch.no_grad():
         for i in range(n_old, len(new_tok)):
-            pieces = old_tok.backend_tokenizer.model.tokenize(new_tok.convert_ids_to_tokens(i))
-            rows.append(emb[[old_tok.convert_tokens_to_ids(p.value) for p in pieces]].mean(0))
+            text = new_tok.decode([i])
+            meaning = translation.gloss(text, lexicons) if lexicons else None
+            if meaning:
+                old = old_tok(" " + meaning, add_special_tokens=False)["input_ids"]
+                row = TRANSLATED_SCALE * emb[old].mean(0)
+            else:
+                pieces = old_tok.backend_tokenizer.model.tokenize(new_tok.convert_ids_to_tokens(i))
+                row = emb[[old_tok.convert_tokens_to_ids(p.value) for p in pieces]].mean(0)
+            rows.append(row + offset * norm * directions[token_language(text)] if offset else row)
     model.resize_token_embeddings(len(new_tok), mean_resizing=False)
     with torch.no_grad():
         model.get_input_embeddings().weight[n_old:] = torch.stack(rows)
     model.tie_weights()
 
 
+def new_rows_only(target, n_old: int, embedding_scale: float) -> tuple[list[dict], object]:
+    """Parameter groups for `fit`: the (tied) embeddings, of which only the rows past `n_old` learn
+    (the old rows' gradient is zeroed, and they take no weight decay), at `embedding_scale` times
+    the learning rate; and the projector and the LM's other weights at the learning rate. Returns
+    the groups and the hook's handle (remove it after training)."""
+    emb = target.get_input_embeddings().weight
+    mask = torch.ones(emb.shape[0], 1)
+    mask[:n_old] = 0.0
+    handle = emb.register_hook(lambda grad: grad * mask)
+    body = set_trainable(target, target.model.multi_modal_projector, target.model.language_model, target.lm_head)
+    body = [p for p in body if p is not emb]
+    groups = [{"params": [emb], "scale": embedding_scale, "weight_decay": 0.0}, {"params": body}]
+    return groups, handle
+
+
+def kept_english_loss(target, teacher, batch: dict, n_english: int) -> torch.Tensor:
+    """A batch's loss that keeps English as the English target had it: a batch with no token past
+    the English vocabulary (`n_english`) is English, and its loss is the KL divergence from the
+    English target's (`teacher`'s) next-token distribution to the target's, on the answer
+    tokens, so English answers stay what they were, word for word where the drafters learnt
+    them; any other batch's loss is the cross-entropy on its answer."""
+    if int(batch["input_ids"].max()) >= n_english:
+        return target(**batch).loss
+    labels = batch.pop("labels")
+    logits = target(**batch).logits[:, :-1]
+    with torch.no_grad():
+        reference = teacher(**batch).logits[:, :-1].log_softmax(-1)
+    answer = labels[:, 1:] != -100
+    student = logits.log_softmax(-1)[answer]
+    reference = reference[answer]
+    kl = (reference.exp() * (reference - student[:, :n_english])).sum(-1)
+    return kl.mean()
+
+
+PROBED = {
+    "en": ("vqa_colour", "caption", "multiple_choice"),
+    "de": ("vqa_colour", "vqa_shape"),
+    "zh": ("vqa_colour", "vqa_shape"),
+}
+PROBE_TOKENS = {"vqa_colour": 40, "vqa_shape": 40, "caption": 90, "multiple_choice": 200}
+
+
+@torch.no_grad()
+def language_probe(target, processor, n: int) -> dict[str, dict[str, float]]:
+    """Held-out questions answered greedily on the real images, n of each: colour and shape in
+    each language, and English's captions and multiple choice (the most fragile), the share
+    right (the training log's record of how the lookups come, and of English holding)."""
+    tok = processor.tokenizer
+    out = {}
+    for language, tasks in PROBED.items():
+        out[language] = {}
+        for task in tasks:
+            examples = heldout_examples(task, n, seed=7, language=language)
+            rows, pixels = encode_examples(processor, examples)
+            image_id = target.config.image_token_id
+            ids = greedy(target, rows, tok.pad_token_id, tok.eos_token_id, image_id, pixels, PROBE_TOKENS[task])
+            texts = tok.batch_decode(ids, skip_special_tokens=True)
+            out[language][task] = round(sum(score(task, e, t) for e, t in zip(examples, texts)) / n, 3)
+    target.train()
+    return out
+
+
+def english_answers(w: World, teacher, english, c, seed: int) -> Distill:
+    """The English target's greedy answers to `c.english_items` English training questions in
+    `recipe.ENGLISH_KEEP`'s shares: what stage 10 keeps it saying, at the states the app visits."""
+    items = sample_items(w.pool, ENGLISH_KEEP, c.english_items, seed + c.english_seed)
+    prompts = [encode(english, it.question, None)[0] for it in items]
+    scenes = [it.scene for it in items]
+    eos = english.eos_token_id
+    image_id = english.convert_tokens_to_ids(IMAGE_TOKEN)
+    answers = greedy(
+        teacher,
+        prompts,
+        english.pad_token_id,
+        eos,
+        image_id,
+        w.pool.pixels[scenes],
+        200,
+        desc="10 English answers kept",
+    )
+    return Distill(scenes, [it.task for it in items], prompts, [a + [eos] for a in answers])
+
+
 def stage_target_languages(w: World, recipe: Recipe, seed: int, log: dict) -> None:
     """10. the grown tokenizer and embeddings, then the target in three languages."""
     c = recipe.languages
     english = w.tok
+    teacher = copy.deepcopy(w.target).eval()  # the English target, whose English answers are kept
+    for p in teacher.parameters():
+        p.requires_grad_(False)
     texts = [t for lang in LANGUAGES[1:] for t in corpus(c.corpus_per_task, seed + c.corpus_seed, lang)]
     keep = corpus(recipe.data.corpus_per_task, seed + recipe.data.seed)  # stage 1's corpus: English as before
     w.tok = extend_tokenizer(english, texts, c.new_tokens, keep)
     w.processor = build_processor(w.tok)
     target = w.target
-    grow_embeddings(target, english, w.tok)
+    lexicons = translation.lexicon("de", function_words=True) | translation.lexicon("zh", function_words=True)
+    items = sample_items(w.pool, ENGLISH_KEEP, 64, seed + c.offset_seed)
+    directions = quiet_directions(target, [item_batch(w.pool, english, items[i : i + 16]) for i in range(0, 64, 16)])
+    grow_embeddings(target, english, w.tok, lexicons, c.offset, directions)
     log["languages_vocabulary"] = len(w.tok)
-    model = target.model
-    params = set_trainable(target, model.multi_modal_projector, model.language_model, target.lm_head)
-    stream = batches(w.pool, w.tok, c.mix, recipe.tokens, random.Random(seed + c.seed))
-    log["target_languages_loss"] = fit(
-        params, c.steps, c.lr, lambda s: loss_on(target, next(stream), w.pool, w.image_id), "10 target, three languages"
+    log["languages_glossed_tokens"] = sum(
+        translation.gloss(w.tok.decode([i]), lexicons) is not None for i in range(len(english), len(w.tok))
     )
+    english_set = english_answers(w, teacher, english, c, seed)
+    log["languages_english_answer_tokens"] = sum(map(len, english_set.answers))
+    english_stream = english_set.batches(w.pool, english, recipe.tokens, random.Random(seed + c.english_seed), True)
+    params, hook = new_rows_only(target, len(english), c.embedding_scale)
+    streams = [
+        batches(w.pool, w.tok, mix, recipe.tokens, random.Random(seed + c.seed + k))
+        for k, (_, mix) in enumerate(LANGUAGE_CURRICULUM)
+    ]
+    ends = [sum(c.phase_steps[: k + 1]) for k in range(len(LANGUAGE_CURRICULUM))]
+    probes = log["target_languages_probe"] = {}
+
+    def loss_of(step):
+        phase = next(k for k, end in enumerate(ends) if step < end)
+        if step and step in ends:  # how the lookups come, in the log
+            probes[step] = language_probe(target, w.processor, c.probe_n)
+            tqdm.write(f"language probe at step {step} (end of {LANGUAGE_CURRICULUM[phase - 1][0]}): {probes[step]}")
+        batch = next(english_stream if step % c.english_every == c.english_every - 1 else streams[phase])
+        batch.pop("scenes")
+        return kept_english_loss(target, teacher, batch, len(english))
+
+    log["target_languages_loss"] = fit(params, ends[-1], c.lr, loss_of, "10 target, three languages")
+    hook.remove()
     target.half().float()  # what ships is fp16: distil from exactly that
+    probes[ends[-1]] = language_probe(target, w.processor, c.probe_n)
+    tqdm.write(f"language probe at the end: {probes[ends[-1]]}")
 
 
 def distill_set(w: World, language: str, recipe: Recipe, seed: int) -> Distill:

@@ -63,9 +63,38 @@ def in_languages(mix: dict[str, float], languages: tuple[str, ...]) -> dict[str,
     return {in_language(t, lang): share / len(languages) for lang in languages for t, share in mix.items()}
 
 
-# Stage 10, the target in three languages: MIX in each, English kept at a third so that what the
-# target knows in English holds while the other languages are learnt.
-LANGUAGE_MIX = in_languages(MIX, LANGUAGES)
+# English in stage 10: stage 5e's shares of captions and multiple choice (in every five batches
+# two of multiple choice, one of it on one-object scenes, and two of stage 5's mix, half of that
+# captions): the English target's own greedy answers to questions in these shares, its
+# distribution kept (`multilingual.kept_english_loss`).
+ENGLISH_KEEP = {
+    "description": 0.06,
+    "caption": 0.30,
+    "multiple_choice": 0.46,
+    "vqa_colour": 0.04,
+    "vqa_shape": 0.04,
+    "vqa_count": 0.03,
+    "vqa_position": 0.04,
+    "vqa_yesno": 0.03,
+}
+
+
+def language_mix(new: dict[str, float]) -> dict[str, float]:
+    """`new` (shares of tasks) in German and Chinese, half each."""
+    total = sum(new.values())
+    return {in_language(t, lang): w / total / 2 for lang in LANGUAGES[1:] for t, w in new.items()}
+
+
+# Stage 10, the target in three languages: German and Chinese in a curriculum (one optimiser, one
+# schedule): the short questions and captions, twice as often (where the lookups in the new words
+# are learnt), then `MIX`, then the shares of stage 5e (captions and multiple choice, the slowest
+# to learn); every third batch English (`ENGLISH_KEEP`).
+LANGUAGE_MIX = language_mix(MIX)
+LANGUAGE_CURRICULUM = (
+    ("short", language_mix({t: 1.0 for t in SHORT} | {"caption": 2.0})),
+    ("mix", LANGUAGE_MIX),
+    ("final", language_mix(ENGLISH_KEEP)),
+)
 LM_MIX = in_form(MIX, BRIEF)  # the LM stage's mix: multiple choice with the brief checks
 # Stage 3 is a curriculum: (name, task mix, at most this many objects per scene or None). Lookup
 # facts first (mix "facts": `data.fact_batches`), then colour on one-object scenes, colour,
@@ -184,16 +213,23 @@ class ImageDrafter:
 
 @dataclass(frozen=True)
 class Languages:
-    """10. the tokenizer grown for German and Chinese, new embeddings from their pieces' old ones,
-    then the target end to end on real images (tower frozen) in the three languages."""
+    """10. the tokenizer grown for German and Chinese, each new token's embedding from its English
+    translation's (`translation.gloss`) or its pieces', plus its language's direction; then the
+    target end to end on real images (tower frozen) through `LANGUAGE_CURRICULUM`."""
 
     new_tokens: int  # tokens added to the vocabulary (`text.extend_tokenizer`)
     corpus_per_task: int  # training examples per task and new language in the tokenizer's corpus
     corpus_seed: int  # offset of that corpus's draws
-    steps: int  # optimiser steps
-    lr: float  # peak learning rate
-    mix: dict[str, float]  # task mix, tasks named in their language ("de/caption")
-    seed: int  # offset of the batches' draws
+    offset: float  # each language's direction in its new rows, times the old rows' mean norm
+    offset_seed: int  # offset of the draws of the English conversations `quiet_directions` reads
+    phase_steps: tuple[int, ...]  # steps of each phase of LANGUAGE_CURRICULUM
+    lr: float  # peak learning rate of the projector and the LM (the old embedding rows are frozen)
+    embedding_scale: float  # the new embedding rows learn at this times `lr`
+    english_every: int  # every this many batches one is English, the English target's answers
+    english_items: int  # English training questions the English target answers for them
+    english_seed: int  # offset of their draws (and of the batches')
+    seed: int  # phase k's batches are drawn from seed + k
+    probe_n: int  # held-out colour and shape questions per language, greedy, at each phase's end
 
 
 @dataclass(frozen=True)
@@ -271,7 +307,19 @@ FULL = Recipe(
     tokens=800,
     drafter_tokens=2400,
     languages=Languages(
-        new_tokens=512, corpus_per_task=2000, corpus_seed=0, steps=1500, lr=3e-4, mix=LANGUAGE_MIX, seed=60
+        new_tokens=512,
+        corpus_per_task=2000,
+        corpus_seed=0,
+        offset=0.5,
+        offset_seed=59,
+        phase_steps=(1000, 1300, 700),
+        lr=3e-4,
+        embedding_scale=6.0,
+        english_every=3,
+        english_items=1500,
+        english_seed=58,
+        seed=60,
+        probe_n=40,
     ),
     language_distill={
         lang: Distillation(items=1000, max_new_tokens=200, mix=in_languages(MIX, (lang,)), seed=61 + k)
@@ -316,7 +364,7 @@ QUICK = replace(
     ),
     tokens=300,
     drafter_tokens=300,
-    languages=replace(FULL.languages, corpus_per_task=50, steps=3),
+    languages=replace(FULL.languages, corpus_per_task=50, phase_steps=(2, 2, 2), english_items=8, probe_n=2),
     language_distill={k: replace(c, items=16, max_new_tokens=8) for k, c in FULL.language_distill.items()},
     language_drafters={
         k: replace(c, pretrain=_steps(c.pretrain, 3), distill=_steps(c.distill, 3))

@@ -1,0 +1,74 @@
+"""A question's language, and the drafter its race uses by default (demo/languages.py). Pure Python, fast."""
+
+import pytest
+
+from demo.languages import MULTILINGUAL, SPECIALISED, detect, pick
+from demo.world.tasks import LANGUAGES, TASKS, heldout_examples
+
+EMBEDDED = ("text-only", "image-aware", "multilingual", "german", "chinese")
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_every_held_out_question_of_the_world_is_told_in_its_language(language):
+    for task in TASKS:
+        for e in heldout_examples(task, 60, language=language):
+            assert detect(e.question).language == language, e.question
+
+
+@pytest.mark.parametrize(
+    "question, language, found",
+    [
+        ("What Farbe is the Kreis?", "mixed", ("en", "de")),
+        ("这个 circle 是什么颜色？", "mixed", ("en", "zh")),
+        ("What colour is the circle? 圆形是什么颜色？", "mixed", ("en", "zh")),
+        ("Welche Farbe hat der Kreis? 圆形", "mixed", ("de", "zh")),
+        ("Quelle est la couleur du cercle ?", "unknown", ()),
+        ("¿De qué color es el círculo?", "unknown", ()),
+        ("Welke kleur heeft de cirkel?", "unknown", ()),
+        ("Какого цвета круг?", "unknown", ()),
+        ("円は何色ですか？", "unknown", ()),  # Han beside kana: Japanese
+        ("", "unknown", ()),
+        ("1 2 3 ?", "unknown", ()),
+        ("Tell me about it", "en", ("en",)),
+        ("Gibt es hier etwas Ungewöhnliches?", "de", ("de",)),
+        ("Welche Form ist orange?", "de", ("de",)),  # "orange" is both languages' word
+        ("有几个图形？", "zh", ("zh",)),
+    ],
+)
+def test_mixed_and_unknown_questions_are_told_apart(question, language, found):
+    d = detect(question)
+    assert (d.language, d.found) == (language, found)
+
+
+def test_each_language_picks_its_specialised_drafter_and_says_so():
+    assert pick("What colour is the circle?", EMBEDDED, "text-only").drafter == "text-only"
+    german = pick("Welche Farbe hat der Kreis?", EMBEDDED, "text-only")
+    assert german.drafter == SPECIALISED["de"] == "german"
+    assert german.reason == "The question is in German, so the German drafter drafts."
+    chinese = pick("圆形是什么颜色？", EMBEDDED, "text-only")
+    assert (chinese.drafter, chinese.reason) == (
+        "chinese",
+        "The question is in Chinese, so the Chinese drafter drafts.",
+    )
+    english = pick("What colour is the circle?", EMBEDDED, "text-only")
+    assert english.reason == "The question is in English, so the English text-only drafter drafts."
+
+
+def test_mixed_and_unknown_questions_get_the_multilingual_drafter_with_the_reason():
+    mixed = pick("这个 circle 是什么颜色？", EMBEDDED, "text-only")
+    assert mixed.drafter == MULTILINGUAL
+    assert mixed.reason.startswith("The question mixes English and Chinese, so the multilingual drafter drafts")
+    assert "The target answers it all the same" in mixed.reason
+    unknown = pick("Quelle est la couleur du cercle ?", EMBEDDED, "text-only")
+    assert unknown.drafter == MULTILINGUAL
+    assert unknown.reason.startswith("The question is in none of the languages the world speaks")
+
+
+def test_a_preset_without_the_language_drafters_keeps_its_default_and_says_why():
+    hub = ("vicuna-68m",)
+    german = pick("Welche Farbe hat der Kreis?", hub, "vicuna-68m")
+    assert german.drafter == "vicuna-68m"
+    assert german.reason == "The question is in German, but this preset has no German drafter, so vicuna-68m drafts."
+    assert pick("Quelle couleur ?", hub, "vicuna-68m").drafter == "vicuna-68m"
+    no_german = pick("Welche Farbe hat der Kreis?", ("text-only", "multilingual"), "text-only")
+    assert no_german.drafter == MULTILINGUAL and "no German drafter" in no_german.reason
