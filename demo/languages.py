@@ -141,7 +141,7 @@ def pick(question: str, offered: tuple[str, ...], default: str) -> Pick:
         parts = [NAMES[lang] for lang in d.found] + (["another script"] if d.other_script else [])
         why = f"The question mixes {_listing(parts)}"
     else:
-        why = "The question is in none of the languages the world speaks (English, German, Chinese)"
+        why = "The question is in none of English, German and Chinese"
     answer = " The target answers it all the same, in whatever it produces."
     if MULTILINGUAL in offered:
         return Pick(MULTILINGUAL, d, f"{why}, so the multilingual drafter drafts: it was trained on all three.{answer}")

@@ -6,6 +6,9 @@
                                      fit beside the target, with the need and the free memory
     offered(default)                 the presets a page offers, and the others with the reason
     availability(name)               whether a preset can load now, and the sentence that says so
+    for_language(question, preset, current, last)
+                                     the drafter a question's language asks for on a preset, and
+                                     the sentence that says why (`demo.languages`)
 
 Part of the session layer (no Gradio); torch and transformers are imported on first use.
 """
@@ -13,8 +16,10 @@ Part of the session layer (no Gradio); torch and transformers are imported on fi
 from __future__ import annotations
 
 import logging
+import re
+from dataclasses import dataclass
 
-from demo import failures
+from demo import failures, languages
 from demo.models import presets, zerogpu
 
 log = logging.getLogger(__name__)
@@ -107,3 +112,28 @@ def availability(name: str) -> tuple[bool, str]:
         log.warning("cannot check preset %r: %s", name, error)
         return False, f"Its files could not be read ({type(error).__name__}); they may be damaged."
     return available.ok, available.message
+
+
+SETTLED_WORDS = 3  # a question in no language the world speaks is told so from this many words on
+
+
+@dataclass(frozen=True)
+class LanguageChoice:
+    drafter: str  # the drafter the race uses by default
+    note: str  # why, for the page; empty for English, the world's first language
+    language: str  # `languages.detect`'s answer, to compare the next question with
+
+
+def for_language(question: str, preset: str, current: str | None, last: str | None) -> LanguageChoice | None:
+    """The drafter `question`'s language asks for on `preset` (its specialised drafter, else the
+    multilingual one, else `current`: `languages.pick`), or None where nothing is to change: the
+    language is `last`, the one already answered (so a drafter picked by hand stays while the
+    question is edited), or no language is told yet in a question too short to tell."""
+    detected = languages.detect(question)
+    if detected.language == last:
+        return None
+    if detected.language == "unknown" and len(re.findall(r"[^\W\d_]+", question or "")) < SETTLED_WORDS:
+        return None  # being typed: "Wh" is no language yet
+    names = presets.PRESETS[preset].drafter_names()
+    chosen = languages.pick(question, names, current if current in names else names[0])
+    return LanguageChoice(chosen.drafter, "" if detected.language == "en" else chosen.reason, detected.language)

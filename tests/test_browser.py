@@ -161,6 +161,24 @@ def pick(page, dropdown: str, value: str) -> None:
     page.get_by_role("option", name=value, exact=True).click()
 
 
+def test_a_question_in_another_language_says_which_drafter_drafts_and_why(browser, served):
+    page = browser.new_page(viewport={"width": 420, "height": 900})
+    page.goto(served)
+    page.wait_for_selector(DRAWN)
+    assert not page.locator("#language-note").is_visible()  # English: the page as it always was
+    pick(page, "drafter", "image-aware")
+    page.fill("#question textarea", "Welche Farbe hat der Kreis?")
+    page.wait_for_selector("#language-note .language-note", state="visible")
+    note = page.inner_text("#language-note")
+    assert note == "The question is in German, but this preset has no German drafter, so image-aware drafts."
+    assert page.input_value("#drafter input") == "image-aware"  # the hand-picked drafter stays
+    page.locator("#language-note").screenshot(path=str(SHOTS / "language-note-phone.png"))
+    page.fill("#question textarea", "What colour is the circle?")
+    page.wait_for_selector("#language-note", state="hidden")
+    assert page.input_value("#drafter input") == "text-only"  # back in English: its drafter
+    page.close()
+
+
 def test_two_drafters_race_side_by_side_and_a_token_opens_its_round(browser, served):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(served)

@@ -61,7 +61,7 @@ def test_mixed_and_unknown_questions_get_the_multilingual_drafter_with_the_reaso
     assert "The target answers it all the same" in mixed.reason
     unknown = pick("Quelle est la couleur du cercle ?", EMBEDDED, "text-only")
     assert unknown.drafter == MULTILINGUAL
-    assert unknown.reason.startswith("The question is in none of the languages the world speaks")
+    assert unknown.reason.startswith("The question is in none of English, German and Chinese")
 
 
 def test_a_preset_without_the_language_drafters_keeps_its_default_and_says_why():
@@ -72,3 +72,27 @@ def test_a_preset_without_the_language_drafters_keeps_its_default_and_says_why()
     assert pick("Quelle couleur ?", hub, "vicuna-68m").drafter == "vicuna-68m"
     no_german = pick("Welche Farbe hat der Kreis?", ("text-only", "multilingual"), "text-only")
     assert no_german.drafter == MULTILINGUAL and "no German drafter" in no_german.reason
+
+
+def test_the_page_picks_a_drafter_once_per_language_and_says_why_except_in_english():
+    from demo.offers import for_language
+
+    # English, the language the page starts in: nothing changes, a drafter picked by hand stays
+    assert for_language("What colour is the circle?", "embedded", "image-aware", "en") is None
+    # German on the embedded preset, which has no German drafter: the pick stays, and the page says why
+    german = for_language("Welche Farbe hat der Kreis?", "embedded", "image-aware", "en")
+    assert (german.drafter, german.language) == ("image-aware", "de")
+    assert german.note == "The question is in German, but this preset has no German drafter, so image-aware drafts."
+    assert for_language("Welche Farbe hat das Quadrat?", "embedded", "text-only", "de") is None  # same language
+    # back to English: its drafter, and no note
+    assert for_language("What colour is it?", "embedded", "image-aware", "zh") == for_language(
+        "What colour is it?", "embedded", "text-only", "de"
+    )
+    back = for_language("What colour is it?", "embedded", "image-aware", "zh")
+    assert (back.drafter, back.note, back.language) == ("text-only", "", "en")
+    # a question being typed is no language yet; one in another language is, from three words on
+    assert for_language("Wh", "embedded", "text-only", "en") is None
+    assert for_language("Quelle couleur ?", "embedded", "text-only", "en") is None
+    french = for_language("Quelle est la couleur ?", "embedded", "text-only", "en")
+    assert french.language == "unknown" and french.drafter == "text-only"
+    assert french.note.startswith("The question is in none of English, German and Chinese, and this preset")

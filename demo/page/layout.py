@@ -134,6 +134,8 @@ def inputs(default_preset: str, examples: list[Example]) -> SimpleNamespace:
             c.drafter.api_info = lambda: {"type": "string", "enum": every}
             c.drafter2.api_info = lambda: {"type": "string", "enum": [NO_SECOND, *every]}
         c.preset_info = gr.HTML(js_on_load=None, elem_id="preset-info")
+        # Which drafter the question's language picked, and why (`offers.for_language`); hidden for English.
+        c.language_note = gr.HTML("", js_on_load=None, visible=False, elem_id="language-note")
         gr.HTML(left_out_html(left), js_on_load=None, visible=bool(left), elem_id="presets-left")
         with gr.Row():
             c.gamma = gr.Slider(

@@ -15,6 +15,7 @@ the theme, CSS and script at launch, so launch through `launch()` (or pass `text
 
 from __future__ import annotations
 
+import html
 import inspect
 import os
 import threading
@@ -25,7 +26,7 @@ from types import SimpleNamespace
 import gradio as gr
 from gradio.exceptions import InvalidPathError
 
-from demo import session, validate
+from demo import offers, session, validate
 from demo.models import presets
 from demo.page import analysis_tab, handlers, layout, text
 from demo.page.layout import EXAMPLES_DIR, Example
@@ -52,6 +53,15 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: lis
             layout.preset_html(name),
         )
 
+    def on_question(question, preset, drafter, last):
+        """The question's language picks the drafter (the page says why), once per language: a
+        drafter picked by hand stays while a question in the same language is edited."""
+        chosen = offers.for_language(question, preset, drafter, last) if preset in presets.PRESETS else None
+        if chosen is None:
+            return gr.skip(), gr.skip(), gr.skip()
+        note = f'<div class="language-note" role="status">{html.escape(chosen.note)}</div>'
+        return gr.update(value=chosen.drafter), gr.update(value=note, visible=bool(chosen.note)), chosen.language
+
     def on_second(drafter):  # the second lane's panel and block view show while a second drafter is picked
         return [gr.update(visible=drafter not in (None, "", layout.NO_SECOND))] * 2
 
@@ -62,6 +72,10 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: lis
     c.gallery.select(on_example, None, [c.image, c.question, c.reference], **small)
     c.image.upload(lambda: layout.reference_html(None), None, c.reference, **small)
     c.preset.change(on_preset, c.preset, [c.drafter, c.drafter2, c.preset_info], **small)
+    language = gr.State("en")  # the language the drafter was last picked for: the page starts in English
+    c.question.change(
+        on_question, [c.question, c.preset, c.drafter, language], [c.drafter, c.language_note, language], **small
+    )
     c.drafter2.change(on_second, c.drafter2, [v.spd2_column, v.blocks2_accordion], **small)
     demo.load(layout.preset_html, c.preset, c.preset_info, **small)
     c.decoding.change(lambda d: [visible(d == "sampling")] * 3, c.decoding, [c.temperature, c.top_p, c.seed], **small)

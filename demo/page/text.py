@@ -47,6 +47,7 @@ CSS = (
 .preset-info { font-size: 12px; opacity: .85; line-height: 1.45; }
 .preset-info .ready { color: #009E73; }
 .preset-info .unavailable { color: #D55E00; }
+.language-note { font-size: 13px; padding: 6px 10px; border-left: 3px solid #0072B2; background: rgba(0, 114, 178, .07); }
 .reference { font-size: 13px; opacity: .9; padding: 2px 2px 0; }
 .reference .task { display: inline-block; padding: 0 8px; margin-right: 6px; border-radius: 999px;
   background: rgba(0,114,178,.14); font-weight: 600; }
