@@ -30,24 +30,12 @@ from ..evaluate import encode_examples
 from ..fit import fit
 from ..generate import greedy
 from ..multilingual import grow_embeddings, kept_english_loss, new_rows_only, quiet_directions
-from ..recipe import MIX, SHORT
+from ..recipe import ENGLISH_KEEP, MIX, SHORT
 from ..scoring import score
 from ..tasks import LANGUAGES, corpus, heldout_examples, in_language
 from ..text import IMAGE_SEQ_LENGTH, IMAGE_TOKEN, build_processor, extend_tokenizer
 from ..train import loss_on, set_trainable
 
-# English in stage 10 (as recipe.ENGLISH_KEEP): stage 5e's shares of captions and multiple choice (two batches in five of
-# multiple choice, one on one-object scenes, two of stage 5's mix, half of it captions).
-ENGLISH_KEEP = {
-    "description": 0.06,
-    "caption": 0.30,
-    "multiple_choice": 0.46,
-    "vqa_colour": 0.04,
-    "vqa_shape": 0.04,
-    "vqa_count": 0.03,
-    "vqa_position": 0.04,
-    "vqa_yesno": 0.03,
-}
 EVAL_TASKS = ("vqa_colour", "vqa_shape", "caption", "multiple_choice")
 MAX_TOKENS = {"vqa_colour": 40, "vqa_shape": 40, "caption": 90, "multiple_choice": 200}
 
