@@ -20,7 +20,10 @@ from demo.page import server
 pytestmark = pytest.mark.slow  # servers and browsers: seconds each, the full suite only
 
 RACES, WARMUP = 60, 20
-GROWTH_PER_RACE_KIB = 150  # the leak: ~700 KiB per 32-token race; the fixed server: under 100
+# The leak: ~775 KiB per 32-token race. The fixed server still settles over its first ~100 races
+# (allocator, lazily built caches): 42.6 KiB a race over 500, but 162.7 over races 21-80 in one run
+# and 264.7 over races 16-55 in another (2026-12-02), so the bar sits between settling and the leak.
+GROWTH_PER_RACE_KIB = 400
 
 
 def test_server_memory_per_race_stays_flat():
