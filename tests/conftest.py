@@ -6,6 +6,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import races  # noqa: E402
 import tiny  # noqa: E402
 
 from demo.engine.drafters import Drafter  # noqa: E402
@@ -50,3 +51,9 @@ def world(tok):
     add("image-partly", tiny.noisy_copy(target_model, 0.3), "image-aware")
     add("image-never", never_image, "image-aware")
     return loaded
+
+
+@pytest.fixture(scope="session")
+def answers(world):
+    """The tiny target's own greedy answers (the autoregressive loop) to every case of `races.CASES`."""
+    return [races.ar(world, image, question).summary.token_ids for image, question in races.CASES]

@@ -5,6 +5,7 @@ import itertools
 import pytest
 import tiny
 import torch
+from races import CASES, GREEDY, MAX_NEW, ar, spd
 from tokenizers import Tokenizer, models
 from transformers import DynamicCache, PreTrainedTokenizerFast
 
@@ -13,38 +14,8 @@ from demo.engine.compat import cache_keyword
 from demo.engine.drafters import Drafter
 from demo.engine.events import DrafterInfo, PrefillEvent, RoundEvent, RunStart, RunSummary, TokenEvent, Trace
 from demo.engine.sampling import Sampling
-from demo.engine.speculative import Target, autoregressive_generate, speculative_generate
+from demo.engine.speculative import Target, speculative_generate
 from demo.models.loader import VocabMismatch, check_vocab_compatible
-
-GREEDY = Sampling()
-MAX_NEW = 24
-CASES = list(zip(tiny.images(len(tiny.QUESTIONS)), tiny.QUESTIONS))  # 11 image/prompt cases
-
-
-def spd(world, drafter, image, question, gamma, sampling=GREEDY, max_new=MAX_NEW, seed=0, min_confidence=0.0):
-    prompt = world.prompt(image, question, drafter)
-    events = speculative_generate(
-        world.target,
-        world.drafter(drafter),
-        prompt,
-        gamma=gamma,
-        sampling=sampling,
-        max_new_tokens=max_new,
-        generator=torch.Generator().manual_seed(seed),
-        min_confidence=min_confidence,
-    )
-    return Trace.of(events)
-
-
-def ar(world, image, question, sampling=GREEDY, max_new=MAX_NEW, seed=0):
-    events = autoregressive_generate(
-        world.target,
-        world.prompt(image, question),
-        sampling=sampling,
-        max_new_tokens=max_new,
-        generator=torch.Generator().manual_seed(seed),
-    )
-    return Trace.of(events)
 
 
 @pytest.fixture(scope="module")

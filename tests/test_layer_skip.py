@@ -7,21 +7,16 @@ import law
 import pytest
 import tiny
 import torch
+from races import CASES, MAX_NEW, ar, spd
 from transformers import DynamicCache
 
 from demo.bench import layerskip as search
 from demo.engine import metrics
-from demo.engine.events import Trace
 from demo.engine.layerskip import LayerSkipDrafter, unsupported
-from demo.engine.sampling import Sampling, sample
-from demo.engine.speculative import autoregressive_generate, speculative_generate
+from demo.engine.sampling import sample
 from demo.engine.sweep import replay
 from demo.models.loader import Loaded, Preset
 from demo.models.presets import LAYER_SKIP, PRESETS
-
-GREEDY = Sampling()
-MAX_NEW = 24
-CASES = list(zip(tiny.images(len(tiny.QUESTIONS)), tiny.QUESTIONS))
 
 
 @pytest.fixture(scope="module")
@@ -90,35 +85,11 @@ def test_a_target_it_cannot_run_is_refused_with_the_reason(tok):
     assert "LLaVA targets only" in unsupported(tiny.llama(tok))
 
 
-@pytest.fixture(scope="module")
-def references(world):
-    refs = []
-    for image, question in CASES:
-        events = autoregressive_generate(
-            world.target,
-            world.prompt(image, question),
-            sampling=GREEDY,
-            max_new_tokens=MAX_NEW,
-            generator=torch.Generator().manual_seed(0),
-        )
-        refs.append(Trace.of(events).summary.token_ids)
-    return refs
-
-
 @pytest.mark.parametrize("gamma", [1, 3, 8])
-def test_greedy_layer_skip_output_identical_to_the_target_alone(skipping, references, gamma):
+def test_greedy_layer_skip_output_identical_to_the_target_alone(skipping, answers, gamma):
     accepted = 0
-    for (image, question), reference in zip(CASES, references):
-        events = speculative_generate(
-            skipping.target,
-            skipping.drafter(LAYER_SKIP),
-            skipping.prompt(image, question, LAYER_SKIP),
-            gamma=gamma,
-            sampling=GREEDY,
-            max_new_tokens=MAX_NEW,
-            generator=torch.Generator(),
-        )
-        trace = Trace.of(events)
+    for (image, question), reference in zip(CASES, answers):
+        trace = spd(skipping, LAYER_SKIP, image, question, gamma)
         assert trace.summary.token_ids == reference
         assert trace.start.drafter.kind == "self" and 0 < metrics.param_ratio(trace) < 1
         accepted += metrics.accepted(trace)
@@ -137,13 +108,7 @@ def test_the_searchs_teacher_forced_rounds_equal_the_engines_replay(world):
     d = drafter_for(world, (1,))
     for image, question in CASES[:4]:
         prompt = world.prompt(image, question)
-        answer = list(
-            Trace.of(
-                autoregressive_generate(
-                    world.target, prompt, sampling=GREEDY, max_new_tokens=MAX_NEW, generator=torch.Generator()
-                )
-            ).summary.token_ids
-        )
+        answer = list(ar(world, image, question).summary.token_ids)
         agree = search.agreement(d, prompt.target_inputs, answer)
         for gamma in (1, 2, 5):
             point = replay(d, prompt.target_inputs, answer, gamma=gamma, max_new_tokens=MAX_NEW)

@@ -4,19 +4,13 @@ rounds that draft nothing, and the sampling law with a negative control that fai
 import embedded
 import law
 import pytest
-import tiny
 import torch
+from races import CASES, GREEDY, spd
 
 from demo.engine import metrics
-from demo.engine.events import Trace
 from demo.engine.lookup import PromptLookup, lookup
-from demo.engine.sampling import Sampling, acceptance_probs, sample
-from demo.engine.speculative import autoregressive_generate, speculative_generate
+from demo.engine.sampling import acceptance_probs, sample
 from demo.models.presets import PRESETS, PROMPT_LOOKUP
-
-GREEDY = Sampling()
-MAX_NEW = 24
-CASES = list(zip(tiny.images(len(tiny.QUESTIONS)), tiny.QUESTIONS))
 
 
 def test_lookup_matches_the_longest_tail_first():
@@ -64,39 +58,11 @@ def test_prompt_lookup_is_offered_on_every_preset():
         assert PROMPT_LOOKUP not in preset.unusable()
 
 
-def spd(world, image, question, gamma, sampling=GREEDY, max_new=MAX_NEW, seed=0):
-    events = speculative_generate(
-        world.target,
-        world.drafter(PROMPT_LOOKUP),
-        world.prompt(image, question, PROMPT_LOOKUP),
-        gamma=gamma,
-        sampling=sampling,
-        max_new_tokens=max_new,
-        generator=torch.Generator().manual_seed(seed),
-    )
-    return Trace.of(events)
-
-
-@pytest.fixture(scope="module")
-def references(world):
-    refs = []
-    for image, question in CASES:
-        events = autoregressive_generate(
-            world.target,
-            world.prompt(image, question),
-            sampling=GREEDY,
-            max_new_tokens=MAX_NEW,
-            generator=torch.Generator().manual_seed(0),
-        )
-        refs.append(Trace.of(events).summary.token_ids)
-    return refs
-
-
 @pytest.mark.parametrize("gamma", [1, 3, 8])
-def test_greedy_prompt_lookup_output_identical_to_the_target_alone(world, references, gamma):
+def test_greedy_prompt_lookup_output_identical_to_the_target_alone(world, answers, gamma):
     drafted = accepted = 0
-    for (image, question), reference in zip(CASES, references):
-        trace = spd(world, image, question, gamma)
+    for (image, question), reference in zip(CASES, answers):
+        trace = spd(world, PROMPT_LOOKUP, image, question, gamma)
         assert trace.summary.token_ids == reference
         drafted += metrics.drafted(trace)
         accepted += metrics.accepted(trace)
@@ -104,7 +70,7 @@ def test_greedy_prompt_lookup_output_identical_to_the_target_alone(world, refere
 
 
 def test_rounds_that_draft_nothing_are_plain_target_steps(world):
-    trace = spd(world, *CASES[1], 4)
+    trace = spd(world, PROMPT_LOOKUP, *CASES[1], 4)
     empty = [r for r in trace.rounds if not r.drafted_ids]
     assert empty and len(empty) < len(trace.rounds)  # this case has rounds of both sorts
     for r in empty:

@@ -5,19 +5,14 @@ to the target alone, the round's events, refusals, and the sampling law with a n
 import embedded
 import law
 import pytest
-import tiny
 import torch
+from races import CASES, GREEDY, MAX_NEW, spd
 
 from demo.engine import metrics, trees
-from demo.engine.events import TREE_SHAPE, Trace, TreeShape
+from demo.engine.events import TREE_SHAPE, TreeShape
 from demo.engine.lean import on_path
 from demo.engine.sampling import Sampling
-from demo.engine.speculative import autoregressive_generate, speculative_generate
 from demo.engine.trees import TreeDrafter, draft_tree, keep_path, visibility
-
-GREEDY = Sampling()
-MAX_NEW = 24
-CASES = list(zip(tiny.images(len(tiny.QUESTIONS)), tiny.QUESTIONS))
 
 
 def test_the_default_shape_branches_twice_then_runs_in_chains():
@@ -137,39 +132,11 @@ def test_greedy_children_are_the_drafters_distinct_top_choices(world):
     assert sorted(tree.depths) == [1, 1, 2, 2, 2, 2, 3, 3, 3, 3]
 
 
-def spd(world, name, image, question, gamma, sampling=GREEDY, max_new=MAX_NEW, seed=0):
-    events = speculative_generate(
-        world.target,
-        world.drafter(name),
-        world.prompt(image, question, name),
-        gamma=gamma,
-        sampling=sampling,
-        max_new_tokens=max_new,
-        generator=torch.Generator().manual_seed(seed),
-    )
-    return Trace.of(events)
-
-
-@pytest.fixture(scope="module")
-def references(world):
-    refs = []
-    for image, question in CASES:
-        events = autoregressive_generate(
-            world.target,
-            world.prompt(image, question),
-            sampling=GREEDY,
-            max_new_tokens=MAX_NEW,
-            generator=torch.Generator().manual_seed(0),
-        )
-        refs.append(Trace.of(events).summary.token_ids)
-    return refs
-
-
 @pytest.mark.parametrize("gamma", [1, 3, 6])
 @pytest.mark.parametrize("drafter", ["text-partly", "image-partly", "image-always", "text-never"])
-def test_greedy_tree_output_identical_to_the_target_alone(world, references, drafter, gamma):
+def test_greedy_tree_output_identical_to_the_target_alone(world, answers, drafter, gamma):
     name = drafter + "+tree"
-    for (image, question), reference in zip(CASES[:6], references):
+    for (image, question), reference in zip(CASES[:6], answers):
         trace = spd(world, name, image, question, gamma)
         assert trace.summary.token_ids == reference
         if drafter == "image-always":  # the target drafting for itself: every round accepts its deepest path
@@ -224,30 +191,9 @@ def test_a_tree_too_large_for_one_verify_is_refused_before_any_work(world):
     image, question = CASES[0]
     name = "text-partly+tree"
     with pytest.raises(ValueError, match=r"34 nodes.*at most 32.*gamma 8 or less"):
-        next(
-            speculative_generate(
-                world.target,
-                world.drafter(name),
-                world.prompt(image, question, name),
-                gamma=9,
-                sampling=GREEDY,
-                max_new_tokens=8,
-                generator=torch.Generator(),
-            )
-        )
+        spd(world, name, image, question, 9, max_new=8)
     with pytest.raises(ValueError, match="chains only"):
-        next(
-            speculative_generate(
-                world.target,
-                world.drafter(name),
-                world.prompt(image, question, name),
-                gamma=4,
-                sampling=GREEDY,
-                max_new_tokens=8,
-                generator=torch.Generator(),
-                min_confidence=0.5,
-            )
-        )
+        spd(world, name, image, question, 4, max_new=8, min_confidence=0.5)
 
 
 def test_the_tree_option_wraps_the_loaded_drafter_without_a_copy(world):

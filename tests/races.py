@@ -1,0 +1,40 @@
+"""Races on the tiny world (`conftest.world`), shared by the engine's and the drafters' tests: the
+image/question cases, and one speculative or autoregressive run, read back as a Trace."""
+
+import tiny
+import torch
+
+from demo.engine.events import Trace
+from demo.engine.sampling import Sampling
+from demo.engine.speculative import autoregressive_generate, speculative_generate
+
+GREEDY = Sampling()
+MAX_NEW = 24
+CASES = list(zip(tiny.images(len(tiny.QUESTIONS)), tiny.QUESTIONS))  # 11 image/question cases
+
+
+def spd(world, drafter, image, question, gamma, sampling=GREEDY, max_new=MAX_NEW, seed=0, min_confidence=0.0):
+    """Speculative decoding with `world`'s drafter named `drafter`."""
+    events = speculative_generate(
+        world.target,
+        world.drafter(drafter),
+        world.prompt(image, question, drafter),
+        gamma=gamma,
+        sampling=sampling,
+        max_new_tokens=max_new,
+        generator=torch.Generator().manual_seed(seed),
+        min_confidence=min_confidence,
+    )
+    return Trace.of(events)
+
+
+def ar(world, image, question, sampling=GREEDY, max_new=MAX_NEW, seed=0):
+    """The target alone."""
+    events = autoregressive_generate(
+        world.target,
+        world.prompt(image, question),
+        sampling=sampling,
+        max_new_tokens=max_new,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    return Trace.of(events)
