@@ -81,10 +81,10 @@ def target_law(world: SmallWorld, length: int, sampling: Sampling = SAMPLING) ->
 
 
 def law_distance(
-    world: SmallWorld, drafter, prompt: Prompt, *, n: int, gamma: int, length: int = 3
+    world: SmallWorld, drafter, prompt: Prompt, *, n: int, gamma: int, length: int = 3, min_confidence: float = 0.0
 ) -> tuple[float, float, list]:
-    """n sampled speculative runs with `drafter`: (TV distance of their first `length` tokens
-    from the target's law, the bound it must stay under, the traces)."""
+    """n sampled speculative runs with `drafter` (adaptive below `min_confidence`): (TV distance of
+    their first `length` tokens from the target's law, the bound it must stay under, the traces)."""
     law = target_law(world, length)
     assert abs(sum(law.values()) - 1.0) < 1e-4  # the target only says word tokens
     g = torch.Generator().manual_seed(7)
@@ -93,7 +93,14 @@ def law_distance(
     for _ in range(n):
         trace = Trace.of(
             speculative_generate(
-                world.target, drafter, prompt, gamma=gamma, sampling=SAMPLING, max_new_tokens=length + 1, generator=g
+                world.target,
+                drafter,
+                prompt,
+                gamma=gamma,
+                sampling=SAMPLING,
+                max_new_tokens=length + 1,
+                generator=g,
+                min_confidence=min_confidence,
             )
         )
         seq = trace.summary.token_ids[:length]

@@ -9,23 +9,12 @@ Every draw is seeded, so a check that passes once passes always; the negative co
 the same check fails when the rule is wrong.
 """
 
-import itertools
-import math
-
+import law
 import pytest
-import tiny
 import torch
+from law import tv_bound
 
-from demo.engine.drafters import Drafter
-from demo.engine.events import Trace
 from demo.engine.sampling import Sampling, acceptance_probs, verify_greedy, verify_sampled, warp
-from demo.engine.speculative import Prompt, Target, speculative_generate
-
-DELTA = 1e-9
-
-
-def tv_bound(k: int, n: int) -> float:
-    return math.sqrt(2 * (k * math.log(2) + math.log(1 / DELTA)) / n) / 2
 
 
 def tv(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -131,50 +120,10 @@ def test_temperature_top_k_and_top_p_warp_as_specified():
 
 # The full loop on a tiny-vocabulary model: enumerate the target's law of the first tokens.
 
-VOCAB = 8  # 0 <unk> 1 <pad> 2 <image> 3 <|end|>, then four word tokens
-WORDS = (4, 5, 6, 7)
-
 
 @pytest.fixture(scope="module")
 def small_world(tok):
-    target_model = tiny.llava(tok, hidden=32, layers=1, seed=5)
-    target_model.resize_token_embeddings(VOCAB)
-    head = torch.nn.Linear(target_model.lm_head.in_features, VOCAB, bias=True)
-    with torch.no_grad():  # a peaked, image-dependent target that only ever says the four words
-        head.weight.copy_(target_model.lm_head.weight * 20.0)
-        head.bias.zero_()
-        head.bias[:4] = -1e4
-    target_model.lm_head = head
-    target = Target(target_model, tok, name="small", stop_ids=frozenset({3}))
-    drafter_model = tiny.llama(tok, seed=6)
-    drafter_model.resize_token_embeddings(VOCAB)
-    drafter = Drafter(
-        drafter_model,
-        name="d",
-        kind="text-only",
-        target_vocab_size=VOCAB,
-        stop_ids=frozenset({3}),
-        blocked_ids=frozenset({0, 1, 2, 3}),
-    )
-    image = tiny.images(1)[0]
-    pixel_values = tiny.processor(tok).image_processor(image, return_tensors="pt")["pixel_values"]
-    ids = torch.tensor([[2] * tiny.IMAGE_TOKENS + [4, 5]])
-    prompt = Prompt({"input_ids": ids, "pixel_values": pixel_values}, {"input_ids": torch.tensor([[4, 5]])})
-    return target, drafter, prompt
-
-
-def target_law(target, prompt, sampling, length: int) -> dict[tuple[int, ...], float]:
-    """Exact probability of every sequence of `length` tokens under the target (warped)."""
-    law = {}
-    with torch.inference_mode():
-        for seq in itertools.product(range(VOCAB), repeat=length):
-            if any(t not in WORDS for t in seq):
-                continue
-            ids = torch.cat([prompt.target_inputs["input_ids"], torch.tensor([list(seq)])], dim=1)
-            logits = target.model(input_ids=ids, pixel_values=prompt.target_inputs["pixel_values"]).logits[0]
-            probs = warp(logits[-length - 1 : -1], sampling)
-            law[seq] = float(torch.prod(probs[torch.arange(length), torch.tensor(seq)]))
-    return law
+    return law.small_world(tok, layers=1)
 
 
 @pytest.mark.parametrize(
@@ -184,38 +133,16 @@ def target_law(target, prompt, sampling, length: int) -> dict[tuple[int, ...], f
 def test_speculative_sampling_loop_matches_the_target_law_of_the_first_three_tokens(
     small_world, monkeypatch, accept_everything, min_confidence
 ):
-    target, drafter, prompt = small_world
-    sampling = Sampling(greedy=False, temperature=1.0, seed=0)
-    law = target_law(target, prompt, sampling, 3)
-    assert sum(law.values()) == pytest.approx(1.0, abs=1e-4)  # the target only says word tokens
     if accept_everything:  # negative control: a broken rule that accepts every draft
         monkeypatch.setattr(
             "demo.engine.speculative.verify_sampled",
             lambda p, q, drafts, g: (torch.tensor(len(drafts)), torch.multinomial(p[-1], 1, generator=g)[0]),
         )
     n = 3000
-    g = torch.Generator().manual_seed(7)
-    counts: dict[tuple[int, ...], int] = {}
-    short_rounds = 0
-    for _ in range(n):
-        trace = Trace.of(
-            speculative_generate(
-                target,
-                drafter,
-                prompt,
-                gamma=2,
-                sampling=sampling,
-                max_new_tokens=4,
-                generator=g,
-                min_confidence=min_confidence,
-            )
-        )
-        seq = trace.summary.token_ids[:3]
-        counts[seq] = counts.get(seq, 0) + 1
-        short_rounds += len(trace.rounds[0].drafted_ids) < 2
+    w = small_world
+    distance, bound, traces = law.law_distance(w, w.drafter, w.prompt, n=n, gamma=2, min_confidence=min_confidence)
+    short_rounds = sum(len(trace.rounds[0].drafted_ids) < 2 for trace in traces)
     assert (short_rounds > n // 10) == (min_confidence > 0)  # the adaptive runs did stop early
-    distance = sum(abs(counts.get(s, 0) / n - p) for s, p in law.items()) / 2
-    bound = tv_bound(len(law), n)
     if accept_everything:
         assert distance > bound
     else:
