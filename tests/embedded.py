@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from functools import cache
 
+import races
 import torch
 
 from demo.engine.events import Trace
-from demo.engine.sampling import Sampling
-from demo.engine.speculative import autoregressive_generate, speculative_generate
+from demo.engine.speculative import speculative_generate
 from demo.models import loader
 from demo.world.tasks import TASKS, heldout_examples
-
-GREEDY = Sampling()
 
 
 @cache
@@ -34,15 +32,8 @@ def examples(seed: int = 3):
 @cache
 def reference(task_index: int, budget: int) -> tuple[int, ...]:
     """The target's own greedy answer to the task family's example."""
-    loaded, ex = embedded(), examples()[task_index]
-    events = autoregressive_generate(
-        loaded.target,
-        loaded.prompt(ex.image, ex.question),
-        sampling=GREEDY,
-        max_new_tokens=budget,
-        generator=torch.Generator().manual_seed(0),
-    )
-    return Trace.of(events).summary.token_ids
+    ex = examples()[task_index]
+    return races.ar(embedded(), ex.image, ex.question, max_new=budget).summary.token_ids
 
 
 def mismatches(drafter: str, gammas, budgets) -> list[tuple[str, int, int]]:
@@ -61,7 +52,7 @@ def mismatches(drafter: str, gammas, budgets) -> list[tuple[str, int, int]]:
                     loaded.drafter(drafter),
                     prompt,
                     gamma=gamma,
-                    sampling=GREEDY,
+                    sampling=races.GREEDY,
                     max_new_tokens=budget,
                     generator=torch.Generator().manual_seed(0),
                 )
