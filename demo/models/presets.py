@@ -56,12 +56,10 @@ class Preset:
         return tuple(names + ([LAYER_SKIP] if self.skip_layers is not None else []))
 
     def refusal(self, drafter: str, gamma: int, min_confidence: float = 0.0) -> str | None:
-        """Why this preset cannot race `drafter` at these settings (the limit in the sentence), or
-        None: a name it does not offer, or a token tree too large or with a confidence threshold.
+        """Why this preset cannot race `drafter`, one of the names it offers (a name it does not
+        offer is refused by `validate.lane_drafters`, with the reason), at these settings, with the
+        limit in the sentence: a token tree too large or with a confidence threshold; else None.
         Reads no model: a request is refused before any work."""
-        if drafter not in self.drafter_names():
-            why = self.unusable().get(drafter)
-            return f"drafter {drafter!r} is not offered for preset {self.name!r}" + (f": {why}" if why else "")
         if drafter.endswith(TREE):
             return tree_refusal(TREE_SHAPE, gamma, min_confidence)
         return None
