@@ -263,8 +263,17 @@ def predicted_by_rounds(trace: Trace, c: Costs) -> float:
     nothing alike), averaged over the rounds."""
     if not trace.rounds:
         return math.nan
-    cost = sum(drafter_steps(r) * c.t_draft + c.verify(verify_width(r)) for r in trace.rounds) / len(trace.rounds)
-    return tau(trace) * c.t1 / cost
+    steps, _, verify = round_costs(trace, c)
+    return tau(trace) * c.t1 / (steps * c.t_draft + verify)
+
+
+def round_costs(trace: Trace, c: Costs) -> tuple[float, float, float]:
+    """A round of `trace` on average (it has rounds): its drafter steps, its verify width, and the
+    seconds of its verify, each round's verify priced at its own width."""
+    n = len(trace.rounds)
+    steps = sum(drafter_steps(r) for r in trace.rounds) / n
+    width = sum(verify_width(r) for r in trace.rounds) / n
+    return steps, width, sum(c.verify(verify_width(r)) for r in trace.rounds) / n
 
 
 def predicted(tau_value: float, drafts: float, c: Costs) -> float:

@@ -172,12 +172,10 @@ def why_html(spd: Trace, ar: Trace, speedup: float, lane: str = "", warn: bool =
     if c is None or math.isnan(speedup):
         return ""
     tau = metrics.tau(spd)
-    # per round, averaged: drafter steps and verify width (a token tree's verify scores all its nodes)
-    steps = sum(metrics.drafter_steps(r) for r in spd.rounds) / len(spd.rounds)
-    width = sum(metrics.verify_width(r) for r in spd.rounds) / len(spd.rounds)
-    verify = c.verify(width)
+    # a round on average: drafter steps, verify width (a token tree's verify scores all its nodes) and cost
+    steps, width, verify = metrics.round_costs(spd, c)
     round_ms = (steps * c.t_draft + verify) * 1000
-    model = metrics.predicted_by_rounds(spd, c)
+    model = tau * c.t1 * 1000 / round_ms  # metrics.predicted_by_rounds, from the figures the sentence shows
     mid, low, high = metrics.round_speedups(spd, ar)
     text = lane + (
         f"Why ×{speedup:.2f}: a round here costs {steps:.1f} drafter steps × {c.t_draft * 1000:.2f} ms + a verify "
