@@ -1,5 +1,7 @@
 """A question's language, and the drafter its race uses by default (demo/languages.py). Pure Python, fast."""
 
+from pathlib import Path
+
 import pytest
 
 from demo.languages import MULTILINGUAL, SPECIALISED, detect, pick
@@ -96,3 +98,38 @@ def test_the_page_picks_a_drafter_once_per_language_and_says_why_except_in_engli
     french = for_language("Quelle est la couleur ?", "embedded", "text-only", "en")
     assert french.language == "unknown" and french.drafter == "text-only"
     assert french.note.startswith("The question is in none of English, German and Chinese, and this preset")
+
+
+def test_a_world_speaks_english_and_each_language_whose_drafter_stage_12_saved_beside_its_target(tmp_path):
+    from demo.models.presets import world_drafters, world_languages
+
+    for sub in ("target", "drafter-text", "drafter-image"):
+        (tmp_path / sub).mkdir()
+    assert world_languages(tmp_path) == ("en",)
+    assert [d.name for d in world_drafters(tmp_path)] == ["text-only", "image-aware"]
+    for sub in ("drafter-multilingual", "drafter-zh", "drafter-de"):
+        (tmp_path / sub).mkdir()
+    assert world_languages(tmp_path) == ("en", "de", "zh")
+    assert [(d.name, d.kind, Path(d.path).name) for d in world_drafters(tmp_path)] == [
+        ("text-only", "text-only", "drafter-text"),
+        ("image-aware", "image-aware", "drafter-image"),
+        ("multilingual", "text-only", "drafter-multilingual"),
+        ("german", "text-only", "drafter-de"),
+        ("chinese", "text-only", "drafter-zh"),
+    ]
+
+
+def test_the_page_examples_are_the_same_scenes_in_each_language_and_each_finds_its_reference(tmp_path):
+    from demo.page.examples import load_examples, reference_for
+    from demo.world.gallery import write_examples
+
+    write_examples(tmp_path)
+    english, german, chinese = (load_examples(tmp_path, lang) for lang in LANGUAGES)
+    assert len(english) == len(german) == len(chinese) > 0
+    for e, d, z in zip(english, german, chinese):
+        assert e.image == d.image == z.image and e.task == d.task == z.task
+        assert (e.language, d.language, z.language) == LANGUAGES
+        assert detect(d.question).language == "de" and detect(z.question).language == "zh"
+        assert reference_for(d.image, d.question, tmp_path) == d.answer != e.answer
+    assert reference_for(english[0].image, german[1].question, tmp_path) is None  # another scene's question
+    assert load_examples(tmp_path / "nowhere", "de") == []

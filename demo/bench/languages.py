@@ -29,14 +29,6 @@ from demo.bench import benchmark
 from demo.models import loader, presets
 from demo.world.tasks import LANGUAGE_NAMES, LANGUAGES, TASKS, heldout_examples
 
-# A world directory's drafters, by the name the preset gives them (`demo.languages.SPECIALISED`).
-WORLD_DRAFTERS = (
-    ("text-only", "text-only", "drafter-text"),
-    ("image-aware", "image-aware", "drafter-image"),
-    ("multilingual", "text-only", "drafter-multilingual"),
-    ("german", "text-only", "drafter-de"),
-    ("chinese", "text-only", "drafter-zh"),
-)
 LINE_KEYS = ("language", "drafter", "gamma", "n", "tau", "alpha", "speedup", "tok_s_spd", "tok_s_ar", "lossless")
 
 
@@ -50,13 +42,11 @@ def examples_in(language: str, n: int, seed: int) -> list:
 
 def register_world(directory: Path, name: str = "embedded-languages") -> str:
     """A preset of the world saved in `directory`: its target and whichever drafters it holds."""
-    drafters = tuple(
-        presets.DrafterSpec(label, kind, str(directory / sub))
-        for label, kind, sub in WORLD_DRAFTERS
-        if (directory / sub).exists()
-    )
     presets.PRESETS[name] = presets.Preset(
-        name=name, target=str(directory / "target"), drafters=drafters, description=f"the world in {directory}"
+        name=name,
+        target=str(directory / "target"),
+        drafters=presets.world_drafters(directory),
+        description=f"the world in {directory}",
     )
     return name
 

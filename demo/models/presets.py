@@ -7,6 +7,7 @@ and its selector filled, before any heavy import: the app is usable sooner after
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from demo import ASSETS
 from demo.engine.events import TREE_SHAPE, tree_refusal
@@ -71,15 +72,39 @@ class Preset:
         return {}
 
 
+# An embedded world's drafters, by the name a preset gives them (`demo.languages.SPECIALISED`), their
+# kind and their directory in the world: the English ones (stages 7-8), then the second seed's
+# (stage 11), saved with the target that stage 10 taught German and Chinese.
+WORLD_DRAFTERS = (
+    ("text-only", "text-only", "drafter-text"),
+    ("image-aware", "image-aware", "drafter-image"),
+    ("multilingual", "text-only", "drafter-multilingual"),
+    ("german", "text-only", "drafter-de"),
+    ("chinese", "text-only", "drafter-zh"),
+)
+WORLD_LANGUAGES = (("de", "drafter-de"), ("zh", "drafter-zh"))  # a language, and the drafter saved with it
+
+
+def world_drafters(directory: Path) -> tuple[DrafterSpec, ...]:
+    """The drafters the world saved in `directory` holds, in `WORLD_DRAFTERS`' order (a look at
+    the directory's names: nothing is read)."""
+    return tuple(
+        DrafterSpec(n, kind, str(directory / sub)) for n, kind, sub in WORLD_DRAFTERS if (directory / sub).is_dir()
+    )
+
+
+def world_languages(directory: Path = ASSETS) -> tuple[str, ...]:
+    """The languages the world in `directory` speaks: English, and each language stage 10 taught
+    its target (stage 12 saves that language's drafter beside it)."""
+    return ("en",) + tuple(lang for lang, sub in WORLD_LANGUAGES if (directory / sub).is_dir())
+
+
 PRESETS: dict[str, Preset] = {
     "embedded": Preset(
         name="embedded",
         target=str(ASSETS / "target"),
-        drafters=(
-            DrafterSpec("text-only", "text-only", str(ASSETS / "drafter-text")),
-            DrafterSpec("image-aware", "image-aware", str(ASSETS / "drafter-image")),
-        ),
-        description="The project's own LLaVA (trained on synthetic scenes) and two drafters, on CPU.",
+        drafters=world_drafters(ASSETS),
+        description="The project's own LLaVA (trained on synthetic scenes) and its drafters, on CPU.",
         seconds_per_token=0.05,
         # `python -m demo.bench.layerskip --preset embedded` (2026-12-02; 24 training prompts, 754 answer
         # tokens): keeping layer 0 of 6 alone scores best, MBSU 1.12 at gamma 1 (tau 1.42, c 0.27);

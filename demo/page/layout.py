@@ -75,8 +75,12 @@ def second_choices(preset: str) -> list[str]:
     return [NO_SECOND, *drafter_choices(preset)]
 
 
-def inputs(default_preset: str, examples: list[Example]) -> SimpleNamespace:
-    """The left column (image, examples) and the settings; returns the components by name."""
+ENDONYMS = {"en": "English", "de": "Deutsch", "zh": "中文"}  # each language by its own name
+
+
+def inputs(default_preset: str, examples: list[Example], languages: tuple[str, ...] = ("en",)) -> SimpleNamespace:
+    """The left column (image, examples, and the examples' language where the world speaks more
+    than English) and the settings; returns the components by name."""
     c = SimpleNamespace()
     choices, left = offers.offered(default_preset)
     if default_preset not in choices:
@@ -107,6 +111,14 @@ def inputs(default_preset: str, examples: list[Example]) -> SimpleNamespace:
             buttons=[],
             visible=bool(examples),
             elem_id="examples",
+        )
+        # The same scenes asked in each language the world speaks; shown only where it speaks more than English.
+        c.example_language = gr.Radio(
+            [(ENDONYMS[lang], lang) for lang in languages],
+            value="en",
+            label="Ask the examples in",
+            visible=bool(examples) and len(languages) > 1,
+            elem_id="examples-language",
         )
     with gr.Column(scale=7):
         c.question = gr.Textbox(

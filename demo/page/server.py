@@ -38,12 +38,24 @@ WARM_UP_AFTER_S = 20.0  # launch() warms the default preset up this long after t
 DELETE_CACHE = (600, 3600)
 
 
-def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: list[Example]) -> None:
-    """The events. The page's small events skip the queue, so a full queue never blocks them."""
+def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dict[str, list[Example]]) -> None:
+    """The events. The page's small events skip the queue, so a full queue never blocks them.
+    `examples`: the gallery in each language the world speaks, the same scenes in the same order."""
 
-    def on_example(evt: gr.SelectData):
-        example = examples[evt.index]
-        return example.image, example.question, layout.reference_html(example)
+    def example_in(language, index) -> Example:
+        shown = examples.get(language) or examples["en"]
+        return shown[index] if index < len(shown) else examples["en"][index]
+
+    def on_example(language, evt: gr.SelectData):
+        example = example_in(language, evt.index)
+        return example.image, example.question, layout.reference_html(example), evt.index
+
+    def on_example_language(language, index):
+        """The picked example asked again in the language chosen (nothing to do before a pick)."""
+        if index is None:
+            return gr.skip(), gr.skip()
+        example = example_in(language, index)
+        return example.question, layout.reference_html(example)
 
     def on_preset(name):
         names = layout.drafter_choices(name) if name in presets.PRESETS else []
@@ -69,8 +81,10 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: lis
         return gr.update(visible=bool(on))
 
     small = {"api_visibility": "private", "queue": False}
-    c.gallery.select(on_example, None, [c.image, c.question, c.reference], **small)
-    c.image.upload(lambda: layout.reference_html(None), None, c.reference, **small)
+    picked = gr.State(None)  # the index of the example last picked, asked again when the language changes
+    c.gallery.select(on_example, c.example_language, [c.image, c.question, c.reference, picked], **small)
+    c.example_language.change(on_example_language, [c.example_language, picked], [c.question, c.reference], **small)
+    c.image.upload(lambda: (layout.reference_html(None), None), None, [c.reference, picked], **small)
     c.preset.change(on_preset, c.preset, [c.drafter, c.drafter2, c.preset_info], **small)
     language = gr.State("en")  # the language the drafter was last picked for: the page starts in English
     c.question.change(
@@ -173,15 +187,17 @@ class _Page(gr.Blocks):
 
 
 def build_demo(default_preset: str = presets.DEFAULT_PRESET, examples_dir: Path = EXAMPLES_DIR) -> gr.Blocks:
-    """The page. Offers the presets of `presets.PRESETS` and the examples in `examples_dir`."""
-    examples = layout.load_examples(examples_dir)
+    """The page. Offers the presets of `presets.PRESETS` and the examples in `examples_dir`, in
+    each language the world they belong to speaks (`presets.world_languages`)."""
+    languages = presets.world_languages(Path(examples_dir).parent)
+    examples = {lang: layout.load_examples(examples_dir, lang) for lang in languages}
     with _Page(title="Speculative decoding, live", delete_cache=DELETE_CACHE) as demo:
         gr.HTML(text.header(), js_on_load=None)
         with gr.Tabs(elem_id="tabs") as tabs:
             with gr.Tab("Race", id="race", elem_id="tab-race"):
                 how = layout.how_it_works()
                 with gr.Row(equal_height=False):
-                    controls = layout.inputs(default_preset, examples)
+                    controls = layout.inputs(default_preset, examples["en"], languages)
                 view = layout.race_view()
                 vars(view).update(vars(how))
             with gr.Tab("Analysis", id="analysis", elem_id="tab-analysis"):
