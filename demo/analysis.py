@@ -15,10 +15,21 @@ The category is the answer's (the target's) word at that position: a rejection o
 means the drafter proposed something else where the target wrote a colour.
 Positions after a rejection inside a round were never checked, so they are not observations;
 the drafts there still tell what the drafter was writing (`Observation.draft_word`).
+
+Answers in German and Chinese are split and tagged the same way. A word is a run of Latin letters
+(German's äöüß included) or a Chinese word: Chinese has no spaces, so a run of Han characters is
+cut into the world's Chinese words (`demo.world.translation.lexicon`), longest first from the
+left, each character no word covers a word of its own. A German or Chinese word takes the
+category of its English gloss from that lexicon ("roten" -> "red": colour; "圆形" -> "circle":
+shape; "ist" -> "is": function); a German word with no gloss is tagged as an English word would be.
+A Chinese yes, no or one stands alone: 有, 是, 没有, 不是 and 一个 not followed by another Chinese
+word answer yes, no and one ("有。": yes; "黄色的图形有一个，": one); before one they are the
+phrasing, function words ("有一个蓝色圆形": "there is a").
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
@@ -26,6 +37,7 @@ from dataclasses import asdict, dataclass
 from demo.engine.events import RoundEvent, Trace
 from demo.world.scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES, SIZES
 from demo.world.tasks import NUMBERS, heldout_examples, plural
+from demo.world.translation import lexicon
 
 FUNCTION_WORDS = set(
     "a an the of in on at to for with and or but so is are was were be been it its this that these "
@@ -44,14 +56,37 @@ GROUNDED = {
 }
 OTHER = ("letter", "function", "template", "punctuation", "end")
 CATEGORIES = (*GROUNDED, *OTHER)
-WORD = re.compile(r"[A-Za-z]+")
+LETTERS = "A-Za-zÄÖÜäöüß"
+HAN = "\u4e00-\u9fff"  # CJK unified ideographs: the world's Chinese
+WORD = re.compile(rf"[{LETTERS}]+|[{HAN}]+")  # a Latin word, or a run of Chinese words
+ALONE = {"有": "yes", "是": "yes", "没有": "no", "不是": "no", "一个": "one"}  # a Chinese word's meaning alone
 ARTICLE_AFTER = re.compile(r"\s+(?!says\b)[a-z]")  # "A simple drawing": an article, not option A
 END = "(end)"  # how the end-of-answer token is named in tables
 
 
-def category(word: str, is_end: bool = False, after: str = "") -> str:
-    """The category of an answer word; `after` is the answer text following it (it tells the
-    option letter A from the article A)."""
+@functools.cache
+def glosses(language: str) -> dict[str, str]:
+    """Word (lower case) -> its English gloss, for German or Chinese words (their lexicon)."""
+    return lexicon(language, function_words=True)
+
+
+def _is_han(text: str) -> bool:
+    return bool(text) and all("\u4e00" <= c <= "\u9fff" for c in text)
+
+
+def _english_category(words: str) -> str:
+    """The category of one English word, or of a gloss of several: its first grounded word's,
+    else function when every word is one (an empty gloss, a particle, too), else template."""
+    for w in words.split():
+        for name, grounded in GROUNDED.items():
+            if w in grounded:
+                return name
+    return "function" if all(w in FUNCTION_WORDS for w in words.split()) else "template"
+
+
+def category(word: str, is_end: bool = False, after: str = "", language: str = "en") -> str:
+    """The category of an answer word in `language`; `after` is the answer text following it (it
+    tells the option letter A from the article A, and a Chinese yes standing alone)."""
     if is_end:
         return "end"
     if not word:
@@ -59,10 +94,13 @@ def category(word: str, is_end: bool = False, after: str = "") -> str:
     if word in ("A", "B", "C", "D") and not (word == "A" and ARTICLE_AFTER.match(after)):
         return "letter"
     lower = word.lower()
-    for name, words in GROUNDED.items():
-        if lower in words:
-            return name
-    return "function" if lower in FUNCTION_WORDS else "template"
+    if _is_han(word):
+        if word in ALONE and not _is_han(after[:1]):
+            return _english_category(ALONE[word])
+        return _english_category(glosses("zh").get(word, word))
+    if language == "de" and lower in glosses("de"):
+        return _english_category(glosses("de")[lower])
+    return _english_category(lower)
 
 
 def is_grounded(cat: str) -> bool:
@@ -87,6 +125,33 @@ def _label(text: str) -> str:
     return text.strip() or repr(text)
 
 
+def _chinese_words(run: str) -> list[str]:
+    """A run of Han characters cut into the world's Chinese words, longest first from the left;
+    a character no word covers is a word of its own."""
+    known = glosses("zh")
+    longest = max(map(len, known))
+    out, k = [], 0
+    while k < len(run):
+        size = next((n for n in range(min(longest, len(run) - k), 1, -1) if run[k : k + n] in known), 1)
+        out.append(run[k : k + size])
+        k += size
+    return out
+
+
+def words(text: str) -> list[tuple[int, int]]:
+    """The (start, end) of each word of a text, in order (module docstring)."""
+    spans = []
+    for m in WORD.finditer(text):
+        if not _is_han(m.group()):
+            spans.append(m.span())
+            continue
+        k = m.start()
+        for w in _chinese_words(m.group()):
+            spans.append((k, k + len(w)))
+            k += len(w)
+    return spans
+
+
 def _token_words(trace: Trace) -> list[tuple[str, str, str]]:
     """For each token: the answer word its first letter falls in ('' for none), the part of that
     word before the token (a token can start mid-word), and the answer text after the word."""
@@ -94,7 +159,7 @@ def _token_words(trace: Trace) -> list[tuple[str, str, str]]:
     for tok in trace.tokens:
         starts.append(len(text))
         text += tok.text
-    span_at = {i: m for m in WORD.finditer(text) for i in range(m.start(), m.end())}
+    span_at = {i: (a, b) for a, b in words(text) for i in range(a, b)}
     out = []
     for tok, start in zip(trace.tokens, starts):
         letter = WORD.search(tok.text)
@@ -102,22 +167,31 @@ def _token_words(trace: Trace) -> list[tuple[str, str, str]]:
         if span is None:
             out.append(("", "", ""))
         else:
-            out.append((span.group(), text[span.start() : start], text[span.end() :]))
+            a, b = span
+            out.append((text[a:b], text[a:start], text[b:]))
     return out
 
 
 def _drafter_word(prefix: str, drafts: tuple[str, ...], first_is_end: bool) -> str:
     """What the drafter was writing from a rejected draft on: the answer's word so far (prefix)
-    continued by its rejected draft and the unchecked drafts after it, up to the word's end."""
+    continued by its rejected draft and the unchecked drafts after it, up to the word's end (or
+    the run of other characters there)."""
     if first_is_end:
         return END
     said = prefix + "".join(drafts)
-    match = re.match(r"\s*([A-Za-z]+|[^\sA-Za-z]+)", said)
-    return match.group(1) if match else _label(drafts[0] if drafts else "")
+    first = len(said) - len(said.lstrip())
+    word = next((said[a:b] for a, b in words(said) if a == first), None)
+    if word:
+        return word
+    other = re.match(rf"[^\s{LETTERS}{HAN}]+", said[first:])
+    return other.group() if other else _label(drafts[0] if drafts else "")
 
 
-def observations(trace: Trace, example: int = 0, stop_ids: frozenset[int] = frozenset()) -> list[Observation]:
-    """One observation per drafted-and-checked answer position of a speculative trace."""
+def observations(
+    trace: Trace, example: int = 0, stop_ids: frozenset[int] = frozenset(), language: str = "en"
+) -> list[Observation]:
+    """One observation per drafted-and-checked answer position of a speculative trace, whose
+    answer is in `language` ("en", "de" or "zh")."""
     rounds: dict[int, RoundEvent] = {r.index: r for r in trace.rounds}
     n = len(trace.tokens)
     out = []
@@ -140,7 +214,7 @@ def observations(trace: Trace, example: int = 0, stop_ids: frozenset[int] = froz
                 rel=tok.index / n,
                 token=tok.text,
                 word=word,
-                category=category(word, is_end, after),
+                category=category(word, is_end, after, language),
                 accepted=accepted,
                 draft=draft,
                 draft_word=draft_word,
@@ -248,8 +322,12 @@ def rows(obs: list[Observation]) -> list[dict]:
     return [asdict(o) for o in obs]
 
 
-def heldout_mix(kinds, n: int, seed: int) -> list:
-    """n held-out examples of the world, cycling through the task kinds `kinds` in turn."""
-    per = -(-n // len(kinds))  # ceil
-    pools = [heldout_examples(kind, per, seed) for kind in kinds]
-    return [pool[i] for i in range(per) for pool in pools if i < len(pool)][:n]
+def heldout_mix(kinds, n: int, seed: int, languages=("en",)) -> list:
+    """n held-out examples of the world, cycling through the task kinds `kinds` in turn; with
+    several languages, each example of that mix is asked in each language in turn (the same
+    scene, the same task), so the languages share the n as evenly as n allows."""
+    base = -(-n // len(languages))  # ceil: examples of the mix needed
+    per = -(-base // len(kinds))
+    pools = {lang: [heldout_examples(kind, per, seed, language=lang) for kind in kinds] for lang in languages}
+    mixed = {lang: [pool[i] for i in range(per) for pool in pools[lang] if i < len(pool)] for lang in languages}
+    return [mixed[lang][i] for i in range(base) for lang in languages if i < len(mixed[lang])][:n]

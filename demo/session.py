@@ -360,7 +360,7 @@ def _examples_duration(preset: str, drafters: list[str], items: list, gamma: int
 
 @zerogpu.GPU(duration=_examples_duration)
 def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int):
-    """Speculative decoding, greedy, of each example (`.image`, `.question`) with each drafter,
+    """Speculative decoding, greedy, of each example (`.image`, `.question`, `.language`) with each drafter,
     yielding plain data only (on ZeroGPU it runs in another process): ("run", i, drafter) before
     each run, then ("done", i, drafter, trace, observations) (`demo.analysis.observations`)."""
     from demo import analysis
@@ -373,7 +373,7 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
         for d in drafters:
             yield "run", i, d
             trace = run(loaded, Request(item.question, preset, d, gamma, Sampling(), max_new_tokens), item.image)
-            yield "done", i, d, trace, analysis.observations(trace, i, loaded.target.stop_ids)
+            yield "done", i, d, trace, analysis.observations(trace, i, loaded.target.stop_ids, item.language)
 
 
 def warm_up(preset: str) -> None:

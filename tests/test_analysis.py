@@ -6,6 +6,7 @@ import pytest
 
 from demo import analysis
 from demo.engine.events import PrefillEvent, Rejection, RoundEvent, RunSummary, TokenEvent, Trace
+from demo.world.tasks import heldout_examples
 
 END = "<|end|>"  # the stop token as the tokenizer decodes it on its own; it adds no answer text
 END_ID = 2
@@ -114,6 +115,13 @@ def choice_trace() -> Trace:
 
 def brief(obs):
     return [(o.index, o.word, o.category, o.accepted, o.draft_word) for o in obs]
+
+
+def categorised(text: str, language: str) -> list[tuple[str, str]]:
+    """Each word of an answer with its category."""
+    return [
+        (text[a:b], analysis.category(text[a:b], after=text[b:], language=language)) for a, b in analysis.words(text)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -294,3 +302,120 @@ def test_summary_bundles_every_aggregate_and_rows_flatten_observations():
         "draft": " Blue",
         "draft_word": "Blue",
     }
+
+
+# --- German and Chinese answers ---------------------------------------------------------------
+
+
+def test_a_held_out_german_caption_splits_into_whole_words_with_their_categories():
+    answer = heldout_examples("caption", 1, seed=0, language="de")[0].answer
+    assert answer == "Unten rechts, ein kleines gelbes Kreuz."
+    assert categorised(answer, "de") == [
+        ("Unten", "position"),
+        ("rechts", "position"),
+        ("ein", "function"),
+        ("kleines", "size"),
+        ("gelbes", "colour"),
+        ("Kreuz", "shape"),
+    ]
+
+
+def test_a_held_out_chinese_caption_is_cut_into_the_worlds_chinese_words():
+    answer = heldout_examples("caption", 1, seed=0, language="zh")[0].answer
+    assert answer == "右下角有一个小的黄色十字形。"
+    assert categorised(answer, "zh") == [
+        ("右下角", "position"),
+        ("有", "function"),  # "there is", before another word
+        ("一个", "function"),  # "a"
+        ("小的", "size"),
+        ("黄色", "colour"),
+        ("十字形", "shape"),  # one word: not 十 (ten) and 字形
+    ]
+
+
+@pytest.mark.parametrize(
+    "word, after, language, expected",
+    [
+        ("rot", "", "de", "colour"),
+        ("roten", "", "de", "colour"),
+        ("Grüne", "", "de", "colour"),
+        ("große", "", "de", "size"),
+        ("Kreise", "", "de", "shape"),
+        ("Mitte", "", "de", "position"),
+        ("zwei", "", "de", "count"),
+        ("Nein", ".", "de", "yes/no"),
+        ("ist", "", "de", "function"),
+        ("Bild", "", "de", "template"),
+        ("red", "", "de", "colour"),  # an English word in a German answer: as in English
+        ("A", ".", "de", "letter"),
+        ("红色", "", "zh", "colour"),
+        ("圆形", "", "zh", "shape"),
+        ("三角形", "", "zh", "shape"),
+        ("大的", "", "zh", "size"),
+        ("左上角", "", "zh", "position"),
+        ("两", "", "zh", "count"),
+        ("有", "。", "zh", "yes/no"),  # the answer to "图中有蓝色正方形吗？"
+        ("没有", "。", "zh", "yes/no"),
+        ("有", "一个", "zh", "function"),
+        ("一个", "，在图中。", "zh", "count"),  # "有一个，": there is one
+        ("一个", "蓝色圆形", "zh", "function"),  # "一个蓝色圆形": a blue circle
+        ("的", "", "zh", "function"),
+        ("答案", "", "zh", "template"),
+    ],
+)
+def test_german_and_chinese_words_take_the_category_of_their_english_gloss(word, after, language, expected):
+    assert analysis.category(word, after=after, language=language) == expected
+
+
+def test_german_observations_keep_umlauts_inside_their_words():
+    # "Der große grüne Kreis ist oben.": R1 accepts " große", rejects " blaue" -> " grüne";
+    # R2 accepts " Kre" "is" " ist", rejects " unten" -> " oben"; R3 accepts "." and the end
+    trace = build(
+        "Der",
+        [
+            ([" große", " blaue"], 1, " grüne"),
+            ([" Kre", "is", " ist", " unten"], 3, " oben"),
+            ([".", END], 2, None),
+        ],
+    )
+    assert brief(analysis.observations(trace, stop_ids=STOPS, language="de")) == [
+        (1, "große", "size", True, "große"),
+        (2, "grüne", "colour", False, "blaue"),
+        (3, "Kreis", "shape", True, "Kreis"),
+        (4, "Kreis", "shape", True, "Kreis"),
+        (5, "ist", "function", True, "ist"),
+        (6, "oben", "position", False, "unten"),
+        (7, "", "punctuation", True, "."),
+        (8, "", "end", True, "(end)"),
+    ]
+
+
+def test_chinese_observations_fall_in_the_words_of_the_answer():
+    # "图中有一个红色圆形。": R1 accepts 有 一个, rejects 蓝色 -> 红色; R2 accepts 圆 形 。 and the end
+    trace = build("图中", [(["有", "一个", "蓝色"], 2, "红色"), (["圆", "形", "。", END], 4, None)])
+    assert brief(analysis.observations(trace, stop_ids=STOPS, language="zh")) == [
+        (1, "有", "function", True, "有"),
+        (2, "一个", "function", True, "一个"),
+        (3, "红色", "colour", False, "蓝色"),
+        (4, "圆形", "shape", True, "圆形"),  # a token can start mid-word: 圆 then 形
+        (5, "圆形", "shape", True, "圆形"),
+        (6, "", "punctuation", True, "。"),
+        (7, "", "end", True, "(end)"),
+    ]
+
+
+def test_a_mix_in_several_languages_asks_each_example_in_each_language_in_turn():
+    mix = analysis.heldout_mix(("caption", "vqa_colour"), 5, seed=0, languages=("en", "de", "zh"))
+    assert [(e.task, e.language) for e in mix] == [
+        ("caption", "en"),
+        ("caption", "de"),
+        ("caption", "zh"),
+        ("vqa_colour", "en"),
+        ("vqa_colour", "de"),
+    ]
+    assert mix[0].scene == mix[1].scene == mix[2].scene and mix[3].scene == mix[4].scene
+    english = analysis.heldout_mix(("caption", "vqa_colour"), 3, seed=0)
+    assert [e.question for e in english] == [
+        e.question for e in analysis.heldout_mix(("caption", "vqa_colour"), 3, seed=0, languages=("en",))
+    ]
+    assert {e.language for e in english} == {"en"}
