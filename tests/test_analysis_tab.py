@@ -5,6 +5,7 @@ in headless Chromium, down to the link that races an example on the Race tab."""
 import csv
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -18,9 +19,9 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 from test_analysis import STOPS, shapes_trace, yes_trace
 
-from demo import analysis
+from demo import analysis, validate
 from demo.bench.page import launch_chromium
-from demo.models import loader
+from demo.models import loader, presets
 from demo.page import analysis_tab, render, text
 from demo.page.analysis_tab import BOTH, Batch, Run
 from demo.world.tasks import heldout_examples
@@ -122,6 +123,7 @@ def test_csv_has_one_row_per_observation_and_json_is_strict_with_aggregates_and_
         "run": "1",
         "drafter": "text-only",
         "task": "caption",
+        "language": "en",
         "example": "0",
         "index": "3",
         "rel": str(3 / 12),
@@ -206,7 +208,7 @@ def test_analysis_streams_progress_then_charts_tables_and_downloads_that_agree(s
     job = client.submit(PRESET, "caption", BOTH, 3, 2, 0, api_name="/analysis")
     statuses = [out[0] for out in job]
     assert any("example 2/2 · image-aware drafter · caption" in s for s in statuses)
-    status, headline, by_category, by_position, words, runs, csv_file, json_file = job.result()
+    status, headline, by_category, by_position, words, runs, csv_file, json_file, languages = job.result()
     assert "Done: 2 examples × 2 drafters" in status and "at most 8 new tokens" in status
     assert [row[2] for row in runs["data"]] == ["text-only", "image-aware"] * 2
     assert json.loads(by_category["plot"])["layout"]["title"]["text"] == "Rejection rate by word category"
@@ -214,6 +216,7 @@ def test_analysis_streams_progress_then_charts_tables_and_downloads_that_agree(s
     assert record["settings"] | {"drafters": None} == {
         "preset": PRESET,
         "task": "caption",
+        "language": "en",
         "drafters": None,
         "gamma": 3,
         "n": 2,
@@ -264,6 +267,159 @@ def test_analysis_settings_are_checked_as_on_race_naming_the_parameter(served, c
     with pytest.raises(AppError) as refused:
         client.predict(*values.values(), api_name="/analysis")
     assert str(refused.value).startswith(message)
+
+
+# --- languages --------------------------------------------------------------------------------
+
+ENGLISH_RUN_COLUMNS = [
+    "#",
+    "task",
+    "drafter",
+    "question",
+    "answer",
+    "τ",
+    "α %",
+    "rejected",
+    "on grounded words",
+    "correct",
+]
+
+
+def speaking(monkeypatch, *languages):
+    """The shipped world made to speak `languages`, as `presets.world_languages` says."""
+    monkeypatch.setattr(presets, "world_languages", lambda directory=presets.ASSETS: languages)
+
+
+def component(demo: gr.Blocks, elem_id: str):
+    return next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == elem_id)
+
+
+def last(outputs):
+    *_, final = outputs
+    return final
+
+
+def test_the_language_control_offers_the_worlds_languages_and_all_of_them(monkeypatch):
+    speaking(monkeypatch, "en", "de", "zh")
+    demo = analysis_tab.build_standalone(presets.DEFAULT_PRESET)
+    language = component(demo, "an-language")
+    assert language.visible and language.value == "en"
+    assert language.choices == [("English", "en"), ("German", "de"), ("Chinese", "zh"), ("all languages", "all")]
+    assert component(demo, "an-runs").value["headers"] == ENGLISH_RUN_COLUMNS + ["language"]
+
+
+def test_an_english_only_world_hides_the_language_control_and_keeps_the_tables(monkeypatch):
+    speaking(monkeypatch, "en")
+    demo = analysis_tab.build_standalone(presets.DEFAULT_PRESET)
+    language = component(demo, "an-language")
+    assert not language.visible and language.value == "en" and language.choices == [("English", "en")]
+    assert component(demo, "an-runs").value["headers"] == ENGLISH_RUN_COLUMNS
+    assert not component(demo, "an-languages").visible
+
+
+@pytest.mark.parametrize(
+    "spoken, language, message",
+    [
+        (("en", "de", "zh"), "fr", "Unknown language: 'fr'. Choose one of: en, de, zh, all."),
+        (("en", "de", "zh"), None, "Unknown language: None. Choose one of: en, de, zh, all."),
+        (("en",), "de", "Unknown language: 'de'. Choose one of: en."),
+        (("en",), "all", "Unknown language: 'all'. Choose one of: en."),
+    ],
+)
+def test_a_language_the_world_does_not_speak_is_refused_naming_the_choices(
+    monkeypatch, served, spoken, language, message
+):
+    speaking(monkeypatch, *spoken)
+    with pytest.raises(validate.InvalidInput) as refused:
+        analysis_tab.parse_settings(PRESET, "caption", BOTH, 3, 2, 0, language)
+    assert str(refused.value) == message
+
+
+def test_the_language_chosen_picks_the_languages_asked(monkeypatch, served):
+    speaking(monkeypatch, "en", "de", "zh")
+    assert analysis_tab.parse_settings(PRESET, "caption", "text-only", 3, 2, 0, "de")[-1] == ("de",)
+    assert analysis_tab.parse_settings(PRESET, "caption", "text-only", 3, 2, 0, "all")[-1] == ("en", "de", "zh")
+    assert analysis_tab.parse_settings(PRESET, "caption", "text-only", 3, 2, 0)[-1] == ("en",)  # as before
+
+
+def test_the_endpoint_refuses_an_unknown_language_as_it_does_other_settings(monkeypatch, served):
+    speaking(monkeypatch, "en", "de", "zh")
+    client = Client(served.local_url, verbose=False)
+    with pytest.raises(AppError) as refused:
+        client.predict(PRESET, "caption", BOTH, 3, 2, 0, "fr", api_name="/analysis")
+    assert str(refused.value).startswith("Unknown language: 'fr'. Choose one of: en, de, zh, all.")
+
+
+@pytest.mark.slow
+def test_a_batch_in_two_languages_is_broken_down_per_language_and_drafter(monkeypatch, served):
+    speaking(monkeypatch, "en", "de")
+    outputs = last(analysis_tab.analyze(PRESET, "caption", BOTH, 3, 4, 0, "all"))
+    status, headline, runs_table, batch, languages_table = outputs[0], outputs[1], outputs[5], outputs[6], outputs[-1]
+    assert "Done: 4 examples × 2 drafters" in status
+    # each caption asked in English, then German, on the same scene; both drafters on each
+    assert [(r.number, r.example, r.language, r.drafter) for r in batch.runs] == [
+        (1, 0, "en", "text-only"),
+        (2, 0, "en", "image-aware"),
+        (3, 1, "de", "text-only"),
+        (4, 1, "de", "image-aware"),
+        (5, 2, "en", "text-only"),
+        (6, 2, "en", "image-aware"),
+        (7, 3, "de", "text-only"),
+        (8, 3, "de", "image-aware"),
+    ]
+    assert batch.runs[0].item.scene == batch.runs[2].item.scene and batch.runs[4].item.scene == batch.runs[6].item.scene
+    assert [r.item.language for r in batch.runs] == [r.language for r in batch.runs]
+    assert [row[-1] for row in runs_table.values.tolist()] == ["English"] * 2 + ["German"] * 2 + ["English"] * 2 + [
+        "German"
+    ] * 2
+    # the German runs' words are German words, categorised in German
+    german = [o for r in batch.runs if r.language == "de" for o in r.obs]
+    assert all(o.category == analysis.category(o.word, o.category == "end", language="de") for o in german if o.word)
+    # one row per language and drafter, each pooled over its two runs from the runs' own events
+    expected, pairs = [], []
+    for language, name in (("en", "English"), ("de", "German")):
+        for drafter in ("text-only", "image-aware"):
+            runs = [r for r in batch.runs if r.language == language and r.drafter == drafter]
+            rounds = [x for r in runs for x in r.trace.rounds]
+            tau = sum(x.n_emitted for x in rounds) / len(rounds)
+            alpha = sum(x.n_accepted for x in rounds) / sum(len(x.drafted_ids) for x in rounds)
+            grounded = [o for r in runs for o in r.obs if analysis.is_grounded(o.category)]
+            accepted = sum(o.accepted for o in grounded) / len(grounded) if grounded else None
+            correct = f"{sum(r.correct for r in runs)}/2"
+            pairs.append((language, drafter, 2))
+            expected.append(
+                [
+                    name,
+                    drafter,
+                    2,
+                    round(tau, 2),
+                    round(100 * alpha, 1),
+                    correct,
+                    None if accepted is None else round(100 * accepted, 1),
+                ]
+            )
+            line = f"<p><b>{name}</b>, {drafter} drafter: τ = {tau:.2f}, α = {alpha:.0%}, {correct} answers correct, "
+            assert line in headline
+    rows = languages_table.value["data"]
+    assert [[None if isinstance(v, float) and math.isnan(v) else v for v in row] for row in rows] == expected
+    assert languages_table.visible
+    exported = analysis_tab.record(batch)
+    assert [(b["language"], b["drafter"], b["runs"]) for b in exported["by_language"]] == pairs
+    assert [r["language"] for r in exported["runs"]] == ["en", "en", "de", "de", "en", "en", "de", "de"]
+    observations = list(csv.DictReader(io.StringIO(analysis_tab.observations_csv(batch))))
+    assert {o["language"] for o in observations if o["run"] in ("3", "4", "7", "8")} == {"de"}
+
+
+@pytest.mark.slow
+def test_an_english_batch_shows_no_language_breakdown(monkeypatch, served):
+    speaking(monkeypatch, "en")
+    outputs = last(analysis_tab.analyze(PRESET, "caption", "text-only", 3, 1, 0, "en"))
+    headline, runs_table, batch, languages_table = outputs[1], outputs[5], outputs[6], outputs[-1]
+    assert list(runs_table.columns) == ENGLISH_RUN_COLUMNS
+    assert not languages_table.visible
+    assert "English" not in headline and "answers correct" not in headline
+    assert headline == analysis_tab.headline_html(batch, analysis_tab.summaries(batch))
+    assert [r.language for r in batch.runs] == ["en"]
 
 
 # --- the tab in a browser ---------------------------------------------------------------------

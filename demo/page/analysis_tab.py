@@ -1,10 +1,12 @@
 """The Analysis tab: where, and on which words, the target rejects the drafter, over a batch.
 
-A person picks a task family, a drafter (or both), gamma and N; the tab runs speculative
+A person picks a task family, a drafter (or both), gamma and N (and, where the world speaks
+more than English, a language or all of them); the tab runs speculative
 decoding, greedy, on N held-out examples of the embedded world and streams the aggregates as
 each run finishes: rejection rate by word category (image-grounded against function and
 template words), along the answer, the most-rejected words with what the drafter wrote instead,
-and one row per run. Selecting a row shows that run's recorded trace in the tab; its button
+and one row per run; a batch in several languages adds a line and a table row per language
+and drafter. Selecting a row shows that run's recorded trace in the tab; its button
 loads the example into the Race tab and starts the race there. Greedy decoding is
 deterministic, so that race reproduces the recorded trace token for token, beside plain decoding.
 
@@ -41,12 +43,15 @@ from demo.engine import export
 from demo.models import presets
 from demo.page import analysis_charts, render
 from demo.page.analysis_view import (
+    ALL_LANGUAGES,
     TASK_CHOICES,
     TASK_KINDS,
     Batch,
     Run,
     examples_for,
     headline_html,
+    language_choices,
+    languages_table,
     observations_csv,
     record,
     run_html,
@@ -57,6 +62,7 @@ from demo.page.analysis_view import (
 )
 from demo.page.handlers import page_error
 from demo.world.scoring import score
+from demo.world.tasks import LANGUAGE_NAMES
 
 BOTH = "both, side by side"
 N_RANGE, N_DEFAULT = (1, 32), 8
@@ -98,18 +104,26 @@ def drafter_choices(preset: str) -> list[str]:
     return names + [BOTH] if len(names) > 1 else names
 
 
-def parse_settings(preset, task, drafter, gamma, n, seed) -> tuple:
+def spoken() -> tuple[str, ...]:
+    """The languages the shipped world speaks (English first)."""
+    return presets.world_languages()
+
+
+def parse_settings(preset, task, drafter, gamma, n, seed, language="en") -> tuple:
     """The analysis's settings as sent, checked by `demo.validate` as /race's and /trace's are:
-    (preset, task, drafters, gamma, n, seed), or InvalidInput naming the value and what would do."""
+    (preset, task, drafters, gamma, n, seed, languages asked), or InvalidInput naming the value
+    and what would do."""
     preset = validate.choice("model preset", preset, presets.PRESETS)
     task = validate.choice("task", task, TASK_KINDS)
+    language = validate.choice("language", language, [value for _, value in language_choices(spoken())])
     known = drafter_choices(preset)
     drafter = validate.choice(f"drafter for preset {preset!r}", drafter, known)
     gamma = validate.integer("gamma (drafts per round)", gamma, *validate.GAMMA_RANGE)
     n = validate.integer("N examples", n, *N_RANGE)
     seed = validate.integer("example set (seed)", 0 if seed is None else seed, *validate.SEED_RANGE)
     drafters = [d for d in known if d != BOTH] if drafter == BOTH else [drafter]
-    return preset, task, drafters, gamma, n, seed
+    languages = spoken() if language == ALL_LANGUAGES else (language,)
+    return preset, task, drafters, gamma, n, seed, languages
 
 
 @functools.cache
@@ -121,17 +135,19 @@ def _view(batch: Batch | None, status: str, busy: bool, files: tuple | None = No
     """Every output of an analysis, from the batch so far (see `analysis_tab`)."""
     sums = summaries(batch) if batch else {}
     downloads = files or (gr.DownloadButton(value=None, interactive=False),) * 2
+    several = batch is not None and len({r.language for r in batch.runs}) > 1
     return (
         status,
         headline_html(batch, sums),
         analysis_charts.category_figure(sums),
         analysis_charts.position_figure(sums),
         words_table(sums),
-        runs_table(batch),
+        runs_table(batch, multilingual=len(spoken()) > 1),
         batch,
         *downloads,
         gr.Button(interactive=not busy, value="Analysing…" if busy else "Run analysis"),
         gr.Button(visible=busy),
+        gr.Dataframe(languages_table(batch), visible=several),  # last: the outputs before keep their places
     )
 
 
@@ -153,29 +169,34 @@ def _downloads(batch: Batch) -> tuple:
     )
 
 
-def analyze(preset, task, drafter, gamma, n, seed):
-    """Run SPD (greedy) on n held-out examples with the chosen drafter(s); stream the aggregates."""
+def analyze(preset, task, drafter, gamma, n, seed, language="en"):
+    """Run SPD (greedy) on n held-out examples with the chosen drafter(s), in the chosen language
+    (or each in turn); stream the aggregates."""
     try:
-        preset, task, drafters, gamma, n, seed = parse_settings(preset, task, drafter, gamma, n, seed)
+        preset, task, drafters, gamma, n, seed, languages = parse_settings(
+            preset, task, drafter, gamma, n, seed, language
+        )
         offers.check_available(preset)  # not served here, or cannot load: said before any work
     except Exception as error:
         raise page_error(failures.message(error)) from None
-    batch = Batch(preset, task, drafters, gamma, n, seed, MAX_NEW_TOKENS)
+    batch = Batch(preset, task, drafters, gamma, n, seed, MAX_NEW_TOKENS, language=language)
     yield _view(batch, status_html("Loading the models…", 0.0), busy=True)
     started = time.perf_counter()
-    items = examples_for(task, batch.n, batch.seed)
+    items = examples_for(task, batch.n, batch.seed, languages)
     total = len(items) * len(drafters)
     try:
         for step in session.decode_examples(preset, drafters, items, batch.gamma, batch.max_new_tokens):
             if step[0] == "run":
                 _, i, d = step
                 note = f"example {i + 1}/{len(items)} · {d} drafter · {items[i].task.replace('_', ' ')}"
+                if items[i].language != "en":
+                    note += f" · {LANGUAGE_NAMES[items[i].language]}"
                 yield _view(batch, status_html(note, len(batch.runs) / total), busy=True)
                 continue
             _, i, d, trace, obs = step
             item = items[i]
             correct = score(item.task, item, trace.summary.text)
-            batch.runs.append(Run(len(batch.runs) + 1, i, item, d, trace, obs, correct))
+            batch.runs.append(Run(len(batch.runs) + 1, i, item, d, trace, obs, correct, item.language))
     except Exception as error:  # models that will not load, a failed run: what finished stays on the page
         message = f"Stopped: {failures.message(error)}"
         yield _view(batch, status_html(message, error=True), busy=False)
@@ -249,8 +270,13 @@ NOTE = (
 def analysis_tab(race: RaceControls) -> None:
     """Lay the tab out in the current Blocks context and wire it to the Race tab's `race` controls."""
     drafters = drafter_choices(race.preset.value)
+    languages = language_choices(spoken())
+    multilingual = len(languages) > 1
     with gr.Row(elem_id="an-controls"):
         task = gr.Dropdown(TASK_CHOICES, value="all", label="Task", elem_id="an-task", scale=2)
+        language = gr.Dropdown(
+            languages, value="en", label="Language", visible=multilingual, elem_id="an-language", scale=2
+        )
         drafter = gr.Dropdown(
             drafters, value=drafters[0] if drafters else None, label="Drafter", elem_id="an-drafter", scale=2
         )
@@ -272,6 +298,13 @@ def analysis_tab(race: RaceControls) -> None:
             "⤓ Aggregates and runs (JSON)", interactive=False, elem_id="an-json", scale=1, min_width=150, size="sm"
         )
     headline = gr.HTML(headline_html(None, {}), js_on_load=None, label="headline", elem_id="an-headline")
+    by_language = gr.Dataframe(
+        languages_table(None),
+        label="By language: runs, pooled τ and α, answers correct, image-grounded drafts accepted",
+        interactive=False,
+        visible=False,
+        elem_id="an-languages",
+    )
     with gr.Row():
         by_category = gr.Plot(
             analysis_charts.category_figure({}),
@@ -294,14 +327,28 @@ def analysis_tab(race: RaceControls) -> None:
         elem_id="an-words",
         column_widths=["12%", "12%", "12%", "9%", "9%", "10%", "36%"],
     )
+    widths = [
+        "4%",
+        "10%",
+        "9%",
+        "22%",
+        "22%",
+        "5%",
+        "6%",
+        "7%",
+        "7%",
+        "8%",
+    ]  # one per column of run_columns(multilingual)
+    if multilingual:
+        widths = ["4%", "9%", "8%", "20%", "20%", "5%", "6%", "7%", "7%", "6%", "8%"]
     runs = gr.Dataframe(
-        runs_table(None),
+        runs_table(None, multilingual),
         label="Runs: select one to see its recorded trace below",
         interactive=False,
         wrap=True,
         max_height=400,
         elem_id="an-runs",
-        column_widths=["4%", "10%", "9%", "22%", "22%", "5%", "6%", "7%", "7%", "8%"],
+        column_widths=widths,
     )
     with gr.Group(elem_id="an-trace"):
         with gr.Row(equal_height=False):
@@ -325,8 +372,8 @@ def analysis_tab(race: RaceControls) -> None:
 
     running = go.click(
         analyze,
-        [race.preset, task, drafter, gamma, n, seed],
-        [status, headline, by_category, by_position, words, runs, batch, csv_file, json_file, go, stop],
+        [race.preset, task, drafter, gamma, n, seed, language],
+        [status, headline, by_category, by_position, words, runs, batch, csv_file, json_file, go, stop, by_language],
         api_name="analysis",
         show_progress="hidden",
         concurrency_limit=1,

@@ -18,7 +18,7 @@ import pandas as pd
 from demo import analysis
 from demo.engine import export, metrics
 from demo.page import blocks, render
-from demo.world.tasks import TASKS
+from demo.world.tasks import LANGUAGE_NAMES, TASKS
 
 if TYPE_CHECKING:
     from demo.engine.events import Trace
@@ -29,6 +29,7 @@ TASK_KINDS = {"all": TASKS, "vqa": VQA} | {t: (t,) for t in TASKS}  # choice -> 
 TASK_CHOICES = [("all tasks, mixed", "all"), ("vqa, all five kinds", "vqa")]
 TASK_CHOICES += [(t.replace("_", " "), t) for t in TASKS]
 TOP_WORDS = 12  # most-rejected words listed per drafter
+ALL_LANGUAGES = "all"  # the language choice that asks each example in every language the world speaks
 
 # --- a batch of runs and what is shown of it (pure) -------------------------------------------
 
@@ -42,6 +43,7 @@ class Run:
     trace: Trace
     obs: list[analysis.Observation]
     correct: bool  # the answer, scored against the scene by demo.world.scoring
+    language: str = "en"  # the example's language: "en", "de" or "zh"
 
 
 @dataclass
@@ -55,11 +57,13 @@ class Batch:
     max_new_tokens: int
     runs: list[Run] = field(default_factory=list)
     seconds: float = 0.0  # wall time of the whole batch, models loaded
+    language: str = "en"  # a language of the world, or ALL_LANGUAGES
 
     def settings(self) -> dict:
         return {
             "preset": self.preset,
             "task": self.task,
+            "language": self.language,
             "drafters": self.drafters,
             "gamma": self.gamma,
             "n": self.n,
@@ -70,9 +74,51 @@ class Batch:
         }
 
 
-def examples_for(task: str, n: int, seed: int) -> list[Example]:
-    """n held-out examples, cycling through the world tasks a choice covers."""
-    return analysis.heldout_mix(TASK_KINDS[task], n, seed)
+def language_choices(spoken: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The language control's (label, value) choices: each language the world speaks, then all
+    of them together when there is more than one."""
+    named = [(LANGUAGE_NAMES[lang], lang) for lang in spoken]
+    return named + [("all languages", ALL_LANGUAGES)] if len(spoken) > 1 else named
+
+
+def examples_for(task: str, n: int, seed: int, languages: tuple[str, ...] = ("en",)) -> list[Example]:
+    """n held-out examples, cycling through the world tasks a choice covers; with several
+    languages, each example is asked in each language in turn (`analysis.heldout_mix`)."""
+    return analysis.heldout_mix(TASK_KINDS[task], n, seed, languages)
+
+
+def _languages(batch: Batch) -> list[str]:
+    """The languages of a batch's runs, in the order the world lists them."""
+    held = {r.language for r in batch.runs}
+    return [lang for lang in LANGUAGE_NAMES if lang in held]
+
+
+def by_language(batch: Batch) -> list[dict]:
+    """Per language, then drafter, over its runs: pooled tau and alpha, answers correct, and
+    how many drafts on image-grounded words the target accepted."""
+    out = []
+    for lang in _languages(batch):
+        for d in batch.drafters:
+            runs = [r for r in batch.runs if r.language == lang and r.drafter == d]
+            if not runs:
+                continue
+            pooled = metrics.pooled([r.trace for r in runs])
+            g = analysis.grounded_share([o for r in runs for o in r.obs])
+            accepted = g["grounded_drafted"] - g["grounded_rejected"]
+            out.append(
+                {
+                    "language": lang,
+                    "drafter": d,
+                    "runs": len(runs),
+                    "tau": metrics.tau(pooled),
+                    "alpha": metrics.alpha(pooled),
+                    "correct": sum(r.correct for r in runs),
+                    "grounded_drafted": g["grounded_drafted"],
+                    "grounded_accepted": accepted,
+                    "grounded_acceptance": accepted / g["grounded_drafted"] if g["grounded_drafted"] else math.nan,
+                }
+            )
+    return out
 
 
 def summaries(batch: Batch) -> dict[str, dict]:
@@ -84,6 +130,10 @@ def summaries(batch: Batch) -> dict[str, dict]:
 
 def _pct(x: float) -> str:
     return "–" if x is None or math.isnan(x) else f"{x:.0%}"
+
+
+def _num(x: float) -> str:
+    return "–" if math.isnan(x) else f"{x:.2f}"
 
 
 def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
@@ -119,6 +169,13 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
         ranked = sorted(rates, key=rates.get)
         said = ", the ".join(f"<b>{html.escape(d)}</b> drafter's {_pct(rates[d])}" for d in ranked)
         lines.append(f"<p>Rejected on image-grounded words: the {said}.</p>")
+    breakdown = by_language(batch) if len(_languages(batch)) > 1 else []
+    for b in breakdown:
+        lines.append(
+            f"<p><b>{LANGUAGE_NAMES[b['language']]}</b>, {html.escape(b['drafter'])} drafter: τ = {_num(b['tau'])}, "
+            f"α = {_pct(b['alpha'])}, {b['correct']}/{b['runs']} answers correct, "
+            f"{_pct(b['grounded_acceptance'])} of drafts on image-grounded words accepted.</p>"
+        )
     done = len({r.example for r in batch.runs})
     lines.append(
         f'<p class="n">{done} example{"s" * (done != 1)} · '
@@ -130,6 +187,7 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
 
 WORD_COLUMNS = ["drafter", "word", "category", "rejected", "drafted", "rejected %", "drafter wrote instead"]
 RUN_COLUMNS = ["#", "task", "drafter", "question", "answer", "τ", "α %", "rejected", "on grounded words", "correct"]
+LANGUAGE_COLUMNS = ["language", "drafter", "runs", "τ", "α %", "correct", "grounded accepted %"]
 
 
 def words_table(sums: dict[str, dict]) -> pd.DataFrame:
@@ -156,9 +214,36 @@ def _short(text: str, n: int) -> str:
     return line if line == whole else line + "…"
 
 
-def run_row(run: Run) -> list:
+def _round(x: float, digits: int) -> float | None:
+    return None if math.isnan(x) else round(x, digits)
+
+
+def languages_table(batch: Batch | None) -> pd.DataFrame:
+    """One row per language and drafter (`by_language`)."""
+    rows = [
+        [
+            LANGUAGE_NAMES[b["language"]],
+            b["drafter"],
+            b["runs"],
+            _round(b["tau"], 2),
+            _round(100 * b["alpha"], 1),
+            f"{b['correct']}/{b['runs']}",
+            _round(100 * b["grounded_acceptance"], 1),
+        ]
+        for b in (by_language(batch) if batch else [])
+    ]
+    return pd.DataFrame(rows, columns=LANGUAGE_COLUMNS)
+
+
+def run_columns(multilingual: bool) -> list[str]:
+    """The runs table's columns: a language column last where the world speaks more than English."""
+    return RUN_COLUMNS + ["language"] * multilingual
+
+
+def run_row(run: Run, multilingual: bool = False) -> list:
     share = analysis.grounded_share(run.obs)
     alpha = metrics.alpha(run.trace)
+    language = [LANGUAGE_NAMES[run.language]] * multilingual
     return [
         run.number,
         run.item.task.replace("_", " "),
@@ -170,17 +255,19 @@ def run_row(run: Run) -> list:
         share["rejected"],
         share["grounded_rejected"],
         "✓" if run.correct else "✗",
+        *language,
     ]
 
 
-def runs_table(batch: Batch | None) -> pd.DataFrame:
-    return pd.DataFrame([run_row(r) for r in batch.runs] if batch else [], columns=RUN_COLUMNS)
+def runs_table(batch: Batch | None, multilingual: bool = False) -> pd.DataFrame:
+    rows = [run_row(r, multilingual) for r in batch.runs] if batch else []
+    return pd.DataFrame(rows, columns=run_columns(multilingual))
 
 
 def observations_csv(batch: Batch) -> str:
     """One row per observation: which run, example, task and drafter, then the observation."""
     buffer = io.StringIO()
-    fields = ["run", "drafter", "task"] + list(analysis.Observation.__dataclass_fields__) + ["grounded"]
+    fields = ["run", "drafter", "task", "language"] + list(analysis.Observation.__dataclass_fields__) + ["grounded"]
     writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for r in batch.runs:
@@ -190,6 +277,7 @@ def observations_csv(batch: Batch) -> str:
                     "run": r.number,
                     "drafter": r.drafter,
                     "task": r.item.task,
+                    "language": r.language,
                     **row,
                     "grounded": analysis.is_grounded(row["category"]),
                 }
@@ -207,6 +295,7 @@ def record(batch: Batch) -> dict:
                 "run": r.number,
                 "example": r.example,
                 "task": r.item.task,
+                "language": r.language,
                 "drafter": r.drafter,
                 "question": r.item.question,
                 "reference": r.item.answer,
@@ -220,7 +309,13 @@ def record(batch: Batch) -> dict:
             }
         )
     return export._strict(
-        {"settings": batch.settings(), "seconds": batch.seconds, "by_drafter": summaries(batch), "runs": runs}
+        {
+            "settings": batch.settings(),
+            "seconds": batch.seconds,
+            "by_drafter": summaries(batch),
+            "by_language": by_language(batch),
+            "runs": runs,
+        }
     )
 
 
@@ -237,8 +332,9 @@ def run_html(run: Run | None, gamma: int = 0) -> str:
         return '<div class="an-note">Select a row of the table to see that run\'s trace here.</div>'
     tau, alpha = metrics.tau(run.trace), metrics.alpha(run.trace)
     task = html.escape(run.item.task.replace("_", " "))
+    language = "" if run.language == "en" else f" · {LANGUAGE_NAMES[run.language]}"
     head = (
-        f'<div class="an-run-head"><span class="tag">#{run.number} · {task}</span>'
+        f'<div class="an-run-head"><span class="tag">#{run.number} · {task}{language}</span>'
         f"{html.escape(run.drafter)} drafter · γ = {gamma} · greedy · τ = {tau:.2f} · "
         f"α = {_pct(alpha)} · answer {'correct ✓' if run.correct else 'wrong ✗'}</div>"
     )
