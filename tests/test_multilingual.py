@@ -276,3 +276,23 @@ def test_only_the_new_rows_learn_beside_the_body_at_its_own_rate():
     now = dict(target.named_parameters())
     tower = [k for k in before if k.startswith("model.vision_tower")]
     assert tower and all(torch.equal(now[k], before[k]) for k in tower)  # frozen
+
+
+def test_agreement_reads_ids_past_a_drafters_vocabulary_as_unknown_and_never_right():
+    """An English drafter (512 ids) beside the target grown for German and Chinese: the ids it
+    lacks are read as <unk> (0), and where the target wrote one the drafter is never right."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from demo.world.evaluate import agreement
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
+    )
+    drafter = LlamaForCausalLM(config).eval()
+    prompt, answer, eos = [3, 4, 5], [6, 20, 7], 2
+    flags = agreement(drafter, [prompt], [answer], None, pad_id=1, image_id=99, eos_id=eos)[0]
+    with torch.no_grad():
+        pred = drafter(input_ids=torch.tensor([[3, 4, 5, 6, 0, 7, 2]])).logits.argmax(-1)[0].tolist()
+    assert flags == [pred[2] == 6, False, pred[4] == 7, pred[5] == 2]

@@ -84,14 +84,17 @@ def answers(model, processor, task: str, n: int, max_new_tokens: int, seed: int 
 
 @torch.inference_mode()
 def agreement(drafter, rows, answers, pixels, pad_id, image_id, eos_id, batch_size=32) -> list[list[bool]]:
-    """Per answer token (the <|end|> included): does the drafter's argmax equal the target's token?"""
+    """Per answer token (the <|end|> included): does the drafter's argmax equal the target's token?
+    A drafter with a smaller vocabulary than the target's (an English drafter beside the target
+    grown for German and Chinese) reads the ids it lacks as <unk> (id 0), and is never right on them."""
+    vocab = drafter.get_input_embeddings().weight.shape[0]
     out = []
     for start in range(0, len(rows), batch_size):
         chunk = []
         for prompt, answer in zip(rows[start : start + batch_size], answers[start : start + batch_size]):
             prompt = prompt if pixels is not None else [t for t in prompt if t != image_id]
             chunk.append((prompt + answer + [eos_id], [len(prompt)] * (len(answer) + 1)))
-        batch = collate([(ids, ids) for ids, _ in chunk], pad_id)
+        batch = collate([([i if i < vocab else 0 for i in ids],) * 2 for ids, _ in chunk], pad_id)
         kwargs = {"pixel_values": pixels[start : start + batch_size]} if pixels is not None else {}
         pred = drafter(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs).logits.argmax(-1)
         for i, (ids, (p, *_)) in enumerate(chunk):
