@@ -76,27 +76,52 @@ def test_a_preset_without_the_language_drafters_keeps_its_default_and_says_why()
     assert no_german.drafter == MULTILINGUAL and "no German drafter" in no_german.reason
 
 
-def test_the_page_picks_a_drafter_once_per_language_and_says_why_except_in_english():
+@pytest.fixture
+def languages_preset(tmp_path):
+    """A preset of a world that holds every drafter stage 12 saves (the directory's names are
+    what the preset reads; nothing is loaded)."""
+    from demo.models import presets
+
+    for _, _, sub in presets.WORLD_DRAFTERS:
+        (tmp_path / sub).mkdir()
+    name = "world-in-three-languages"
+    presets.PRESETS[name] = presets.Preset(name, str(tmp_path / "target"), presets.world_drafters(tmp_path))
+    yield name
+    presets.PRESETS.pop(name)
+
+
+def test_the_page_picks_a_drafter_once_per_language_and_says_why_except_in_english(languages_preset):
     from demo.offers import for_language
 
+    world = languages_preset
     # English, the language the page starts in: nothing changes, a drafter picked by hand stays
-    assert for_language("What colour is the circle?", "embedded", "image-aware", "en") is None
-    # German on the embedded preset, which has no German drafter: the pick stays, and the page says why
-    german = for_language("Welche Farbe hat der Kreis?", "embedded", "image-aware", "en")
-    assert (german.drafter, german.language) == ("image-aware", "de")
-    assert german.note == "The question is in German, but this preset has no German drafter, so image-aware drafts."
-    assert for_language("Welche Farbe hat das Quadrat?", "embedded", "text-only", "de") is None  # same language
+    assert for_language("What colour is the circle?", world, "image-aware", "en") is None
+    # German: its own drafter, and the page says why
+    german = for_language("Welche Farbe hat der Kreis?", world, "image-aware", "en")
+    assert (german.drafter, german.language) == ("german", "de")
+    assert german.note == "The question is in German, so the German drafter drafts."
+    assert for_language("Welche Farbe hat das Quadrat?", world, "text-only", "de") is None  # same language
+    chinese = for_language("圆形是什么颜色？", world, "german", "de")
+    assert (chinese.drafter, chinese.note) == ("chinese", "The question is in Chinese, so the Chinese drafter drafts.")
     # back to English: its drafter, and no note
-    assert for_language("What colour is it?", "embedded", "image-aware", "zh") == for_language(
-        "What colour is it?", "embedded", "text-only", "de"
-    )
-    back = for_language("What colour is it?", "embedded", "image-aware", "zh")
+    back = for_language("What colour is it?", world, "chinese", "zh")
     assert (back.drafter, back.note, back.language) == ("text-only", "", "en")
     # a question being typed is no language yet; one in another language is, from three words on
-    assert for_language("Wh", "embedded", "text-only", "en") is None
-    assert for_language("Quelle couleur ?", "embedded", "text-only", "en") is None
-    french = for_language("Quelle est la couleur ?", "embedded", "text-only", "en")
-    assert french.language == "unknown" and french.drafter == "text-only"
+    assert for_language("Wh", world, "text-only", "en") is None
+    assert for_language("Quelle couleur ?", world, "text-only", "en") is None
+    french = for_language("Quelle est la couleur ?", world, "text-only", "en")
+    assert french.language == "unknown" and french.drafter == "multilingual"
+    assert french.note.startswith("The question is in none of English, German and Chinese, so the multilingual drafter")
+
+
+def test_a_preset_without_a_drafter_for_the_language_keeps_the_pick_and_says_why():
+    from demo.offers import for_language
+
+    hub = for_language("Welche Farbe hat der Kreis?", "smolvlm-500m", "smollm2-135m", "en")
+    assert (hub.drafter, hub.language) == ("smollm2-135m", "de")
+    assert hub.note == "The question is in German, but this preset has no German drafter, so smollm2-135m drafts."
+    french = for_language("Quelle est la couleur ?", "smolvlm-500m", "smollm2-135m", "en")
+    assert french.drafter == "smollm2-135m"
     assert french.note.startswith("The question is in none of English, German and Chinese, and this preset")
 
 
