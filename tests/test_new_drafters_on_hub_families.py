@@ -5,15 +5,12 @@ import pytest
 import tiny
 import tiny_families
 import torch
+from races import ar, spd
 
-from demo.engine.events import Trace
-from demo.engine.sampling import Sampling
-from demo.engine.speculative import autoregressive_generate, speculative_generate
 from demo.engine.trees import visibility
 from demo.models import loader
 from demo.models.presets import LAYER_SKIP, PROMPT_LOOKUP
 
-GREEDY = Sampling()
 QUESTIONS = ("Describe the image.", "Where is the star?")
 PARENTS = [-1, -1, 0, 0, 1, 2, 4]  # two branches at depth 1, two children under node 0, then chains
 TOKENS = [40, 41, 42, 43, 44, 45, 46]
@@ -74,22 +71,6 @@ def test_a_tree_forward_scores_each_node_as_the_chain_of_its_path(loaded):
 def test_greedy_output_identical_to_the_target_alone(loaded, drafter):
     image = tiny.images(1)[0]
     for question in QUESTIONS:
-        reference = autoregressive_generate(
-            loaded.target,
-            loaded.prompt(image, question),
-            sampling=GREEDY,
-            max_new_tokens=20,
-            generator=torch.Generator(),
-        )
-        reference = Trace.of(reference).summary.token_ids
+        reference = ar(loaded, image, question, max_new=20).summary.token_ids
         for gamma in (1, 3, 5):
-            events = speculative_generate(
-                loaded.target,
-                loaded.drafter(drafter),
-                loaded.prompt(image, question, drafter),
-                gamma=gamma,
-                sampling=GREEDY,
-                max_new_tokens=20,
-                generator=torch.Generator(),
-            )
-            assert Trace.of(events).summary.token_ids == reference
+            assert spd(loaded, drafter, image, question, gamma, max_new=20).summary.token_ids == reference
