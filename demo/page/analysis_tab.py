@@ -56,6 +56,7 @@ from demo.page.analysis_view import (
     record,
     run_html,
     runs_table,
+    several_languages,
     status_html,
     summaries,
     words_table,
@@ -65,6 +66,12 @@ from demo.world.scoring import score
 from demo.world.tasks import LANGUAGE_NAMES
 
 BOTH = "both, side by side"
+# The runs table's column widths, one per column of `run_columns(multilingual)`: the language
+# column, where there is one, takes its room from the others.
+RUN_WIDTHS = {
+    False: ["4%", "10%", "9%", "22%", "22%", "5%", "6%", "7%", "7%", "8%"],
+    True: ["4%", "9%", "8%", "20%", "20%", "5%", "6%", "7%", "7%", "6%", "8%"],
+}
 N_RANGE, N_DEFAULT = (1, 32), 8
 GAMMA_DEFAULT = 4
 MAX_NEW_TOKENS = 160  # enough for the world's longest answers (detailed descriptions)
@@ -135,7 +142,6 @@ def _view(batch: Batch | None, status: str, busy: bool, files: tuple | None = No
     """Every output of an analysis, from the batch so far (see `analysis_tab`)."""
     sums = summaries(batch) if batch else {}
     downloads = files or (gr.DownloadButton(value=None, interactive=False),) * 2
-    several = batch is not None and len({r.language for r in batch.runs}) > 1
     return (
         status,
         headline_html(batch, sums),
@@ -147,7 +153,9 @@ def _view(batch: Batch | None, status: str, busy: bool, files: tuple | None = No
         *downloads,
         gr.Button(interactive=not busy, value="Analysing…" if busy else "Run analysis"),
         gr.Button(visible=busy),
-        gr.Dataframe(languages_table(batch), visible=several),  # last: the outputs before keep their places
+        gr.Dataframe(
+            languages_table(batch), visible=several_languages(batch)
+        ),  # last: the outputs before keep their places
     )
 
 
@@ -327,20 +335,6 @@ def analysis_tab(race: RaceControls) -> None:
         elem_id="an-words",
         column_widths=["12%", "12%", "12%", "9%", "9%", "10%", "36%"],
     )
-    widths = [
-        "4%",
-        "10%",
-        "9%",
-        "22%",
-        "22%",
-        "5%",
-        "6%",
-        "7%",
-        "7%",
-        "8%",
-    ]  # one per column of run_columns(multilingual)
-    if multilingual:
-        widths = ["4%", "9%", "8%", "20%", "20%", "5%", "6%", "7%", "7%", "6%", "8%"]
     runs = gr.Dataframe(
         runs_table(None, multilingual),
         label="Runs: select one to see its recorded trace below",
@@ -348,7 +342,7 @@ def analysis_tab(race: RaceControls) -> None:
         wrap=True,
         max_height=400,
         elem_id="an-runs",
-        column_widths=widths,
+        column_widths=RUN_WIDTHS[multilingual],
     )
     with gr.Group(elem_id="an-trace"):
         with gr.Row(equal_height=False):

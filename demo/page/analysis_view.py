@@ -93,6 +93,11 @@ def _languages(batch: Batch) -> list[str]:
     return [lang for lang in LANGUAGE_NAMES if lang in held]
 
 
+def several_languages(batch: Batch | None) -> bool:
+    """Whether a batch's runs are in more than one language (then it is broken down by language)."""
+    return batch is not None and len(_languages(batch)) > 1
+
+
 def by_language(batch: Batch) -> list[dict]:
     """Per language, then drafter, over its runs: pooled tau and alpha, answers correct, and
     how many drafts on image-grounded words the target accepted."""
@@ -169,7 +174,7 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
         ranked = sorted(rates, key=rates.get)
         said = ", the ".join(f"<b>{html.escape(d)}</b> drafter's {_pct(rates[d])}" for d in ranked)
         lines.append(f"<p>Rejected on image-grounded words: the {said}.</p>")
-    breakdown = by_language(batch) if len(_languages(batch)) > 1 else []
+    breakdown = by_language(batch) if several_languages(batch) else []
     for b in breakdown:
         lines.append(
             f"<p><b>{LANGUAGE_NAMES[b['language']]}</b>, {html.escape(b['drafter'])} drafter: τ = {_num(b['tau'])}, "
