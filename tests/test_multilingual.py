@@ -208,8 +208,10 @@ def test_translated_words_start_from_their_english_rows_each_language_with_its_o
 
 
 def test_quiet_directions_leave_every_english_answer_token_the_targets_argmax():
-    """Grown from the shipped target with every word of the lexicon translated and the languages'
-    directions added, no new token outscores the English one at any English answer position."""
+    """Grown from an English LLaVA of the shipped world (the image-aware drafter: stage 10 grows
+    the target itself, and the drafter keeps the English vocabulary) with every word of the lexicon
+    translated and the languages' directions added, no new token outscores the English one at any
+    English answer position."""
     from transformers import AutoProcessor, LlavaForConditionalGeneration
 
     from demo.world import translation
@@ -218,8 +220,9 @@ def test_quiet_directions_leave_every_english_answer_token_the_targets_argmax():
     from demo.world.recipe import ENGLISH_KEEP
 
     english, grown = _grown()
-    processor = AutoProcessor.from_pretrained(ASSETS / "target")
-    target = LlavaForConditionalGeneration.from_pretrained(ASSETS / "target", dtype=torch.float32)
+    english_llava = ASSETS / "drafter-image"
+    processor = AutoProcessor.from_pretrained(english_llava)
+    target = LlavaForConditionalGeneration.from_pretrained(english_llava, dtype=torch.float32)
     pool = ScenePool.build("train", 48, 3, processor)
     items = sample_items(pool, ENGLISH_KEEP, 24, 5)
     batches = [item_batch(pool, english, items[i : i + 12]) for i in (0, 12)]
