@@ -220,21 +220,20 @@ def test_quiet_directions_leave_every_english_answer_token_the_targets_argmax():
     from demo.world.recipe import ENGLISH_KEEP
 
     english, grown = _grown()
-    english_llava = ASSETS / "drafter-image"
-    processor = AutoProcessor.from_pretrained(english_llava)
-    target = LlavaForConditionalGeneration.from_pretrained(english_llava, dtype=torch.float32)
+    processor = AutoProcessor.from_pretrained(ASSETS / "drafter-image")
+    llava = LlavaForConditionalGeneration.from_pretrained(ASSETS / "drafter-image", dtype=torch.float32)
     pool = ScenePool.build("train", 48, 3, processor)
     items = sample_items(pool, ENGLISH_KEEP, 24, 5)
     batches = [item_batch(pool, english, items[i : i + 12]) for i in (0, 12)]
-    directions = quiet_directions(target, batches)
+    directions = quiet_directions(llava, batches)
     assert (
         torch.allclose(directions["de"].norm(), torch.tensor(1.0)) and abs(directions["de"] @ directions["zh"]) < 1e-5
     )
     with torch.no_grad():
-        before = [target(**{k: v for k, v in b.items() if k != "scenes"}).logits.argmax(-1) for b in batches]
+        before = [llava(**{k: v for k, v in b.items() if k != "scenes"}).logits.argmax(-1) for b in batches]
         lexicons = translation.lexicon("de", True) | translation.lexicon("zh", True)
-        grow_embeddings(target, english, grown, lexicons, 0.5, directions)
-        after = [target(**{k: v for k, v in b.items() if k != "scenes"}).logits.argmax(-1) for b in batches]
+        grow_embeddings(llava, english, grown, lexicons, 0.5, directions)
+        after = [llava(**{k: v for k, v in b.items() if k != "scenes"}).logits.argmax(-1) for b in batches]
     for b, x, y in zip(batches, before, after):
         answer = b["labels"][:, 1:] != -100
         assert torch.equal(x[:, :-1][answer], y[:, :-1][answer])
