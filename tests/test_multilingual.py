@@ -239,6 +239,42 @@ def test_quiet_directions_leave_every_english_answer_token_the_targets_argmax():
         assert torch.equal(x[:, :-1][answer], y[:, :-1][answer])
 
 
+def test_stage_ten_keeps_the_english_targets_right_answers_and_the_worlds_answer_for_its_wrong_ones():
+    """Taught by a teacher that is often wrong (the image-aware drafter, an English LLaVA: colour
+    60%, count 42%), each question goes to one set in order: the teacher's greedy answer where it
+    scores right, else the world's answer, token for token."""
+    from dataclasses import replace
+
+    from transformers import AutoProcessor, LlavaForConditionalGeneration
+
+    from demo.world.data import ScenePool, encode, sample_items
+    from demo.world.multilingual import english_answers
+    from demo.world.train import World
+
+    english, _ = _grown()
+    processor = AutoProcessor.from_pretrained(ASSETS / "drafter-image")
+    teacher = LlavaForConditionalGeneration.from_pretrained(ASSETS / "drafter-image", dtype=torch.float32).eval()
+    pool = ScenePool.build("train", 48, 3, processor)
+    c, mix = replace(FULL.languages, english_items=16), {"vqa_colour": 1.0, "vqa_count": 1.0}
+    kept, corrected = english_answers(World(english, processor, pool), teacher, english, c, 0, mix)
+    assert kept.tasks and corrected.tasks  # this teacher is right on some and wrong on others
+    eos, k, r = english.eos_token_id, 0, 0
+    for it in sample_items(pool, mix, 16, c.english_seed):
+        prompt, example = (
+            encode(english, it.question, None)[0],
+            Example(None, it.question, it.answer, it.task, pool.scenes[it.scene]),
+        )
+        world_answer = english(it.answer, add_special_tokens=False)["input_ids"] + [eos]
+        if r < len(corrected.tasks) and (corrected.scenes[r], corrected.prompts[r]) == (it.scene, prompt):
+            assert corrected.answers[r] == world_answer and corrected.tasks[r] == it.task
+            r += 1
+        else:
+            assert (kept.scenes[k], kept.prompts[k], kept.tasks[k]) == (it.scene, prompt, it.task)
+            assert kept.answers[k][-1] == eos and score(it.task, example, english.decode(kept.answers[k][:-1]))
+            k += 1
+    assert (k, r) == (len(kept.tasks), len(corrected.tasks))
+
+
 def test_lookup_facts_in_other_languages_state_the_scene():
     from demo.world import translation
 

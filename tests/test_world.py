@@ -213,6 +213,8 @@ def test_quick_training_run_writes_models_that_load(tmp_path):
     assert LlavaForConditionalGeneration.from_pretrained(tmp_path / "target").config.text_config.vocab_size == 1024
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "drafter-text").config.vocab_size == 512  # as it was
     assert "10 target in three languages" in log["seconds"]
+    split = [sum(log[f"languages_english_{s}"].values()) for s in ("kept", "corrected")]
+    assert sum(split) == QUICK.languages.english_items  # every English question: kept or corrected
     gallery = json.loads((tmp_path / "examples" / "examples.json").read_text())
     assert Counter(e["task"] for e in gallery) == PER_TASK  # every task family, the long ones twice
     assert all((tmp_path / "examples" / e["image"]).is_file() for e in gallery)

@@ -8,7 +8,8 @@ as stage 9 leaves it, or loaded from a saved one by `load_world`) and
      from its English translation's row, any other from its pieces' rows, each plus its
      language's direction (`grow_embeddings`); then trains the target end to end on real images
      (tower frozen) through `recipe.LANGUAGE_CURRICULUM`, English a third of the batches with
-     the English target's answers kept (`kept_english_loss`), probing held-out colour and shape
+     the English target's answers kept where they are right (`kept_english_loss`) and the
+     world's answers where they are wrong (`english_answers`), probing held-out colour and shape
      questions in each language at each phase's end, and rounds it to fp16;
  11. writes each language's distillation set (the target's greedy answers on training scenes)
      and trains the text drafters of the seed's recipe (`recipe.language_drafters`): each
@@ -42,7 +43,7 @@ from .generate import greedy
 from .models import build, n_params
 from .recipe import ENGLISH_KEEP, FULL, LANGUAGE_CURRICULUM, QUICK, LanguageDrafter, Recipe, in_languages
 from .scoring import score
-from .tasks import LANGUAGES, corpus, heldout_examples
+from .tasks import LANGUAGES, Example, corpus, heldout_examples
 from .text import IMAGE_TOKEN, build_processor, extend_tokenizer
 from .train import Distill, World, set_trainable, train
 
@@ -185,10 +186,14 @@ def language_probe(target, processor, n: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def english_answers(w: World, teacher, english, c, seed: int) -> Distill:
+def english_answers(w: World, teacher, english, c, seed: int, mix=ENGLISH_KEEP) -> tuple[Distill, Distill]:
     """The English target's greedy answers to `c.english_items` English training questions in
-    `recipe.ENGLISH_KEEP`'s shares: what stage 10 keeps it saying, at the states the app visits."""
-    items = sample_items(w.pool, ENGLISH_KEEP, c.english_items, seed + c.english_seed)
+    `mix`'s shares: what stage 10 keeps it saying, at the states the app visits. Split by
+    `scoring.score` against the world's answer: the right ones as the English target said them
+    (kept by the KL divergence to its distribution), and for each wrong one the world's answer
+    (learnt by cross-entropy). With its wrong answers copied too, the trilingual target could at
+    best match the English one, whose captions and multiple choice sit at their bars."""
+    items = sample_items(w.pool, mix, c.english_items, seed + c.english_seed)
     prompts = [encode(english, it.question, None)[0] for it in items]
     scenes = [it.scene for it in items]
     eos = english.eos_token_id
@@ -203,7 +208,18 @@ def english_answers(w: World, teacher, english, c, seed: int) -> Distill:
         200,
         desc="10 English answers kept",
     )
-    return Distill(scenes, [it.task for it in items], prompts, [a + [eos] for a in answers])
+    kept, corrected = Distill([], [], [], []), Distill([], [], [], [])
+    for it, prompt, answer in zip(items, prompts, answers):
+        example = Example(None, it.question, it.answer, it.task, w.pool.scenes[it.scene])
+        if score(it.task, example, english.decode(answer, skip_special_tokens=True)):
+            into, ids = kept, answer + [eos]
+        else:
+            into, ids = corrected, english(it.answer, add_special_tokens=False)["input_ids"] + [eos]
+        into.scenes.append(it.scene)
+        into.tasks.append(it.task)
+        into.prompts.append(prompt)
+        into.answers.append(ids)
+    return kept, corrected
 
 
 def stage_target_languages(w: World, recipe: Recipe, seed: int, log: dict) -> None:
@@ -226,9 +242,17 @@ def stage_target_languages(w: World, recipe: Recipe, seed: int, log: dict) -> No
     log["languages_glossed_tokens"] = sum(
         translation.gloss(w.tok.decode([i]), lexicons) is not None for i in range(len(english), len(w.tok))
     )
-    english_set = english_answers(w, teacher, english, c, seed)
-    log["languages_english_answer_tokens"] = sum(map(len, english_set.answers))
-    english_stream = english_set.batches(w.pool, english, recipe.tokens, random.Random(seed + c.english_seed), True)
+    kept, corrected = english_answers(w, teacher, english, c, seed)
+    log["languages_english_answer_tokens"] = sum(map(len, kept.answers + corrected.answers))
+    log["languages_english_corrected"] = {t: corrected.tasks.count(t) for t in dict.fromkeys(corrected.tasks)}
+    log["languages_english_kept"] = {t: kept.tasks.count(t) for t in dict.fromkeys(kept.tasks)}
+    kept_stream, corrected_stream = (
+        d.batches(w.pool, english, recipe.tokens, random.Random(seed + s), True) if d.tasks else None
+        for d, s in ((kept, c.english_seed), (corrected, c.correct_seed + 1))
+    )
+    # An English step takes a batch of the world's answers as often as the English target was wrong.
+    pick = random.Random(seed + c.correct_seed)
+    share = len(corrected.tasks) / c.english_items
     params, hook = new_rows_only(target, len(english), c.embedding_scale)
     streams = [
         batches(w.pool, w.tok, mix, recipe.tokens, random.Random(seed + c.seed + k))
@@ -242,7 +266,14 @@ def stage_target_languages(w: World, recipe: Recipe, seed: int, log: dict) -> No
         if step and step in ends:  # how the lookups come, in the log
             probes[step] = language_probe(target, w.processor, c.probe_n)
             tqdm.write(f"language probe at step {step} (end of {LANGUAGE_CURRICULUM[phase - 1][0]}): {probes[step]}")
-        batch = next(english_stream if step % c.english_every == c.english_every - 1 else streams[phase])
+        if step % c.english_every != c.english_every - 1:
+            batch = next(streams[phase])
+        elif pick.random() < share:  # the world's answer where the English target was wrong
+            batch = next(corrected_stream)
+            batch.pop("scenes")
+            return target(**batch).loss
+        else:
+            batch = next(kept_stream)
         batch.pop("scenes")
         return kept_english_loss(target, teacher, batch, len(english))
 

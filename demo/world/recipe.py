@@ -69,7 +69,9 @@ def in_languages(mix: dict[str, float], languages: tuple[str, ...]) -> dict[str,
 # 86%): the English target's own greedy answers to questions in these shares, its distribution
 # kept (`multilingual.kept_english_loss`). A fourth run with shapes and multiple choice raised
 # here (captions 0.34) and every second batch English in the last phase lost captions (81%) and
-# German and Chinese multiple choice (80%, 69%): docs/world-languages.md.
+# German and Chinese multiple choice (80%, 69%), and a sixth with captions at 0.44 (from the short
+# questions) won captions back (92%) and lost multiple choice (86%): docs/world-languages.md. Since
+# then the English target's wrong answers are replaced by the world's (`multilingual.english_answers`).
 ENGLISH_KEEP = {
     "description": 0.04,
     "caption": 0.38,
@@ -232,7 +234,8 @@ class Languages:
     embedding_scale: float  # the new embedding rows learn at this times `lr`
     english_every: int  # every this many batches one is English, the English target's answers
     english_items: int  # English training questions the English target answers for them
-    english_seed: int  # offset of their draws (and of the batches')
+    english_seed: int  # offset of their draws (and of the kept answers' batches)
+    correct_seed: int  # offset of the draws between kept and corrected answers (+1: the corrected ones' batches)
     seed: int  # phase k's batches are drawn from seed + k
     probe_n: int  # held-out colour and shape questions per language, greedy, at each phase's end
 
@@ -323,6 +326,7 @@ FULL = Recipe(
         english_every=3,
         english_items=1500,
         english_seed=58,
+        correct_seed=66,
         seed=60,
         probe_n=40,
     ),
