@@ -296,10 +296,13 @@ def test_bad_input_gets_a_message_and_stop_ends_a_race(browser, served, tmp_path
     page.click("#run")
     page.wait_for_selector("#spd-panel .tok", timeout=30_000)
     assert page.is_enabled("#stop") and not page.is_enabled("#run")
-    page.click("#stop")
-    page.wait_for_function("document.querySelector('#outcome').innerText.startsWith('Stopped.')", timeout=10_000)
+    page.click("#stop")  # on a busy 2-core machine the stopped page took 8 s to come back
+    page.wait_for_function("document.querySelector('#outcome').innerText.startsWith('Stopped.')", timeout=30_000)
     assert page.is_enabled("#run") and not page.is_enabled("#stop")
-    assert "· stopped" in page.inner_text("#spd-panel .clock")  # not "decoding…" after a Stop
+    # each lane says stopped, or done if it reached its answer's end before the Stop reached the
+    # server (a 123-token description can, on a slow machine): none says "decoding…" after a Stop
+    clocks = [page.inner_text(f"#{lane}-panel .clock") for lane in ("ar", "spd")]
+    assert all("· stopped" in c or "· done" in c for c in clocks), clocks
     assert 0 < page.locator("#spd-panel .tok").count() < 400  # what was decoded stays; the rest never came
     page.fill("#max-new input[type=number]", "16")
     page.press("#max-new input[type=number]", "Enter")
