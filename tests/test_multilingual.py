@@ -260,10 +260,8 @@ def test_stage_ten_keeps_the_english_targets_right_answers_and_the_worlds_answer
     assert kept.tasks and corrected.tasks  # this teacher is right on some and wrong on others
     eos, k, r = english.eos_token_id, 0, 0
     for it in sample_items(pool, mix, 16, c.english_seed):
-        prompt, example = (
-            encode(english, it.question, None)[0],
-            Example(None, it.question, it.answer, it.task, pool.scenes[it.scene]),
-        )
+        prompt = encode(english, it.question, None)[0]
+        example = Example(None, it.question, it.answer, it.task, pool.scenes[it.scene])
         world_answer = english(it.answer, add_special_tokens=False)["input_ids"] + [eos]
         if r < len(corrected.tasks) and (corrected.scenes[r], corrected.prompts[r]) == (it.scene, prompt):
             assert corrected.answers[r] == world_answer and corrected.tasks[r] == it.task

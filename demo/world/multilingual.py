@@ -29,6 +29,7 @@ import random
 import shutil
 import tempfile
 import time
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
@@ -213,8 +214,8 @@ def english_answers(w: World, teacher, english, c, seed: int, mix=ENGLISH_KEEP) 
         example = Example(None, it.question, it.answer, it.task, w.pool.scenes[it.scene])
         if score(it.task, example, english.decode(answer, skip_special_tokens=True)):
             into, ids = kept, answer + [eos]
-        else:
-            into, ids = corrected, english(it.answer, add_special_tokens=False)["input_ids"] + [eos]
+        else:  # the world's answer as the training conversations tokenise it (ending in <|end|>)
+            into, ids = corrected, encode(english, it.question, it.answer)[0][len(prompt) :]
         into.scenes.append(it.scene)
         into.tasks.append(it.task)
         into.prompts.append(prompt)
@@ -244,8 +245,8 @@ def stage_target_languages(w: World, recipe: Recipe, seed: int, log: dict) -> No
     )
     kept, corrected = english_answers(w, teacher, english, c, seed)
     log["languages_english_answer_tokens"] = sum(map(len, kept.answers + corrected.answers))
-    log["languages_english_corrected"] = {t: corrected.tasks.count(t) for t in dict.fromkeys(corrected.tasks)}
-    log["languages_english_kept"] = {t: kept.tasks.count(t) for t in dict.fromkeys(kept.tasks)}
+    log["languages_english_corrected"] = dict(Counter(corrected.tasks))
+    log["languages_english_kept"] = dict(Counter(kept.tasks))
     kept_stream, corrected_stream = (
         d.batches(w.pool, english, recipe.tokens, random.Random(seed + s), True) if d.tasks else None
         for d, s in ((kept, c.english_seed), (corrected, c.correct_seed + 1))
@@ -266,16 +267,11 @@ def stage_target_languages(w: World, recipe: Recipe, seed: int, log: dict) -> No
         if step and step in ends:  # how the lookups come, in the log
             probes[step] = language_probe(target, w.processor, c.probe_n)
             tqdm.write(f"language probe at step {step} (end of {LANGUAGE_CURRICULUM[phase - 1][0]}): {probes[step]}")
-        if step % c.english_every != c.english_every - 1:
-            batch = next(streams[phase])
-        elif pick.random() < share:  # the world's answer where the English target was wrong
-            batch = next(corrected_stream)
-            batch.pop("scenes")
-            return target(**batch).loss
-        else:
-            batch = next(kept_stream)
+        english_step = step % c.english_every == c.english_every - 1
+        world = english_step and pick.random() < share  # the world's answer where the English target was wrong
+        batch = next(corrected_stream if world else kept_stream if english_step else streams[phase])
         batch.pop("scenes")
-        return kept_english_loss(target, teacher, batch, len(english))
+        return target(**batch).loss if world else kept_english_loss(target, teacher, batch, len(english))
 
     log["target_languages_loss"] = fit(params, ends[-1], c.lr, loss_of, "10 target, three languages")
     hook.remove()

@@ -232,7 +232,9 @@ class Languages:
     phase_steps: tuple[int, ...]  # steps of each phase of LANGUAGE_CURRICULUM
     lr: float  # peak learning rate of the projector and the LM (the old embedding rows are frozen)
     embedding_scale: float  # the new embedding rows learn at this times `lr`
-    english_every: int  # every this many batches one is English, the English target's answers
+    english_every: (
+        int  # every this many batches one is English: the English target's answers, or the world's where wrong
+    )
     english_items: int  # English training questions the English target answers for them
     english_seed: int  # offset of their draws (and of the kept answers' batches)
     correct_seed: int  # offset of the draws between kept and corrected answers (+1: the corrected ones' batches)
