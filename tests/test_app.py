@@ -8,6 +8,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import tiny
@@ -294,6 +295,20 @@ def test_replay_shows_the_measured_race_slowed_to_a_fixed_length(monkeypatch):
     assert spd_panel.count('class="tok tok-') == 8 and "0.110 s compute" in spd_panel
     assert "Replay: the measured race shown 5× slower than it ran." in outcome  # 0.6 s / 0.11 s
     assert "lossless" not in outcome and "outputs differ from token 3 on" in outcome
+
+
+def test_a_stopped_replay_ends_on_its_own_stopped_update(monkeypatch):
+    monkeypatch.setattr(handlers, "REPLAY_SECONDS", 5.0)
+    traces = {"speculative": spd_trace(), "autoregressive": ar_trace()}
+    page = SimpleNamespace(session_hash="replaying page")
+    replay = handlers.replay_race(((), events_in_race_order(traces)), page=page)
+    updates = [next(replay), next(replay)]  # the empty view, then the first token
+    answer = handlers.stop_race(page)
+    updates += list(replay)
+    assert set(answer) == {"stop"} and not answer["stop"].interactive  # the Stop's own answer: Stop off, no more
+    final = updates[-1]  # the page gets the replay's updates in order: this one comes last
+    assert "Stopped." in final["outcome"] and final["run"].interactive and not final["stop"].interactive
+    assert "· stopped" in final["spd_panel"] and final["spd_panel"].count('class="tok tok-') < 8
 
 
 def test_replay_shows_every_lane_of_a_two_drafter_race(monkeypatch):

@@ -4,7 +4,8 @@
                   views and the charts while the runs decode, then the downloads
     replay_race   the Replay button: the last race again from its recorded events, slowed down
                   by one factor that the page states
-    stop_race     the Stop button: ends the page's race or replay after the event at hand
+    stop_race     the Stop button: ends the page's race or replay after the event at hand, which
+                  says "Stopped." in its own last update
     trace_api     /trace, for gradio_client: the same race returned whole as one JSON document
 
 A name left out of an update leaves that component as it is. `positional(handler)` turns the
@@ -49,7 +50,6 @@ from demo.page.examples import reference_for
 
 PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the browser keeps up)
 CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
-STOP_WAIT = 2.0  # seconds the Stop button waits for the run to end before it answers anyway
 HEARTBEAT_EVERY = 0.02  # seconds: a handler yields after a round once this much time has passed since its last yield
 REPLAY_SECONDS = 12.0  # a replay lasts this long, whatever the race took
 THRESHOLD_DEFAULT = 0.5  # the page's adaptive-drafting threshold slider starts here
@@ -217,20 +217,30 @@ def _page_run(page: gr.Request | None):
             del _PAGE_RUNS[key]
 
 
+STOPPED = '<div class="outcome">Stopped. The panels below keep what was decoded before the stop.</div>'
+
+
 def stop_race(page: gr.Request = None) -> dict:
-    """The Stop button: end the page's race or replay after the event at hand, and only then
-    say so (an update of the run sent later would cover the word). Gradio also cancels the
-    event, which ends a run still waiting in the queue."""
+    """The Stop button: ask the page's race or replay to end after the event at hand, and switch
+    Stop off. The run says "Stopped." itself, in its last update (`_stopped`): a run's updates
+    reach the page in order, on the page's one stream of queued events, while this answer comes
+    back on a request of its own and can arrive before the run's last updates, which would then
+    cover it (a busy machine did, after a heavy race). For the same reason Gradio does not cancel
+    the run: its stopped update would be dropped. Stop is only on while the run streams, so there
+    is no queued run to cancel."""
     run = _PAGE_RUNS.get(getattr(page, "session_hash", None))
-    shown = {}
     if run is not None:
         run.stop.set()
-        run.ended.wait(STOP_WAIT)
-        if run.shown is not None:
-            traces, facts, reference = run.shown
-            shown = lanes.view(traces, facts, charts_too=True, reference=reference, stopped=True)
-    words = '<div class="outcome">Stopped. The panels below keep what was decoded before the stop.</div>'
-    return shown | status(words, False)
+    return {"stop": gr.Button(interactive=False)}
+
+
+def _stopped(run: _PageRun) -> dict:
+    """The last update of a run its Stop ended: what was decoded, each lane's clock stopped, Run on."""
+    shown = {}
+    if run.shown is not None:
+        traces, facts, reference = run.shown
+        shown = lanes.view(traces, facts, charts_too=True, reference=reference, stopped=True)
+    return shown | status(STOPPED, False)
 
 
 # --- streaming ------------------------------------------------------------------------------------
@@ -263,6 +273,19 @@ def _frames(
             yield None
             last_yield = time.perf_counter()
     yield lanes.view(traces, facts, charts_too=True, reference=reference)
+
+
+def _unless_stopped(loading: Iterator, run: _PageRun):
+    """`yield from loading` (`session.until_ready`), ended after a report if the page's Stop was
+    pressed: then it returns (None, ())."""
+    while True:
+        try:
+            update = next(loading)
+        except StopIteration as done:
+            return done.value
+        yield update
+        if run.stop.is_set():
+            return None, ()
 
 
 def _until(events, stop: threading.Event) -> Iterator:
@@ -343,9 +366,13 @@ def run_race(
                 second_drafter,
             )
             with closing(session.gpu_race(request, image, uploads())) as stream:
-                facts, notes = yield from session.until_ready(
+                loading = session.until_ready(
                     stream, lambda fraction, message: status(render.loading_html(fraction, message), busy=True)
                 )
+                facts, notes = yield from _unless_stopped(loading, run)
+                if run.stop.is_set():  # stopped while the preset loaded
+                    yield _stopped(run)
+                    return
                 for note in notes:
                     gr.Info(note)
                 reference = _reference(image, request.question)
@@ -377,7 +404,8 @@ def _race_to_page(
     for frame in _frames(_until(_recorded(events, timeline), run.stop), traces, facts, reference):
         last_view = frame or last_view
         yield frame or {}
-    if run.stop.is_set():  # the Stop button answers for the page
+    if run.stop.is_set():
+        yield _stopped(run)
         return
     spd, ar = traces["speculative"], traces["autoregressive"]
     rows, why_not = None, sweeps.unsweepable(request)
@@ -418,8 +446,7 @@ def replay_race(last, page: gr.Request = None):
         for frame in _frames(session.paced(timeline, slowdown, run.stop), traces, facts):
             last_view = frame or last_view
             yield frame or {}
-    if not run.stop.is_set():
-        yield last_view | buttons(busy=False)
+        yield _stopped(run) if run.stop.is_set() else last_view | buttons(busy=False)
 
 
 @_tidy

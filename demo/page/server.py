@@ -101,7 +101,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     settings = [c.question, c.preset, c.drafter, c.gamma]
     sampling = [c.temperature, c.top_p, c.seed, c.max_new]
     decode = {"concurrency_limit": 1, "concurrency_id": "decode", "preprocess": False}
-    racing = c.run.click(
+    c.run.click(
         handlers.positional(handlers.run_race),  # its accelerator part is `session.gpu_race`
         [c.image, *settings, c.decoding, *sampling, c.adaptive, c.threshold, c.drafter2],
         outputs,
@@ -109,7 +109,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
         show_progress="hidden",
         **decode,
     )
-    replaying = c.replay.click(
+    c.replay.click(
         handlers.positional(handlers.replay_race),
         last,
         outputs,
@@ -117,7 +117,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
         show_progress="hidden",
         concurrency_limit=8,
     )  # replays mostly sleep
-    c.stop.click(handlers.positional(handlers.stop_race), None, outputs, cancels=[racing, replaying], **small)
+    c.stop.click(handlers.positional(handlers.stop_race), None, outputs, **small)  # the run ends itself: see stop_race
 
     greedy = gr.Checkbox(True, visible=False)
     min_confidence = gr.Number(0.0, visible=False)
