@@ -411,6 +411,25 @@ def test_a_batch_in_two_languages_is_broken_down_per_language_and_drafter(monkey
 
 
 @pytest.mark.slow
+def test_a_stopped_analysis_ends_on_its_own_update_keeping_the_runs_that_finished(monkeypatch, served):
+    speaking(monkeypatch, "en")
+    page = SimpleNamespace(session_hash="analysing page")
+    analysis = analysis_tab.analyze(PRESET, "caption", "text-only", 3, 4, 0, "en", page=page)
+    updates = []
+    for update in analysis:
+        updates.append(update)
+        if "example 3/4" in update[0]:  # two runs finished, the third announced
+            answer = analysis_tab.stop_analysis(page)
+    assert not answer.interactive and answer.value == "Stopping…"  # the Stop's own answer: Stop off, no more
+    final = updates[-1]  # the page gets the analysis's updates in order: this one comes last
+    status, runs_table, batch, go, stop = final[0], final[5], final[6], final[9], final[10]
+    assert "Stopped after 3 runs" in status and len(batch.runs) == 3 == len(runs_table)  # the run at hand ends
+    assert go.interactive and not stop.visible and stop.value == "Stop"  # Run on; Stop hidden, ready for the next
+    assert final[7].interactive and final[8].interactive  # what finished can be downloaded
+    assert not any("Done:" in update[0] for update in updates)
+
+
+@pytest.mark.slow
 def test_an_english_batch_shows_no_language_breakdown(monkeypatch, served):
     speaking(monkeypatch, "en")
     outputs = last(analysis_tab.analyze(PRESET, "caption", "text-only", 3, 1, 0, "en"))

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import functools
 import tempfile
+import threading
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -152,19 +154,31 @@ def _view(batch: Batch | None, status: str, busy: bool, files: tuple | None = No
         batch,
         *downloads,
         gr.Button(interactive=not busy, value="Analysing…" if busy else "Run analysis"),
-        gr.Button(visible=busy),
+        gr.Button(visible=busy, interactive=True, value="Stop"),
         gr.Dataframe(
             languages_table(batch), visible=several_languages(batch)
         ),  # last: the outputs before keep their places
     )
 
 
-def stopped(batch: Batch | None) -> tuple:
-    """The Stop button: the runs that finished stay, and can be downloaded."""
-    runs = len(batch.runs) if batch else 0
+_STOPS: dict[str, threading.Event] = {}  # by the page's session: the Stop of the analysis it runs
+
+
+def stop_analysis(page: gr.Request = None):
+    """The Stop button: ask the page's analysis to end after the run at hand, and switch Stop off.
+    The analysis says "Stopped." itself, in its last update (as the race does, and for the same
+    reason: its updates reach the page in order, this answer may not, see `handlers.stop_race`)."""
+    stop = _STOPS.get(getattr(page, "session_hash", None))
+    if stop is not None:
+        stop.set()
+    return gr.Button(interactive=False, value="Stopping…")
+
+
+def stopped(batch: Batch) -> tuple:
+    """The last update of an analysis its Stop ended: the runs that finished stay, and can be downloaded."""
+    runs = len(batch.runs)
     status = status_html(f"Stopped after {runs} run{'s' * (runs != 1)}; the charts and tables show those.")
-    files = _downloads(batch) if runs else (gr.DownloadButton(value=None, interactive=False),) * 2
-    return (status, *files, gr.Button(interactive=True, value="Run analysis"), gr.Button(visible=False))
+    return _view(batch, status, busy=False, files=_downloads(batch) if runs else None)
 
 
 def _downloads(batch: Batch) -> tuple:
@@ -177,9 +191,21 @@ def _downloads(batch: Batch) -> tuple:
     )
 
 
-def analyze(preset, task, drafter, gamma, n, seed, language="en"):
+def analyze(preset, task, drafter, gamma, n, seed, language="en", page: gr.Request = None):
     """Run SPD (greedy) on n held-out examples with the chosen drafter(s), in the chosen language
-    (or each in turn); stream the aggregates."""
+    (or each in turn); stream the aggregates. The page's Stop ends it after the run at hand."""
+    stop = threading.Event()
+    key = getattr(page, "session_hash", None)
+    if key:
+        _STOPS[key] = stop
+    try:
+        yield from _analyze(preset, task, drafter, gamma, n, seed, language, stop)
+    finally:
+        if key and _STOPS.get(key) is stop:
+            del _STOPS[key]
+
+
+def _analyze(preset, task, drafter, gamma, n, seed, language, stop: threading.Event):
     try:
         preset, task, drafters, gamma, n, seed, languages = parse_settings(
             preset, task, drafter, gamma, n, seed, language
@@ -193,22 +219,28 @@ def analyze(preset, task, drafter, gamma, n, seed, language="en"):
     items = examples_for(task, batch.n, batch.seed, languages)
     total = len(items) * len(drafters)
     try:
-        for step in session.decode_examples(preset, drafters, items, batch.gamma, batch.max_new_tokens):
-            if step[0] == "run":
-                _, i, d = step
-                note = f"example {i + 1}/{len(items)} · {d} drafter · {items[i].task.replace('_', ' ')}"
-                if items[i].language != "en":
-                    note += f" · {LANGUAGE_NAMES[items[i].language]}"
-                yield _view(batch, status_html(note, len(batch.runs) / total), busy=True)
-                continue
-            _, i, d, trace, obs = step
-            item = items[i]
-            correct = score(item.task, item, trace.summary.text)
-            batch.runs.append(Run(len(batch.runs) + 1, i, item, d, trace, obs, correct, item.language))
+        with closing(session.decode_examples(preset, drafters, items, batch.gamma, batch.max_new_tokens)) as steps:
+            for step in steps:
+                if step[0] == "run" and stop.is_set():  # the run at hand has finished and is kept
+                    break
+                if step[0] == "run":
+                    _, i, d = step
+                    note = f"example {i + 1}/{len(items)} · {d} drafter · {items[i].task.replace('_', ' ')}"
+                    if items[i].language != "en":
+                        note += f" · {LANGUAGE_NAMES[items[i].language]}"
+                    yield _view(batch, status_html(note, len(batch.runs) / total), busy=True)
+                    continue
+                _, i, d, trace, obs = step
+                item = items[i]
+                correct = score(item.task, item, trace.summary.text)
+                batch.runs.append(Run(len(batch.runs) + 1, i, item, d, trace, obs, correct, item.language))
     except Exception as error:  # models that will not load, a failed run: what finished stays on the page
         message = f"Stopped: {failures.message(error)}"
         yield _view(batch, status_html(message, error=True), busy=False)
         raise page_error(message) from None
+    if stop.is_set():
+        yield stopped(batch)
+        return
     batch.seconds = time.perf_counter() - started
     done = (
         f"Done: {len(items)} examples × {len(drafters)} drafter{'s' * (len(drafters) > 1)} in "
@@ -364,7 +396,7 @@ def analysis_tab(race: RaceControls) -> None:
                 )
     batch, selected = gr.State(None), gr.State(None)
 
-    running = go.click(
+    go.click(
         analyze,
         [race.preset, task, drafter, gamma, n, seed, language],
         [status, headline, by_category, by_position, words, runs, batch, csv_file, json_file, go, stop, by_language],
@@ -375,7 +407,7 @@ def analysis_tab(race: RaceControls) -> None:
         preprocess=False,
     )  # every value as sent reaches `parse_settings`, as on /race
     small = {"api_visibility": "private", "queue": False}  # never behind decoding in the queue
-    stop.click(stopped, batch, [status, csv_file, json_file, go, stop], cancels=[running], **small)
+    stop.click(stop_analysis, None, stop, **small)  # the analysis ends itself: see stop_analysis
     runs.select(show_run, batch, [image, trace_view, selected, to_race], **small)
     race.preset.change(
         lambda p: gr.Dropdown(choices=drafter_choices(p), value=(drafter_choices(p) or [None])[0]),
