@@ -405,12 +405,14 @@ def _race_to_page(
         last_view = frame or last_view
         yield frame or {}
     if run.stop.is_set():
+        events.close()  # the runs closed (their caches freed) before the stopped page is drawn
         yield _stopped(run)
         return
     spd, ar = traces["speculative"], traces["autoregressive"]
     rows, why_not = None, sweeps.unsweepable(request)
-    if why_not is None:
-        yield {"sweep_note": '<div class="sweep-note">Replaying the answer at γ = 1 … 10 with the drafter…</div>'}
+    if why_not is None:  # the race is over, so Stop is off while the sweep replays its answer
+        note = '<div class="sweep-note">Replaying the answer at γ = 1 … 10 with the drafter…</div>'
+        yield {"sweep_note": note, "stop": gr.Button(interactive=False)}
         rows = sweeps.gamma_sweep(request, image, uploads(), spd, ar)
     # The last update repeats the final view, so that an API client's result is the whole page.
     yield (
