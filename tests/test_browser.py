@@ -161,18 +161,25 @@ def pick(page, dropdown: str, value: str) -> None:
     page.get_by_role("option", name=value, exact=True).click()
 
 
-def test_a_question_in_another_language_says_which_drafter_drafts_and_why(browser, served):
+def test_a_question_in_another_language_picks_its_drafter_and_says_why(browser, served):
     page = browser.new_page(viewport={"width": 420, "height": 900})
     page.goto(served)
     page.wait_for_selector(DRAWN)
     assert not page.locator("#language-note").is_visible()  # English: the page as it always was
-    pick(page, "drafter", "image-aware")
     page.fill("#question textarea", "Welche Farbe hat der Kreis?")
     page.wait_for_selector("#language-note .language-note", state="visible")
-    note = page.inner_text("#language-note")
-    assert note == "The question is in German, but this preset has no German drafter, so image-aware drafts."
-    assert page.input_value("#drafter input") == "image-aware"  # the hand-picked drafter stays
+    assert page.inner_text("#language-note") == "The question is in German, so the German drafter drafts."
+    assert page.input_value("#drafter input") == "german"
     page.locator("#language-note").screenshot(path=str(SHOTS / "language-note-phone.png"))
+    pick(page, "drafter", "multilingual")
+    page.fill("#question textarea", "Welche Form hat das Quadrat?")
+    page.wait_for_timeout(800)  # the question's change has been handled
+    assert page.input_value("#drafter input") == "multilingual"  # picked by hand: stays while the language does
+    page.fill("#question textarea", "圆形是什么颜色？")
+    page.wait_for_function(
+        "document.querySelector('#language-note').innerText === 'The question is in Chinese, so the Chinese drafter drafts.'"
+    )
+    assert page.input_value("#drafter input") == "chinese"
     page.fill("#question textarea", "What colour is the circle?")
     page.wait_for_selector("#language-note", state="hidden")
     assert page.input_value("#drafter input") == "text-only"  # back in English: its drafter

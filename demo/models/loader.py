@@ -305,7 +305,7 @@ class Loaded:
         if d.usable < self.target.vocab_size:
             notes.append(
                 f"The drafter {d.name} can propose the target's first {d.usable} of {self.target.vocab_size} ids; "
-                "ids beyond them (image tokens, padding) come from the target only."
+                "ids beyond them (words its vocabulary lacks, image tokens, padding) come from the target only."
             )
         return tuple(notes)
 
