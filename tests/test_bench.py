@@ -125,3 +125,33 @@ def test_goals_read_the_lean_description_cell_at_gamma_4_and_the_peer_block():
     assert rows["SPD / HF assisted"]["met"] is False and rows["AR / HF generate"]["met"] is True
     assert rows["D / T1"]["from"] == "description, text-only, gamma 4, greedy, lean"
     assert all(g["value"] is None and g["met"] is None for g in benchmark.goals([], None))
+
+
+def test_a_drafter_with_a_smaller_vocabulary_goes_to_assisted_generation_widened_and_drafts_the_same():
+    import torch
+
+    from demo.bench import peer
+    from demo.models import loader
+    from demo.world.tasks import heldout_examples
+
+    loaded = loader.load("embedded")
+    d = loaded.drafter("text-only")
+    assert d.usable < d.target_vocab_size  # the English drafter beside the trilingual target
+    wide = peer.widened(d)
+    assert wide.config.get_text_config().vocab_size == d.target_vocab_size
+    assert d.model.get_output_embeddings().weight.shape[0] == d.usable  # the drafter itself is untouched
+    lacked = d.target_vocab_size - 1
+    with torch.inference_mode():
+        ours = d.model(input_ids=torch.tensor([[3, 10, 20, 0, 4]])).logits[0, -1]
+        theirs = wide(input_ids=torch.tensor([[3, 10, 20, lacked, 4]])).logits[0, -1]  # an id it lacks reads as <unk>
+    allowed = d.allowed[: d.usable]
+    assert torch.equal(ours[allowed], theirs[: d.usable][allowed])
+    never = torch.ones(d.target_vocab_size, dtype=torch.bool)
+    never[: d.usable] = ~allowed
+    assert theirs[never].max() < theirs[~never].min()  # ids it lacks or may not propose: never drafted
+    ex = heldout_examples("caption", 1, seed=0)[0]
+    prompt = loaded.prompt(ex.image, ex.question, "text-only")
+    generate = dict(max_new_tokens=24, do_sample=False, eos_token_id=sorted(loaded.target.stop_ids))
+    alone = loaded.target.model.generate(**prompt.target_inputs, **generate)
+    assisted = loaded.target.model.generate(**prompt.target_inputs, **generate, assistant_model=wide)
+    assert torch.equal(alone, assisted)  # transformers takes the pairing now, and stays exact

@@ -5,6 +5,11 @@
     ours_spd_transformers   our SPD with the same drafter's transformers forward (optional): what
                   the lean drafting path adds, in the same interleaved run
 
+A drafter whose vocabulary is smaller than the target's (the English drafters of the trilingual
+world) is handed to assisted generation widened to the target's vocabulary (`widened`), since
+transformers checks that the two vocabularies are the same size: the ids it lacks read as its
+`<unk>` and are never proposed, as our engine never proposes them.
+
 Greedy. Every method runs once per example and repetition, in an order that reverses every
 repetition, each timed end to end with the same synchronised wall clock. Our SPD drafts up to
 `gamma` tokens and stops below `min_confidence` (adaptive draft length); assisted generation runs
@@ -13,9 +18,11 @@ as shipped (its own schedule and 0.4 threshold).
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
+from torch import nn
 
 from demo.engine import lean, speculative
 from demo.engine.sampling import Sampling
@@ -29,7 +36,34 @@ def timed(fn) -> tuple[float, object]:
     return clock.last, out
 
 
-def _methods(loaded, prompt, d, gamma: int, max_new: int, min_confidence: float, with_transformers_path: bool):
+def widened(d) -> torch.nn.Module:
+    """The drafter `d`'s model with the target's vocabulary, for transformers' assisted generation:
+    input rows of the ids it lacks are its `<unk>` row (id 0), and output rows score those ids and
+    the ids it may not propose (`d.blocked`) far below any other, so its greedy drafts are its own.
+    `d.model` itself when the vocabularies already agree."""
+    vocab, target = d.model.get_output_embeddings().weight.shape[0], d.target_vocab_size
+    if vocab == target:
+        return d.model
+    wide = copy.deepcopy(d.model)
+    old_in, old_out = wide.get_input_embeddings(), wide.get_output_embeddings()
+    weight = old_in.weight.detach()
+    rows = torch.cat([weight[:target], weight[:1].expand(max(0, target - vocab), -1)])
+    wide.set_input_embeddings(nn.Embedding.from_pretrained(rows, freeze=True))
+    head = nn.Linear(old_out.in_features, target, bias=True, dtype=weight.dtype, device=weight.device)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.weight[: d.usable] = old_out.weight[: d.usable]
+        head.bias.fill_(torch.finfo(weight.dtype).min / 2)
+        head.bias[: d.usable] = torch.where(d.blocked[: d.usable], torch.finfo(weight.dtype).min / 2, 0.0)
+    wide.set_output_embeddings(head)
+    wide.config.get_text_config().vocab_size = target
+    wide.config.tie_word_embeddings = False
+    return wide
+
+
+def _methods(
+    loaded, prompt, d, assistant, gamma: int, max_new: int, min_confidence: float, with_transformers_path: bool
+):
     """name -> a function that decodes `prompt` and returns the new token ids."""
     model = loaded.target.model
     n_in = prompt.target_inputs["input_ids"].shape[1]
@@ -65,7 +99,7 @@ def _methods(loaded, prompt, d, gamma: int, max_new: int, min_confidence: float,
         "ours_ar": ours(),
         "hf_generate": hf(),
         "ours_spd": ours(d),
-        "hf_assisted": hf(assistant_model=d.model),
+        "hf_assisted": hf(assistant_model=assistant),
     }
     if with_transformers_path:
         methods["ours_spd_transformers"] = ours(lean.on_path(d, "transformers"))
@@ -84,13 +118,16 @@ def peer(
 ) -> dict:
     """Throughput of each method over the examples, and the ratios the benchmark reports."""
     d = loaded.drafter(drafter)
+    assistant = widened(d)
     seconds: dict[str, list[float]] = {}
     tokens: dict[str, int] = {}
     hf_assisted_error = None
     for rep in range(reps):
         for ex in examples:
             prompt = loaded.prompt(ex.image, ex.question, drafter)
-            order = list(_methods(loaded, prompt, d, gamma, max_new, min_confidence, with_transformers_path).items())
+            order = list(
+                _methods(loaded, prompt, d, assistant, gamma, max_new, min_confidence, with_transformers_path).items()
+            )
             for name, fn in order[:: -1 if rep % 2 else 1]:
                 if name == "hf_assisted" and hf_assisted_error:
                     continue
