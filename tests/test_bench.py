@@ -4,8 +4,11 @@ import json
 
 import pytest
 import tiny
+import torch
 
-from demo.bench import benchmark
+from demo.bench import benchmark, peer
+from demo.models import loader
+from demo.world.tasks import heldout_examples
 
 
 @pytest.fixture(scope="module")
@@ -128,12 +131,6 @@ def test_goals_read_the_lean_description_cell_at_gamma_4_and_the_peer_block():
 
 
 def test_a_drafter_with_a_smaller_vocabulary_goes_to_assisted_generation_widened_and_drafts_the_same():
-    import torch
-
-    from demo.bench import peer
-    from demo.models import loader
-    from demo.world.tasks import heldout_examples
-
     loaded = loader.load("embedded")
     d = loaded.drafter("text-only")
     assert d.usable < d.target_vocab_size  # the English drafter beside the trilingual target

@@ -63,7 +63,7 @@ from demo.page.analysis_view import (
     summaries,
     words_table,
 )
-from demo.page.handlers import page_error
+from demo.page.handlers import PageRun, page_error, page_run
 from demo.world.scoring import score
 from demo.world.tasks import LANGUAGE_NAMES
 
@@ -161,16 +161,16 @@ def _view(batch: Batch | None, status: str, busy: bool, files: tuple | None = No
     )
 
 
-_STOPS: dict[str, threading.Event] = {}  # by the page's session: the Stop of the analysis it runs
+_ANALYSES: dict[str, PageRun] = {}  # by the page's session: the analysis it runs, for its Stop
 
 
 def stop_analysis(page: gr.Request = None):
     """The Stop button: ask the page's analysis to end after the run at hand, and switch Stop off.
     The analysis says "Stopped." itself, in its last update (as the race does, and for the same
     reason: its updates reach the page in order, this answer may not, see `handlers.stop_race`)."""
-    stop = _STOPS.get(getattr(page, "session_hash", None))
-    if stop is not None:
-        stop.set()
+    run = _ANALYSES.get(getattr(page, "session_hash", None))
+    if run is not None:
+        run.stop.set()
     return gr.Button(interactive=False, value="Stopping…")
 
 
@@ -194,15 +194,8 @@ def _downloads(batch: Batch) -> tuple:
 def analyze(preset, task, drafter, gamma, n, seed, language="en", page: gr.Request = None):
     """Run SPD (greedy) on n held-out examples with the chosen drafter(s), in the chosen language
     (or each in turn); stream the aggregates. The page's Stop ends it after the run at hand."""
-    stop = threading.Event()
-    key = getattr(page, "session_hash", None)
-    if key:
-        _STOPS[key] = stop
-    try:
-        yield from _analyze(preset, task, drafter, gamma, n, seed, language, stop)
-    finally:
-        if key and _STOPS.get(key) is stop:
-            del _STOPS[key]
+    with page_run(page, _ANALYSES) as run:
+        yield from _analyze(preset, task, drafter, gamma, n, seed, language, run.stop)
 
 
 def _analyze(preset, task, drafter, gamma, n, seed, language, stop: threading.Event):
@@ -221,9 +214,9 @@ def _analyze(preset, task, drafter, gamma, n, seed, language, stop: threading.Ev
     try:
         with closing(session.decode_examples(preset, drafters, items, batch.gamma, batch.max_new_tokens)) as steps:
             for step in steps:
-                if step[0] == "run" and stop.is_set():  # the run at hand has finished and is kept
-                    break
                 if step[0] == "run":
+                    if stop.is_set():  # the run at hand has finished and is kept
+                        break
                     _, i, d = step
                     note = f"example {i + 1}/{len(items)} · {d} drafter · {items[i].task.replace('_', ' ')}"
                     if items[i].language != "en":

@@ -189,32 +189,31 @@ NO_DOWNLOADS["csv_file"] = NO_DOWNLOADS["json_file"]
 # --- runs a page can stop ---------------------------------------------------------------------------
 
 
-class _PageRun:
-    """A race or replay on one page, which its Stop button can end: `stop` asks it to end after
-    the event at hand; `ended` says it has, its runs closed and its last update sent."""
+class PageRun:
+    """A run on one page (a race, a replay, an analysis), which its Stop button can end: `stop`
+    asks it to end after the event at hand, and the run then says so in its own last update."""
 
     def __init__(self):
         self.stop = threading.Event()
-        self.ended = threading.Event()
-        self.shown = None  # (traces, facts, reference) of the race on show, for the Stop button's last view
+        self.shown = None  # (traces, facts, reference) of the race on show, for its stopped view
 
 
-_PAGE_RUNS: dict[str, _PageRun] = {}  # by the page's session: each page runs one thing at a time
+_PAGE_RUNS: dict[str, PageRun] = {}  # by the page's session: each page races or replays one thing at a time
 
 
 @contextmanager
-def _page_run(page: gr.Request | None):
-    """Register a run of the page `page` (None: a call without a page, e.g. in tests)."""
-    run = _PageRun()
+def page_run(page: gr.Request | None, runs: dict[str, PageRun] = _PAGE_RUNS):
+    """Register a run of the page `page` in `runs`, where its Stop finds it (None: a call
+    without a page, e.g. in tests)."""
+    run = PageRun()
     key = getattr(page, "session_hash", None)
     if key:
-        _PAGE_RUNS[key] = run
+        runs[key] = run
     try:
         yield run
     finally:
-        run.ended.set()
-        if key and _PAGE_RUNS.get(key) is run:
-            del _PAGE_RUNS[key]
+        if key and runs.get(key) is run:
+            del runs[key]
 
 
 STOPPED = '<div class="outcome">Stopped. The panels below keep what was decoded before the stop.</div>'
@@ -234,7 +233,7 @@ def stop_race(page: gr.Request = None) -> dict:
     return {"stop": gr.Button(interactive=False)}
 
 
-def _stopped(run: _PageRun) -> dict:
+def _stopped(run: PageRun) -> dict:
     """The last update of a run its Stop ended: what was decoded, each lane's clock stopped, Run on."""
     shown = {}
     if run.shown is not None:
@@ -275,7 +274,7 @@ def _frames(
     yield lanes.view(traces, facts, charts_too=True, reference=reference)
 
 
-def _unless_stopped(loading: Iterator, run: _PageRun):
+def _unless_stopped(loading: Iterator, run: PageRun):
     """`yield from loading` (`session.until_ready`), ended after a report if the page's Stop was
     pressed: then it returns (None, ())."""
     while True:
@@ -349,7 +348,7 @@ def run_race(
     """Stream the race to the page: every lane's panel and stats, the block views and the charts
     as events arrive. A failure is shown where the outcome goes and raised as gr.Error (an API
     caller gets it)."""
-    with _page_run(page) as run:
+    with page_run(page) as run:
         try:
             request = page_request(
                 question,
@@ -392,7 +391,7 @@ def _reference(image, question) -> str | None:
 
 
 def _race_to_page(
-    request: session.Request, facts: tuple[str, ...], events, run: _PageRun, image, reference: str | None
+    request: session.Request, facts: tuple[str, ...], events, run: PageRun, image, reference: str | None
 ) -> Iterator[dict]:
     traces = {lane: Trace() for lane in lanes.ordered(session.lane_names(request))}
     timeline = []  # the race in the order it ran, for the replay
@@ -443,7 +442,7 @@ def replay_race(last, page: gr.Request = None):
     traces = {lane: Trace() for lane in lanes.ordered({lane for lane, _ in timeline})}
     last_view = lanes.view(traces, facts, charts_too=True)
     yield last_view | buttons(busy=True)
-    with _page_run(page) as run:
+    with page_run(page) as run:
         run.shown = (traces, facts, None)
         for frame in _frames(session.paced(timeline, slowdown, run.stop), traces, facts):
             last_view = frame or last_view
