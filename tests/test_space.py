@@ -390,8 +390,10 @@ def test_decorated_functions_yield_plain_data_only(monkeypatch, two_tiny):
         items = list(session.gpu_race(request, payload, gradio.utils.get_upload_folder()))
     finally:
         shutil.rmtree(upload)
-    kinds = [item[0] for item in items]
-    assert kinds[kinds.index("ready") + 1 :] and set(kinds[kinds.index("ready") + 1 :]) == set(session.LANES)
+    kinds = [type(item).__name__ for item in items]
+    raced = items[kinds.index("Ready") + 1 : -1]
+    assert raced and {type(item) for item in raced} == {session.Lane} and {i.name for i in raced} == set(session.LANES)
+    assert isinstance(items[-1], session.Swept) and items[-1].rows  # the sweep, in the same call
     assert all(_plain(item) for item in items)
     steps = list(session.decode_examples("tiny-a", ["text-only"], analysis_tab.examples_for("vqa", 2, 0), 3, 8))
     assert [s[0] for s in steps] == ["run", "done", "run", "done"]
