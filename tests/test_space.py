@@ -305,8 +305,10 @@ def test_the_duration_asked_for_grows_with_the_request_and_is_capped():
     assert zerogpu.duration(128, 2, 0.05) == 17  # 5 s + 2 runs x 128 tokens x 0.05 s
     assert zerogpu.duration(512, 2, 0.2) == zerogpu.MAX_DURATION  # 210 s wanted
     assert zerogpu.duration(1, 2, 0.05) == zerogpu.MIN_DURATION
-    request = session.Request("Describe.", "embedded", "text-only", 4, Sampling(), 128)
+    request = session.Request("Describe.", "embedded", "text-only", 4, Sampling(greedy=False), 128)
     assert session._race_duration(request, None) == 17
+    greedy = session.Request("Describe.", "embedded", "text-only", 4, Sampling(), 128)
+    assert session._race_duration(greedy, None) == 30  # 5 s + (2 runs + the sweep's 2) x 128 x 0.05 s
 
 
 def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_loads_nothing(
