@@ -54,23 +54,18 @@ def tree_of(g: torch.Generator, n: int) -> list[int]:
     return [int(torch.randint(-1, i, (1,), generator=g)) if i else -1 for i in range(n)]
 
 
-@pytest.mark.parametrize("name", ["world", "llava", "qwen2_5_vl", "idefics3"])
-@torch.inference_mode()  # as the engine decodes
-def test_lean_logits_match_transformers_over_chains_trees_and_rollbacks(world, families, name, monkeypatch):
-    monkeypatch.setattr(lean, "CHUNK", 16)  # small capacity steps: the cache grows several times
-    loaded, inputs = case(name, world, families)
-    ref, fast = lean_twin(loaded.target, lean=False), lean_twin(loaded.target)
-    assert ref.path == "transformers" and fast.path == "lean" and fast.lean.fallback_reason is None
+def walk(ref: Target, fast: Target, inputs: dict, until: int, tolerance: float = 1e-4) -> tuple[TargetCache, dict]:
+    """Prefill both targets, then feed both the same random chains (some rolled back) and trees (the
+    path to one node kept), comparing logits at every step, until the lean cache holds `until`
+    tokens and 30 forwards ran. Returns the lean cache and the counts of what ran."""
+    close = dict(rtol=tolerance, atol=tolerance)
     ref_cache, cache = ref.new_cache(), fast.new_cache()
     assert isinstance(cache, TargetCache) and not isinstance(ref_cache, TargetCache)
-    torch.testing.assert_close(fast.prefill(inputs, cache), ref.prefill(inputs, ref_cache), rtol=1e-4, atol=1e-4)
-    if name == "qwen2_5_vl":  # the image's M-RoPE positions leave text at an offset from its index
-        assert cache.rope_delta == ref_cache.rope_delta != 0
+    torch.testing.assert_close(fast.prefill(inputs, cache), ref.prefill(inputs, ref_cache), **close)
     g = torch.Generator().manual_seed(11)
     ids = fast.lean._sample_ids(200)
-    chains = trees = rollbacks = 0
-    first_capacity = cache.capacity
-    while cache.get_seq_length() < first_capacity + 40 or chains + trees < 30:  # the cache grows
+    counts = dict(chains=0, trees=0, rollbacks=0)
+    while cache.get_seq_length() < until or counts["chains"] + counts["trees"] < 30:
         n = 1 + int(torch.randint(6, (1,), generator=g))
         feed = [ids[int(i)] for i in torch.randint(len(ids), (n,), generator=g)]
         base = cache.get_seq_length()
@@ -81,8 +76,7 @@ def test_lean_logits_match_transformers_over_chains_trees_and_rollbacks(world, f
                 depths.append(depths[p + 1] + 1)
             visible = visibility(parents)
             got = fast.forward_tree(feed, depths, visible, cache)
-            want = ref.forward_tree(feed, depths, visible, ref_cache)
-            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(got, ref.forward_tree(feed, depths, visible, ref_cache), **close)
             node = n - 2  # keep the path from the root to the last node, as a verify would
             path = []
             while node >= 0:
@@ -90,21 +84,55 @@ def test_lean_logits_match_transformers_over_chains_trees_and_rollbacks(world, f
                 node = parents[node]
             for c in (cache, ref_cache):
                 keep_path(c, base + 1, path, n - 1)
-            trees += 1
+            counts["trees"] += 1
         else:
-            torch.testing.assert_close(fast.forward(feed, cache), ref.forward(feed, ref_cache), rtol=1e-4, atol=1e-4)
-            chains += 1
+            torch.testing.assert_close(fast.forward(feed, cache), ref.forward(feed, ref_cache), **close)
+            counts["chains"] += 1
             if n > 1 and torch.rand(1, generator=g) < 0.6:  # reject some drafts
                 k = 1 + int(torch.randint(n - 1, (1,), generator=g))
                 cache.crop(-k)
                 ref_cache.crop(-k)
-                rollbacks += 1
+                counts["rollbacks"] += 1
         assert cache.get_seq_length() == ref_cache.get_seq_length()
-    assert chains > 10 and trees > 5 and rollbacks > 3 and cache.capacity >= first_capacity + 2 * 16
     length = cache.get_seq_length()
     for i, layer in enumerate(ref_cache.layers):  # what both caches hold, position by position
-        torch.testing.assert_close(cache.keys[i, :, :length], layer.keys[0], rtol=1e-4, atol=1e-4)
-        torch.testing.assert_close(cache.values[i, :, :length], layer.values[0], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(cache.keys[i, :, :length], layer.keys[0].to(cache.keys.dtype), **close)
+        torch.testing.assert_close(cache.values[i, :, :length], layer.values[0].to(cache.keys.dtype), **close)
+    assert counts["chains"] > 10 and counts["trees"] > 5 and counts["rollbacks"] > 3
+    return cache, ref_cache
+
+
+@pytest.mark.parametrize("name", ["world", "llava", "qwen2_5_vl", "idefics3"])
+@torch.inference_mode()  # as the engine decodes
+def test_lean_logits_match_transformers_over_chains_trees_and_rollbacks(world, families, name, monkeypatch):
+    monkeypatch.setattr(lean, "CHUNK", 16)  # small capacity steps: the cache grows several times
+    loaded, inputs = case(name, world, families)
+    ref, fast = lean_twin(loaded.target, lean=False), lean_twin(loaded.target)
+    assert ref.path == "transformers" and fast.path == "lean" and fast.lean.fallback_reason is None
+    probe = ref.new_cache()
+    ref.prefill(inputs, probe)
+    first_capacity = 16 * -(-probe.get_seq_length() // 16)  # the static cache's after the prefill
+    cache, ref_cache = walk(ref, fast, inputs, until=first_capacity + 40)
+    assert cache.capacity >= first_capacity + 2 * 16
+    if name == "qwen2_5_vl":  # the image's M-RoPE positions leave text at an offset from its index
+        assert cache.rope_delta == ref_cache.rope_delta != 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@torch.inference_mode()
+def test_on_cuda_graph_replays_match_transformers_over_chains_trees_and_rollbacks(tok):
+    """The GPU check of the lean target (no GPU in CI): graphs captured by prepare, replayed for
+    chains and trees with rollbacks, logits as transformers' (fp32)."""
+    model = tiny.llava(tok).to("cuda")
+    ref = Target(model, tok, name="t", stop_ids=frozenset({tok.eos_token_id}), lean=False)
+    fast = Target(model, tok, name="t", stop_ids=frozenset({tok.eos_token_id}), lean=True)
+    fast.prepare(capacity=256, widths=(1, 2, 3, 4, 5, 6))
+    assert fast.path == "lean + CUDA graphs", (fast.lean.fallback_reason, fast.lean.graphs_reason)
+    processor = tiny.processor(tok)
+    inputs = processor(images=[tiny.images(1)[0]], text="<image>\nDescribe the image.", return_tensors="pt")
+    inputs = {k: v.to("cuda") for k, v in inputs.items()}
+    cache, _ = walk(ref, fast, inputs, until=120, tolerance=1e-3)
+    assert cache.graphs is not None and cache.graphs.replays > 30
 
 
 def decode(target, loaded, inputs_of, drafter=None, gamma=0):

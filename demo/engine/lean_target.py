@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from demo.engine import lean
+from demo.engine.events import TREE_SHAPE
 from demo.engine.lean import LeanLM, StaticCache
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,9 @@ log = logging.getLogger(__name__)
 MROPE = ("qwen2_5_vl_text", "qwen2_vl_text")  # Qwen2 language models with 3-section rotary positions
 SLOTS = 2  # graphed cache slots: a race holds two runs at once (AR and SPD)
 CAPACITY = 1024  # positions a graphed slot holds (prompt + answer + drafts); a longer run goes eager
-WIDTHS = tuple(range(1, 10))  # verify widths graphed by default: 1 (AR) and gamma + 1 for gamma 1..8
+# Verify widths graphed by default: 1 (AR), gamma + 1 for gamma 1..8, and the default tree's
+# nodes + 1 for gamma 1..8 (a tree that drafts fewer nodes, or a wider verify, runs eagerly).
+WIDTHS = tuple(sorted({*range(1, 10), *(TREE_SHAPE.nodes(g) + 1 for g in range(1, 9))}))
 
 
 def unsupported(model) -> str | None:
@@ -162,6 +165,7 @@ class GraphSet:
         device = lm.device
         self.tables = lm.rope(self.capacity + lean.CHUNK)  # read by address: held as long as the graphs
         self.start = torch.zeros(1, dtype=torch.long, device=device)
+        self.replays = 0  # graph replays so far (the check's included)
         self.graphs: dict[int, tuple] = {}
         for n in widths:
             ids = torch.zeros(n, dtype=torch.long, device=device)
@@ -177,7 +181,7 @@ class GraphSet:
                     lm.step(*args)
             torch.cuda.current_stream(device).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
+            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):  # other threads run on
                 logits = lm.step(*args)
             self.graphs[n] = (graph, ids, positions, visible, logits)
 
@@ -198,6 +202,7 @@ class GraphSet:
             visible_in.copy_(visible, non_blocking=True)
             self.start.fill_(cache.length)
             graph.replay()
+            self.replays += 1
             return logits.clone()  # the next replay of this graph overwrites its output
 
 
@@ -298,7 +303,10 @@ class LeanTarget:
             cache.reserve(start + n)
             start_t = torch.tensor([start]).to(device, non_blocking=True)
             tables = lm.rope(max(start + n, top + 1))
-            logits = lm.step(cache, ids, positions, start_t, visible, start + n, tables)
+            # On CUDA attention spans the whole capacity, as a graph's does: one shape per width,
+            # not one per step (an SDPA backend that plans per shape, as cuDNN's does, plans once).
+            span = cache.capacity if device.type == "cuda" else start + n
+            logits = lm.step(cache, ids, positions, start_t, visible, span, tables)
         cache.length = start + n
         return logits
 
