@@ -18,8 +18,10 @@ verify), as one function over a static cache, and on CUDA replays it as a CUDA g
 
 The prefill, with the image, stays in transformers; its DynamicCache is copied into the static
 one (`TargetCache.load`). Rollback lowers the cache's length (`crop`), as `DynamicCache.crop`
-does. Eager and graphed forwards are one function, `TargetLM.step`: the eager call attends to
-the cache's first `end` slots, a graph attends to every slot of its fixed capacity, masked.
+does. Eager and graphed forwards are one function, `TargetLM.step`, capture and replay the only
+difference: on CUDA both attend to every slot of the cache's capacity, the slots past the new
+tokens masked (one shape per width); on a CPU the eager call attends to the cache's first slots
+only, up to its new tokens.
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ class TargetLM(LeanLM):
         positions [A, n]: rotary positions; start [1] long (a device tensor, so that a graph
         replays it); visible [n, n] bool: visible[i, j] when token i attends to new token j (every
         token attends to the cache's first `start` slots); span: how many slots attention reads
-        (eager: the cache's end; a graph: its capacity, the slots past start + n masked); tables:
+        (a CPU: start + n; CUDA: the capacity, the slots past start + n masked); tables:
         `rope(...)` covering every position. Shapes depend only on n and span."""
         n, H, K, D = ids.shape[0], self.n_heads, self.n_kv, self.head_dim
         cos, sin = self._rotary(positions, tables)
@@ -286,6 +288,7 @@ class LeanTarget:
         with self._lock:
             self._free.append(slot)
 
+    @torch.inference_mode()  # the cache and graph buffers are inference tensors, updated in place
     def forward(self, cache: TargetCache, ids: list[int], positions: torch.Tensor, visible) -> torch.Tensor:
         """Feed ids after the cache -> logits [n, V]; positions [A, n] rotary positions, visible
         [n, n] bool among the new tokens (None: causal, a chain). ids, positions and visible may be
