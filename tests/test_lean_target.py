@@ -9,6 +9,7 @@ from transformers import Qwen2_5_VLConfig
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRotaryEmbedding
 
 from demo.engine import lean
+from demo.engine.drafters import Drafter
 from demo.engine.events import Trace
 from demo.engine.lean_target import TargetCache, TargetLM
 from demo.engine.sampling import Sampling
@@ -16,6 +17,7 @@ from demo.engine.speculative import Target, autoregressive_generate, speculative
 from demo.engine.trees import keep_path, visibility
 from demo.models import loader
 from demo.models.families import FAMILIES
+from demo.models.loader import Loaded, Preset, image_placeholder_ids, stop_ids_of
 
 GREEDY = Sampling()
 MAX_NEW = 24
@@ -133,6 +135,34 @@ def test_on_cuda_graph_replays_match_transformers_over_chains_trees_and_rollback
     inputs = {k: v.to("cuda") for k, v in inputs.items()}
     cache, _ = walk(ref, fast, inputs, until=120, tolerance=1e-3)
     assert cache.graphs is not None and cache.graphs.replays > 30
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_greedy_output_on_graphed_lean_target_identical_to_the_target_alone(tok):
+    """Both lanes on the graphed lean target (fp32): AR, chain SPD and tree SPD give the tokens
+    of the target alone through transformers."""
+    model = tiny.llava(tok).to("cuda")
+    processor = tiny.processor(tok)
+    stop = stop_ids_of(tok, model)
+    plain = Target(model, tok, name="tiny-llava", stop_ids=stop, lean=False)
+    fast = Target(model, tok, name="tiny-llava", stop_ids=stop, lean=True)
+    fast.prepare(capacity=256)
+    assert fast.path == "lean + CUDA graphs", (fast.lean.fallback_reason, fast.lean.graphs_reason)
+    loaded = Loaded(Preset("tiny-cuda", "", ()), plain, processor, torch.device("cuda"))
+    loaded.drafters["text"] = Drafter(
+        tiny.text_part_of(model, tok).to("cuda"),
+        name="text",
+        kind="text-only",
+        target_vocab_size=plain.vocab_size,
+        stop_ids=stop,
+        blocked_ids=image_placeholder_ids(processor),
+    )
+    for image, question in list(zip(tiny.images(4), tiny.QUESTIONS))[::2]:
+        alone = decode(plain, loaded, (image, question)).summary.token_ids
+        assert decode(fast, loaded, (image, question)).summary.token_ids == alone
+        for drafter, gamma in (("text", 4), ("text", 1), ("text+tree", 3)):
+            trace = decode(fast, loaded, (image, question), drafter, gamma)
+            assert trace.start.target_path == "lean + CUDA graphs" and trace.summary.token_ids == alone
 
 
 def decode(target, loaded, inputs_of, drafter=None, gamma=0):
