@@ -189,6 +189,7 @@ def decode(target, loaded, inputs_of, drafter=None, gamma=0):
     return Trace.of(events)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["world", "qwen2_5_vl"])
 def test_greedy_output_on_the_lean_target_identical_to_the_target_alone(world, families, name):
     loaded, _ = case(name, world, families)
