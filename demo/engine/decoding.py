@@ -69,8 +69,9 @@ class Target:
         cache.rope_delta = getattr(dynamic, "rope_delta", 0)
         return logits
 
-    def forward(self, ids: list[int], cache) -> torch.Tensor:
-        """Feed ids after the cache (no pixel_values: the image is already in it) -> [len(ids), V]."""
+    def forward(self, ids: torch.Tensor | list[int], cache) -> torch.Tensor:
+        """Feed ids [n] (a long tensor on the device, or a list) after the cache (no pixel_values:
+        the image is already in it) -> [n, V]."""
         if not isinstance(cache, TargetCache):
             return self.transformers_forward(ids, cache)
         offsets = torch.arange(len(ids))  # positions are made on the host and copied without a sync
@@ -98,8 +99,8 @@ class Target:
         out = self.model(**inputs, **{self.cache_kw: cache}, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
 
-    def transformers_forward(self, ids: list[int], cache: DynamicCache) -> torch.Tensor:
-        input_ids = torch.tensor([ids], device=self.device)
+    def transformers_forward(self, ids: torch.Tensor | list[int], cache: DynamicCache) -> torch.Tensor:
+        input_ids = torch.as_tensor(ids, device=self.device)[None]
         return self.model(input_ids=input_ids, **{self.cache_kw: cache}, use_cache=True).logits[0]
 
     def transformers_forward_tree(
