@@ -297,12 +297,13 @@ class LeanTarget:
         lm, n, start = self.lm, len(ids), cache.length
         device = lm.device
         visible = torch.ones(n, n, dtype=torch.bool).tril() if visible is None else visible
-        ids, positions, visible = (torch.as_tensor(x).to(device, non_blocking=True) for x in (ids, positions, visible))
+        ids, positions = torch.as_tensor(ids), torch.as_tensor(positions)
         graphs = cache.graphs
         top = start + cache.rope_delta + n  # above every rotary position of a chain or tree
         if graphs is not None and graphs.covers(cache, n, top):
-            logits = graphs(cache, ids, positions, visible)
+            logits = graphs(cache, ids, positions, visible)  # copied straight into the graph's inputs
         else:
+            ids, positions, visible = (x.to(device, non_blocking=True) for x in (ids, positions, visible))
             cache.reserve(start + n)
             start_t = torch.tensor([start]).to(device, non_blocking=True)
             tables = lm.rope(max(start + n, top + 1))
