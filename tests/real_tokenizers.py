@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import struct
 from pathlib import Path
@@ -49,8 +50,10 @@ from transformers import (
 )
 
 ROOT = Path(__file__).resolve().parent
-CACHE = ROOT / ".tokenizers"
-FETCH = "bash tests/fetch_tokenizers.sh"
+CACHE = Path(os.environ.get("REAL_TOKENIZERS", ROOT / ".tokenizers"))  # as tests/fetch_tokenizers.sh
+FETCH = (
+    "REAL_TOKENIZERS=$REAL_TOKENIZERS " if "REAL_TOKENIZERS" in os.environ else ""
+) + "bash tests/fetch_tokenizers.sh"
 PINNED = {  # as in tests/fetch_tokenizers.sh
     "llama-tokenizer-js/llama-tokenizer.js": "34a7b9f7579d40486444590c37cba6564ef40c3dd98ecdfc2f7c886ae72c898d",
     "tokenizer-qwen3/models/tokenizer.json": "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4",
