@@ -255,6 +255,9 @@ class Loaded:
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
         progress(0.9, "checking that the drafter's token ids mean what the target's mean")
         check_vocab_compatible(self.target.tokenizer, tokenizer, spec.name)
+        # Embedding rows past the drafter's tokenizer are no token at all (Qwen2.5: 151,936 rows for
+        # 151,665 tokens): never drafted, as the image placeholders are not.
+        no_token = frozenset(range(len(tokenizer), model.get_output_embeddings().weight.shape[0]))
         # Lean where the architecture allows (checked against transformers at first use), else
         # the transformers forward; `drafter.path` says which.
         drafter = LeanDrafter(
@@ -263,7 +266,7 @@ class Loaded:
             kind=spec.kind,
             target_vocab_size=self.target.vocab_size,
             stop_ids=self.target.stop_ids,
-            blocked_ids=self.placeholder_ids(),
+            blocked_ids=self.placeholder_ids() | no_token,
         )
         progress(1.0, f"drafter {spec.name} ready")
         return drafter
