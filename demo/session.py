@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from PIL import Image
 
-from demo import failures, offers, validate
+from demo import budget, failures, offers, validate
 from demo.engine.race import race
 from demo.models import presets, zerogpu
 from demo.validate import InvalidInput
@@ -143,7 +143,7 @@ def parse(
     greedy = validate.flag("greedy", greedy)
     temperature = validate.number("temperature", temperature, 0.0, validate.MAX_TEMPERATURE, low_open=True)
     top_p = validate.number("top-p", top_p, 0.0, 1.0, low_open=True)
-    seed = validate.integer("seed", seed, *validate.SEED_RANGE)
+    seed = validate.integer("seed", DEFAULTS["seed"] if seed is None else seed, *validate.SEED_RANGE)  # as /analysis
     min_confidence = validate.number(THRESHOLD, min_confidence, 0.0, 1.0)
     for name in drafters:  # e.g. a tree too large for one verify, refused before any work
         refused = offered.refusal(name, gamma, min_confidence)
@@ -200,6 +200,7 @@ def prepare(request: Request, image_payload, uploads: str | Path, show) -> Itera
     notes): what the page says of the drafter, the race's runs, notes on the image."""
     offers.check_available(request.preset)
     offers.check_memory(request.preset, request.drafters)
+    budget.check(budget.race(request))  # before any work: what exceeds the budget is refused
     path = validate.image_path(image_payload, uploads)
     if path is None:
         raise InvalidInput(validate.NO_IMAGE)
@@ -326,8 +327,8 @@ def run(loaded, request: Request, image: Image.Image, lane: str = "speculative",
 
 
 def _race_duration(request: Request, image_payload, uploads=None) -> int:
-    """Seconds a race asks ZeroGPU for: every lane at the preset's per-token budget, capped."""
-    return zerogpu.duration(request.max_new_tokens, len(lane_names(request)), presets.seconds_per_token(request.preset))
+    """Seconds a race asks ZeroGPU for: the work budget's estimate of it (`demo.budget.race`), capped."""
+    return zerogpu.clamp(budget.race(request).seconds)
 
 
 @zerogpu.GPU(duration=_race_duration)
@@ -354,8 +355,8 @@ def until_ready(stream: Iterator[tuple], show) -> Iterator:
 
 
 def _examples_duration(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int) -> int:
-    """Seconds an analysis asks ZeroGPU for: one run per example and drafter, capped."""
-    return zerogpu.duration(max_new_tokens, len(items) * len(drafters), presets.seconds_per_token(preset))
+    """Seconds an analysis asks ZeroGPU for: the work budget's estimate of it (`demo.budget.analysis`), capped."""
+    return zerogpu.clamp(budget.analysis(preset, drafters, len(items), len(items), gamma, max_new_tokens).seconds)
 
 
 @zerogpu.GPU(duration=_examples_duration)

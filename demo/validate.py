@@ -136,11 +136,17 @@ def _drafter(name: str, value, offered, unusable: dict[str, str], preset: str) -
 
 def lane_drafters(first, second, offered, unusable: dict[str, str], preset: str) -> tuple[str, ...]:
     """The drafters of a race's speculative lanes, in lane order: `first`, and `second` unless it
-    is one of NO_SECOND (a list of names is taken as more lanes, and refused past the limit).
+    is one of NO_SECOND (a list is refused: as many names as would make more lanes than the limit,
+    with the limit; fewer, as not a name).
     Each must be one of `offered` (a reason from `unusable` explains a name the preset cannot
     use), and the two must differ."""
     offered = list(offered)
     extra = list(second) if isinstance(second, (list, tuple)) else [] if second in NO_SECOND else [second]
+    if isinstance(second, (list, tuple)) and len(extra) < MAX_SPECULATIVE_LANES:  # [name] is not a name
+        raise InvalidInput(
+            f"The second drafter must be one drafter's name, not a list; got {_shown(second)}. "
+            f"Choose one of: {', '.join(offered)}, or none."
+        )
     if 1 + len(extra) > MAX_SPECULATIVE_LANES:
         names = ", ".join(_shown(v) for v in [first, *extra])
         raise InvalidInput(

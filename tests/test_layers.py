@@ -24,7 +24,7 @@ WORLD_TRAINING = (
     "demo.world.fit",
     "demo.world.experiments",
 )
-SESSION = ("demo.session", "demo.validate", "demo.analysis", "demo.sweeps", "demo.failures", "demo.offers")
+SESSION = ("demo.session", "demo.validate", "demo.analysis", "demo.sweeps", "demo.failures", "demo.offers", "demo.budget")
 LAYERS = {
     "engine": (
         ("demo.engine",),

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import tiny
 
-from demo import failures, offers, session
+from demo import budget, failures, offers, session
 from demo.engine.events import Trace
 from demo.engine.sampling import Sampling
 from demo.models import devices, loader, presets, zerogpu
@@ -151,11 +151,14 @@ def test_two_lanes_race_beside_autoregressive_decoding_each_as_it_decodes_alone(
     assert whole["speculative-2"].summary.token_ids == raced["speculative-2"].summary.token_ids
 
 
-def test_two_lanes_ask_zerogpu_for_three_runs_of_time():
+def test_two_lanes_ask_zerogpu_for_three_runs_of_time(monkeypatch):
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")  # the estimate at the preset's ZeroGPU seconds a step
     one = session.Request("q", "embedded", "text-only", 4, Sampling(), 100)
     two = dataclasses.replace(one, second_drafter="image-aware")
     assert session._race_duration(two, None) > session._race_duration(one, None)
-    assert session._race_duration(two, None) == zerogpu.duration(100, 3, presets.seconds_per_token("embedded"))
+    # 100 tokens x (2.5 + 2.5 + 1) steps + 3 set-ups of 20 + the sweep's 10 x 0.15 x 100, at 0.05 s a step
+    assert budget.race(two).steps == 810
+    assert session._race_duration(two, None) == zerogpu.clamp(810 * presets.seconds_per_token("embedded")) == 40
 
 
 def test_two_drafter_models_that_do_not_fit_together_are_refused_before_anything_loads(monkeypatch):

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import tempfile
-import threading
 import time
 from contextlib import closing
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import gradio as gr
 
-from demo import failures, offers, session, validate
+from demo import budget, failures, offers, session, validate
 from demo.engine import export
 from demo.models import presets
 from demo.page import analysis_charts, render
@@ -174,10 +173,12 @@ def stop_analysis(page: gr.Request = None):
     return gr.Button(interactive=False, value="Stopping…")
 
 
-def stopped(batch: Batch) -> tuple:
-    """The last update of an analysis its Stop ended: the runs that finished stay, and can be downloaded."""
+def stopped(batch: Batch, over: bool = False) -> tuple:
+    """The last update of an analysis its Stop (or its budget, `over`) ended: the runs that finished
+    stay, and can be downloaded."""
     runs = len(batch.runs)
-    status = status_html(f"Stopped after {runs} run{'s' * (runs != 1)}; the charts and tables show those.")
+    why = f"{budget.OVER_BUDGET[0].upper()}{budget.OVER_BUDGET[1:]}" if over else "Stopped"
+    status = status_html(f"{why} after {runs} run{'s' * (runs != 1)}; the charts and tables show those.")
     return _view(batch, status, busy=False, files=_downloads(batch) if runs else None)
 
 
@@ -198,18 +199,21 @@ def analyze(preset, task, drafter, gamma, n, seed, language="en", page: gr.Reque
         yield from _analyze(preset, task, drafter, gamma, n, seed, language, run.stop)
 
 
-def _analyze(preset, task, drafter, gamma, n, seed, language, stop: threading.Event):
+def _analyze(preset, task, drafter, gamma, n, seed, language, stop: budget.Deadline):
     try:
         preset, task, drafters, gamma, n, seed, languages = parse_settings(
             preset, task, drafter, gamma, n, seed, language
         )
         offers.check_available(preset)  # not served here, or cannot load: said before any work
+        items = examples_for(task, n, seed, languages)
+        estimate = budget.analysis(preset, drafters, n, len(items), gamma, MAX_NEW_TOKENS)
+        budget.check(estimate)  # what exceeds the budget is refused, with what would fit
     except Exception as error:
         raise page_error(failures.message(error)) from None
+    stop.run_for(budget.limit(estimate))  # from now: past its limit, it ends after the run at hand
     batch = Batch(preset, task, drafters, gamma, n, seed, MAX_NEW_TOKENS, language=language)
     yield _view(batch, status_html("Loading the models…", 0.0), busy=True)
     started = time.perf_counter()
-    items = examples_for(task, batch.n, batch.seed, languages)
     total = len(items) * len(drafters)
     try:
         with closing(session.decode_examples(preset, drafters, items, batch.gamma, batch.max_new_tokens)) as steps:
@@ -232,7 +236,7 @@ def _analyze(preset, task, drafter, gamma, n, seed, language, stop: threading.Ev
         yield _view(batch, status_html(message, error=True), busy=False)
         raise page_error(message) from None
     if stop.is_set():
-        yield stopped(batch)
+        yield stopped(batch, over=stop.over)
         return
     batch.seconds = time.perf_counter() - started
     done = (
@@ -396,7 +400,7 @@ def analysis_tab(race: RaceControls) -> None:
         api_name="analysis",
         show_progress="hidden",
         concurrency_limit=1,
-        concurrency_id="decode",
+        concurrency_id="analysis",  # a queue of its own: a long analysis never holds a race up
         preprocess=False,
     )  # every value as sent reaches `parse_settings`, as on /race
     small = {"api_visibility": "private", "queue": False}  # never behind decoding in the queue

@@ -33,7 +33,6 @@ import functools
 import html
 import inspect
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
@@ -42,7 +41,7 @@ from pathlib import Path
 import gradio as gr
 import gradio.utils
 
-from demo import failures, session, sweeps, validate
+from demo import budget, failures, session, sweeps, validate
 from demo.engine import export
 from demo.engine.events import RoundEvent, TokenEvent, Trace
 from demo.page import lanes, render
@@ -52,6 +51,7 @@ PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the br
 CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
 HEARTBEAT_EVERY = 0.02  # seconds: a handler yields after a round once this much time has passed since its last yield
 REPLAY_SECONDS = 12.0  # a replay lasts this long, whatever the race took
+SWEPT = ("speculative", "autoregressive")  # the lanes the γ sweep reads
 THRESHOLD_DEFAULT = 0.5  # the page's adaptive-drafting threshold slider starts here
 
 # The API's outputs keep their places: what issue 26 added comes after the downloads, and the
@@ -182,8 +182,7 @@ def downloads(traces: dict[str, Trace], request: session.Request, gamma_sweep: l
     }
 
 
-NO_DOWNLOADS = {"json_file": gr.DownloadButton(value=None, interactive=False)}
-NO_DOWNLOADS["csv_file"] = NO_DOWNLOADS["json_file"]
+NO_DOWNLOADS = dict.fromkeys(("json_file", "csv_file"), gr.DownloadButton(value=None, interactive=False))
 
 
 # --- runs a page can stop ---------------------------------------------------------------------------
@@ -194,7 +193,7 @@ class PageRun:
     asks it to end after the event at hand, and the run then says so in its own last update."""
 
     def __init__(self):
-        self.stop = threading.Event()
+        self.stop = budget.Deadline()  # also set once the run outlives its budget (`run_for`)
         self.shown = None  # (traces, facts, reference) of the race on show, for its stopped view
 
 
@@ -239,7 +238,7 @@ def _stopped(run: PageRun) -> dict:
     if run.shown is not None:
         traces, facts, reference = run.shown
         shown = lanes.view(traces, facts, charts_too=True, reference=reference, stopped=True)
-    return shown | status(STOPPED, False)
+    return shown | status(render.over_budget_html(run.stop.seconds) if run.stop.over else STOPPED, False)
 
 
 # --- streaming ------------------------------------------------------------------------------------
@@ -287,7 +286,7 @@ def _unless_stopped(loading: Iterator, run: PageRun):
             return None, ()
 
 
-def _until(events, stop: threading.Event) -> Iterator:
+def _until(events, stop: budget.Deadline) -> Iterator:
     """`events` until `stop` is set (checked before each)."""
     for pair in events:
         if stop.is_set():
@@ -309,8 +308,7 @@ def page_request(
     threshold,
     second_drafter=None,
 ) -> session.Request:
-    """The page form's values as a session Request: the Decoding radio is `greedy`, the adaptive
-    checkbox and its threshold are `min_confidence`."""
+    """The page form's values as a session Request: the Decoding radio is `greedy`, the adaptive box and threshold `min_confidence`."""
     greedy = validate.choice("decoding", decoding, ["greedy", "sampling"]) == "greedy"
     min_confidence = threshold if validate.flag("adaptive draft length", adaptive) else 0.0
     return session.parse(
@@ -364,6 +362,7 @@ def run_race(
                 threshold,
                 second_drafter,
             )
+            run.stop.run_for(budget.limit(budget.race(request)))  # the race's own limit, from now
             with closing(session.gpu_race(request, image, uploads())) as stream:
                 loading = session.until_ready(
                     stream, lambda fraction, message: status(render.loading_html(fraction, message), busy=True)
@@ -485,15 +484,17 @@ def trace_api(
             second_drafter=second_drafter,
         )
         traces = {lane: Trace() for lane in lanes.ordered(session.lane_names(request))}
+        deadline = budget.Deadline(budget.limit(budget.race(request)))
         with closing(session.gpu_race(request, image, uploads())) as events:
             yield from session.until_ready(events, lambda fraction, message: gr.skip())
             last_yield = time.perf_counter()
-            for lane, event in events:
+            for lane, event in _until(events, deadline):
                 traces[lane].add(event)
                 if isinstance(event, RoundEvent) and time.perf_counter() - last_yield >= HEARTBEAT_EVERY:
                     yield gr.skip()  # a chance for Gradio to close this handler (see `_frames`)
                     last_yield = time.perf_counter()
-        rows = sweeps.gamma_sweep(request, image, uploads(), traces["speculative"], traces["autoregressive"])
-        yield export.payload(request.settings(), traces, rows)
+        over = deadline.is_set()  # over budget: what was decoded, said so, and no sweep
+        rows = None if over else sweeps.gamma_sweep(request, image, uploads(), *(traces[k] for k in SWEPT))
+        yield export.payload(request.settings(), traces, rows) | ({"stopped": budget.OVER_BUDGET} if over else {})
     except Exception as error:
         raise gr.Error(failures.message(error), print_exception=False) from None

@@ -7,8 +7,11 @@
                    page has loaded, unless the presets were preloaded at start-up (a Space, or
                    DEMO_PRELOAD: `demo.models.zerogpu`); then only those are offered and served
 
-One decoder at a time (`concurrency_id="decode"`, limit 1: one accelerator, honest clocks), at
-most QUEUE_SIZE requests waiting; one more is told at once that the queue is full. Gradio 6 takes
+Two queues, each one request at a time: races (/race, /trace: `concurrency_id="race"`) and
+analyses (/analysis: "analysis"), so that a long analysis never holds a race up; together at
+most QUEUE_SIZE requests waiting, and one more is told at once that the queue is full. Each
+request is bounded by the work budget (`demo.budget`): refused beforehand when its estimate
+exceeds it, stopped over budget once it outlives its own limit. Gradio 6 takes
 the theme, CSS and script at launch, so launch through `launch()` (or pass `text.CSS`, `text.JS` and
 `text.THEME`).
 """
@@ -104,7 +107,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     outputs = [named[name] for name in handlers.OUTPUTS]  # the order of handlers.positional's tuples
     settings = [c.question, c.preset, c.drafter, c.gamma]
     sampling = [c.temperature, c.top_p, c.seed, c.max_new]
-    decode = {"concurrency_limit": 1, "concurrency_id": "decode", "preprocess": False}
+    decode = {"concurrency_limit": 1, "concurrency_id": "race", "preprocess": False}  # analyses queue apart
     c.run.click(
         handlers.positional(handlers.run_race),  # its accelerator part is `session.gpu_race`
         [c.image, *settings, c.decoding, *sampling, c.adaptive, c.threshold, c.drafter2],
