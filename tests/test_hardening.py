@@ -14,10 +14,10 @@ import tiny
 import torch
 from test_reliability import PRESET, args, page_args, raw_call, serve, uploaded
 
-from demo import validate
 from demo.models import loader
 from demo.page import guard, server
-from demo.validate import InvalidInput
+from demo.session import validate
+from demo.session.validate import InvalidInput
 
 MIB = 2**20
 

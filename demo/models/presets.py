@@ -48,7 +48,7 @@ class Preset:
     # generous allowance for the duration it asks for, not a measured speed.
     seconds_per_token: float = SECONDS_PER_TOKEN
     # Seconds one target step (one new token) is allowed on a CPU: the work budget's unit there
-    # (`demo.budget`), an allowance above the measured speed, as the one above is on ZeroGPU.
+    # (`demo.session.budget`), an allowance above the measured speed, as the one above is on ZeroGPU.
     cpu_seconds_per_token: float = CPU_SECONDS_PER_TOKEN
     # The decoder layers the "layer-skip" drafter skips, chosen by a search on training-split
     # prompts (None: no search stored for this preset, so it is not offered).

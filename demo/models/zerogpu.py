@@ -60,7 +60,7 @@ def preload_names(default: str) -> tuple[str, ...] | None:
 
 
 def clamp(seconds: float) -> int:
-    """Seconds a decorated call asks for, from an estimate of its work (`demo.budget`), capped to
+    """Seconds a decorated call asks for, from an estimate of its work (`demo.session.budget`), capped to
     [MIN_DURATION, MAX_DURATION]."""
     return int(min(MAX_DURATION, max(MIN_DURATION, seconds)))
 

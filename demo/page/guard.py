@@ -34,7 +34,7 @@ from pathlib import Path
 import anyio
 
 from demo.models import zerogpu
-from demo.validate import MAX_FILE_BYTES
+from demo.session.validate import MAX_FILE_BYTES
 
 MIB = 2**20
 UPLOAD_FOLDER_ENV = "DEMO_UPLOAD_FOLDER_MIB"  # the upload folder's size cap, MiB

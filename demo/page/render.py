@@ -1,7 +1,7 @@
 """Events -> HTML: the coloured token panels, the block-by-block view and the stats tables.
 
 Pure functions of `Trace`s (and of `demo.engine.metrics` numbers); no Gradio here. The classes they
-emit are styled by `CSS`, which the page loads once:
+emit are styled by `assets/page.css`, which the page loads once:
 
     .tok .tok-<kind>      one span per TokenEvent, kind in TOKEN_KINDS; focusable, with a
                           tooltip (.tip) giving p, q, min(1, p/q), the rejected draft, the round
@@ -296,7 +296,7 @@ def reference_html(task: str | None, answer: str | None) -> str:
 
 
 def over_budget_html(seconds: float) -> str:
-    """What a race its budget ended says (`demo.budget`: a request may run for a limit of its own)."""
+    """What a race its budget ended says (`demo.session.budget`: a request may run for a limit of its own)."""
     return (
         f'<div class="outcome">Stopped: over budget. This deployment gives this race {seconds:.0f} s, and it '
         "used them; the panels below keep what was decoded. Ask for fewer tokens or lanes.</div>"
@@ -367,115 +367,3 @@ def autoregressive_stats_html(ar: Trace, narrow: bool = False) -> str:
         _row("prefill", f"{s['prefill_s'] * 1000:.0f} ms" if ar.prefill else "–", "image + prompt, one forward"),
     ]
     return _table(rows, narrow)
-
-
-CSS = """
-.tokens { position: relative; white-space: pre-wrap; word-break: break-word; line-height: 2.0; font-size: 15px;
-  font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; min-height: 3.5em; }
-/* A token's tooltip is placed by the panel (.tokens), under the token's line and within the
-   panel's width, so it is never cut at the page's right edge or on a phone. */
-.tok { padding: 1px 0; margin: 0 1px; border-radius: 3px; outline: none; cursor: help; }
-.tok-accepted { background: rgba(0,158,115,.16); border-bottom: 2px solid #009E73; }
-.tok-resampled { background: rgba(213,94,0,.16); border: 1.5px dashed #D55E00; }
-.tok-bonus { background: rgba(0,114,178,.16); border-bottom: 4px double #0072B2; }
-.tok-target { background: rgba(138,138,138,.14); }
-.tok:hover, .tok:focus { box-shadow: 0 0 0 2px var(--body-text-color, #222); }
-.tok .tip { display: none; position: absolute; left: 0; max-width: calc(100% - 4px); margin-top: 4px; z-index: 50;
-  padding: 6px 9px; border-radius: 6px; white-space: normal; line-height: 1.4;
-  font: 12px/1.4 ui-sans-serif, system-ui, sans-serif; color: #fff; background: #222;
-  box-shadow: 0 2px 8px rgba(0,0,0,.3); pointer-events: none; }
-.tok:hover .tip, .tok:focus .tip { display: block; }
-.legend-item .tok .tip { display: none; }
-.skip { position: absolute; left: -9999px; }
-.skip:focus { position: static; display: inline-block; margin: 0 0 4px; font-size: 13px; }
-details.round-d > summary { list-style: none; cursor: pointer; }
-details.round-d > summary::-webkit-details-marker { display: none; }
-details.round-d > summary:focus-visible { outline: 2px solid #0072B2; outline-offset: 1px; }
-details.round-d[open] > summary { background: rgba(0,114,178,.06); }
-.inspector { padding: 6px 4px 10px 3.4em; font-family: ui-sans-serif, system-ui, sans-serif; font-size: 12px; }
-.inspector .pos { margin: 4px 0 8px; }
-.inspector .pos-head { font-weight: 600; margin-bottom: 2px; }
-.inspector .pq { display: flex; flex-wrap: wrap; gap: 4px 24px; }
-.bars, .bars tr { border-collapse: collapse; border: none !important; background: none !important; }
-.bars td { padding: 0 6px 0 0 !important; border: none !important; background: none !important; font-size: 12px; }
-.bars .bt { font-family: ui-monospace, monospace; white-space: pre; min-width: 6em; }
-.bars .bar { width: 140px; }
-.bars .fill { display: block; height: 9px; border-radius: 2px; }
-.fill-p { background: #0072B2; } .fill-q { background: #E69F00; } .fill-r { background: #D55E00; }
-.bars .bp { font-variant-numeric: tabular-nums; opacity: .8; }
-.bars tr.hit .bt { font-weight: 700; text-decoration: underline; }
-.how-round { font-size: 14px; line-height: 1.5; }
-.how-round p { margin: 3px 0; }
-.how-round .marks .chip { margin-right: 4px; }
-.how-round .causal { opacity: .8; font-size: 13px; }
-.how-round .plus { opacity: .7; font-size: 13px; }
-.badge-ref-ok { background: rgba(0,158,115,.12); border: 1px solid #009E73; color: inherit; font-weight: 600; }
-.badge-ref-no { background: rgba(230,159,0,.14); border: 1px solid #E69F00; color: inherit; font-weight: 600; }
-.noisy { flex-basis: 100%; font-size: 13px; color: #A05A00; font-weight: 600; }
-.sweep-note { font-size: 13px; padding: 2px 2px 6px; }
-.tip b { color: #fff; }
-.tip table { border-collapse: collapse; margin: 3px 0 0 0; border: none !important; width: auto; }
-.tip tr, .tip td { padding: 0 10px 0 0 !important; border: none !important; background: none !important;
-  color: #fff; font-size: 12px; }
-.tip td:first-child { color: #bbb; }
-.tip .rej { color: #ffb38a; }
-.tip .opens { display: block; margin-top: 3px; color: #bbb; font-style: italic; }
-.panel[data-blocks] .tok:not([data-round="0"]) { cursor: pointer; }
-.nl, .ctl, .part { opacity: .55; }
-.end { font-size: 11px; padding: 0 3px; opacity: .8; border: 1px solid currentColor; border-radius: 3px;
-  font-family: ui-sans-serif, system-ui, sans-serif; }
-.panel { border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 10px 12px;
-  min-height: 150px; }
-.panel.lane-1 { border-left: 4px solid #009E73; } .panel.lane-2 { border-left: 4px dashed #CC79A7; }
-.panel.lane-ar { border-left: 4px dotted #666; }
-.panel-head { display: flex; flex-wrap: wrap; align-items: baseline; gap: 4px 10px; margin-bottom: 6px; }
-.panel-title { font-weight: 700; font-size: 16px; }
-.panel-sub { opacity: .7; font-size: 13px; }
-.clock { margin-left: auto; font-variant-numeric: tabular-nums; font-size: 13px; opacity: .85; }
-.legend { display: flex; flex-wrap: wrap; gap: 6px 18px; font-size: 13px; align-items: center; }
-.legend-item { display: inline-flex; gap: 6px; align-items: center; }
-.legend-item .tok { font-family: ui-monospace, monospace; padding: 0 4px; cursor: default; }
-.stats { width: 100%; border-collapse: collapse; font-size: 13px; margin-top: 4px; }
-.stats, .stats tr, .stats th, .stats td { border: none !important; background: none !important; }
-.stats th { text-align: left; font-weight: 600; padding: 3px 10px 3px 0 !important; white-space: nowrap; }
-.stats td { padding: 3px 10px 3px 0 !important; }
-.stats .num { font-variant-numeric: tabular-nums; font-weight: 600; text-align: right; white-space: nowrap; }
-.stats .formula { opacity: .7; }
-.stats tr { border-bottom: 1px solid var(--border-color-primary, #eee) !important; }
-.stats-narrow tr { display: grid; grid-template-columns: 1fr auto; }
-.stats-narrow .formula { grid-column: 1 / -1; padding-top: 0 !important; font-size: 12px; }
-@media (max-width: 640px) {
-  .stats tr { display: grid; grid-template-columns: 1fr auto; }
-  .stats .formula { grid-column: 1 / -1; padding-top: 0 !important; font-size: 12px; }
-}
-.blocks { max-height: 380px; overflow-y: auto; font-size: 13px;
-  font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
-.blocks.empty { opacity: .7; font-family: inherit; padding: 8px 0; }
-.round { display: flex; flex-wrap: wrap; align-items: center; gap: 4px; padding: 3px 0;
-  border-bottom: 1px solid var(--border-color-primary, #eee); }
-.round.more { opacity: .7; }
-.rno { width: 3.2em; opacity: .7; font-variant-numeric: tabular-nums; }
-.drafts { display: inline-flex; flex-wrap: wrap; gap: 3px; }
-.chip { white-space: pre; padding: 0 5px; border-radius: 4px; border: 1px solid transparent; }
-.chip-ok { background: rgba(0,158,115,.16); border-color: #009E73; }
-.chip-no { background: rgba(213,94,0,.12); border: 1px dashed #D55E00; text-decoration: line-through; }
-.chip-skip { opacity: .45; border: 1px dotted #999; }
-.chip-own { font-weight: 700; }
-.chip-resampled { background: rgba(213,94,0,.16); border: 1.5px dashed #D55E00; }
-.chip-bonus { background: rgba(0,114,178,.16); border-bottom: 4px double #0072B2; }
-.chip-unused { opacity: .45; font-weight: 400; }
-.arrow { opacity: .6; padding: 0 2px; }
-.meta { margin-left: auto; opacity: .65; font-variant-numeric: tabular-nums; }
-.stop { color: #D55E00; font-weight: 600; }
-.nodraft { opacity: .6; font-style: italic; }
-.fact { font-size: 13px; opacity: .8; margin-top: 4px; }
-.outcome { display: flex; flex-wrap: wrap; gap: 8px 16px; align-items: center; font-size: 15px; min-height: 32px; }
-.badge { display: inline-block; padding: 3px 10px; border-radius: 999px; font-weight: 700; font-size: 14px; }
-.badge-ok { background: #009E73; color: #fff; }
-.badge-bad { background: #D55E00; color: #fff; }
-.badge-info { background: rgba(0,114,178,.15); color: inherit; border: 1px solid #0072B2; }
-.headline b { font-size: 18px; }
-.why { font-size: 13px; opacity: .75; flex-basis: 100%; }
-.error-box { border: 1.5px solid #D55E00; background: rgba(213,94,0,.08); border-radius: 8px; padding: 8px 12px; }
-.outcome progress { width: 160px; }
-"""

@@ -10,7 +10,7 @@
 Two queues, each one request at a time: races (/race, /trace: `concurrency_id="race"`) and
 analyses (/analysis: "analysis"), so that a long analysis never holds a race up; together at
 most QUEUE_SIZE requests waiting, and one more is told at once that the queue is full. Each
-request is bounded by the work budget (`demo.budget`): refused beforehand when its estimate
+request is bounded by the work budget (`demo.session.budget`): refused beforehand when its estimate
 exceeds it, stopped over budget once it outlives its own limit. Gradio 6 takes
 the theme, CSS and script at launch, so launch through `launch()` (or pass `text.CSS`, `text.JS` and
 `text.THEME`).
@@ -31,14 +31,21 @@ import gradio as gr
 from gradio.exceptions import InvalidPathError
 from starlette.middleware import Middleware
 
-from demo import offers, session, validate
+from demo import session
 from demo.models import presets, zerogpu
 from demo.page import analysis_tab, guard, handlers, layout, text
 from demo.page.layout import EXAMPLES_DIR, Example
+from demo.session import offers, validate
 
 log = logging.getLogger(__name__)
 
 QUEUE_SIZE = 32  # requests that may wait for the decoder; the next one is refused as "queue full"
+# Visitors' sessions Gradio keeps (their page state: the last race for the replay, the analysis on
+# show), the least recently used dropped beyond it. Gradio keeps 10,000, and each holds a copy of the
+# page's component configs and its last race: on a public Space every new visitor (and every
+# gradio_client call from a fresh client) grew the server by 0.1-1 MiB for good (issue 43). A
+# visitor whose session was dropped is asked to run a race before replaying one.
+SESSIONS = 64
 WARM_UP_AFTER_S = 20.0  # launch() warms the default preset up this long after the start at the latest
 # Gradio's cache (uploads, and each race's two downloads) is swept every 10 minutes of files
 # older than an hour: a page left open that long uploads its image again.
@@ -280,7 +287,7 @@ def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_siz
     started by the first page load or after WARM_UP_AFTER_S, whichever comes first.
 
     Defaults a caller may override through kwargs: listen on 127.0.0.1 (or $GRADIO_SERVER_NAME),
-    no share link, no /monitoring page, the public URL from `public_root`. Always: at most
+    no share link, no /monitoring page, the public URL from `public_root`, SESSIONS sessions kept. Always: at most
     `queue_size` requests waiting, uploads up to `validate.MAX_FILE_BYTES`, the request guard
     (`demo.page.guard`: 4xx for malformed calls, the upload folder's cap, uploads per client), no
     Python errors shown to users (show_error=False), the page's theme and CSS. Returns what `Blocks.launch` returns; pass prevent_thread_lock=True to get
@@ -290,6 +297,7 @@ def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_siz
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     kwargs.setdefault("share", False)
     kwargs.setdefault("enable_monitoring", False)  # Gradio's /monitoring summary is open to anyone
+    kwargs.setdefault("state_session_capacity", SESSIONS)
     middleware = Middleware(guard.Guard, arity=arity_refusal, folder=handlers.uploads)
     kwargs["app_kwargs"] = {**kwargs.get("app_kwargs", {}), "middleware": [middleware]}
     demo.queue(max_size=queue_size, default_concurrency_limit=1)

@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 
 from demo.models import presets, zerogpu
-from demo.validate import InvalidInput
+from demo.session.validate import InvalidInput
 
 BUDGET_ENV = "DEMO_BUDGET_SECONDS"
 # The default: the embedded preset's worst-case estimate at 0.02 s a step (2.5x the 6.7-8.7 ms a
