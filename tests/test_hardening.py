@@ -4,6 +4,7 @@ the public URL not taken from the Host header, and the upload folder and rate bo
 The app runs in this process on the tiny preset of `test_reliability`, driven over plain HTTP.
 """
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -14,9 +15,10 @@ import tiny
 import torch
 from test_reliability import PRESET, args, page_args, raw_call, serve, uploaded
 
-from demo.models import loader
+from demo import session
+from demo.models import loader, presets
 from demo.page import guard, server
-from demo.session import validate
+from demo.session import budget, validate
 from demo.session.validate import InvalidInput
 
 MIB = 2**20
@@ -193,3 +195,72 @@ def test_the_upload_folder_stays_under_its_cap_oldest_deleted_first_and_a_client
     assert present == sorted(present)  # deleted files are all older than kept ones
     too_big = httpx.post(url, files={"files": ("big.bin", b"x" * (12 * MIB))})
     assert too_big.status_code == 413
+
+
+# --- the work budget, served ----------------------------------------------------------------------
+
+
+def test_a_request_over_the_budget_is_refused_with_its_sentence_before_any_work(app, world, monkeypatch):
+    monkeypatch.setenv(budget.BUDGET_ENV, "1")
+    image = uploaded(app, world / "images" / "0.png")
+    # 400 x (1.82 + 1 + 1.5) + 2 x 20 = 1768 steps at the tiny preset's 0.001 s a step
+    expected = "This request asks for 2 lanes x 400 new tokens (text-only at γ 4, greedy): up to about 2 s of compute"
+    assert raw_call(app, "trace", [image, *args(world, max_new=400)[1:]])["output"]["error"].startswith(expected)
+    page = raw_call(app, "race", [*page_args(image)[:9], 400, False, 0.5])
+    assert page["output"]["error"].startswith(expected)
+
+
+def test_a_race_that_outlives_its_budget_stops_over_budget_and_keeps_what_it_made(app, world, monkeypatch):
+    monkeypatch.setenv(budget.BUDGET_ENV, "1")  # every request's own limit is at most 1 s
+    cheap = dataclasses.replace(presets.PRESETS[PRESET], cpu_seconds_per_token=1e-5)  # so that it is admitted
+    monkeypatch.setitem(presets.PRESETS, PRESET, cheap)
+    image = uploaded(app, world / "images" / "0.png")
+    started = time.monotonic()
+    done = raw_call(app, "trace", [image, *args(world, max_new=480)[1:], "image-aware"])
+    took = time.monotonic() - started
+    assert done["success"], done["output"]
+    payload = done["output"]["data"][0]
+    assert payload["stopped"] == budget.OVER_BUDGET
+    made = {lane: len(run["trace"]["tokens"]) for lane, run in payload["runs"].items()}
+    assert list(made) == ["speculative", "speculative-2", "autoregressive"]
+    assert sum(made.values()) > 0 and min(made.values()) < 480  # what it made is kept; not all of it
+    assert not all(run["trace"]["summary"] for run in payload["runs"].values())
+    assert "comparisons" not in payload and took < 1 + 10, (made, took)
+
+
+def test_a_race_completes_within_its_budget_plus_10_s_while_a_maximal_analysis_runs(app, world, monkeypatch):
+    from gradio_client import Client, handle_file
+
+    monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
+    analyst = Client(app.local_url, verbose=False)
+    analysis = analyst.submit(PRESET, "all", "both, side by side", 4, 32, 0, "en", api_name="/analysis")
+    deadline = time.monotonic() + 60
+    while not analysis.outputs() and time.monotonic() < deadline:  # its first update: it is decoding
+        time.sleep(0.2)
+    assert analysis.outputs(), "the analysis did not start"
+    request = session.parse(question=args(world)[1], preset=PRESET, drafter="text-only", max_new_tokens=8)
+    own = budget.limit(budget.race(request))
+    racer = Client(app.local_url, verbose=False)
+    started = time.monotonic()
+    result = racer.predict(handle_file(str(world / "images" / "0.png")), *args(world)[1:], api_name="/trace")
+    took = time.monotonic() - started
+    running = not analysis.done()
+    analysis.cancel()
+    assert result["settings"]["max_new_tokens"] == 8 and "stopped" not in result
+    assert took <= own + 10, f"the race took {took:.1f} s beside the analysis; its budget is {own:.0f} s"
+    assert running, "the analysis ended before the race: nothing ran concurrently"
+    print(f"race beside a maximal analysis: {took:.1f} s (its budget {own:.0f} s)")
+
+
+def test_seed_null_is_the_default_seed_on_every_endpoint_and_a_list_is_no_drafter_name(app, world):
+    image = uploaded(app, world / "images" / "0.png")
+    sampled = [image, *args(world)[1:]]
+    sampled[5], sampled[8] = False, None  # greedy, seed
+    trace = raw_call(app, "trace", sampled)
+    assert trace["success"] and trace["output"]["data"][0]["settings"]["sampling"]["seed"] == 0
+    page = page_args(image)
+    page[5], page[8] = "sampling", None
+    assert raw_call(app, "race", page)["success"]
+    assert raw_call(app, "analysis", [PRESET, "caption", "text-only", 4, 1, None, "en"])["success"]
+    refused = raw_call(app, "trace", [image, *args(world)[1:], [4]])["output"]["error"]
+    assert refused.startswith("The second drafter must be one drafter's name, not a list; got [4]. Choose one of:")

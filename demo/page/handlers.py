@@ -250,12 +250,12 @@ def run_race(
                 threshold,
                 second_drafter,
             )
-            run.stop.run_for(budget.limit(budget.race(request)))  # the race's own limit, from now
             with closing(session.gpu_race(request, image, uploads())) as stream:
                 loading = session.until_ready(
                     stream, lambda fraction, message: status(render.loading_html(fraction, message), busy=True)
                 )
                 facts, notes = yield from _unless_stopped(loading, run)
+                run.stop.run_for(budget.limit(budget.race(request)))  # the race's own limit, from its start
                 if run.stop.is_set():  # stopped while the preset loaded
                     yield _stopped(run)
                     return
@@ -372,9 +372,9 @@ def trace_api(
             second_drafter=second_drafter,
         )
         traces = {lane: Trace() for lane in lanes.ordered(session.lane_names(request))}
-        deadline = budget.Deadline(budget.limit(budget.race(request)))
         with closing(session.gpu_race(request, image, uploads())) as events:
             yield from session.until_ready(events, lambda fraction, message: gr.skip())
+            deadline = budget.Deadline(budget.limit(budget.race(request)))  # from the race's start (models loaded)
             last_yield = time.perf_counter()
             for lane, event in _until(events, deadline):
                 traces[lane].add(event)

@@ -8,6 +8,7 @@
                                             what was asked, what is allowed and how to get it
     Deadline(seconds)                       a stop (a threading.Event) that also sets itself once a
                                             request has run for its own limit, `limit(estimate)`
+                                            (a race's from its start, once its models are loaded)
 
 The estimate counts target steps (one forward of the target for one token), for the worst case:
 every draft rejected, so each round yields one token, and every lane runs to max new tokens.
