@@ -181,7 +181,7 @@ def _serve(port: int) -> None:
     server.launch(server.build_demo(), warm=None, server_name="127.0.0.1", server_port=port, quiet=True)
 
 
-def _wait_up(url: str, server: subprocess.Popen, timeout: float = 300.0) -> None:
+def _wait_up(url: str, server: subprocess.Popen, timeout: float = 900.0) -> None:
     import httpx
 
     deadline = time.monotonic() + timeout
