@@ -305,10 +305,11 @@ def test_the_duration_asked_for_grows_with_the_request_and_is_capped(monkeypatch
     assert zerogpu.duration(128, 2, 0.05) == 17  # 5 s + 2 runs x 128 tokens x 0.05 s
     assert zerogpu.duration(512, 2, 0.2) == zerogpu.MAX_DURATION  # 210 s wanted
     assert zerogpu.duration(1, 2, 0.05) == zerogpu.MIN_DURATION
-    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
-    request = session.Request("Describe.", "embedded", "text-only", 4, Sampling(), 128)
-    # the work budget's estimate (demo.session.budget.race): 593 target steps at the preset's 0.05 s a step on ZeroGPU
-    assert session._race_duration(request, None) == 29
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")  # the work budget's estimate (demo.session.budget.race)
+    request = session.Request("Describe.", "embedded", "text-only", 4, Sampling(greedy=False), 128)
+    assert session._race_duration(request, None) == 24  # 491 target steps at the preset's 0.05 s a step
+    greedy = session.Request("Describe.", "embedded", "text-only", 4, Sampling(), 128)
+    assert session._race_duration(greedy, None) == 29  # and the γ sweep's 10 x 0.15 x 128 steps
     longer = session.Request("Describe.", "embedded", "text-only", 10, Sampling(), 512)
     assert session._race_duration(longer, None) == zerogpu.MAX_DURATION
 
@@ -394,8 +395,10 @@ def test_decorated_functions_yield_plain_data_only(monkeypatch, two_tiny):
         items = list(session.gpu_race(request, payload, gradio.utils.get_upload_folder()))
     finally:
         shutil.rmtree(upload)
-    kinds = [item[0] for item in items]
-    assert kinds[kinds.index("ready") + 1 :] and set(kinds[kinds.index("ready") + 1 :]) == set(session.LANES)
+    kinds = [type(item).__name__ for item in items]
+    raced = items[kinds.index("Ready") + 1 : -1]
+    assert raced and {type(item) for item in raced} == {session.Lane} and {i.name for i in raced} == set(session.LANES)
+    assert isinstance(items[-1], session.Swept) and items[-1].rows  # the sweep, in the same call
     assert all(_plain(item) for item in items)
     steps = list(session.decode_examples("tiny-a", ["text-only"], analysis_tab.examples_for("vqa", 2, 0), 3, 8))
     assert [s[0] for s in steps] == ["run", "done", "run", "done"]
