@@ -252,15 +252,28 @@ def test_a_race_completes_within_its_budget_plus_10_s_while_a_maximal_analysis_r
     print(f"race beside a maximal analysis: {took:.1f} s (its budget {own:.0f} s)")
 
 
-def test_seed_null_is_the_default_seed_on_every_endpoint_and_a_list_is_no_drafter_name(app, world):
+def test_seed_null_is_refused_alike_on_every_endpoint_and_a_list_is_no_drafter_name(app, world):
     image = uploaded(app, world / "images" / "0.png")
     sampled = [image, *args(world)[1:]]
     sampled[5], sampled[8] = False, None  # greedy, seed
-    trace = raw_call(app, "trace", sampled)
-    assert trace["success"] and trace["output"]["data"][0]["settings"]["sampling"]["seed"] == 0
+    refusal = "seed must be a whole number from 0 to 4294967295; got None."
+    assert raw_call(app, "trace", sampled)["output"]["error"] == refusal
     page = page_args(image)
     page[5], page[8] = "sampling", None
-    assert raw_call(app, "race", page)["success"]
-    assert raw_call(app, "analysis", [PRESET, "caption", "text-only", 4, 1, None, "en"])["success"]
+    assert raw_call(app, "race", page)["output"]["error"] == refusal
+    analysis = raw_call(app, "analysis", [PRESET, "caption", "text-only", 4, 1, None, "en"])
+    assert analysis["output"]["error"] == "example set (seed) " + refusal.removeprefix("seed ")  # ran as seed 0
     refused = raw_call(app, "trace", [image, *args(world)[1:], [4]])["output"]["error"]
     assert refused.startswith("The second drafter must be one drafter's name, not a list; got [4]. Choose one of:")
+
+
+def test_the_server_keeps_the_64_most_recent_visitors_sessions(app):
+    import uuid
+
+    assert app.state_session_capacity == server.SESSIONS == 64
+    holder = app.state_holder
+    hashes = [uuid.uuid4().hex for _ in range(server.SESSIONS + 5)]
+    for key in hashes:
+        holder[key]  # a visitor's first request makes its session
+    assert len(holder.session_data) == server.SESSIONS  # Gradio's default would have kept 10,000
+    assert hashes[0] not in holder and hashes[-1] in holder  # the least recently used went first

@@ -183,7 +183,7 @@ def parse(
     greedy = validate.flag("greedy", greedy)
     temperature = validate.number("temperature", temperature, 0.0, validate.MAX_TEMPERATURE, low_open=True)
     top_p = validate.number("top-p", top_p, 0.0, 1.0, low_open=True)
-    seed = validate.integer("seed", DEFAULTS["seed"] if seed is None else seed, *validate.SEED_RANGE)  # as /analysis
+    seed = validate.integer("seed", seed, *validate.SEED_RANGE)  # null refused, as on /analysis
     min_confidence = validate.number(THRESHOLD, min_confidence, 0.0, 1.0)
     for name in drafters:  # e.g. a tree too large for one verify, refused before any work
         refused = offered.refusal(name, gamma, min_confidence)
