@@ -4,10 +4,13 @@
 import dataclasses
 import re
 
+import pytest
 from test_render import spd_trace
 
 from demo.engine.events import DraftTree, RoundEvent, TokenEvent, Trace, TreeNode
 from demo.page import blocks
+
+pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure functions and tiny models, milliseconds each
 
 
 def test_block_view_marks_accepted_rejected_and_unchecked_drafts():

@@ -7,6 +7,8 @@ from demo.engine import metrics
 from demo.engine.events import Trace
 from demo.page import charts
 
+pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure functions and tiny models, milliseconds each
+
 
 def test_race_plots_tokens_against_each_runs_own_clock():
     spd, ar = spd_trace(), ar_trace()

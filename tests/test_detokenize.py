@@ -7,6 +7,8 @@ from transformers import PreTrainedTokenizerFast
 
 from demo.engine.detokenize import Detokenizer
 
+pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure functions and tiny models, milliseconds each
+
 TEXTS = [
     "The image shows a red circle and a blue square.",
     "猫 🐱 café naïve",

@@ -44,7 +44,7 @@ AGREEMENT = {  # drafter -> (lowest alpha over the cases, highest alpha)
 }
 
 
-@pytest.mark.parametrize("gamma", [1, 2, 4, 8])
+@pytest.mark.parametrize("gamma", [1, 2, pytest.param(4, marks=pytest.mark.fast), 8])  # γ = 4 in the fast tier
 @pytest.mark.parametrize("drafter", list(AGREEMENT))
 def test_greedy_speculative_output_identical_to_target_generate(world, references, drafter, gamma):
     alphas = []
@@ -70,6 +70,7 @@ def test_adaptive_draft_length_drafts_less_and_stays_identical_to_generate(world
     assert adaptive_drafts < fixed_drafts
 
 
+@pytest.mark.fast
 def test_greedy_autoregressive_output_identical_to_target_generate(world, references):
     for (image, question), reference in zip(CASES, references):
         assert list(ar(world, image, question).summary.token_ids) == reference
@@ -124,6 +125,7 @@ def test_resampled_token_reports_the_rejected_draft(world):
         assert (token.rejection is None) == (token.kind != "resampled")
 
 
+@pytest.mark.fast
 def test_tau_counts_bonus_tokens_and_matches_the_rounds(world):
     trace = spd(world, "image-always", *CASES[2], gamma=4)
     # Always agreeing: every full round emits gamma drafts + 1 bonus.
@@ -133,6 +135,7 @@ def test_tau_counts_bonus_tokens_and_matches_the_rounds(world):
     assert metrics.accept_length_histogram(trace)[4] == len([r for r in trace.rounds if r.n_accepted == 4])
 
 
+@pytest.mark.fast
 def test_max_new_tokens_is_never_exceeded(world):
     for drafter, gamma, max_new in itertools.product(["image-always", "text-partly"], [1, 3, 8], [1, 2, 5, 9]):
         trace = spd(world, drafter, *CASES[3], gamma=gamma, max_new=max_new)
@@ -204,6 +207,7 @@ class RecordingTarget(Target):
         return logits
 
 
+@pytest.mark.fast
 def test_after_rejection_target_logits_equal_fresh_forward_over_same_prefix(world):
     image, question = CASES[5]
     t = world.target
@@ -260,6 +264,7 @@ def test_drafter_with_prefix_vocabulary_never_proposes_ids_it_lacks(world, tok, 
     del world.drafters["small-vocab"]
 
 
+@pytest.mark.fast
 def test_vocab_check_refuses_a_drafter_whose_ids_mean_other_tokens(tok):
     extended = tiny.tokenizer()
     extended.add_tokens(["zzqx"])  # a new id past the end is fine: only shared ids are compared
@@ -293,6 +298,7 @@ def assert_same_cache(cache: DynamicCache, expected: DynamicCache) -> None:
         torch.testing.assert_close(layer.values, want.values, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("drafter", ["image-partly", "text-partly"])
 def test_round_rollback_keeps_exactly_the_accepted_tokens_in_both_caches(world, drafter):
     image, question = CASES[1]

@@ -1,12 +1,15 @@
 """The Race tab's lanes as component updates (demo.page.lanes), on hand-built traces: every lane's
 panel, stats and block view keyed by component name, and what the page says of a preset's drafters."""
 
+import pytest
 from test_render import ar_trace, spd_trace
 
 from demo.engine.events import Trace
 from demo.models import presets
 from demo.page import lanes, layout
 from demo.session import offers
+
+pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure functions and tiny models, milliseconds each
 
 
 def test_one_speculative_lane_leaves_the_second_lanes_components_empty():

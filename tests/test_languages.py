@@ -37,11 +37,13 @@ def test_every_held_out_question_of_the_world_is_told_in_its_language(language):
         ("有几个图形？", "zh", ("zh",)),
     ],
 )
+@pytest.mark.fast
 def test_mixed_and_unknown_questions_are_told_apart(question, language, found):
     d = detect(question)
     assert (d.language, d.found) == (language, found)
 
 
+@pytest.mark.fast
 def test_each_language_picks_its_specialised_drafter_and_says_so():
     assert pick("What colour is the circle?", EMBEDDED, "text-only").drafter == "text-only"
     german = pick("Welche Farbe hat der Kreis?", EMBEDDED, "text-only")
@@ -56,6 +58,7 @@ def test_each_language_picks_its_specialised_drafter_and_says_so():
     assert english.reason == "The question is in English, so the English text-only drafter drafts."
 
 
+@pytest.mark.fast
 def test_mixed_and_unknown_questions_get_the_multilingual_drafter_with_the_reason():
     mixed = pick("这个 circle 是什么颜色？", EMBEDDED, "text-only")
     assert mixed.drafter == MULTILINGUAL
@@ -66,6 +69,7 @@ def test_mixed_and_unknown_questions_get_the_multilingual_drafter_with_the_reaso
     assert unknown.reason.startswith("The question is in none of English, German and Chinese")
 
 
+@pytest.mark.fast
 def test_a_preset_without_the_language_drafters_keeps_its_default_and_says_why():
     hub = ("vicuna-68m",)
     german = pick("Welche Farbe hat der Kreis?", hub, "vicuna-68m")
@@ -90,6 +94,7 @@ def languages_preset(tmp_path):
     presets.PRESETS.pop(name)
 
 
+@pytest.mark.fast
 def test_the_page_picks_a_drafter_once_per_language_and_says_why_except_in_english(languages_preset):
     from demo.session.offers import for_language
 
@@ -114,6 +119,7 @@ def test_the_page_picks_a_drafter_once_per_language_and_says_why_except_in_engli
     assert french.note.startswith("The question is in none of English, German and Chinese, so the multilingual drafter")
 
 
+@pytest.mark.fast
 def test_a_preset_without_a_drafter_for_the_language_keeps_the_pick_and_says_why():
     from demo.session.offers import for_language
 
@@ -125,6 +131,7 @@ def test_a_preset_without_a_drafter_for_the_language_keeps_the_pick_and_says_why
     assert french.note.startswith("The question is in none of English, German and Chinese, and this preset")
 
 
+@pytest.mark.fast
 def test_a_world_speaks_english_and_each_language_whose_drafter_stage_12_saved_beside_its_target(tmp_path):
     from demo.models.presets import world_drafters, world_languages
 

@@ -9,6 +9,8 @@ from demo.engine.events import DrafterInfo, PrefillEvent, RoundEvent, RunStart, 
 from demo.engine.race import race
 from demo.engine.sampling import Sampling
 
+pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure functions and tiny models, milliseconds each
+
 
 def round_event(index, drafted, n_accepted, n_emitted=None, t=0.0, stop=None):
     return RoundEvent(

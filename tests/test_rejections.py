@@ -8,6 +8,8 @@ from demo.engine.events import PrefillEvent, Rejection, RoundEvent, RunSummary, 
 from demo.session import rejections
 from demo.world.tasks import heldout_examples
 
+pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure functions and tiny models, milliseconds each
+
 END = "<|end|>"  # the stop token as the tokenizer decodes it on its own; it adds no answer text
 END_ID = 2
 STOPS = frozenset({END_ID})

@@ -2,10 +2,14 @@
 
 import re
 
+import pytest
+
 from demo.engine import metrics
 from demo.engine.events import DrafterInfo, PrefillEvent, Rejection, RoundEvent, RunStart, RunSummary, TokenEvent, Trace
 from demo.engine.sampling import Sampling
 from demo.page import render
+
+pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure functions and tiny models, milliseconds each
 
 
 def spd_trace(stop: str = "eos", greedy: bool = True, gamma: int = 3, drafter: str = "text-only") -> Trace:

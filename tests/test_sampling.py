@@ -29,6 +29,7 @@ P = torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04], dtype=torch.float64)
 Q = torch.tensor([0.05, 0.10, 0.15, 0.20, 0.20, 0.30], dtype=torch.float64)
 
 
+@pytest.mark.fast
 def test_greedy_accepts_the_leading_drafts_that_match_the_target_argmax():
     logits = torch.full((4, 5), -1.0)
     logits[0, 2] = logits[1, 3] = logits[2, 0] = logits[3, 4] = 5.0  # target argmax: 2, 3, 0, 4
@@ -37,6 +38,7 @@ def test_greedy_accepts_the_leading_drafts_that_match_the_target_argmax():
         assert (int(n), int(token)) == expected
 
 
+@pytest.mark.fast
 def test_draft_with_p_at_least_q_is_always_accepted():
     p = torch.tensor([[0.5, 0.5], [0.5, 0.5]])
     q = torch.tensor([[0.2, 0.8]])
@@ -47,6 +49,7 @@ def test_draft_with_p_at_least_q_is_always_accepted():
         assert int(n) == 1
 
 
+@pytest.mark.fast
 def test_draft_the_target_rules_out_is_always_rejected_and_resampled_from_the_residual():
     p = torch.tensor([[0.0, 0.3, 0.7], [1 / 3, 1 / 3, 1 / 3]])
     q = torch.tensor([[0.6, 0.4, 0.0]])
@@ -60,6 +63,7 @@ def test_draft_the_target_rules_out_is_always_rejected_and_resampled_from_the_re
     assert set(draws) == {2}
 
 
+@pytest.mark.fast
 def test_all_accepted_drafts_get_a_bonus_token_sampled_from_p_after_the_last_draft():
     p = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
     q = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
@@ -67,6 +71,7 @@ def test_all_accepted_drafts_get_a_bonus_token_sampled_from_p_after_the_last_dra
     assert (int(n), int(token)) == (2, 2)
 
 
+@pytest.mark.fast
 def test_acceptance_probability_is_min_one_p_over_q():
     p = torch.tensor([[0.1, 0.9], [0.6, 0.4]])
     q = torch.tensor([[0.4, 0.6]])
@@ -85,6 +90,7 @@ def draw_with_rule(n: int, seed: int, accept_everything: bool = False) -> torch.
     return drafts[:, 0] if accept_everything else first
 
 
+@pytest.mark.fast
 def test_rejection_sampling_output_is_distributed_as_p_in_100k_draws():
     n = 100_000
     bound = tv_bound(len(P), n)
@@ -93,6 +99,7 @@ def test_rejection_sampling_output_is_distributed_as_p_in_100k_draws():
     assert tv(empirical(draw_with_rule(n, seed=1, accept_everything=True), len(P)), P) > 10 * bound
 
 
+@pytest.mark.fast
 def test_two_draft_rule_gives_p_at_both_positions_in_100k_draws():
     n, k = 100_000, len(P)
     g = torch.Generator().manual_seed(2)
@@ -105,6 +112,7 @@ def test_two_draft_rule_gives_p_at_both_positions_in_100k_draws():
     assert tv(empirical(second[reached], k), P) < tv_bound(k, int(reached.sum()))
 
 
+@pytest.mark.fast
 def test_temperature_top_k_and_top_p_warp_as_specified():
     logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
     torch.testing.assert_close(warp(logits, Sampling(greedy=False)), torch.tensor([0.5, 0.3, 0.15, 0.05]))

@@ -15,6 +15,8 @@ from demo.engine.sampling import Sampling
 from demo.engine.speculative import speculative_generate
 from demo.page import charts, teach
 
+pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure functions and tiny models, milliseconds each
+
 DETAIL = RoundDetail(
     positions=(
         Position(" red", 0.8, 0.6, 1.0, 0.41, True, ((" red", 0.8), (" blue", 0.1)), ((" red", 0.6), (" big", 0.2))),

@@ -15,6 +15,8 @@ from demo.models.presets import DrafterSpec, Preset
 from demo.session import validate
 from demo.session.validate import InvalidInput
 
+pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure functions and tiny models, milliseconds each
+
 PRESETS = {
     "p": Preset("p", "target", (DrafterSpec("text-only", "text-only", "d"), DrafterSpec("aware", "image-aware", "d")))
 }
