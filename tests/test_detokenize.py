@@ -57,3 +57,23 @@ def test_words_keep_their_leading_space_with_a_sentencepiece_decoder():
     _, out = pieces(tokenizer, "a red circle")
     assert "".join(out) == "a red circle"
     assert any(piece.startswith(" ") for piece in out[1:])
+
+
+def test_an_answer_cut_inside_a_character_ends_on_the_last_whole_one():
+    tokenizer = tiny.tokenizer()
+    ids = tokenizer.encode("a red 🐱🐱", add_special_tokens=False)
+    assert tokenizer.decode(ids[:-1]).endswith("\ufffd")  # the cut leaves part of the emoji's bytes
+    detok = Detokenizer(tokenizer)
+    out = [detok.push(i) for i in ids[:-1]]  # the token limit cuts the second emoji before its last byte
+    out.append(detok.flush())
+    assert "".join(out) == "a red 🐱"
+    assert detok.text == "a red 🐱"
+
+
+def test_an_answer_that_ends_on_a_whole_character_is_released_as_decoded():
+    tokenizer = tiny.tokenizer()
+    ids = tokenizer.encode("猫 🐱", add_special_tokens=False)
+    detok = Detokenizer(tokenizer)
+    out = [detok.push(i) for i in ids]
+    out.append(detok.flush())
+    assert "".join(out) == detok.text == "猫 🐱"

@@ -18,7 +18,7 @@ from demo.engine.sampling import Sampling
 from demo.models import devices, loader, presets, zerogpu
 from demo.models.hub import Availability
 from demo.models.presets import DrafterSpec, Preset
-from demo.session import failures, offers
+from demo.session import budget, failures, offers
 from demo.session.validate import InvalidInput
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,15 +159,18 @@ def test_two_lanes_race_beside_autoregressive_decoding_each_as_it_decodes_alone(
 
 
 @pytest.mark.fast
-def test_two_lanes_ask_zerogpu_for_three_runs_of_time_and_a_greedy_race_for_its_sweep_too():
+def test_two_lanes_ask_zerogpu_for_three_runs_of_time_and_a_greedy_race_for_its_sweep_too(monkeypatch):
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")  # the work budget's estimate at the preset's ZeroGPU seconds a step
     one = session.Request("q", "embedded", "text-only", 4, Sampling(greedy=False), 100)
     two = dataclasses.replace(one, second_drafter="image-aware")
     assert session._race_duration(two, None) > session._race_duration(one, None)
-    per_token = presets.seconds_per_token("embedded")
-    assert session._race_duration(two, None) == zerogpu.duration(100, 3, per_token)
-    # a greedy race's γ sweep runs in the same call: about two runs' worth of drafter steps more
+    # 100 tokens x (1.82 + 1.82 + 1) steps x 1.25 (sampling) + 3 set-ups of 20, at 0.05 s a step
+    assert budget.race(two).steps == pytest.approx(640)
+    assert session._race_duration(two, None) == zerogpu.clamp(640 * presets.seconds_per_token("embedded")) == 32
+    # a greedy race's γ sweep runs in the same call: 10 x 0.15 drafter steps a token more
     greedy = dataclasses.replace(two, sampling=Sampling())
-    assert session._race_duration(greedy, None) == zerogpu.duration(100, 3 + 2, per_token)
+    assert budget.race(greedy).steps == pytest.approx(100 * (1.82 + 1.82 + 1 + 1.5) + 60)
+    assert session._race_duration(greedy, None) == 33
 
 
 @pytest.mark.fast

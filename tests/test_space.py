@@ -301,14 +301,17 @@ def test_preload_names_follow_the_space_and_the_variable(monkeypatch):
     assert zerogpu.preload_names("embedded") is None
 
 
-def test_the_duration_asked_for_grows_with_the_request_and_is_capped():
+def test_the_duration_asked_for_grows_with_the_request_and_is_capped(monkeypatch):
     assert zerogpu.duration(128, 2, 0.05) == 17  # 5 s + 2 runs x 128 tokens x 0.05 s
     assert zerogpu.duration(512, 2, 0.2) == zerogpu.MAX_DURATION  # 210 s wanted
     assert zerogpu.duration(1, 2, 0.05) == zerogpu.MIN_DURATION
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")  # the work budget's estimate (demo.session.budget.race)
     request = session.Request("Describe.", "embedded", "text-only", 4, Sampling(greedy=False), 128)
-    assert session._race_duration(request, None) == 17
+    assert session._race_duration(request, None) == 24  # 491 target steps at the preset's 0.05 s a step
     greedy = session.Request("Describe.", "embedded", "text-only", 4, Sampling(), 128)
-    assert session._race_duration(greedy, None) == 30  # 5 s + (2 runs + the sweep's 2) x 128 x 0.05 s
+    assert session._race_duration(greedy, None) == 29  # and the γ sweep's 10 x 0.15 x 128 steps
+    longer = session.Request("Describe.", "embedded", "text-only", 10, Sampling(), 512)
+    assert session._race_duration(longer, None) == zerogpu.MAX_DURATION
 
 
 def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_loads_nothing(

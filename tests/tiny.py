@@ -198,6 +198,7 @@ def save_preset(directory, name: str = "tiny"):
             presets.DrafterSpec("image-aware", "image-aware", str(directory / "drafter-image")),
         ),
         description="tiny random models for tests",
+        cpu_seconds_per_token=0.001,  # a step of these models takes about a millisecond (the work budget's unit)
     )
     presets.PRESETS[name] = preset
     return preset

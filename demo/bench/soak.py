@@ -1,14 +1,17 @@
-"""Soak benchmark: does the server's memory stay flat over many races? `python -m demo.bench.soak`.
+"""Soak benchmark: does the server's memory stay flat over many requests? `python -m demo.bench.soak`.
 
 Launches the app (`demo.page.server.launch`, no warm-up thread) in a child process on a free loopback
-port, with its own Gradio cache folder, and drives `/race` through gradio_client, one request
-after another, cycling through the embedded world's example images and questions. It prints
-the server's resident memory (RSS, from /proc) after the warm-up requests and after every
-`--every` requests, with the number of files in the server's Gradio cache, and ends with one
-JSON line.
+port, with its own Gradio cache folder, and drives it through gradio_client, one request after
+another, cycling through the embedded world's example images and questions and through MIX: a
+chain race, a tree race, a two-lane race, a sampled race, and every tenth request an analysis.
+Each request comes from a new visitor (a new Gradio session), as on a public Space; `--one-session`
+sends them all from one. It prints the server's resident memory (RSS, from /proc) after the warm-up
+requests and after every `--every` requests, with the number of files in the server's Gradio
+cache, and ends with one JSON line.
 
-    python -m demo.bench.soak --requests 500            the figure docs/soak.md quotes
-    python -m demo.bench.soak --requests 60 --every 20  a quick look
+    python -m demo.bench.soak --requests 500 --warmup 30   the figure docs/soak.md quotes
+    python -m demo.bench.soak --requests 60 --every 20     a quick look
+    python -m demo.bench.soak --mix chain --one-session    the soak as it was before the mix
 
 The growth figure is RSS at the end minus RSS after the warm-up: allocator noise and lazily
 built caches settle during the warm-up, so what grows afterwards is memory the server keeps.
@@ -60,8 +63,8 @@ def examples(folder: Path = EXAMPLES) -> list[tuple[str, str]]:
     return [(str(folder / r["image"]), r["question"]) for r in rows]
 
 
-def race_arguments(image: str, question: str, preset: str, drafter: str, max_new_tokens: int) -> dict:
-    """/race's arguments by name: greedy, gamma 4, the page's other defaults."""
+def race_arguments(image: str, question: str, preset: str, drafter: str, max_new_tokens: int, **change) -> dict:
+    """/race's arguments by name: greedy, gamma 4, the page's other defaults, then `change`."""
     from gradio_client import handle_file
 
     return {
@@ -77,7 +80,30 @@ def race_arguments(image: str, question: str, preset: str, drafter: str, max_new
         "max_new_tokens": max_new_tokens,
         "adaptive": False,
         "threshold": 0.5,
-    }
+    } | change
+
+
+# The requests a soak cycles through, by kind: each a change to /race's arguments, or an analysis.
+# The drafters are the embedded preset's (and the tiny test presets'): text-only and image-aware.
+KINDS = {
+    "chain": {},
+    "tree": {"drafter": "text-only+tree"},
+    "two-lane": {"second_drafter": "image-aware"},
+    "sampled": {"decoding": "sampling", "temperature": 1.0, "seed": 7},
+    "analysis": None,
+}
+MIX = ("chain", "tree", "two-lane", "sampled", "chain", "tree", "two-lane", "sampled", "chain", "analysis")
+ANALYSIS = {"task": "caption", "drafter": "text-only", "gamma": 4, "n": 2, "seed": 0, "language": "en"}
+
+
+def request(client, kind: str, i: int, pairs, preset: str, drafter: str, max_new_tokens: int) -> None:
+    """Send request number `i` of kind `kind` (a key of KINDS) and wait for its result."""
+    if KINDS[kind] is None:
+        client.predict(preset, *ANALYSIS.values(), api_name="/analysis")
+        return
+    image, question = pairs[i % len(pairs)]
+    change = {"drafter": drafter} | KINDS[kind]
+    client.predict(**race_arguments(image, question, preset, max_new_tokens=max_new_tokens, **change), api_name="/race")
 
 
 def soak(
@@ -92,9 +118,12 @@ def soak(
     drafter: str,
     max_new_tokens: int,
     pairs: list[tuple[str, str]],
+    mix: tuple[str, ...] = MIX,
+    one_session: bool = False,
     report: Callable[[str], None] = print,
 ) -> dict:
-    """Drive `requests` races (after `warmup` more) against the app at `url`; returns the figures.
+    """Drive `requests` requests (after `warmup` more) against the app at `url`, cycling through
+    `mix` (keys of KINDS), each from a new session unless `one_session`; returns the figures.
 
     rss() reads the server's RSS in bytes; cache is its Gradio cache folder (None: not counted).
     """
@@ -104,14 +133,15 @@ def soak(
     files = (lambda: count_files(cache)) if cache is not None else (lambda: None)
 
     def one(i: int) -> None:
-        image, question = pairs[i % len(pairs)]
-        client.predict(**race_arguments(image, question, preset, drafter, max_new_tokens), api_name="/race")
+        if not one_session:
+            client.reset_session()  # a new visitor
+        request(client, mix[i % len(mix)], i, pairs, preset, drafter, max_new_tokens)
 
     for i in range(warmup):
         one(i)
     base = rss()
     samples = [{"requests": 0, "rss_mib": round(base / MIB, 1), "cache_files": files()}]
-    report(f"{'requests':>8} {'RSS MiB':>9} {'growth MiB':>11} {'cache files':>12} {'s/race':>7}")
+    report(f"{'requests':>8} {'RSS MiB':>9} {'growth MiB':>11} {'cache files':>12} {'s/req':>7}")
     report(f"{0:>8} {base / MIB:>9.1f} {0.0:>11.1f} {samples[0]['cache_files'] or 0:>12}")
     started = last = time.perf_counter()
     for i in range(1, requests + 1):
@@ -132,6 +162,8 @@ def soak(
         "preset": preset,
         "drafter": drafter,
         "max_new_tokens": max_new_tokens,
+        "mix": list(mix),
+        "one_session": one_session,
         "rss_after_warmup_mib": round(base / MIB, 1),
         "rss_end_mib": round(end / MIB, 1),
         "growth_mib": round((end - base) / MIB, 1),
@@ -149,7 +181,7 @@ def _serve(port: int) -> None:
     server.launch(server.build_demo(), warm=None, server_name="127.0.0.1", server_port=port, quiet=True)
 
 
-def _wait_up(url: str, server: subprocess.Popen, timeout: float = 120.0) -> None:
+def _wait_up(url: str, server: subprocess.Popen, timeout: float = 900.0) -> None:
     import httpx
 
     deadline = time.monotonic() + timeout
@@ -167,14 +199,19 @@ def _wait_up(url: str, server: subprocess.Popen, timeout: float = 120.0) -> None
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=500, help="races measured after the warm-up")
-    parser.add_argument("--warmup", type=int, default=20, help="races before the baseline RSS is read")
+    parser.add_argument("--requests", type=int, default=500, help="requests measured after the warm-up")
+    parser.add_argument("--warmup", type=int, default=30, help="requests before the baseline RSS is read")
     parser.add_argument("--every", type=int, default=100, help="print RSS every this many requests")
     parser.add_argument("--preset", default=presets.DEFAULT_PRESET)
     parser.add_argument("--drafter", default=None, help="default: the preset's first")
     parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--mix", default=",".join(MIX), help=f"request kinds to cycle through, of {', '.join(KINDS)}")
+    parser.add_argument("--one-session", action="store_true", help="every request from one Gradio session")
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args(argv)
+    unknown = set(args.mix.split(",")) - set(KINDS)
+    if unknown:
+        parser.error(f"unknown request kinds {', '.join(sorted(unknown))}; the kinds are {', '.join(KINDS)}")
     if args.serve is not None:
         _serve(args.serve)
         return {}
@@ -201,6 +238,8 @@ def main(argv: list[str] | None = None) -> dict:
                 drafter=drafter,
                 max_new_tokens=args.max_new_tokens,
                 pairs=examples(),
+                mix=tuple(args.mix.split(",")),
+                one_session=args.one_session,
             )
         finally:
             server.terminate()

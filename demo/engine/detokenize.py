@@ -4,7 +4,9 @@ Byte-level tokenizers can split one character (an emoji, a CJK glyph) over sever
 SentencePiece tokenizers drop a word's leading space when a token is decoded alone. Decoding
 a short window that starts a few tokens back (as vLLM does) handles both: a piece is released
 only once it no longer ends in an incomplete character, so the pieces always concatenate to
-`tokenizer.decode(all_ids, skip_special_tokens=True)`.
+`tokenizer.decode(all_ids, skip_special_tokens=True)`. An answer the token limit cuts inside a
+character ends on the last whole one: `flush` and `text` leave the incomplete bytes out, where the
+tokenizer would write U+FFFD.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ class Detokenizer:
         self.ids: list[int] = []
         self.prefix = 0  # window start: decoding from here gives context for the next piece
         self.read = 0  # tokens whose text has already been released
+        self.cut = False  # flush() found the answer ending inside a character and left those bytes out
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
@@ -34,12 +37,16 @@ class Detokenizer:
 
     @property
     def text(self) -> str:
-        """The whole answer so far."""
-        return self._decode(self.ids)
+        """The whole answer so far (after `flush`, without a character the end cut)."""
+        text = self._decode(self.ids)
+        return text.rstrip(REPLACEMENT) if self.cut else text
 
     def flush(self) -> str:
-        """Release whatever is held back at the end of the answer (an incomplete character)."""
+        """Release whatever is held back at the end of the answer: the whole characters only, since
+        held-back tokens end inside a character (the answer was cut there, e.g. by the token limit)."""
         before = self._decode(self.ids[self.prefix : self.read])
         after = self._decode(self.ids[self.prefix :])
+        self.cut = after.endswith(REPLACEMENT) and self.read < len(self.ids)
         self.prefix = self.read = len(self.ids)
-        return after[len(before) :]
+        piece = after[len(before) :]
+        return piece.rstrip(REPLACEMENT) if self.cut else piece

@@ -13,6 +13,7 @@ from demo import ASSETS
 from demo.engine.events import TREE_SHAPE, tree_refusal
 
 SECONDS_PER_TOKEN = 0.1  # the default per-token budget of a run on ZeroGPU (see Preset.seconds_per_token)
+CPU_SECONDS_PER_TOKEN = 0.25  # and on a CPU: a 0.5B target's step on 2 cores (see Preset.cpu_seconds_per_token)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,9 @@ class Preset:
     # Seconds per new token per run that a ZeroGPU call budgets (`demo.models.zerogpu.duration`): a
     # generous allowance for the duration it asks for, not a measured speed.
     seconds_per_token: float = SECONDS_PER_TOKEN
+    # Seconds one target step (one new token) is allowed on a CPU: the work budget's unit there
+    # (`demo.session.budget`), an allowance above the measured speed, as the one above is on ZeroGPU.
+    cpu_seconds_per_token: float = CPU_SECONDS_PER_TOKEN
     # The decoder layers the "layer-skip" drafter skips, chosen by a search on training-split
     # prompts (None: no search stored for this preset, so it is not offered).
     skip_layers: tuple[int, ...] | None = None
@@ -106,6 +110,7 @@ PRESETS: dict[str, Preset] = {
         drafters=world_drafters(ASSETS),
         description="The project's own LLaVA (trained on synthetic scenes) and its drafters, on CPU.",
         seconds_per_token=0.05,
+        cpu_seconds_per_token=0.02,  # a target step: 6.7-8.7 ms on an idle 2-core CPU (docs/benchmark.md)
         # `python -m demo.bench.layerskip --preset embedded` (2026-12-04, on the trilingual target):
         # skipping [2, 3] of 6 layers scores best, MBSU 1.08 at gamma 1 (tau 1.85, c 0.71); keeping
         # layer 0 alone, best on the English target before, falls to 0.99 (tau 1.26-1.35). See docs/benchmark.md.

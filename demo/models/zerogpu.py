@@ -59,12 +59,17 @@ def preload_names(default: str) -> tuple[str, ...] | None:
     return names or None
 
 
+def clamp(seconds: float) -> int:
+    """Seconds a decorated call asks for, from an estimate of its work (`demo.session.budget`), capped to
+    [MIN_DURATION, MAX_DURATION]."""
+    return int(min(MAX_DURATION, max(MIN_DURATION, seconds)))
+
+
 def duration(max_new_tokens: int, runs: int, seconds_per_token: float, base: float = 5.0) -> int:
     """Seconds a decorated call asks for: `runs` decodes of up to `max_new_tokens` tokens each at
     `seconds_per_token` (the preset's budget), plus `base` for prefill and set-up, capped to
     [MIN_DURATION, MAX_DURATION]."""
-    wanted = base + runs * max_new_tokens * seconds_per_token
-    return int(min(MAX_DURATION, max(MIN_DURATION, wanted)))
+    return clamp(base + runs * max_new_tokens * seconds_per_token)
 
 
 try:

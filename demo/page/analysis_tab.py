@@ -61,7 +61,7 @@ from demo.page.analysis_view import (
     words_table,
 )
 from demo.page.runs import export_dir, page_error, page_run, positional, stopper
-from demo.session import batches, failures, offers, validate
+from demo.session import batches, budget, failures, offers, validate
 from demo.session.batches import AnalysisRequest, drafter_choices, spoken
 from demo.world.tasks import LANGUAGE_NAMES
 
@@ -129,10 +129,12 @@ def _view(batch: Batch | None, status: str, busy: bool, files: dict | None = Non
 stop_analysis = stopper("analysis", lambda: gr.Button(interactive=False, value="Stopping…"))
 
 
-def stopped(batch: Batch) -> dict:
-    """The last update of an analysis its Stop ended: the runs that finished stay, and can be downloaded."""
+def stopped(batch: Batch, over: bool = False) -> dict:
+    """The last update of an analysis its Stop (or its budget, `over`) ended: the runs that finished
+    stay, and can be downloaded."""
     runs = len(batch.runs)
-    status = status_html(f"Stopped after {runs} run{'s' * (runs != 1)}; the charts and tables show those.")
+    why = f"{budget.OVER_BUDGET[0].upper()}{budget.OVER_BUDGET[1:]}" if over else "Stopped"
+    status = status_html(f"{why} after {runs} run{'s' * (runs != 1)}; the charts and tables show those.")
     return _view(batch, status, busy=False, files=_downloads(batch) if runs else None)
 
 
@@ -155,18 +157,23 @@ def analyze(preset, task, drafter, gamma, n, seed, language="en", page: gr.Reque
             preset=preset, task=task, drafter=drafter, gamma=gamma, n=n, seed=seed, language=language
         )
         offers.check_available(request.preset)  # not served here, or cannot load: said before any work
+        items = examples_for(request.task, request.n, request.seed, request.languages)
+        estimate = budget.analysis(
+            request.preset, list(request.drafters), request.n, len(items), request.gamma, request.max_new_tokens
+        )
+        budget.check(estimate)  # what exceeds the budget is refused, with what would fit
     except Exception as error:
         raise page_error(failures.message(error)) from None
     with page_run(page, "analysis") as run:
-        yield from _analyze(request, run)
+        run.stop.run_for(budget.limit(estimate))  # from now: past its limit, it ends after the run at hand
+        yield from _analyze(request, run, items)
 
 
-def _analyze(request: AnalysisRequest, run) -> dict:
+def _analyze(request: AnalysisRequest, run, items: list) -> dict:
     r = request
     batch = Batch(r.preset, r.task, list(r.drafters), r.gamma, r.n, r.seed, r.max_new_tokens, language=r.language)
     yield _view(batch, status_html("Loading the models…", 0.0), busy=True)
     started = time.perf_counter()
-    items = examples_for(r.task, r.n, r.seed, r.languages)
     total = len(items) * len(r.drafters)
     try:
         with closing(session.decode_examples(r.preset, list(r.drafters), items, r.gamma, r.max_new_tokens)) as steps:
@@ -188,7 +195,7 @@ def _analyze(request: AnalysisRequest, run) -> dict:
         yield _view(batch, status_html(message, error=True), busy=False)
         raise page_error(message) from None
     if run.stop.is_set():
-        yield stopped(batch)
+        yield stopped(batch, over=run.stop.over)
         return
     batch.seconds = time.perf_counter() - started
     done = (
@@ -359,7 +366,7 @@ def analysis_tab(race: RaceControls) -> None:
         api_name="analysis",
         show_progress="hidden",
         concurrency_limit=1,
-        concurrency_id="decode",
+        concurrency_id="analysis",  # a queue of its own: a long analysis never holds a race up
         preprocess=False,
     )  # every value as sent reaches `batches.parse_analysis`, as on /race
     small = {"api_visibility": "private", "queue": False}  # never behind decoding in the queue

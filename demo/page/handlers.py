@@ -45,7 +45,7 @@ from demo.engine.events import RoundEvent, TokenEvent, Trace
 from demo.page import lanes, render, runs
 from demo.page.examples import reference_for
 from demo.page.runs import page_error
-from demo.session import failures, validate
+from demo.session import budget, failures, validate
 
 PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the browser keeps up)
 CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
@@ -105,8 +105,7 @@ def downloads(traces: dict[str, Trace], request: session.Request, gamma_sweep: l
     }
 
 
-NO_DOWNLOADS = {"json_file": gr.DownloadButton(value=None, interactive=False)}
-NO_DOWNLOADS["csv_file"] = NO_DOWNLOADS["json_file"]
+NO_DOWNLOADS = dict.fromkeys(("json_file", "csv_file"), gr.DownloadButton(value=None, interactive=False))
 
 
 # --- runs a page can stop ---------------------------------------------------------------------------
@@ -126,7 +125,7 @@ def _stopped(run: runs.PageRun) -> dict:
     if run.shown is not None:
         traces, facts, reference = run.shown
         shown = lanes.view(traces, facts, charts_too=True, reference=reference, stopped=True)
-    return shown | status(STOPPED, False)
+    return shown | status(render.over_budget_html(run.stop.seconds) if run.stop.over else STOPPED, False)
 
 
 # --- streaming ------------------------------------------------------------------------------------
@@ -201,8 +200,7 @@ def page_request(
     threshold,
     second_drafter=None,
 ) -> session.Request:
-    """The page form's values as a session Request: the Decoding radio is `greedy`, the adaptive
-    checkbox and its threshold are `min_confidence`."""
+    """The page form's values as a session Request: the Decoding radio is `greedy`, the adaptive box and threshold `min_confidence`."""
     greedy = validate.choice("decoding", decoding, ["greedy", "sampling"]) == "greedy"
     min_confidence = threshold if validate.flag("adaptive draft length", adaptive) else 0.0
     return session.parse(
@@ -261,6 +259,7 @@ def run_race(
                     stream, lambda fraction, message: status(render.loading_html(fraction, message), busy=True)
                 )
                 ready = yield from _unless_stopped(loading, run)
+                run.stop.run_for(budget.limit(budget.race(request)))  # the race's own limit, from its start
                 if run.stop.is_set():  # stopped while the preset loaded
                     yield _stopped(run)
                     return
@@ -369,8 +368,13 @@ def trace_api(
         rows = []
         with closing(session.gpu_race(request, image, uploads())) as events:
             yield from session.until_ready(events, lambda fraction, message: gr.skip())
+            deadline = budget.Deadline(budget.limit(budget.race(request)))  # from the race's start (models loaded)
             last_yield = time.perf_counter()
+            over = False
             for item in events:
+                over = deadline.is_set()  # over budget: what was decoded, said so, and no sweep
+                if over:
+                    break
                 if isinstance(item, session.Swept):
                     rows = list(item.rows)
                     continue
@@ -378,6 +382,6 @@ def trace_api(
                 if isinstance(item.event, RoundEvent) and time.perf_counter() - last_yield >= HEARTBEAT_EVERY:
                     yield gr.skip()  # a chance for Gradio to close this handler (see `_frames`)
                     last_yield = time.perf_counter()
-        yield export.payload(request.settings(), traces, rows)
+        yield export.payload(request.settings(), traces, rows) | ({"stopped": budget.OVER_BUDGET} if over else {})
     except Exception as error:
         raise gr.Error(failures.message(error), print_exception=False) from None

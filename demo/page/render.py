@@ -295,6 +295,14 @@ def reference_html(task: str | None, answer: str | None) -> str:
     )
 
 
+def over_budget_html(seconds: float) -> str:
+    """What a race its budget ended says (`demo.session.budget`: a request may run for a limit of its own)."""
+    return (
+        f'<div class="outcome">Stopped: over budget. This deployment gives this race {seconds:.0f} s, and it '
+        "used them; the panels below keep what was decoded. Ask for fewer tokens or lanes.</div>"
+    )
+
+
 def error_html(message: str) -> str:
     return f'<div class="outcome"><div class="error-box" role="alert">{html.escape(message)}</div></div>'
 

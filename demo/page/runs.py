@@ -20,11 +20,12 @@ import functools
 import html
 import inspect
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import gradio as gr
+
+from demo.session import budget
 
 
 def positional(handler: Callable, names: tuple[str, ...]) -> Callable:
@@ -58,7 +59,7 @@ class PageRun:
     asks it to end after the event at hand, and the run then says so in its own last update."""
 
     def __init__(self):
-        self.stop = threading.Event()
+        self.stop = budget.Deadline()  # also set once the run outlives its budget (`run_for`)
         self.shown = None  # what the run has on show, for its stopped view (the Race tab's: traces, facts, reference)
 
 

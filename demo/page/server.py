@@ -7,8 +7,11 @@
                    page has loaded, unless the presets were preloaded at start-up (a Space, or
                    DEMO_PRELOAD: `demo.models.zerogpu`); then only those are offered and served
 
-One decoder at a time (`concurrency_id="decode"`, limit 1: one accelerator, honest clocks), at
-most QUEUE_SIZE requests waiting; one more is told at once that the queue is full. Gradio 6 takes
+Two queues, each one request at a time: races (/race, /trace: `concurrency_id="race"`) and
+analyses (/analysis: "analysis"), so that a long analysis never holds a race up; together at
+most QUEUE_SIZE requests waiting, and one more is told at once that the queue is full. Each
+request is bounded by the work budget (`demo.session.budget`): refused beforehand when its estimate
+exceeds it, stopped over budget once it outlives its own limit. Gradio 6 takes
 the theme, CSS and script at launch, so launch through `launch()` (or pass `text.CSS`, `text.JS` and
 `text.THEME`).
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import html
 import inspect
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -25,14 +29,23 @@ from types import SimpleNamespace
 
 import gradio as gr
 from gradio.exceptions import InvalidPathError
+from starlette.middleware import Middleware
 
 from demo import session
-from demo.models import presets
-from demo.page import analysis_tab, handlers, layout, text
+from demo.models import presets, zerogpu
+from demo.page import analysis_tab, guard, handlers, layout, text
 from demo.page.layout import EXAMPLES_DIR, Example
 from demo.session import offers, validate
 
+log = logging.getLogger(__name__)
+
 QUEUE_SIZE = 32  # requests that may wait for the decoder; the next one is refused as "queue full"
+# Visitors' sessions Gradio keeps (their page state: the last race for the replay, the analysis on
+# show), the least recently used dropped beyond it. Gradio keeps 10,000, and each holds a copy of the
+# page's component configs and its last race: on a public Space every new visitor (and every
+# gradio_client call from a fresh client) grew the server by 0.1-1 MiB for good (issue 43). A
+# visitor whose session was dropped is asked to run a race before replaying one.
+SESSIONS = 64
 WARM_UP_AFTER_S = 20.0  # launch() warms the default preset up this long after the start at the latest
 # Gradio's cache (uploads, and each race's two downloads) is swept every 10 minutes of files
 # older than an hour: a page left open that long uploads its image again.
@@ -101,7 +114,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     outputs = [named[name] for name in handlers.OUTPUTS]  # the order of handlers.positional's tuples
     settings = [c.question, c.preset, c.drafter, c.gamma]
     sampling = [c.temperature, c.top_p, c.seed, c.max_new]
-    decode = {"concurrency_limit": 1, "concurrency_id": "decode", "preprocess": False}
+    decode = {"concurrency_limit": 1, "concurrency_id": "race", "preprocess": False}  # analyses queue apart
     c.run.click(
         handlers.positional(handlers.run_race),  # its accelerator part is `session.gpu_race`
         [c.image, *settings, c.decoding, *sampling, c.adaptive, c.threshold, c.drafter2],
@@ -157,24 +170,31 @@ def _padded(block_fn, inputs: list) -> list:
     return [*inputs, *added[len(added) - missing :]] if 0 < missing <= len(added) else inputs
 
 
+def arity_refusal(block_fn, n: int) -> str | None:
+    """The sentence refusing `n` values for the endpoint `block_fn`, or None when `n` will do (a call
+    may leave out the inputs added since it was written, `ADDED_INPUTS`)."""
+    if len(_padded(block_fn, [None] * n)) >= len(block_fn.inputs):
+        return None
+    names = _parameters(block_fn)
+    added = len(ADDED_INPUTS.get(block_fn.api_name, ()))
+    optional = f" (the last {added} may be left out)" if added > 1 else " (the last may be left out)" if added else ""
+    return (
+        f"/{block_fn.api_name or block_fn.name} takes {len(block_fn.inputs)} values{optional}, in this order: "
+        f"{', '.join(names)}; it got {n}. gradio_client fills in the defaults of any left out."
+    )
+
+
 class _Page(gr.Blocks):
     """gr.Blocks whose refusals of a request's raw values, before any handler runs, are the app's
     own sentences rather than Gradio's (which `show_error=False` blanks to `{"error": null}`):
-    too few values, and an image that is a server path or a URL rather than an upload. A call
-    that leaves out inputs added since it was written (`ADDED_INPUTS`) gets their defaults."""
+    too few values, and an image that is a server path or a URL rather than an upload, or whose
+    path cannot even be resolved (a NUL byte). A call that leaves out inputs added since it was
+    written (`ADDED_INPUTS`) gets their defaults."""
 
     def validate_inputs(self, block_fn, inputs):
-        if len(_padded(block_fn, inputs)) < len(block_fn.inputs):
-            names = _parameters(block_fn)
-            added = len(ADDED_INPUTS.get(block_fn.api_name, ()))
-            optional = (
-                f" (the last {added} may be left out)" if added > 1 else " (the last may be left out)" if added else ""
-            )
-            raise gr.Error(
-                f"/{block_fn.api_name or block_fn.name} takes {len(block_fn.inputs)} values{optional}, in this order: "
-                f"{', '.join(names)}; it got {len(inputs)}. gradio_client fills in the defaults of any left out.",
-                print_exception=False,
-            )
+        refused = arity_refusal(block_fn, len(inputs))
+        if refused:
+            raise gr.Error(refused, print_exception=False)
         super().validate_inputs(block_fn, inputs)
 
     async def preprocess_data(self, block_fn, inputs, state, explicit_call=False):
@@ -185,6 +205,10 @@ class _Page(gr.Blocks):
             return await super().preprocess_data(block_fn, inputs, state, explicit_call)
         except InvalidPathError:  # a server path (or a dotfile) given as an uploaded file
             raise gr.Error(validate.NOT_UPLOADED, print_exception=False) from None
+        except (ValueError, OSError, RuntimeError) as error:  # a file path Gradio cannot resolve: NUL, link loop
+            if not any(isinstance(value, dict) and "path" in value for value in inputs):
+                raise
+            raise gr.Error(validate.unusable_path(error), print_exception=False) from None
 
 
 def build_demo(default_preset: str = presets.DEFAULT_PRESET, examples_dir: Path = EXAMPLES_DIR) -> gr.Blocks:
@@ -236,20 +260,46 @@ def _once(fn: Callable[[], None]) -> Callable[[], None]:
     return call
 
 
+WILDCARD = ("0.0.0.0", "::", "[::]", "")  # listening on every interface: the address says nothing of the public name
+
+
+def public_root(server_name: str, port: int) -> str | None:
+    """The app's public URL, which Gradio's /config calls `root` and prefixes to file URLs, never the
+    request's Host header (which any caller may forge): $GRADIO_ROOT_PATH where set (Gradio reads it),
+    https://$SPACE_HOST on a Space, http://server_name:port where the server listens on one address.
+    None where none is known (every interface, off a Space): Gradio then derives it from the Host
+    header, so set GRADIO_ROOT_PATH=https://your.host there."""
+    if os.environ.get("GRADIO_ROOT_PATH"):
+        return None
+    if zerogpu.on_space() and os.environ.get("SPACE_HOST"):
+        return f"https://{os.environ['SPACE_HOST']}"
+    if server_name in WILDCARD:
+        log.warning(
+            "listening on every interface: set GRADIO_ROOT_PATH to the public URL, or Gradio takes the Host header"
+        )
+        return None
+    host = f"[{server_name}]" if ":" in server_name and not server_name.startswith("[") else server_name
+    return f"http://{host}:{port}"
+
+
 def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_size: int = QUEUE_SIZE, **kwargs):
     """Serve the page, then warm preset `warm` up in a background thread (None warms nothing),
     started by the first page load or after WARM_UP_AFTER_S, whichever comes first.
 
     Defaults a caller may override through kwargs: listen on 127.0.0.1 (or $GRADIO_SERVER_NAME),
-    no share link, no /monitoring page. Always: at most `queue_size` requests waiting, uploads up to
-    `validate.MAX_FILE_BYTES`, no Python errors shown to users (show_error=False), the page's
-    theme and CSS. Returns what `Blocks.launch` returns; pass prevent_thread_lock=True to get
+    no share link, no /monitoring page, the public URL from `public_root`, SESSIONS sessions kept. Always: at most
+    `queue_size` requests waiting, uploads up to `validate.MAX_FILE_BYTES`, the request guard
+    (`demo.page.guard`: 4xx for malformed calls, the upload folder's cap, uploads per client), no
+    Python errors shown to users (show_error=False), the page's theme and CSS. Returns what `Blocks.launch` returns; pass prevent_thread_lock=True to get
     control back.
     """
     block = not kwargs.pop("prevent_thread_lock", False)
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     kwargs.setdefault("share", False)
     kwargs.setdefault("enable_monitoring", False)  # Gradio's /monitoring summary is open to anyone
+    kwargs.setdefault("state_session_capacity", SESSIONS)
+    middleware = Middleware(guard.Guard, arity=arity_refusal, folder=handlers.uploads)
+    kwargs["app_kwargs"] = {**kwargs.get("app_kwargs", {}), "middleware": [middleware]}
     demo.queue(max_size=queue_size, default_concurrency_limit=1)
     if warm:
         # Not at once: importing torch and transformers holds the GIL for seconds, and the first
@@ -272,6 +322,9 @@ def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_siz
         show_error=False,
         **kwargs,
     )
+    root = None if kwargs.get("root_path") else public_root(kwargs["server_name"], demo.server_port)
+    if root:  # known once Gradio has picked the port; read by the app on every request
+        demo.root_path = demo.app.root_path = root
     if block:
         demo.block_thread()
     return result

@@ -46,7 +46,7 @@ from PIL import Image
 
 from demo.engine.race import race
 from demo.models import presets, zerogpu
-from demo.session import failures, gamma_sweep, offers, validate
+from demo.session import budget, failures, gamma_sweep, offers, validate
 from demo.session.validate import InvalidInput
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ def parse(
     greedy = validate.flag("greedy", greedy)
     temperature = validate.number("temperature", temperature, 0.0, validate.MAX_TEMPERATURE, low_open=True)
     top_p = validate.number("top-p", top_p, 0.0, 1.0, low_open=True)
-    seed = validate.integer("seed", seed, *validate.SEED_RANGE)
+    seed = validate.integer("seed", seed, *validate.SEED_RANGE)  # null refused, as on /analysis
     min_confidence = validate.number(THRESHOLD, min_confidence, 0.0, 1.0)
     for name in drafters:  # e.g. a tree too large for one verify, refused before any work
         refused = offered.refusal(name, gamma, min_confidence)
@@ -241,6 +241,7 @@ def prepare(request: Request, image_payload, uploads: str | Path, show) -> Itera
     and the models and image the runs read."""
     offers.check_available(request.preset)
     offers.check_memory(request.preset, request.drafters)
+    budget.check(budget.race(request))  # before any work: what exceeds the budget is refused
     path = validate.image_path(image_payload, uploads)
     if path is None:
         raise InvalidInput(validate.NO_IMAGE)
@@ -367,10 +368,9 @@ def run(loaded, request: Request, image: Image.Image, lane: str = "speculative",
 
 
 def _race_duration(request: Request, image_payload, uploads=None) -> int:
-    """Seconds a race asks ZeroGPU for: every lane at the preset's per-token budget, and its γ
-    sweep's drafter steps (about two lanes' worth), capped."""
-    calls = len(lane_names(request)) + (2 if gamma_sweep.unsweepable(request) is None else 0)
-    return zerogpu.duration(request.max_new_tokens, calls, presets.seconds_per_token(request.preset))
+    """Seconds a race asks ZeroGPU for: the work budget's estimate of it (`budget.race`: every lane,
+    and a greedy race's γ sweep, which runs in the same call), capped."""
+    return zerogpu.clamp(budget.race(request).seconds)
 
 
 @zerogpu.GPU(duration=_race_duration)
@@ -408,8 +408,8 @@ def until_ready(stream: Iterator, show) -> Iterator:
 
 
 def _examples_duration(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int) -> int:
-    """Seconds an analysis asks ZeroGPU for: one run per example and drafter, capped."""
-    return zerogpu.duration(max_new_tokens, len(items) * len(drafters), presets.seconds_per_token(preset))
+    """Seconds an analysis asks ZeroGPU for: the work budget's estimate of it (`budget.analysis`), capped."""
+    return zerogpu.clamp(budget.analysis(preset, drafters, len(items), len(items), gamma, max_new_tokens).seconds)
 
 
 @zerogpu.GPU(duration=_examples_duration)

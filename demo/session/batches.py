@@ -75,7 +75,7 @@ def parse_analysis(
     drafter = validate.choice(f"drafter for preset {preset!r}", drafter, known)
     gamma = validate.integer("gamma (drafts per round)", gamma, *validate.GAMMA_RANGE)
     n = validate.integer("N examples", n, *N_RANGE)
-    seed = validate.integer("example set (seed)", 0 if seed is None else seed, *validate.SEED_RANGE)
+    seed = validate.integer("example set (seed)", seed, *validate.SEED_RANGE)  # null refused, as on /race and /trace
     return AnalysisRequest(
         preset=preset,
         task=task,

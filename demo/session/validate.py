@@ -136,11 +136,17 @@ def _drafter(name: str, value, offered, unusable: dict[str, str], preset: str) -
 
 def lane_drafters(first, second, offered, unusable: dict[str, str], preset: str) -> tuple[str, ...]:
     """The drafters of a race's speculative lanes, in lane order: `first`, and `second` unless it
-    is one of NO_SECOND (a list of names is taken as more lanes, and refused past the limit).
+    is one of NO_SECOND (a list is refused: as many names as would make more lanes than the limit,
+    with the limit; fewer, as not a name).
     Each must be one of `offered` (a reason from `unusable` explains a name the preset cannot
     use), and the two must differ."""
     offered = list(offered)
     extra = list(second) if isinstance(second, (list, tuple)) else [] if second in NO_SECOND else [second]
+    if isinstance(second, (list, tuple)) and len(extra) < MAX_SPECULATIVE_LANES:  # [name] is not a name
+        raise InvalidInput(
+            f"The second drafter must be one drafter's name, not a list; got {_shown(second)}. "
+            f"Choose one of: {', '.join(offered)}, or none."
+        )
     if 1 + len(extra) > MAX_SPECULATIVE_LANES:
         names = ", ".join(_shown(v) for v in [first, *extra])
         raise InvalidInput(
@@ -165,6 +171,17 @@ NOT_UPLOADED = (
 )
 
 
+def unusable_path(error: Exception | None = None) -> str:
+    """What a request is told when its image's path cannot even be resolved: a NUL byte (Python's
+    `ValueError: embedded null byte`), or any other `ValueError` or `OSError` on the way."""
+    if error is None or "null byte" in str(error):
+        why = "it holds a NUL byte (\\x00), which no file name may hold"
+    else:
+        detail = (str(error).splitlines() or ["no detail"])[0][:80]
+        why = f"it could not be resolved ({type(error).__name__}: {detail})"
+    return f"The image's path cannot be used: {why}. {NOT_UPLOADED}"
+
+
 def image_path(payload, uploads: str | Path) -> Path | None:
     """The path of an uploaded image, from a request's image value: None (no image), a Gradio file
     dict {"path": ...} or a path string. Only files inside `uploads` (Gradio's upload folder,
@@ -172,10 +189,16 @@ def image_path(payload, uploads: str | Path) -> Path | None:
     if payload is None:
         return None
     raw = payload.get("path") if isinstance(payload, dict) else payload
-    if not isinstance(raw, (str, os.PathLike)) or not str(raw) or "\x00" in str(raw):
+    if not isinstance(raw, (str, os.PathLike)) or not str(raw):
         raise InvalidInput(NOT_UPLOADED)
-    path = Path(raw).resolve()
-    if not path.is_relative_to(Path(uploads).resolve()) or not path.is_file():
+    if "\x00" in str(raw):
+        raise InvalidInput(unusable_path())
+    try:
+        path = Path(raw).resolve()
+        inside = path.is_relative_to(Path(uploads).resolve()) and path.is_file()
+    except (ValueError, OSError, RuntimeError) as error:  # a name too long, a link loop (RuntimeError in 3.11)
+        raise InvalidInput(unusable_path(error)) from error
+    if not inside:
         raise InvalidInput(NOT_UPLOADED)
     return path
 

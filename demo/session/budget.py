@@ -1,0 +1,196 @@
+"""The work budget: the compute a request asks of this deployment, known from the request alone.
+
+    race(request) -> Estimate               a race (or /trace): its lanes, their drafters, gamma,
+                                            sampling and max new tokens, and its γ sweep
+    analysis(preset, drafters, runs, gamma, max_new_tokens) -> Estimate
+                                            an analysis: examples x drafters greedy runs
+    check(estimate)                         refuses (InvalidInput) what exceeds the budget, saying
+                                            what was asked, what is allowed and how to get it
+    Deadline(seconds)                       a stop (a threading.Event) that also sets itself once a
+                                            request has run for its own limit, `limit(estimate)`
+                                            (a race's from its start, once its models are loaded)
+
+The estimate counts target steps (one forward of the target for one token), for the worst case:
+every draft rejected, so each round yields one token, and every lane runs to max new tokens.
+
+    autoregressive lane        1 step a token
+    speculative lane           CHAIN_BASE + gamma x (drafter step + VERIFY_PER_DRAFT) a token:
+                               gamma drafter steps and one verify of gamma + 1 tokens per round
+    token tree                 x TREE_FACTOR (several drafts per depth, a verify of the whole tree)
+    sampling                   x SAMPLING_FACTOR (p and q warped, residual draws)
+    each lane                  + SETUP_STEPS (image, prompt, prefill)
+    a greedy race's γ sweep    + SWEEP_GAMMAS x max new tokens x a drafter step (drafter only)
+
+Seconds are steps x the preset's seconds per step on the hardware: `Preset.cpu_seconds_per_token`,
+or on ZeroGPU `Preset.seconds_per_token`, the same figure the ZeroGPU duration is asked from
+(`demo.models.zerogpu.clamp(estimate.seconds)`). The budget is DEMO_BUDGET_SECONDS (default
+BUDGET_SECONDS; 0 switches it off, as on a local copy); a running request ends "stopped: over
+budget", keeping what it made, once it has run `limit(estimate)` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from demo.models import presets, zerogpu
+from demo.session.validate import InvalidInput
+
+BUDGET_ENV = "DEMO_BUDGET_SECONDS"
+# The default: the embedded preset's worst-case estimate at 0.02 s a step (2.5x the 6.7-8.7 ms a
+# target step measured on an idle 2-core CPU) keeps any admitted request on the default CPU Space
+# (2 vCPU) within about a minute, and the running limit ends one that is not.
+BUDGET_SECONDS = 60.0
+MIN_LIMIT = 15.0  # seconds a request may always run, however small its estimate (a shared CPU is noisy)
+LIMIT_SLACK = 2.0  # a request may run this many times its worst-case estimate, up to the budget
+
+# Measured on an idle 2-core CPU (docs/benchmark.md, ../shared/notes/stack-facts.md): a target step
+# 6.66 ms, a verify of 5 tokens 7.44 ms, a text-only drafter step 0.96 ms (transformers path).
+CHAIN_BASE = 1.1  # the verify's first token and the round's own bookkeeping, in target steps
+VERIFY_PER_DRAFT = 0.03  # each drafted token's share of the verify: (7.44 - 6.66) / 4 / 6.66
+DRAFTER_STEP = 0.15  # a model drafter's step: 0.96 / 6.66
+DRAFTER_STEPS = {presets.LAYER_SKIP: 0.7, presets.PROMPT_LOOKUP: 0.02}  # the target's own layers; a lookup
+TREE_FACTOR = 2.0
+SAMPLING_FACTOR = 1.25
+SETUP_STEPS = 20.0  # image processing and a prefill of ~40 tokens with the image (33 ms on the CPU)
+SWEEP_GAMMAS = 10  # the γ sweep replays the answer with the drafter at γ = 1..10
+
+
+def budget_seconds() -> float:
+    """This deployment's budget per request, in seconds (0: none)."""
+    value = os.environ.get(BUDGET_ENV, "").strip()
+    try:
+        return max(0.0, float(value)) if value else BUDGET_SECONDS
+    except ValueError:
+        return BUDGET_SECONDS
+
+
+def step_seconds(preset: str) -> float:
+    """Seconds one target step of `preset` is allowed on this hardware."""
+    known = presets.PRESETS.get(preset)
+    if zerogpu.zero_gpu():
+        return known.seconds_per_token if known else presets.SECONDS_PER_TOKEN
+    return known.cpu_seconds_per_token if known else presets.CPU_SECONDS_PER_TOKEN
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a request asks for: `fixed + per_unit x units` target steps, where a unit is what a
+    person would lower to ask for less (new tokens of a race, examples of an analysis)."""
+
+    preset: str
+    fixed: float  # steps whatever the units: set-ups
+    per_unit: float  # steps per unit
+    units: int  # as asked
+    unit: str  # e.g. "max new tokens", "N examples"
+    asked: str  # e.g. "3 lanes x 440 new tokens (text-only+tree, image-aware at γ 8, sampling)"
+    advice: str  # other ways to ask for less
+
+    @property
+    def steps(self) -> float:
+        return self.fixed + self.per_unit * self.units
+
+    @property
+    def seconds(self) -> float:
+        return self.steps * step_seconds(self.preset)
+
+    def most(self, seconds: float) -> int:
+        """The most units that fit in `seconds` (0: none do)."""
+        return max(0, int((seconds / step_seconds(self.preset) - self.fixed) // self.per_unit))
+
+
+def drafter_step(drafter: str) -> float:
+    """A drafter's step, in target steps."""
+    return DRAFTER_STEPS.get(presets.base_name(drafter), DRAFTER_STEP)
+
+
+def token_steps(drafter: str | None, gamma: int, greedy: bool) -> float:
+    """Worst-case target steps per new token of one lane (None: the autoregressive lane)."""
+    if drafter is None:
+        steps = 1.0
+    else:
+        steps = CHAIN_BASE + gamma * (drafter_step(drafter) + VERIFY_PER_DRAFT)
+        steps *= TREE_FACTOR if drafter.endswith(presets.TREE) else 1.0
+    return steps * (1.0 if greedy else SAMPLING_FACTOR)
+
+
+def race(request) -> Estimate:
+    """The worst case of a race (`demo.session.Request`): every lane, and the γ sweep of a greedy one."""
+    greedy = request.sampling.greedy
+    lanes = (*request.drafters, None)
+    per_token = sum(token_steps(d, request.gamma, greedy) for d in lanes)
+    if greedy:
+        per_token += (
+            SWEEP_GAMMAS
+            * drafter_step(request.drafter)
+            * (TREE_FACTOR if request.drafter.endswith(presets.TREE) else 1)
+        )
+    mode = "greedy" if greedy else "sampling"
+    asked = (
+        f"{len(lanes)} lanes x {request.max_new_tokens} new tokens ({', '.join(request.drafters)} "
+        f"at γ {request.gamma}, {mode})"
+    )
+    advice = "race one drafter rather than two, lower γ, or pick a chain drafter rather than a tree"
+    return Estimate(
+        request.preset, len(lanes) * SETUP_STEPS, per_token, request.max_new_tokens, "max new tokens", asked, advice
+    )
+
+
+def analysis(preset: str, drafters: list[str], n: int, runs: int, gamma: int, max_new_tokens: int) -> Estimate:
+    """The worst case of an analysis of N = `n` asked: `runs` examples (N in each language asked),
+    each decoded greedily with every drafter."""
+    per_run = max_new_tokens * max(token_steps(d, gamma, True) for d in drafters) + SETUP_STEPS
+    asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} x {max_new_tokens} new tokens"
+    per_example = per_run * len(drafters) * runs / max(n, 1)
+    return Estimate(preset, 0.0, per_example, n, "N examples", asked, "pick one drafter or one language")
+
+
+def check(estimate: Estimate) -> None:
+    """Refuse a request whose estimate exceeds the budget, saying what would fit."""
+    allowed = budget_seconds()
+    if allowed and estimate.seconds > allowed:
+        most = estimate.most(allowed)
+        lower = f"lower {estimate.unit} to {most} or less, or " if most else ""
+        raise InvalidInput(
+            f"This request asks for {estimate.asked}: up to about {estimate.seconds:.0f} s of compute here, and "
+            f"this deployment allows {allowed:.0f} s a request so that no visitor holds it for long. To run it, "
+            f"{lower}{estimate.advice}; or run your own copy (python app.py), where {BUDGET_ENV}=0 lifts the budget."
+        )
+
+
+def limit(estimate: Estimate) -> float | None:
+    """Seconds a request with this estimate may run before it is stopped over budget (None: no limit)."""
+    allowed = budget_seconds()
+    return min(allowed, max(MIN_LIMIT, LIMIT_SLACK * estimate.seconds)) if allowed else None
+
+
+OVER_BUDGET = "stopped: over budget"
+
+
+class Deadline(threading.Event):
+    """A request's stop: set by a Stop (`set()`), and set by itself once `seconds` have passed since it
+    was made (None: never). `over` says whether the time ran out rather than a Stop ended it."""
+
+    def __init__(self, seconds: float | None = None):
+        super().__init__()
+        self.run_for(seconds)
+
+    def run_for(self, seconds: float | None) -> None:
+        """From now, set itself after `seconds` (None: never)."""
+        self.seconds = seconds
+        self.ends = None if seconds is None else time.monotonic() + seconds
+
+    @property
+    def over(self) -> bool:
+        return self.ends is not None and time.monotonic() >= self.ends and not super().is_set()
+
+    def is_set(self) -> bool:
+        return super().is_set() or (self.ends is not None and time.monotonic() >= self.ends)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self.ends is not None:
+            left = max(0.0, self.ends - time.monotonic())
+            timeout = left if timeout is None else min(timeout, left)
+        return super().wait(timeout) or self.is_set()

@@ -1,0 +1,109 @@
+"""The work budget (issue 43): a request's worst-case compute, estimated from the request alone,
+refused with what fits when it exceeds the deployment's budget; a running request's own limit."""
+
+import time
+
+import pytest
+
+from demo import session
+from demo.models import zerogpu
+from demo.page.analysis_view import examples_for
+from demo.session import budget
+from demo.session.validate import InvalidInput
+
+QUESTION = "Describe the image."
+
+
+def race(**fields) -> session.Request:
+    return session.parse(question=QUESTION, preset="embedded", **({"drafter": "text-only"} | fields))
+
+
+def test_the_issues_three_lane_sampled_race_is_refused_with_what_was_asked_and_what_fits(monkeypatch):
+    monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
+    request = race(
+        drafter="text-only+tree",
+        gamma=8,
+        greedy=False,
+        temperature=5.0,
+        max_new_tokens=440,
+        second_drafter="image-aware",
+    )
+    estimate = budget.race(request)
+    # per token: the tree lane (1.1 + 8 x 0.18) x 2 x 1.25, the chain lane (1.1 + 8 x 0.18) x 1.25, the
+    # autoregressive lane 1.25; three set-ups of 20 steps; at 0.02 s a step on a CPU
+    assert estimate.steps == pytest.approx(440 * (6.35 + 3.175 + 1.25) + 60)
+    assert estimate.seconds == pytest.approx(96.02)
+    with pytest.raises(InvalidInput) as refused:
+        budget.check(estimate)
+    assert str(refused.value) == (
+        "This request asks for 3 lanes x 440 new tokens (text-only+tree, image-aware at γ 8, sampling): up to about "
+        "96 s of compute here, and this deployment allows 60 s a request so that no visitor holds it for long. To run "
+        "it, lower max new tokens to 272 or less, or race one drafter rather than two, lower γ, or pick a chain "
+        "drafter rather than a tree; or run your own copy (python app.py), where DEMO_BUDGET_SECONDS=0 lifts the budget."
+    )
+    fits = race(
+        drafter="text-only+tree",
+        gamma=8,
+        greedy=False,
+        temperature=5.0,
+        max_new_tokens=272,
+        second_drafter="image-aware",
+    )
+    budget.check(budget.race(fits))  # the largest that fits, fits
+
+
+def test_the_pages_default_race_and_the_longest_single_drafter_race_fit(monkeypatch):
+    monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
+    default = budget.race(race())  # γ 4, 128 new tokens, greedy: its γ sweep counted
+    assert default.seconds == pytest.approx((128 * (1.82 + 1 + 1.5) + 40) * 0.02)
+    budget.check(default)
+    assert budget.limit(default) == pytest.approx(2 * default.seconds)
+    budget.check(budget.race(race(gamma=10, max_new_tokens=512)))
+    with pytest.raises(InvalidInput, match=r"^This request asks for 3 lanes x 512 new tokens"):
+        budget.check(budget.race(race(gamma=10, max_new_tokens=512, second_drafter="image-aware")))
+
+
+def test_an_analysis_of_every_task_with_both_drafters_is_refused_and_the_default_one_fits(monkeypatch):
+    monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
+    items = examples_for("all", 32, 0, ("en",))
+    estimate = budget.analysis("embedded", ["text-only", "image-aware"], 32, len(items), 4, 160)
+    with pytest.raises(InvalidInput) as refused:
+        budget.check(estimate)
+    assert str(refused.value).startswith(
+        "This request asks for 32 examples x 2 drafters x 160 new tokens: up to about 398 s of compute here, and "
+        "this deployment allows 60 s a request so that no visitor holds it for long. To run it, lower N examples "
+        "to 4 or less, or pick one drafter or one language;"
+    )
+    budget.check(budget.analysis("embedded", ["text-only", "image-aware"], 4, 4, 4, 160))
+    budget.check(budget.analysis("embedded", ["text-only"], 8, len(examples_for("all", 8, 0, ("en",))), 4, 160))
+
+
+def test_the_budget_is_a_setting_and_zero_lifts_it(monkeypatch):
+    default = budget.race(race())
+    monkeypatch.setenv(budget.BUDGET_ENV, "10")
+    with pytest.raises(InvalidInput, match="this deployment allows 10 s a request"):
+        budget.check(default)
+    assert budget.limit(default) == 10
+    monkeypatch.setenv(budget.BUDGET_ENV, "0")
+    budget.check(budget.race(race(gamma=10, max_new_tokens=512, second_drafter="image-aware")))
+    assert budget.limit(default) is None
+
+
+def test_the_zerogpu_duration_comes_from_the_same_estimate(monkeypatch):
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    request = race(max_new_tokens=64)
+    assert budget.race(request).seconds == pytest.approx(budget.race(request).steps * 0.05)  # embedded on ZeroGPU
+    assert session._race_duration(request, None) == zerogpu.clamp(budget.race(request).seconds)
+
+
+def test_a_deadline_ends_a_run_when_its_time_is_up_and_says_it_was_the_budget():
+    deadline = budget.Deadline(0.2)
+    assert not deadline.is_set() and not deadline.over
+    assert deadline.wait(5.0)  # returns once the time is up, not after 5 s
+    assert deadline.is_set() and deadline.over
+    stopped = budget.Deadline(None)
+    stopped.set()
+    assert stopped.is_set() and not stopped.over  # a Stop, not the budget
+    unlimited = budget.Deadline(None)
+    started = time.monotonic()
+    assert not unlimited.wait(0.05) and time.monotonic() - started >= 0.05

@@ -1,0 +1,279 @@
+"""The public Space's front door (issue 43): path errors explained, malformed calls refused with 4xx,
+the public URL not taken from the Host header, and the upload folder and rate bounded.
+
+The app runs in this process on the tiny preset of `test_reliability`, driven over plain HTTP.
+"""
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import tiny
+import torch
+from test_reliability import PRESET, args, page_args, raw_call, serve, uploaded
+
+from demo import session
+from demo.models import loader, presets
+from demo.page import guard, server
+from demo.session import budget, validate
+from demo.session.validate import InvalidInput
+
+MIB = 2**20
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """The tiny preset saved to disk, and two images (as `test_reliability`'s)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("hardening")
+    tiny.save_preset(root / "preset", PRESET)
+    (root / "images").mkdir()
+    for i, image in enumerate(tiny.images(2)):
+        image.save(root / "images" / f"{i}.png")
+    yield root
+    loader.PRESETS.pop(PRESET, None)
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def app(world):
+    demo = serve()
+    yield demo
+    demo.close()
+
+
+def test_a_nul_byte_in_an_image_path_gets_a_sentence_on_both_endpoints(app, world):
+    image = uploaded(app, world / "images" / "0.png")
+    nul = {**image, "path": image["path"] + "\x00.png"}
+    sentence = validate.unusable_path(ValueError("embedded null byte"))
+    assert sentence.startswith("The image's path cannot be used: it holds a NUL byte (\\x00)")
+    assert raw_call(app, "trace", [nul, *args(world)[1:]])["output"]["error"] == sentence
+    assert raw_call(app, "race", page_args(nul))["output"]["error"] == sentence
+    with pytest.raises(InvalidInput, match="NUL byte"):
+        validate.image_path({"path": image["path"] + "\x00"}, "/tmp")
+
+
+def test_an_image_path_the_file_system_cannot_resolve_gets_a_sentence(tmp_path):
+    os.symlink(tmp_path / "a", tmp_path / "b")
+    os.symlink(tmp_path / "b", tmp_path / "a")
+    with pytest.raises(
+        InvalidInput, match=r"^The image's path cannot be used: it could not be resolved \(RuntimeError"
+    ):
+        validate.image_path(str(tmp_path / "a"), tmp_path)
+    long = str(tmp_path / ("x" * 300))
+    with pytest.raises(InvalidInput, match=r"could not be resolved \(OSError: \[Errno 36\] File name too long"):
+        validate.image_path(long, tmp_path)
+
+
+def test_a_queue_join_naming_no_function_is_refused_with_422(app):
+    url = app.local_url.rstrip("/") + "/gradio_api/queue/join"
+    for fn_index in (9999, -1, "a"):
+        response = httpx.post(url, json={"data": [], "fn_index": fn_index, "session_hash": "h"})
+        assert response.status_code == 422
+        assert response.json()["detail"].startswith(f"No function has fn_index {fn_index!r}; the API's are ")
+        assert "/trace" in response.json()["detail"] and "/on_example" not in response.json()["detail"]
+    for body in ("[]", "not json", '"text"'):
+        response = httpx.post(url, content=body, headers={"content-type": "application/json"})
+        assert response.status_code in (400, 422)
+
+
+def test_a_direct_call_with_the_wrong_number_of_values_is_refused_with_422(app):
+    base = app.local_url.rstrip("/") + "/gradio_api/run/"
+    response = httpx.post(base + "race", json={"data": []})
+    assert response.status_code == 422
+    assert response.json()["detail"] == server.arity_refusal(
+        next(fn for fn in app.fns.values() if fn.api_name == "race"), 0
+    )
+    assert response.json()["detail"].startswith("/race takes 13 values (the last may be left out), in this order:")
+    assert httpx.post(base + "trace", json={"data": ["x"]}).status_code == 422
+    missing = httpx.post(base + "nothing-here", json={"data": []})
+    assert missing.status_code == 404 and missing.json()["detail"].startswith("There is no endpoint /nothing-here;")
+    for body in ({}, {"data": None}, {"data": "x"}):
+        assert httpx.post(base + "race", json=body).status_code == 422  # Gradio's own check of the body
+
+
+def test_the_public_url_is_not_taken_from_the_host_header(app):
+    response = httpx.get(app.local_url.rstrip("/") + "/config", headers={"Host": "evil.example:666"})
+    assert response.json()["root"] == app.local_url.rstrip("/")
+    page = httpx.get(app.local_url, headers={"Host": "evil.example:666", "X-Forwarded-Host": "evil.example"})
+    assert "evil.example" not in page.text
+
+
+def test_the_public_url_is_the_spaces_on_a_space_and_unknown_on_every_interface(monkeypatch):
+    monkeypatch.delenv("GRADIO_ROOT_PATH", raising=False)
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    assert server.public_root("127.0.0.1", 7861) == "http://127.0.0.1:7861"
+    assert server.public_root("::1", 7861) == "http://[::1]:7861"
+    assert server.public_root("0.0.0.0", 7861) is None
+    monkeypatch.setenv("SPACE_ID", "someone/spd")
+    monkeypatch.setenv("SPACE_HOST", "someone-spd.hf.space")
+    assert server.public_root("0.0.0.0", 7860) == "https://someone-spd.hf.space"
+    monkeypatch.setenv("GRADIO_ROOT_PATH", "https://example.org/spd")
+    assert server.public_root("0.0.0.0", 7860) is None  # Gradio reads the variable itself
+
+
+# --- uploads ----------------------------------------------------------------------------------
+
+
+def test_trimming_deletes_the_oldest_deletable_files_until_the_folder_fits(tmp_path):
+    paths = []
+    for i in range(5):
+        path = tmp_path / f"sha{i}" / f"{i}.bin"
+        path.parent.mkdir()
+        path.write_bytes(b"x" * 1000)
+        os.utime(path, (1000 + i, 1000 + i))
+        paths.append(str(path))
+    kept = tmp_path / "example.png"  # not Gradio's to sweep: an example of the gallery
+    kept.write_bytes(b"x" * 1000)
+    os.utime(kept, (1, 1))
+    deleted = guard.trim(tmp_path, 3000, set(paths))
+    assert deleted == set(paths[:3])
+    assert sorted(str(p) for p in tmp_path.rglob("*.*")) == sorted([*paths[3:], str(kept)])
+    assert guard.trim(tmp_path, 0, set(paths)) == set(paths[3:]) and kept.exists()
+
+
+def test_the_rate_limit_admits_a_clients_bytes_per_minute_and_says_when_more_fit():
+    rate = guard.RateLimit(per_minute=20)
+    assert rate.admit("a", 9, now=0.0) == 0 and rate.admit("a", 9, now=10.0) == 0
+    assert rate.admit("a", 9, now=20.0) == pytest.approx(40.0)  # the first upload leaves the minute at 60 s
+    assert rate.admit("b", 9, now=20.0) == 0  # another client has its own minute
+    assert rate.admit("a", 9, now=60.0) == 0
+    assert rate.admit("c", 50, now=0.0) == 0  # one upload larger than the rate still passes, alone
+
+
+@pytest.fixture
+def capped(world, tmp_path):
+    """The app with a 30 MiB upload folder and 22 MiB a minute per client, on its own cache folder."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("GRADIO_TEMP_DIR", str(tmp_path / "cache"))
+        env.setenv(guard.UPLOAD_FOLDER_ENV, "30")
+        env.setenv(guard.UPLOAD_RATE_ENV, "22")
+        demo = serve()
+        yield demo, tmp_path / "cache"
+        demo.close()
+
+
+def guard_of(demo) -> guard.Guard:
+    """The running app's Guard, found down its middleware stack."""
+    layer = demo.app.middleware_stack
+    while not isinstance(layer, guard.Guard):
+        layer = layer.app
+    return layer
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def test_the_upload_folder_stays_under_its_cap_oldest_deleted_first_and_a_client_is_rate_limited(capped, tmp_path):
+    demo, cache = capped
+    url = demo.local_url.rstrip("/") + "/gradio_api/upload"
+    sent, peak = [], 0
+    with httpx.Client(timeout=60) as http:
+        for i in range(9):
+            body = os.urandom(5 * MIB)
+            response = http.post(url, files={"files": (f"{i}.bin", body)})
+            if i == 4:  # 4 x 5 MiB fit in 22 MiB a minute; the fifth waits its turn
+                assert response.status_code == 429
+                assert response.json()["detail"].startswith(
+                    "Too many uploads: each visitor may upload 22 MiB a minute."
+                )
+                assert 1 <= int(response.headers["retry-after"]) <= 60
+                guard_of(demo).rate.sent.clear()  # a minute later, as far as the limiter knows
+                continue
+            assert response.status_code == 200
+            sent.append(response.json()[0])
+            time.sleep(0.3)  # Gradio moves the upload into the folder after answering
+            peak = max(peak, folder_bytes(cache))
+    assert peak <= 30 * MIB + 5 * MIB
+    present = [Path(p).exists() for p in sent]
+    assert present[-1] and not present[0]  # the oldest went first
+    assert present == sorted(present)  # deleted files are all older than kept ones
+    too_big = httpx.post(url, files={"files": ("big.bin", b"x" * (12 * MIB))})
+    assert too_big.status_code == 413
+
+
+# --- the work budget, served ----------------------------------------------------------------------
+
+
+def test_a_request_over_the_budget_is_refused_with_its_sentence_before_any_work(app, world, monkeypatch):
+    monkeypatch.setenv(budget.BUDGET_ENV, "1")
+    image = uploaded(app, world / "images" / "0.png")
+    # 400 x (1.82 + 1 + 1.5) + 2 x 20 = 1768 steps at the tiny preset's 0.001 s a step
+    expected = "This request asks for 2 lanes x 400 new tokens (text-only at γ 4, greedy): up to about 2 s of compute"
+    assert raw_call(app, "trace", [image, *args(world, max_new=400)[1:]])["output"]["error"].startswith(expected)
+    page = raw_call(app, "race", [*page_args(image)[:9], 400, False, 0.5])
+    assert page["output"]["error"].startswith(expected)
+
+
+def test_a_race_that_outlives_its_budget_stops_over_budget_and_keeps_what_it_made(app, world, monkeypatch):
+    monkeypatch.setenv(budget.BUDGET_ENV, "1")  # every request's own limit is at most 1 s
+    cheap = dataclasses.replace(presets.PRESETS[PRESET], cpu_seconds_per_token=1e-5)  # so that it is admitted
+    monkeypatch.setitem(presets.PRESETS, PRESET, cheap)
+    image = uploaded(app, world / "images" / "0.png")
+    started = time.monotonic()
+    done = raw_call(app, "trace", [image, *args(world, max_new=480)[1:], "image-aware"])
+    took = time.monotonic() - started
+    assert done["success"], done["output"]
+    payload = done["output"]["data"][0]
+    assert payload["stopped"] == budget.OVER_BUDGET
+    made = {lane: len(run["trace"]["tokens"]) for lane, run in payload["runs"].items()}
+    assert list(made) == ["speculative", "speculative-2", "autoregressive"]
+    assert sum(made.values()) > 0 and min(made.values()) < 480  # what it made is kept; not all of it
+    assert not all(run["trace"]["summary"] for run in payload["runs"].values())
+    assert "comparisons" not in payload and took < 1 + 10, (made, took)
+
+
+def test_a_race_completes_within_its_budget_plus_10_s_while_a_maximal_analysis_runs(app, world, monkeypatch):
+    from gradio_client import Client, handle_file
+
+    monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
+    analyst = Client(app.local_url, verbose=False)
+    analysis = analyst.submit(PRESET, "all", "both, side by side", 4, 32, 0, "en", api_name="/analysis")
+    deadline = time.monotonic() + 60
+    while not analysis.outputs() and time.monotonic() < deadline:  # its first update: it is decoding
+        time.sleep(0.2)
+    assert analysis.outputs(), "the analysis did not start"
+    request = session.parse(question=args(world)[1], preset=PRESET, drafter="text-only", max_new_tokens=8)
+    own = budget.limit(budget.race(request))
+    racer = Client(app.local_url, verbose=False)
+    started = time.monotonic()
+    result = racer.predict(handle_file(str(world / "images" / "0.png")), *args(world)[1:], api_name="/trace")
+    took = time.monotonic() - started
+    running = not analysis.done()
+    analysis.cancel()
+    assert result["settings"]["max_new_tokens"] == 8 and "stopped" not in result
+    assert took <= own + 10, f"the race took {took:.1f} s beside the analysis; its budget is {own:.0f} s"
+    assert running, "the analysis ended before the race: nothing ran concurrently"
+    print(f"race beside a maximal analysis: {took:.1f} s (its budget {own:.0f} s)")
+
+
+def test_seed_null_is_refused_alike_on_every_endpoint_and_a_list_is_no_drafter_name(app, world):
+    image = uploaded(app, world / "images" / "0.png")
+    sampled = [image, *args(world)[1:]]
+    sampled[5], sampled[8] = False, None  # greedy, seed
+    refusal = "seed must be a whole number from 0 to 4294967295; got None."
+    assert raw_call(app, "trace", sampled)["output"]["error"] == refusal
+    page = page_args(image)
+    page[5], page[8] = "sampling", None
+    assert raw_call(app, "race", page)["output"]["error"] == refusal
+    analysis = raw_call(app, "analysis", [PRESET, "caption", "text-only", 4, 1, None, "en"])
+    assert analysis["output"]["error"] == "example set (seed) " + refusal.removeprefix("seed ")  # ran as seed 0
+    refused = raw_call(app, "trace", [image, *args(world)[1:], [4]])["output"]["error"]
+    assert refused.startswith("The second drafter must be one drafter's name, not a list; got [4]. Choose one of:")
+
+
+def test_the_server_keeps_the_64_most_recent_visitors_sessions(app):
+    import uuid
+
+    assert app.state_session_capacity == server.SESSIONS == 64
+    holder = app.state_holder
+    hashes = [uuid.uuid4().hex for _ in range(server.SESSIONS + 5)]
+    for key in hashes:
+        holder[key]  # a visitor's first request makes its session
+    assert len(holder.session_data) == server.SESSIONS  # Gradio's default would have kept 10,000
+    assert hashes[0] not in holder and hashes[-1] in holder  # the least recently used went first
