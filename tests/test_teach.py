@@ -74,14 +74,31 @@ def test_reference_badge_compares_words_and_says_lossless_is_not_correct():
     assert teach.reference_badge(ar, None) == "" and teach.reference_badge(Trace(), "x") == ""
 
 
-def test_why_line_is_the_cost_model_on_this_runs_costs_and_warns_when_steps_vary_widely():
+def test_why_line_is_the_cost_model_on_this_runs_median_costs():
     spd, ar = spd_trace(), ar_trace()
-    calm = teach.why_html(spd, ar, 0.9)
+    calm = teach.why_html(spd, ar, 0.9)  # 9% from the model's ×0.99: nothing to warn about
     assert "noisy" not in calm and "a verify of 4 tokens costs 1.8 single steps here" in calm
+    assert "Why ×0.99: a round here costs 2.3 drafter steps × 3.33 ms" in calm
+
+
+def test_the_noisy_warning_shows_only_where_the_wall_clock_and_the_model_disagree():
+    spd, ar = spd_trace(), ar_trace()
     for i, seconds in enumerate([0.01, 0.03]):  # the target's single steps: 10 ms and 30 ms
         ar.rounds[i] = dataclasses.replace(ar.rounds[i], verify_seconds=seconds)
     assert metrics.costs(spd, ar).t1_spread == pytest.approx(0.5)  # quartiles 15 and 25 ms over a median of 20
-    assert "Timing is noisy" in teach.why_html(spd, ar, 0.9)
+    assert teach.model_speedup(spd, ar) == pytest.approx(2.33 * 20 / 25.8, abs=0.01)  # ×1.81
+    assert "noisy" not in teach.why_html(spd, ar, 1.7)  # steps varied, but the reading holds (6%)
+    slow = teach.why_html(spd, ar, 0.9)
+    assert "Timing is noisy: the wall clock reads ×0.90, 50% from the ×1.81 of the median step costs" in slow
+    assert "the speculative lane&#x27;s clock was hit" in slow and "looks slower than it is" in slow
+
+
+def test_a_wall_clock_above_the_cost_models_limit_is_flagged_with_the_lane_whose_clock_was_hit():
+    spd, ar = spd_trace(), ar_trace()  # limit: τ T1 / (d D + T1) = 2.33 × 10 / (2.33 × 3.33 + 10) = ×1.31
+    note = teach.clock_note(spd, ar, 2.0)
+    assert "The wall clock reads ×2.00, above ×1.31, the most this race&#x27;s step costs allow" in note
+    assert "the autoregressive lane&#x27;s clock was hit (its steps took 1.5× their median cost" in note
+    assert teach.clock_note(spd, ar, 1.0) == ""  # 1% from the model's ×0.99, under the limit
 
 
 def test_rule_of_thumb_is_read_off_the_sweep():

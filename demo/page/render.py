@@ -247,7 +247,7 @@ def outcome_html(
     for spd, comparison in zip(spds, comparisons, strict=True):
         speedup = comparison["speedup"]
         if not math.isnan(speedup):
-            speeds.append(f"<b>×{speedup:.2f}</b>{' ' + html.escape(name(spd)[:-2]) if several else ''}")
+            speeds.append(teach.headline_html(spd, ar, speedup, name(spd)[:-2] if several else ""))
         warned = any(NOISY in why for why in whys)  # the busy machine is said once, whichever lane shows it
         whys.append(teach.why_html(spd, ar, speedup, name(spd), warn=not warned))
         if not spd.greedy:
@@ -263,11 +263,9 @@ def outcome_html(
             '<span class="badge badge-info" title="Speculative sampling keeps the target\'s distribution exactly; '
             'two runs draw different random numbers">sampling: outputs differ by design, same distribution</span>'
         )
-    rates = " · ".join(_num(metrics.tokens_per_second(s), 1) for s in spds)
     headline = (
-        f'<span class="headline">{" · ".join(speeds)} wall-clock decoding speedup'
-        f"{' over the target alone' if several else ''} ({rates} vs {_num(metrics.tokens_per_second(ar), 1)} tokens/s)</span>"
-        if speeds
+        f'<span class="speeds">{"".join(speeds)}</span>'
+        if any(speeds)
         else '<span class="headline">Too short to time: no tokens after the prefill.</span>'
     )
     notes = teach.sampling_note_html(spds[0]) + notes
@@ -288,11 +286,21 @@ def reference_html(task: str | None, answer: str | None) -> str:
     """An example's task family and reference answer, for judging the answers by eye (None: no
     example chosen). The Race tab shows it for its examples, the Analysis tab for a run it sends there."""
     if task is None:
-        return '<div class="reference">Pick an example below, or upload your own image.</div>'
+        return (
+            '<div class="reference">Pick one of the examples, or upload your own image. The embedded model knows '
+            "only its synthetic world: coloured shapes on a plain ground, asked in its own question forms.</div>"
+        )
     task = html.escape(task.replace("_", " "))
     return (
         f'<div class="reference"><span class="task">{task}</span> reference answer: <q>{html.escape(answer)}</q></div>'
     )
+
+
+UPLOAD_NOTE = (
+    '<div class="reference upload-note" role="note">Your own image or question: the embedded model knows only its '
+    "synthetic world (coloured shapes on a plain ground, the question forms of the examples, one language at a "
+    "time), so on anything else it answers with confident nonsense. The race still shows how drafting works.</div>"
+)
 
 
 def error_html(message: str) -> str:
@@ -467,6 +475,9 @@ details.round-d[open] > summary { background: rgba(0,114,178,.06); }
 .badge-bad { background: #D55E00; color: #fff; }
 .badge-info { background: rgba(0,114,178,.15); color: inherit; border: 1px solid #0072B2; }
 .headline b { font-size: 18px; }
+.speeds { display: flex; flex-direction: column; gap: 2px; }
+.headline small { font-size: 12px; opacity: .8; }
+.wall { font-size: 13px; opacity: .8; }
 .why { font-size: 13px; opacity: .75; flex-basis: 100%; }
 .error-box { border: 1.5px solid #D55E00; background: rgba(213,94,0,.08); border-radius: 8px; padding: 8px 12px; }
 .outcome progress { width: 160px; }
