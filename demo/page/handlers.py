@@ -150,7 +150,7 @@ def buttons(busy: bool) -> dict:
     return {
         "run": gr.Button(interactive=not busy, value="Racing…" if busy else "Run the race"),
         "replay": gr.Button(interactive=not busy),
-        "stop": gr.Button(interactive=busy),
+        "stop": gr.Button(interactive=busy, value="Stop"),
     }
 
 
@@ -230,7 +230,7 @@ def stop_race(page: gr.Request = None) -> dict:
     run = _PAGE_RUNS.get(getattr(page, "session_hash", None))
     if run is not None:
         run.stop.set()
-    return {"stop": gr.Button(interactive=False)}
+    return {"stop": gr.Button(interactive=False, value="Stopping…")}
 
 
 def _stopped(run: PageRun) -> dict:

@@ -27,8 +27,9 @@ import gradio as gr
 from gradio.exceptions import InvalidPathError
 
 from demo import offers, session, validate
+from demo.engine.events import Trace
 from demo.models import presets
-from demo.page import analysis_tab, handlers, layout, text
+from demo.page import analysis_tab, handlers, layout, render, teach, text
 from demo.page.layout import EXAMPLES_DIR, Example
 
 QUEUE_SIZE = 32  # requests that may wait for the decoder; the next one is refused as "queue full"
@@ -81,10 +82,14 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
         return gr.update(visible=bool(on))
 
     small = {"api_visibility": "private", "queue": False}
+    # The annotated round is of the race on show: a new example, language, image or question clears it.
+    for changed in (c.gallery.select, c.example_language.change, c.image.upload, c.question.input):
+        changed(lambda: teach.annotated_round_html(Trace()), None, v.how_round, **small)
+    c.question.input(lambda: render.UPLOAD_NOTE, None, c.reference, **small)  # a free question: no reference
     picked = gr.State(None)  # the index of the example last picked, asked again when the language changes
     c.gallery.select(on_example, c.example_language, [c.image, c.question, c.reference, picked], **small)
     c.example_language.change(on_example_language, [c.example_language, picked], [c.question, c.reference], **small)
-    c.image.upload(lambda: (layout.reference_html(None), None), None, [c.reference, picked], **small)
+    c.image.upload(lambda: (render.UPLOAD_NOTE, None), None, [c.reference, picked], **small)
     c.preset.change(on_preset, c.preset, [c.drafter, c.drafter2, c.preset_info], **small)
     language = gr.State("en")  # the language the drafter was last picked for: the page starts in English
     c.question.change(
@@ -117,7 +122,8 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
         show_progress="hidden",
         concurrency_limit=8,
     )  # replays mostly sleep
-    c.stop.click(handlers.positional(handlers.stop_race), None, outputs, **small)  # the run ends itself: see stop_race
+    # The run ends itself (see stop_race); the button says "Stopping…" at once, before any answer.
+    c.stop.click(handlers.positional(handlers.stop_race), None, outputs, js=text.STOPPING_JS, **small)
 
     greedy = gr.Checkbox(True, visible=False)
     min_confidence = gr.Number(0.0, visible=False)
@@ -195,11 +201,9 @@ def build_demo(default_preset: str = presets.DEFAULT_PRESET, examples_dir: Path 
         gr.HTML(text.header(), js_on_load=None)
         with gr.Tabs(elem_id="tabs") as tabs:
             with gr.Tab("Race", id="race", elem_id="tab-race"):
-                how = layout.how_it_works()
                 with gr.Row(equal_height=False):
                     controls = layout.inputs(default_preset, examples["en"], languages)
                 view = layout.race_view()
-                vars(view).update(vars(how))
             with gr.Tab("Analysis", id="analysis", elem_id="tab-analysis"):
                 c = controls
                 analysis_tab.analysis_tab(

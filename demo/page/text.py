@@ -44,6 +44,17 @@ CSS = (
 #title p { margin: 0; opacity: .8; }
 #timing { font-size: 13px; opacity: .85; }
 #run { min-height: 44px; font-size: 16px; }
+#stop:disabled, #stop[disabled] { background: var(--button-secondary-background-fill) !important;
+  color: var(--body-text-color-subdued) !important; border-color: var(--border-color-primary) !important; }
+.upload-note { font-size: 12px; opacity: .85; }
+details.preset-info > summary { cursor: pointer; color: var(--body-text-color-subdued); }
+@media (max-width: 640px) {
+  #title p { display: none; }
+  #title h1 { font-size: 20px; }
+  #examples .grid-container { grid-auto-flow: column !important; grid-template-columns: none !important;
+    grid-auto-columns: 84px !important; overflow-x: auto !important; }
+  #examples .thumbnail-item { height: 84px !important; }
+}
 .preset-info { font-size: 12px; opacity: .85; line-height: 1.45; }
 .preset-info .ready { color: #009E73; }
 .preset-info .unavailable { color: #D55E00; }
@@ -53,7 +64,9 @@ CSS = (
   background: rgba(0,114,178,.14); font-weight: 600; }
 #examples .caption-label { font-size: 10px; padding: 0 4px; opacity: .85; }  /* less of the scene hidden */
 #examples .grid-wrap { height: auto !important; max-height: none !important; overflow: visible !important; }
-#examples .grid-container { grid-template-columns: repeat(auto-fill, minmax(96px, 1fr)) !important; }
+#examples .grid-container { grid-template-columns: repeat(auto-fill, minmax(80px, 1fr)) !important; }
+#examples, #examples .gallery-container, #examples .grid-wrap, #examples > .wrap {
+  min-height: 0 !important; height: auto !important; }
 #examples-title p { font-size: 13px; margin: 0; }
 """
     + ANALYSIS_CSS
@@ -94,6 +107,15 @@ JS = """
     const tok = event.key === "Enter" && event.target.closest && event.target.closest(".tok");
     if (tok && open(tok)) event.preventDefault();
   });
+}
+"""
+
+# The Stop button's click, in the browser before the server hears of it: the button says so at once.
+STOPPING_JS = """
+() => {
+  const stop = document.getElementById("stop");
+  if (stop) { stop.textContent = "Stopping…"; stop.disabled = true; }
+  return [];
 }
 """
 
