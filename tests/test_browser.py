@@ -26,7 +26,7 @@ from demo import session
 from demo.bench import page as page_bench
 from demo.bench.page import DRAWN
 from demo.models import loader
-from demo.page import handlers, layout, server
+from demo.page import layout, server
 
 pytestmark = pytest.mark.slow  # servers and browsers: seconds each, the full suite only
 
@@ -45,9 +45,7 @@ def browser():
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """The app in this process, its preset warmed up first (as launch() does in the background),
-    with replays shortened to 2 s."""
-    handlers.REPLAY_SECONDS = 2.0
+    """The app in this process, its preset warmed up first (as launch() does in the background)."""
     if EMBEDDED:
         preset, examples = loader.DEFAULT_PRESET, loader.ASSETS / "examples"
     else:

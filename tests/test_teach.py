@@ -35,7 +35,9 @@ def test_the_annotated_round_is_one_that_accepted_then_rejected_told_with_its_nu
     html = teach.annotated_round_html(spd_trace())
     assert "Round 1 of this race" in html and "text-only drafter)" in html  # name == kind: said once
     assert "✓  red" in html and "✗  circle" in html and "→  square" in html
-    assert "accepted 1 of 3, rejected ‘ circle’ and wrote ‘ square’ instead; the 1 draft after it" in html
+    assert (
+        "accepted 1 of 3, rejected ‘ circle’ and wrote ‘ square’ instead; the 1 draft after it was never used" in html
+    )
     assert "the text-only drafter cannot see the image" in html
     assert "‘ circle’ p = 0.05, the drafter q = 0.90; ‘ square’ had p = 0.70" in html
     assert teach.CAUSAL in html
@@ -44,6 +46,9 @@ def test_the_annotated_round_is_one_that_accepted_then_rejected_told_with_its_nu
 def test_before_a_run_the_top_says_what_a_round_is_and_why_one_forward_checks_all_drafts():
     html = teach.annotated_round_html(Trace())
     assert "Run the race and one of its rounds is explained here" in html and teach.CAUSAL in html
+    # why the rule is exact, in three lines, before and after a run
+    assert "P(x) = min(p, q)(x) + (1 − β)·residual(x) = min(p, q)(x) + p(x) − min(p, q)(x) = p(x)" in html
+    assert teach.EXACT in teach.annotated_round_html(spd_trace())
 
 
 def test_inspector_shows_p_q_min_ratio_and_u_at_each_checked_draft_and_the_residual_when_sampling():

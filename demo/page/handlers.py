@@ -3,7 +3,7 @@
     run_race      /race and the Run button: streams every lane's token panel and stats, the block
                   views and the charts while the runs decode, then the downloads
     replay_race   the Replay button: the last race again from its recorded events, slowed down
-                  by one factor that the page states
+                  by the factor chosen (`demo.page.classroom.SPEEDS`), which the page states
     stop_race     the Stop button: ends the page's race or replay after the event at hand, which
                   says "Stopped." in its own last update
     trace_api     /trace, for gradio_client: the same race returned whole as one JSON document
@@ -45,14 +45,13 @@ import gradio.utils
 from demo import session
 from demo.engine import export
 from demo.engine.events import RoundEvent, TokenEvent, Trace
-from demo.page import lanes, render
+from demo.page import classroom, lanes, render
 from demo.page.examples import reference_for
 from demo.session import failures, gamma_sweep, validate
 
 PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the browser keeps up)
 CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
 HEARTBEAT_EVERY = 0.02  # seconds: a handler yields after a round once this much time has passed since its last yield
-REPLAY_SECONDS = 12.0  # a replay lasts this long, whatever the race took
 THRESHOLD_DEFAULT = 0.5  # the page's adaptive-drafting threshold slider starts here
 
 # The API's outputs keep their places: what issue 26 added comes after the downloads, and the
@@ -379,7 +378,8 @@ def run_race(
                 yield from _race_to_page(request, facts, stream, run, image, reference)
         except Exception as error:  # Gradio closing the handler is a GeneratorExit: not caught, not an error
             message = failures.message(error)
-            yield failed(message)
+            # Before this race's first view the panels still show the last race: they are cleared.
+            yield (lanes.cleared() | NO_DOWNLOADS if run.shown is None else {}) | failed(message)
             raise page_error(message) from None
 
 
@@ -431,15 +431,15 @@ def _recorded(events, timeline: list) -> Iterator:
 
 
 @_tidy
-def replay_race(last, page: gr.Request = None):
-    """Show the last race again, slowed down so that the slower run takes REPLAY_SECONDS; the
-    clocks, numbers and order are the measured ones."""
+def replay_race(last, speed: str = classroom.SPEED_DEFAULT, page: gr.Request = None):
+    """Show the last race again at `speed` (¼×: four times slower than it ran); the clocks,
+    numbers and order are the measured ones."""
     if last is None:
         yield failed("Run a race first; the replay shows the last one again, slowly.")
         return
     facts, timeline = last
-    slowdown = REPLAY_SECONDS / max(event.t for _, event in timeline)
-    facts = facts + (f"Replay: the measured race shown {slowdown:.0f}× slower than it ran.",)
+    slowdown = classroom.slowdown(speed)
+    facts = facts + (f"Replay: the measured race shown {slowdown}× slower than it ran.",)
     traces = {lane: Trace() for lane in lanes.ordered({lane for lane, _ in timeline})}
     last_view = lanes.view(traces, facts, charts_too=True)
     yield last_view | buttons(busy=True)

@@ -14,7 +14,7 @@ import gradio as gr
 from demo import session
 from demo.engine.events import Trace
 from demo.models import presets
-from demo.page import blocks, charts, lanes, render
+from demo.page import blocks, charts, classroom, lanes, render
 from demo.page.examples import EXAMPLES_DIR, Example, load_examples  # noqa: F401 (the page's names)
 from demo.page.handlers import THRESHOLD_DEFAULT
 from demo.page.text import TIMING
@@ -138,6 +138,7 @@ def inputs(default_preset: str, examples: list[Example], languages: tuple[str, .
             c.run = gr.Button("Run the race", variant="primary", elem_id="run", scale=3)
             c.stop = gr.Button("Stop", variant="stop", interactive=False, elem_id="stop", scale=1)
             c.replay = gr.Button("Replay slowly", interactive=False, elem_id="replay", scale=1)
+        vars(c).update(vars(classroom.controls()))
         c.reference = gr.HTML(reference_html(None), js_on_load=None, elem_id="reference")
         with gr.Row():
             # Only the presets' own names and drafters: a request can never name a model or a path.
@@ -331,8 +332,7 @@ def race_view() -> SimpleNamespace:
             elem_id="chart-time",
         )
     v.sweep_note = gr.HTML(
-        '<div class="sweep-note">After a greedy race: τ, α, MBSU and the predicted speedup of this prompt for '
-        "γ = 1 … 10, replayed with the drafter alone against the target's own answer.</div>",
+        lanes.SWEEP_NOTE,
         js_on_load=None,
         label="gamma sweep note",
         elem_id="sweep-note",

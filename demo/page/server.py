@@ -29,7 +29,7 @@ from gradio.exceptions import InvalidPathError
 from demo import session
 from demo.engine.events import Trace
 from demo.models import presets
-from demo.page import analysis_tab, handlers, layout, render, teach, text
+from demo.page import analysis_tab, classroom, handlers, layout, render, teach, text
 from demo.page.layout import EXAMPLES_DIR, Example
 from demo.session import offers, validate
 
@@ -117,12 +117,20 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     )
     c.replay.click(
         handlers.positional(handlers.replay_race),
-        last,
+        [last, c.speed],
         outputs,
         api_visibility="private",
         show_progress="hidden",
         concurrency_limit=8,
     )  # replays mostly sleep
+    step = gr.State(0)  # the round the step mode shows (0: none yet); a new race starts it over
+    c.run.click(lambda: 0, None, step, **small)
+
+    def next_round(k, race):
+        k = classroom.next_step(k, race)
+        return (*handlers.positional(classroom.step)(race, k), k)
+
+    c.next_round.click(next_round, [step, last], [*outputs, step], **small)
     # The run ends itself (see stop_race); the button says "Stopping…" at once, before any answer.
     c.stop.click(handlers.positional(handlers.stop_race), None, outputs, js=text.STOPPING_JS, **small)
 

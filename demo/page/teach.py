@@ -19,8 +19,14 @@ CAUSAL = (
     "causal attention lets each position see only the tokens before it. So the logits at draft i are "
     "exactly what a token-by-token run would give after drafts 1 … i−1: one pass, γ+1 predictions."
 )
-SAMPLING_LAW_TEST = (
-    "tests/test_sampling.py::test_speculative_sampling_loop_matches_the_target_law_of_the_first_three_tokens"
+# Why the acceptance rule keeps the target's distribution, in three lines (beta: the acceptance probability).
+EXACT = (
+    "Why the output is exactly the target's: a draft x comes with probability q(x) and is kept with "
+    "probability min(1, p(x)/q(x)), so it is kept as x with probability min(p, q)(x).<br>"
+    "It is rejected with probability 1 − β, where β = Σ min(p, q) is the acceptance probability; then the "
+    "target draws from the residual norm(max(0, p − q)) = (p − min(p, q)) / (1 − β).<br>"
+    "Together: P(x) = min(p, q)(x) + (1 − β)·residual(x) = min(p, q)(x) + p(x) − min(p, q)(x) = p(x). "
+    "(Greedy is the case where p and q each put all their mass on one token.)"
 )
 
 
@@ -29,9 +35,11 @@ def _t(text: str) -> str:
     return "‘" + html.escape(text.replace("\n", "↵")) + "’"
 
 
-def _pick(trace: Trace) -> RoundEvent | None:
-    """The round to annotate: one that accepted drafts and then rejected one, else any rejection,
-    else the first round."""
+def _pick(trace: Trace, index: int | None = None) -> RoundEvent | None:
+    """The round to annotate: round `index` when given; else one that accepted drafts and then
+    rejected one, else any rejection, else the first round."""
+    if index is not None:
+        return next((r for r in trace.rounds if r.index == index), None)
 
     def rejected(r):
         return r.n_accepted < len(r.drafted_ids)
@@ -53,16 +61,17 @@ def _why_rejected(kind: str) -> str:
     return "the image-aware drafter sees the image, but it is a far smaller model than the target"
 
 
-def annotated_round_html(spd: Trace, several: bool = False) -> str:
-    """One round of this race, told step by step (before a run: what a round is). `several`: the
-    race has more than one speculative lane, and `spd` is the first (the page says so)."""
-    r = _pick(spd)
+def annotated_round_html(spd: Trace, several: bool = False, index: int | None = None) -> str:
+    """One round of this race (round `index`, else one `_pick` chooses), told step by step (before
+    a run: what a round is). `several`: the race has more than one speculative lane, and `spd` is
+    the first (the page says so)."""
+    r = _pick(spd, index)
     if r is None or spd.start is None or spd.start.drafter is None:
         return (
             '<div class="how-round"><p><b>One round</b>: the small drafter guesses γ tokens; the target checks all '
             "of them in one forward, keeps the ones it would have written itself, and adds one token of its own. "
             "Run the race and one of its rounds is explained here.</p>"
-            f'<p class="causal">{CAUSAL}</p></div>'
+            f'<p class="causal">{CAUSAL}</p><p class="causal exact">{EXACT}</p></div>'
         )
     drafter = spd.start.drafter
     proposed = " ".join(_t(t) for t in r.drafted_texts)
@@ -87,7 +96,8 @@ def annotated_round_html(spd: Trace, several: bool = False) -> str:
         told = (
             f"The target accepted {r.n_accepted} of {n}, rejected {_t(rejected)} and wrote {_t(own_text)} instead"
             + (
-                f"; the {unchecked} draft{'s' if unchecked != 1 else ''} after it were never used"
+                f"; the {unchecked} draft{'s' if unchecked != 1 else ''} after it "
+                f"{'were' if unchecked != 1 else 'was'} never used"
                 if unchecked > 0
                 else ""
             )
@@ -103,8 +113,8 @@ def annotated_round_html(spd: Trace, several: bool = False) -> str:
         told = f"The target accepted all {n} drafts and added a bonus token {_t(own_text)} from the same forward."
     return (
         f'<div class="how-round"><p><b>Round {r.index} of this race</b> ({html.escape(who)}): the drafter proposed {proposed}.</p>'
-        f'<p class="marks">{"".join(marks)}{arrow} <span class="plus">+{r.n_emitted} tokens for one target forward</span></p>'
-        f'<p>{told}</p><p class="causal">{CAUSAL}</p></div>'
+        f'<p class="marks">{"".join(marks)}{arrow} <span class="plus">+{r.n_emitted} token{"s" if r.n_emitted != 1 else ""} for one target forward</span></p>'
+        f'<p>{told}</p><p class="causal">{CAUSAL}</p><p class="causal exact">{EXACT}</p></div>'
     )
 
 
@@ -267,7 +277,8 @@ def sampling_note_html(spd: Trace) -> str:
     return (
         '<div class="fact">Same seed, different text: the two runs use their random numbers differently (SPD draws '
         "q's samples, each u and the residuals; AR one draw per token), so they write different answers. What is "
-        f"the same is the law: every answer has the probability the target gives it (checked by <code>{SAMPLING_LAW_TEST}</code>).</div>"
+        "the same is the law: every answer has the probability the target gives it (the project's tests check "
+        "this by counting thousands of runs against the target's own probabilities).</div>"
     )
 
 

@@ -112,7 +112,7 @@ tokens whose probability reaches p, and both warp p and q the same way. The seed
 numbers, so a race can be repeated exactly. The two runs still write different text under one seed: they
 use their random numbers differently (SPD draws the drafts, a u per draft and the residuals; AR one draw
 per token). What speculative sampling guarantees is the law: every answer has exactly the probability the
-target gives it; `tests/test_sampling.py` checks this by counting 3,000 runs against the target's own
+target gives it; the project's tests check this by counting 3,000 runs against the target's own
 probabilities. Open a round in the block view to see p, q, min(1, p/q), the draw u, and the residual.
 
 **The γ sweep.** After a greedy race the drafter replays the target's answer at γ = 1 … 10 (no target

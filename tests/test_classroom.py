@@ -1,0 +1,58 @@
+"""The classroom replay: chosen speeds that are really slower, and the step mode, which shows the
+last race one verification round at a time with that round annotated; and a failed request, which
+clears the last race's panels instead of leaving them looking current."""
+
+import gradio as gr
+import pytest
+from test_app import events_in_race_order
+from test_render import ar_trace, spd_trace
+
+from demo.page import classroom, handlers
+
+
+def race():
+    return (("a fact",), events_in_race_order({"speculative": spd_trace(), "autoregressive": ar_trace()}))
+
+
+def test_the_replay_speeds_are_four_and_eight_times_slower_than_the_race_ran():
+    assert classroom.slowdown("¼×") == 4 and classroom.slowdown("⅛×") == 8
+    assert classroom.slowdown(None) == 4  # anything else: the default
+
+
+def test_each_step_shows_the_race_as_it_stood_after_that_round_with_the_round_told():
+    last = race()
+    first = classroom.step(last, 1)
+    assert first["spd_panel"].count('class="tok tok-') == 3  # "The", " red", " square": the prefill and round 1
+    assert "Step by step: round 1 of 3" in first["outcome"]
+    assert "Round 1 of this race" in first["how_round"] and "✗  circle" in first["how_round"]
+    assert first["blocks"].count('class="round') >= 1 and "round-d" in first["blocks"]
+    second = classroom.step(last, 2)
+    assert second["spd_panel"].count('class="tok tok-') == 7
+    assert "Round 2 of this race" in second["how_round"] and "accepted all 3 drafts" in second["how_round"]
+    assert "+4 tokens for one target forward" in second["how_round"]
+    third = classroom.step(last, 3)
+    assert "round 3 of 3" in third["outcome"] and "That was the last" in third["outcome"]
+    assert "+1 token for one target forward" in third["how_round"]  # one token, in the singular
+
+
+def test_next_round_counts_up_and_starts_over_after_the_last():
+    last = race()
+    assert [classroom.next_step(k, last) for k in (0, 1, 2, 3)] == [1, 2, 3, 1]
+    assert classroom.next_step(None, last) == 1
+
+
+def test_before_a_race_the_step_mode_says_to_run_one_first():
+    assert "Run a race first" in classroom.step(None, 1)["outcome"]
+    assert set(classroom.step(None, 1)) == {"outcome"}
+
+
+def test_a_request_that_fails_before_its_race_clears_the_last_races_panels():
+    race = handlers.run_race(None, "  ", "embedded", "text-only", 4, "greedy", 0.8, 0.95, 0, 16)
+    update = next(race)
+    assert "Ask a question about the image first." in update["outcome"] and "error-box" in update["outcome"]
+    assert "0.000 s compute · 0 tokens · waiting" in update["spd_panel"]  # nothing of the last race stays
+    assert "0.000 s compute · 0 tokens · waiting" in update["ar_panel"]
+    assert "Run the race and one of its rounds is explained here" in update["how_round"]
+    assert update["json_file"].interactive is False and "blocks" in update and "race_chart" in update
+    with pytest.raises(gr.Error):
+        next(race)
