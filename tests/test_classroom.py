@@ -2,12 +2,16 @@
 last race one verification round at a time with that round annotated; and a failed request, which
 clears the last race's panels instead of leaving them looking current."""
 
+import dataclasses
+
 import gradio as gr
 import pytest
 from test_app import events_in_race_order
 from test_render import ar_trace, spd_trace
 
-from demo.page import classroom, handlers
+from demo.engine.events import DraftTree, TreeNode
+from demo.models import presets
+from demo.page import classroom, drafter_notes, handlers, render
 
 
 def race():
@@ -56,3 +60,30 @@ def test_a_request_that_fails_before_its_race_clears_the_last_races_panels():
     assert update["json_file"].interactive is False and "blocks" in update and "race_chart" in update
     with pytest.raises(gr.Error):
         next(race)
+
+
+def test_every_drafter_the_default_preset_offers_has_its_one_line_description():
+    preset = presets.PRESETS[presets.DEFAULT_PRESET]
+    lines = {name: drafter_notes.describe(preset.name, name) for name in preset.drafter_names()}
+    assert all(line.endswith(".") and len(line) > 40 for line in lines.values()), lines
+    assert "never the image" in lines["text-only"] and "sees the image too" in lines["image-aware"]
+    assert "no model at all" in lines["prompt-lookup"]
+    assert "τ and α count the branch the target walked, the cost counts every node" in lines["text-only+tree"]
+    assert drafter_notes.describe(preset.name, "no such drafter") == ""
+
+
+def test_a_tree_lanes_alpha_says_it_counts_the_walked_branch_and_how_many_nodes_were_proposed():
+    nodes = (
+        TreeNode(11, " red", -1, 1, 0.6, True),
+        TreeNode(20, " blue", -1, 1, 0.3, False),
+        TreeNode(12, " circle", 0, 2, 0.5, False),
+        TreeNode(21, " cube", 0, 2, 0.4, False),
+    )
+    trace = spd_trace()
+    trace.rounds[0] = dataclasses.replace(trace.rounds[0], tree=DraftTree(nodes, (0,)))
+    html = render.speculative_stats_html(trace, speedup=None)
+    assert (
+        "accepted / drafted = 5 / 7, counting each tree's walked branch; the trees proposed 4 nodes (4.0 a round): "
+        "per node, 1 / 4 = 0.25" in html
+    )
+    assert "a tree counts γ drafter steps a round, one forward per depth" in html

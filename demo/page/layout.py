@@ -14,7 +14,7 @@ import gradio as gr
 from demo import session
 from demo.engine.events import Trace
 from demo.models import presets
-from demo.page import blocks, charts, classroom, lanes, render
+from demo.page import blocks, charts, classroom, drafter_notes, lanes, render
 from demo.page.examples import EXAMPLES_DIR, Example, load_examples  # noqa: F401 (the page's names)
 from demo.page.handlers import THRESHOLD_DEFAULT
 from demo.page.text import TIMING
@@ -144,7 +144,11 @@ def inputs(default_preset: str, examples: list[Example], languages: tuple[str, .
             # Only the presets' own names and drafters: a request can never name a model or a path.
             c.preset = gr.Dropdown(choices, value=default_preset, label="Model preset", elem_id="preset")
             c.drafter = gr.Dropdown(
-                drafters, value=drafters[0] if drafters else None, label="Drafter", elem_id="drafter"
+                drafters,
+                value=drafters[0] if drafters else None,
+                label="Drafter",
+                info=drafter_notes.describe(default_preset, drafters[0]) if drafters else None,
+                elem_id="drafter",
             )
             c.drafter2 = gr.Dropdown(
                 [NO_SECOND, *drafters],

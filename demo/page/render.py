@@ -334,11 +334,7 @@ def speculative_stats_html(spd: Trace, speedup: float | None, narrow: bool = Fal
         ),
         _row("target forwards", str(s["target_forwards"]), "in decoding, one per round (the prefill is extra)"),
         _row("τ", _num(s["tau"], 2), f"tokens after prefill / target forwards = {n_decode} / {s['target_forwards']}"),
-        _row(
-            "α",
-            _num(s["alpha"], 2),
-            f"accepted / drafted = {s['accepted']} / {s['drafted']} (drafted: every token the drafter proposed)",
-        ),
+        _row("α", _num(s["alpha"], 2), _alpha_formula(spd, s)),
         _row("decode tokens/s", _num(s["tok_s"], 1), f"{n_decode} tokens / {s['decode_s']:.3f} s"),
         _row(
             "wall-clock speedup",
@@ -350,10 +346,29 @@ def speculative_stats_html(spd: Trace, speedup: float | None, narrow: bool = Fal
             _num(s["mbsu_made"], 2),
             f"τ / (1 + d·c): the speedup if every forward cost only reading its weights; d = drafts made per "
             f"round = {_num(s['drafts_per_round'], 2)} (γ = {spd.gamma if spd.start else '–'}), c = drafter/target "
-            f"params = {_num(s['c'], 3)}",
+            f"params = {_num(s['c'], 3)}"
+            + ("; a tree counts γ drafter steps a round, one forward per depth" if _tree_nodes(spd) else ""),
         ),
     ]
     return _table(rows, narrow)
+
+
+def _tree_nodes(spd: Trace) -> int:
+    """Nodes the run's token trees proposed, in all (0: a chain drafter)."""
+    return sum(len(r.tree.nodes) for r in spd.rounds if r.tree)
+
+
+def _alpha_formula(spd: Trace, s: dict) -> str:
+    """α's formula; for a token tree, which drafts it counts (the walked branch) and per node."""
+    nodes = _tree_nodes(spd)
+    if not nodes:
+        return f"accepted / drafted = {s['accepted']} / {s['drafted']} (drafted: every token the drafter proposed)"
+    trees = [r for r in spd.rounds if r.tree]
+    kept = sum(r.n_accepted for r in trees)
+    return (
+        f"accepted / drafted = {s['accepted']} / {s['drafted']}, counting each tree's walked branch; the trees "
+        f"proposed {nodes} nodes ({nodes / len(trees):.1f} a round): per node, {kept} / {nodes} = {kept / nodes:.2f}"
+    )
 
 
 def autoregressive_stats_html(ar: Trace, narrow: bool = False) -> str:

@@ -29,7 +29,7 @@ from gradio.exceptions import InvalidPathError
 from demo import session
 from demo.engine.events import Trace
 from demo.models import presets
-from demo.page import analysis_tab, classroom, handlers, layout, render, teach, text
+from demo.page import analysis_tab, classroom, drafter_notes, handlers, layout, render, teach, text
 from demo.page.layout import EXAMPLES_DIR, Example
 from demo.session import offers, validate
 
@@ -95,6 +95,13 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     language = gr.State("en")  # the language the drafter was last picked for: the page starts in English
     c.question.change(
         on_question, [c.question, c.preset, c.drafter, language], [c.drafter, c.language_note, language], **small
+    )
+    # The drafter's one-line description follows the drafter picked (and the preset's first, on a new preset).
+    c.drafter.change(
+        lambda preset, drafter: gr.update(info=drafter_notes.describe(preset, drafter)),
+        [c.preset, c.drafter],
+        c.drafter,
+        **small,
     )
     c.drafter2.change(on_second, c.drafter2, [v.spd2_column, v.blocks2_accordion], **small)
     demo.load(layout.preset_html, c.preset, c.preset_info, **small)

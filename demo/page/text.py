@@ -99,7 +99,8 @@ drafts where it is unsure; verification is unchanged, so the output is exactly t
 | wall-clock speedup | SPD decode tokens/s / AR decode tokens/s | what this machine actually measured |
 
 "Drafted" means the same everywhere on the page: every token the drafter proposed, whether the target
-then checked it or not.
+then checked it or not. A token tree proposes several branches a round: its τ and α count the branch
+the target walked (as a chain would), and its stats say how many nodes it proposed and α per node.
 
 **CPU versus GPU.** On a GPU a forward over γ+1 tokens costs about as much as over one (decoding is
 memory-bound), so the speedup approaches MBSU. On a CPU a wider forward costs more, and the
