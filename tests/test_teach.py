@@ -79,6 +79,20 @@ def test_reference_badge_compares_words_and_says_lossless_is_not_correct():
     assert teach.reference_badge(ar, None) == "" and teach.reference_badge(Trace(), "x") == ""
 
 
+def test_reference_badge_is_exact_in_german_and_chinese_too():
+    def answer(text: str) -> Trace:
+        trace = ar_trace()
+        trace.summary = dataclasses.replace(trace.summary, text=text)
+        return trace
+
+    assert "matches" in teach.reference_badge(answer("图中有一个大的红色圆形。"), "图中有一个大的红色圆形")
+    assert "differs" in teach.reference_badge(
+        answer("图中有一个红色圆形。"), "图中有一个大的红色圆形。"
+    )  # 大的 missing
+    assert "matches" in teach.reference_badge(answer("Ein großer roter Kreis."), "ein großer roter kreis")
+    assert "differs" in teach.reference_badge(answer("Ein großer roter Kreis."), "Ein kleiner roter Kreis.")
+
+
 def test_why_line_is_the_cost_model_on_this_runs_median_costs():
     spd, ar = spd_trace(), ar_trace()
     calm = teach.why_html(spd, ar, 0.9)  # 9% from the model's ×0.99: nothing to warn about

@@ -220,26 +220,23 @@ STOPPED = '<div class="outcome">Stopped. The panels below keep what was decoded 
 
 
 def stop_race(page: gr.Request = None) -> dict:
-    """The Stop button: ask the page's race or replay to end after the event at hand, and switch
-    Stop off. The run says "Stopped." itself, in its last update (`_stopped`): a run's updates
-    reach the page in order, on the page's one stream of queued events, while this answer comes
-    back on a request of its own and can arrive before the run's last updates, which would then
-    cover it (a busy machine did, after a heavy race). For the same reason Gradio does not cancel
-    the run: its stopped update would be dropped. Stop is only on while the run streams, so there
-    is no queued run to cancel."""
+    """The Stop button: ask the page's race or replay to end after the event at hand; Stop says
+    "Stopping…", off. The run says "Stopped." itself (`_stopped`): this answer, on a request of
+    its own, could reach the page before the run's last updates, which would cover it. Nor does
+    Gradio cancel the run, which would drop its stopped update (no queued run needs cancelling)."""
     run = _PAGE_RUNS.get(getattr(page, "session_hash", None))
     if run is not None:
         run.stop.set()
     return {"stop": gr.Button(interactive=False, value="Stopping…")}
 
 
-def _stopped(run: PageRun) -> dict:
-    """The last update of a run its Stop ended: what was decoded, each lane's clock stopped, Run on."""
-    shown = {}
-    if run.shown is not None:
-        traces, facts, reference = run.shown
-        shown = lanes.view(traces, facts, charts_too=True, reference=reference, stopped=True)
-    return shown | status(STOPPED, False)
+def _stopped(run: PageRun) -> Iterator[dict]:
+    """The last updates of a run its Stop ended: what was decoded, each lane's clock stopped, Run
+    on; first without the charts, which a busy machine is slowest to draw, then with them."""
+    for charts_too in (False, True) if run.shown else (False,):
+        traces, facts, reference = run.shown or ({}, (), None)
+        shown = lanes.view(traces, facts, charts_too, reference, stopped=True) if traces else {}
+        yield shown | status(STOPPED, False)
 
 
 # --- streaming ------------------------------------------------------------------------------------
@@ -370,7 +367,7 @@ def run_race(
                 )
                 facts, notes = yield from _unless_stopped(loading, run)
                 if run.stop.is_set():  # stopped while the preset loaded
-                    yield _stopped(run)
+                    yield from _stopped(run)
                     return
                 for note in notes:
                     gr.Info(note)
@@ -406,7 +403,7 @@ def _race_to_page(
         yield frame or {}
     if run.stop.is_set():
         events.close()  # the runs closed (their caches freed) before the stopped page is drawn
-        yield _stopped(run)
+        yield from _stopped(run)
         return
     spd, ar = traces["speculative"], traces["autoregressive"]
     rows, why_not = None, gamma_sweep.unsweepable(request)
@@ -448,7 +445,10 @@ def replay_race(last, speed: str = classroom.SPEED_DEFAULT, page: gr.Request = N
         for frame in _frames(session.paced(timeline, slowdown, run.stop), traces, facts):
             last_view = frame or last_view
             yield frame or {}
-        yield _stopped(run) if run.stop.is_set() else last_view | buttons(busy=False)
+        if run.stop.is_set():
+            yield from _stopped(run)
+        else:
+            yield last_view | buttons(busy=False)
 
 
 @_tidy

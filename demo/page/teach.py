@@ -314,12 +314,14 @@ def rule_of_thumb(rows: list[dict], race_gamma: int, whose: str = "") -> str:
 
 
 def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9]+", text.lower())
+    """The text's words, case and punctuation ignored, in any script: a run of Chinese characters is
+    one word, so a character missing there is a difference (ASCII-only words dropped them all)."""
+    return re.findall(r"\w+", text.casefold())
 
 
 def reference_badge(ar: Trace, reference: str | None) -> str:
     """Beside the lossless badge: whether the target's own answer matches the example's reference
-    (words compared, case and punctuation ignored). Lossless means identical to the target, not correct."""
+    (words compared exactly, in any language; case and punctuation ignored). Lossless means identical to the target, not correct."""
     if reference is None or ar.summary is None:
         return ""
     if _words(ar.summary.text) == _words(reference):
