@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import analysis_page
 import gradio as gr
 import pytest
 import tiny
@@ -22,8 +23,10 @@ from test_rejections import STOPS, shapes_trace, yes_trace
 from demo.bench.page import launch_chromium
 from demo.models import loader, presets
 from demo.page import analysis_tab, text
-from demo.page.analysis_tab import BOTH, Batch, Run
-from demo.session import rejections, validate
+from demo.page.analysis_tab import Batch, Run
+from demo.page.runs import positional
+from demo.session import batches, rejections, validate
+from demo.session.batches import BOTH
 from demo.world.tasks import heldout_examples
 
 PRESET = "tiny-analysis"
@@ -173,12 +176,20 @@ def test_racing_a_run_fills_the_race_tab_inputs_and_selects_it():
         )
     batch = hand_batch()
     out = analysis_tab.race_inputs(batch, 2, PRESET, race)
-    assert out[0].selected == "race"
-    assert out[2:7] == ("Caption this.", "image-aware", 3, "greedy", 16)
-    assert "reference answer" in out[7] and "A red circle." in out[7]
-    assert out[8] is False  # adaptive draft length off, as in the analysis: the race repeats the trace
+    assert out["tabs"].selected == "race"
+    assert [out[name] for name in ("question", "drafter", "gamma", "decoding", "max_new")] == [
+        "Caption this.",
+        "image-aware",
+        3,
+        "greedy",
+        16,
+    ]
+    assert "reference answer" in out["reference"] and "A red circle." in out["reference"]
+    assert out["adaptive"] is False  # adaptive draft length off, as in the analysis: the race repeats the trace
+    assert set(out) == set(race.targets()) and len(race.targets()) == 9
     skipped = analysis_tab.race_inputs(batch, 2, "another-preset", race)
-    assert all(o == gr.skip() for o in skipped) and len(skipped) == len(race.targets()) == 9
+    as_sent = positional(lambda: skipped, race.targets())()  # what Gradio gets: every input left as it is
+    assert skipped == {} and all(o == gr.skip() for o in as_sent) and len(as_sent) == 9
 
 
 @pytest.mark.slow
@@ -193,12 +204,12 @@ def test_importing_the_tab_imports_no_torch():
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     tiny.save_preset(tmp_path_factory.mktemp("preset"), PRESET)  # loaded through the real preset path
-    short, analysis_tab.MAX_NEW_TOKENS = analysis_tab.MAX_NEW_TOKENS, 8
-    demo = analysis_tab.build_standalone(PRESET)
+    short, batches.DEFAULTS["max_new_tokens"] = batches.DEFAULTS["max_new_tokens"], 8
+    demo = analysis_page.build_standalone(PRESET)
     demo.launch(prevent_thread_lock=True, quiet=True, css=text.CSS)
     yield demo
     demo.close()
-    analysis_tab.MAX_NEW_TOKENS = short
+    batches.DEFAULTS["max_new_tokens"] = short
     loader.PRESETS.pop(PRESET, None)
 
 
@@ -301,7 +312,7 @@ def last(outputs):
 
 def test_the_language_control_offers_the_worlds_languages_and_all_of_them(monkeypatch):
     speaking(monkeypatch, "en", "de", "zh")
-    demo = analysis_tab.build_standalone(presets.DEFAULT_PRESET)
+    demo = analysis_page.build_standalone(presets.DEFAULT_PRESET)
     language = component(demo, "an-language")
     assert language.visible and language.value == "en"
     assert language.choices == [("English", "en"), ("German", "de"), ("Chinese", "zh"), ("all languages", "all")]
@@ -310,7 +321,7 @@ def test_the_language_control_offers_the_worlds_languages_and_all_of_them(monkey
 
 def test_an_english_only_world_hides_the_language_control_and_keeps_the_tables(monkeypatch):
     speaking(monkeypatch, "en")
-    demo = analysis_tab.build_standalone(presets.DEFAULT_PRESET)
+    demo = analysis_page.build_standalone(presets.DEFAULT_PRESET)
     language = component(demo, "an-language")
     assert not language.visible and language.value == "en" and language.choices == [("English", "en")]
     assert component(demo, "an-runs").value["headers"] == ENGLISH_RUN_COLUMNS
@@ -331,15 +342,16 @@ def test_a_language_the_world_does_not_speak_is_refused_naming_the_choices(
 ):
     speaking(monkeypatch, *spoken)
     with pytest.raises(validate.InvalidInput) as refused:
-        analysis_tab.parse_settings(PRESET, "caption", BOTH, 3, 2, 0, language)
+        batches.parse_analysis(preset=PRESET, task="caption", drafter=BOTH, gamma=3, n=2, seed=0, language=language)
     assert str(refused.value) == message
 
 
 def test_the_language_chosen_picks_the_languages_asked(monkeypatch, served):
     speaking(monkeypatch, "en", "de", "zh")
-    assert analysis_tab.parse_settings(PRESET, "caption", "text-only", 3, 2, 0, "de")[-1] == ("de",)
-    assert analysis_tab.parse_settings(PRESET, "caption", "text-only", 3, 2, 0, "all")[-1] == ("en", "de", "zh")
-    assert analysis_tab.parse_settings(PRESET, "caption", "text-only", 3, 2, 0)[-1] == ("en",)  # as before
+    settings = {"preset": PRESET, "task": "caption", "drafter": "text-only", "gamma": 3, "n": 2, "seed": 0}
+    assert batches.parse_analysis(**settings, language="de").languages == ("de",)
+    assert batches.parse_analysis(**settings, language="all").languages == ("en", "de", "zh")
+    assert batches.parse_analysis(**settings).languages == ("en",)  # as before
 
 
 def test_the_endpoint_refuses_an_unknown_language_as_it_does_other_settings(monkeypatch, served):
@@ -354,7 +366,8 @@ def test_the_endpoint_refuses_an_unknown_language_as_it_does_other_settings(monk
 def test_a_batch_in_two_languages_is_broken_down_per_language_and_drafter(monkeypatch, served):
     speaking(monkeypatch, "en", "de")
     outputs = last(analysis_tab.analyze(PRESET, "caption", BOTH, 3, 4, 0, "all"))
-    status, headline, runs_table, batch, languages_table = outputs[0], outputs[1], outputs[5], outputs[6], outputs[-1]
+    status, headline, runs_table, batch = outputs["status"], outputs["headline"], outputs["runs"], outputs["batch"]
+    languages_table = outputs["by_language"]
     assert "Done: 4 examples × 2 drafters" in status
     # each caption asked in English, then German, on the same scene; both drafters on each
     assert [(r.number, r.example, r.language, r.drafter) for r in batch.runs] == [
@@ -418,22 +431,23 @@ def test_a_stopped_analysis_ends_on_its_own_update_keeping_the_runs_that_finishe
     updates = []
     for update in analysis:
         updates.append(update)
-        if "example 3/4" in update[0]:  # two runs finished, the third announced
+        if "example 3/4" in update["status"]:  # two runs finished, the third announced
             answer = analysis_tab.stop_analysis(page)
     assert not answer.interactive and answer.value == "Stopping…"  # the Stop's own answer: Stop off, no more
     final = updates[-1]  # the page gets the analysis's updates in order: this one comes last
-    status, runs_table, batch, go, stop = final[0], final[5], final[6], final[9], final[10]
+    status, runs_table, batch, go, stop = (final[name] for name in ("status", "runs", "batch", "go", "stop"))
     assert "Stopped after 3 runs" in status and len(batch.runs) == 3 == len(runs_table)  # the run at hand ends
     assert go.interactive and not stop.visible and stop.value == "Stop"  # Run on; Stop hidden, ready for the next
-    assert final[7].interactive and final[8].interactive  # what finished can be downloaded
-    assert not any("Done:" in update[0] for update in updates)
+    assert final["csv_file"].interactive and final["json_file"].interactive  # what finished can be downloaded
+    assert not any("Done:" in update["status"] for update in updates)
 
 
 @pytest.mark.slow
 def test_an_english_batch_shows_no_language_breakdown(monkeypatch, served):
     speaking(monkeypatch, "en")
     outputs = last(analysis_tab.analyze(PRESET, "caption", "text-only", 3, 1, 0, "en"))
-    headline, runs_table, batch, languages_table = outputs[1], outputs[5], outputs[6], outputs[-1]
+    headline, runs_table, batch = outputs["headline"], outputs["runs"], outputs["batch"]
+    languages_table = outputs["by_language"]
     assert list(runs_table.columns) == ENGLISH_RUN_COLUMNS
     assert not languages_table.visible
     assert "English" not in headline and "answers correct" not in headline

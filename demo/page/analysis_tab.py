@@ -24,30 +24,27 @@ Wiring, inside `build_demo`'s Blocks (its rules are in the page's `assets/page.c
                                       preset=preset, drafter=drafter, gamma=gamma, decoding=decoding,
                                       max_new=max_new, run=run, reference=reference))
 
-`build_standalone()` hosts the tab beside stand-ins for those components, for development and tests.
+Every handler returns dicts keyed by component name (OUTPUTS for an analysis, `RaceControls`'
+field names for the hand-off to the Race tab), turned into Gradio's tuples by
+`demo.page.runs.positional`; the analysis's settings are parsed by the session
+(`demo.session.batches.parse_analysis`). tests/analysis_page.py hosts the tab beside stand-ins
+for the Race tab's components.
 """
 
 from __future__ import annotations
 
-import functools
-import tempfile
-import threading
 import time
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import gradio as gr
 
 from demo import session
 from demo.engine import export
-from demo.models import presets
 from demo.page import analysis_charts, render
 from demo.page.analysis_view import (
-    ALL_LANGUAGES,
     TASK_CHOICES,
-    TASK_KINDS,
     Batch,
     Run,
     examples_for,
@@ -63,24 +60,25 @@ from demo.page.analysis_view import (
     summaries,
     words_table,
 )
-from demo.page.handlers import PageRun, page_error, page_run
-from demo.session import failures, offers, validate
-from demo.world.scoring import score
+from demo.page.runs import export_dir, page_error, page_run, positional, stopper
+from demo.session import batches, failures, offers, validate
+from demo.session.batches import AnalysisRequest, drafter_choices, spoken
 from demo.world.tasks import LANGUAGE_NAMES
 
-BOTH = "both, side by side"
 # The runs table's column widths, one per column of `run_columns(multilingual)`: the language
 # column, where there is one, takes its room from the others.
 RUN_WIDTHS = {
     False: ["4%", "10%", "9%", "22%", "22%", "5%", "6%", "7%", "7%", "8%"],
     True: ["4%", "9%", "8%", "20%", "20%", "5%", "6%", "7%", "7%", "6%", "8%"],
 }
-N_RANGE, N_DEFAULT = (1, 32), 8
-GAMMA_DEFAULT = 4
-MAX_NEW_TOKENS = 160  # enough for the world's longest answers (detailed descriptions)
-
-if TYPE_CHECKING:
-    pass
+# An analysis's outputs, in the order /analysis returns them (the API keeps it: by_language,
+# added last, comes last).
+OUTPUTS = (
+    *("status", "headline", "by_category", "by_position", "words", "runs"),
+    *("batch", "csv_file", "json_file", "go", "stop", "by_language"),
+)
+NO_DOWNLOADS = {"csv_file": gr.DownloadButton(value=None, interactive=False)}
+NO_DOWNLOADS["json_file"] = NO_DOWNLOADS["csv_file"]
 
 
 @dataclass(frozen=True)
@@ -100,123 +98,81 @@ class RaceControls:
     reference: gr.HTML | None = None  # the task and reference answer line, filled by render.reference_html
     adaptive: gr.Checkbox | None = None  # adaptive draft length: turned off, as in the analysis
 
-    def targets(self) -> list:
-        """What `race_inputs` fills, in its order."""
-        optional = [c for c in (self.reference, self.adaptive) if c is not None]
-        return [self.tabs, self.image, self.question, self.drafter, self.gamma, self.decoding, self.max_new, *optional]
+    def targets(self) -> tuple[str, ...]:
+        """The names of the components `race_inputs` fills (those given)."""
+        named = ("tabs", "image", "question", "drafter", "gamma", "decoding", "max_new", "reference", "adaptive")
+        return tuple(name for name in named if getattr(self, name) is not None)
 
 
 # --- handlers ---------------------------------------------------------------------------------
 
 
-def drafter_choices(preset: str) -> list[str]:
-    names = [s.name for s in presets.PRESETS[preset].drafters] if preset in presets.PRESETS else []
-    return names + [BOTH] if len(names) > 1 else names
-
-
-def spoken() -> tuple[str, ...]:
-    """The languages the shipped world speaks (English first)."""
-    return presets.world_languages()
-
-
-def parse_settings(preset, task, drafter, gamma, n, seed, language="en") -> tuple:
-    """The analysis's settings as sent, checked by `demo.session.validate` as /race's and /trace's are:
-    (preset, task, drafters, gamma, n, seed, languages asked), or InvalidInput naming the value
-    and what would do."""
-    preset = validate.choice("model preset", preset, presets.PRESETS)
-    task = validate.choice("task", task, TASK_KINDS)
-    language = validate.choice("language", language, [value for _, value in language_choices(spoken())])
-    known = drafter_choices(preset)
-    drafter = validate.choice(f"drafter for preset {preset!r}", drafter, known)
-    gamma = validate.integer("gamma (drafts per round)", gamma, *validate.GAMMA_RANGE)
-    n = validate.integer("N examples", n, *N_RANGE)
-    seed = validate.integer("example set (seed)", 0 if seed is None else seed, *validate.SEED_RANGE)
-    drafters = [d for d in known if d != BOTH] if drafter == BOTH else [drafter]
-    languages = spoken() if language == ALL_LANGUAGES else (language,)
-    return preset, task, drafters, gamma, n, seed, languages
-
-
-@functools.cache
-def _export_dir() -> tempfile.TemporaryDirectory:
-    return tempfile.TemporaryDirectory(prefix="spd-analysis-")
-
-
-def _view(batch: Batch | None, status: str, busy: bool, files: tuple | None = None) -> tuple:
-    """Every output of an analysis, from the batch so far (see `analysis_tab`)."""
+def _view(batch: Batch | None, status: str, busy: bool, files: dict | None = None) -> dict:
+    """Every output of an analysis, by name, from the batch so far."""
     sums = summaries(batch) if batch else {}
-    downloads = files or (gr.DownloadButton(value=None, interactive=False),) * 2
-    return (
-        status,
-        headline_html(batch, sums),
-        analysis_charts.category_figure(sums),
-        analysis_charts.position_figure(sums),
-        words_table(sums),
-        runs_table(batch, multilingual=len(spoken()) > 1),
-        batch,
-        *downloads,
-        gr.Button(interactive=not busy, value="Analysing…" if busy else "Run analysis"),
-        gr.Button(visible=busy, interactive=True, value="Stop"),
-        gr.Dataframe(
-            languages_table(batch), visible=several_languages(batch)
-        ),  # last: the outputs before keep their places
-    )
+    return {
+        "status": status,
+        "headline": headline_html(batch, sums),
+        "by_category": analysis_charts.category_figure(sums),
+        "by_position": analysis_charts.position_figure(sums),
+        "words": words_table(sums),
+        "runs": runs_table(batch, multilingual=len(spoken()) > 1),
+        "batch": batch,
+        **(files or NO_DOWNLOADS),
+        "go": gr.Button(interactive=not busy, value="Analysing…" if busy else "Run analysis"),
+        "stop": gr.Button(visible=busy, interactive=True, value="Stop"),
+        "by_language": gr.Dataframe(languages_table(batch), visible=several_languages(batch)),
+    }
 
 
-_ANALYSES: dict[str, PageRun] = {}  # by the page's session: the analysis it runs, for its Stop
+# The Stop button: the analysis ends after the run at hand and says "Stopped." itself (`runs.stop`).
+stop_analysis = stopper("analysis", lambda: gr.Button(interactive=False, value="Stopping…"))
 
 
-def stop_analysis(page: gr.Request = None):
-    """The Stop button: ask the page's analysis to end after the run at hand, and switch Stop off.
-    The analysis says "Stopped." itself, in its last update (as the race does, and for the same
-    reason: its updates reach the page in order, this answer may not, see `handlers.stop_race`)."""
-    run = _ANALYSES.get(getattr(page, "session_hash", None))
-    if run is not None:
-        run.stop.set()
-    return gr.Button(interactive=False, value="Stopping…")
-
-
-def stopped(batch: Batch) -> tuple:
+def stopped(batch: Batch) -> dict:
     """The last update of an analysis its Stop ended: the runs that finished stay, and can be downloaded."""
     runs = len(batch.runs)
     status = status_html(f"Stopped after {runs} run{'s' * (runs != 1)}; the charts and tables show those.")
     return _view(batch, status, busy=False, files=_downloads(batch) if runs else None)
 
 
-def _downloads(batch: Batch) -> tuple:
-    folder = Path(_export_dir().name)
+def _downloads(batch: Batch) -> dict:
+    folder = Path(export_dir().name)
     csv_path, json_path = folder / "analysis.csv", folder / "analysis.json"
     csv_path.write_text(observations_csv(batch))
     json_path.write_text(export.to_json(record(batch)))
-    return gr.DownloadButton(value=str(csv_path), interactive=True), gr.DownloadButton(
-        value=str(json_path), interactive=True
-    )
+    return {
+        "csv_file": gr.DownloadButton(value=str(csv_path), interactive=True),
+        "json_file": gr.DownloadButton(value=str(json_path), interactive=True),
+    }
 
 
 def analyze(preset, task, drafter, gamma, n, seed, language="en", page: gr.Request = None):
     """Run SPD (greedy) on n held-out examples with the chosen drafter(s), in the chosen language
     (or each in turn); stream the aggregates. The page's Stop ends it after the run at hand."""
-    with page_run(page, _ANALYSES) as run:
-        yield from _analyze(preset, task, drafter, gamma, n, seed, language, run.stop)
-
-
-def _analyze(preset, task, drafter, gamma, n, seed, language, stop: threading.Event):
     try:
-        preset, task, drafters, gamma, n, seed, languages = parse_settings(
-            preset, task, drafter, gamma, n, seed, language
+        request = batches.parse_analysis(
+            preset=preset, task=task, drafter=drafter, gamma=gamma, n=n, seed=seed, language=language
         )
-        offers.check_available(preset)  # not served here, or cannot load: said before any work
+        offers.check_available(request.preset)  # not served here, or cannot load: said before any work
     except Exception as error:
         raise page_error(failures.message(error)) from None
-    batch = Batch(preset, task, drafters, gamma, n, seed, MAX_NEW_TOKENS, language=language)
+    with page_run(page, "analysis") as run:
+        yield from _analyze(request, run)
+
+
+def _analyze(request: AnalysisRequest, run) -> dict:
+    r = request
+    batch = Batch(r.preset, r.task, list(r.drafters), r.gamma, r.n, r.seed, r.max_new_tokens, language=r.language)
     yield _view(batch, status_html("Loading the models…", 0.0), busy=True)
     started = time.perf_counter()
-    items = examples_for(task, batch.n, batch.seed, languages)
-    total = len(items) * len(drafters)
+    items = examples_for(r.task, r.n, r.seed, r.languages)
+    total = len(items) * len(r.drafters)
     try:
-        with closing(session.decode_examples(preset, drafters, items, batch.gamma, batch.max_new_tokens)) as steps:
+        with closing(session.decode_examples(r.preset, list(r.drafters), items, r.gamma, r.max_new_tokens)) as steps:
             for step in steps:
                 if step[0] == "run":
-                    if stop.is_set():  # the run at hand has finished and is kept
+                    if run.stop.is_set():  # the run at hand has finished and is kept
                         break
                     _, i, d = step
                     note = f"example {i + 1}/{len(items)} · {d} drafter · {items[i].task.replace('_', ' ')}"
@@ -224,20 +180,19 @@ def _analyze(preset, task, drafter, gamma, n, seed, language, stop: threading.Ev
                         note += f" · {LANGUAGE_NAMES[items[i].language]}"
                     yield _view(batch, status_html(note, len(batch.runs) / total), busy=True)
                     continue
-                _, i, d, trace, obs = step
+                _, i, d, trace, obs, correct = step
                 item = items[i]
-                correct = score(item.task, item, trace.summary.text)
                 batch.runs.append(Run(len(batch.runs) + 1, i, item, d, trace, obs, correct, item.language))
     except Exception as error:  # models that will not load, a failed run: what finished stays on the page
         message = f"Stopped: {failures.message(error)}"
         yield _view(batch, status_html(message, error=True), busy=False)
         raise page_error(message) from None
-    if stop.is_set():
+    if run.stop.is_set():
         yield stopped(batch)
         return
     batch.seconds = time.perf_counter() - started
     done = (
-        f"Done: {len(items)} examples × {len(drafters)} drafter{'s' * (len(drafters) > 1)} in "
+        f"Done: {len(items)} examples × {len(r.drafters)} drafter{'s' * (len(r.drafters) > 1)} in "
         f"{batch.seconds:.1f} s (greedy, at most {batch.max_new_tokens} new tokens). "
         "Select a row to see its trace."
     )
@@ -261,39 +216,36 @@ def show_run(batch: Batch | None, evt: gr.SelectData):
     )
 
 
-def race_inputs(batch: Batch | None, number, current_preset: str, race: RaceControls) -> tuple:
-    """The Race tab's inputs set to one run of the batch (`race.targets()`), and that tab selected."""
+def race_inputs(batch: Batch | None, number, current_preset: str, race: RaceControls) -> dict:
+    """The Race tab's inputs set to one run of the batch, by `RaceControls` field name, and that
+    tab selected; nothing (every input left as it is) when there is no such run."""
     run = find_run(batch, number)
-    skip = (gr.skip(),) * len(race.targets())
     if run is None:
-        return skip
+        return {}
     if current_preset != batch.preset:
         gr.Warning(
             f"The Race tab now uses preset {current_preset!r}; this analysis ran on {batch.preset!r}. "
             "Pick that preset again to race its examples."
         )
-        return skip
-    out = (
-        gr.Tabs(selected=race.race_tab),
-        run.item.image,
-        run.item.question,
-        run.drafter,
-        batch.gamma,
-        "greedy",
-        batch.max_new_tokens,
-    )
-    if race.reference is not None:
-        out += (render.reference_html(run.item.task, run.item.answer),)
-    if race.adaptive is not None:
-        out += (False,)
-    return out
+        return {}
+    return {
+        "tabs": gr.Tabs(selected=race.race_tab),
+        "image": run.item.image,
+        "question": run.item.question,
+        "drafter": run.drafter,
+        "gamma": batch.gamma,
+        "decoding": "greedy",
+        "max_new": batch.max_new_tokens,
+        "reference": render.reference_html(run.item.task, run.item.answer),
+        "adaptive": False,
+    }
 
 
 # --- layout -----------------------------------------------------------------------------------
 
 
 NOTE = (
-    f"Speculative decoding only, **greedy** (deterministic), at most {MAX_NEW_TOKENS} new tokens, on "
+    f"Speculative decoding only, **greedy** (deterministic), at most {batches.DEFAULTS['max_new_tokens']} new tokens, on "
     "held-out scenes of the embedded world, with the Race tab's model preset. A rejection is counted at "
     "the target's word: a *colour* rejection means the drafter wrote something else where the target "
     "wrote a colour. Image-grounded words (colour, shape, size, count, position, yes/no) are grouped "
@@ -315,9 +267,16 @@ def analysis_tab(race: RaceControls) -> None:
             drafters, value=drafters[0] if drafters else None, label="Drafter", elem_id="an-drafter", scale=2
         )
         gamma = gr.Slider(
-            *validate.GAMMA_RANGE, value=GAMMA_DEFAULT, step=1, label="γ: drafts per round", elem_id="an-gamma", scale=2
+            *validate.GAMMA_RANGE,
+            value=batches.DEFAULTS["gamma"],
+            step=1,
+            label="γ: drafts per round",
+            elem_id="an-gamma",
+            scale=2,
         )
-        n = gr.Slider(*N_RANGE, value=N_DEFAULT, step=1, label="N examples", elem_id="an-n", scale=2)
+        n = gr.Slider(
+            *batches.N_RANGE, value=batches.DEFAULTS["n"], step=1, label="N examples", elem_id="an-n", scale=2
+        )
         seed = gr.Number(0, precision=0, minimum=0, label="Example set (seed)", elem_id="an-seed", scale=1)
         with gr.Column(scale=2, min_width=160):
             go = gr.Button("Run analysis", variant="primary", elem_id="an-run")
@@ -390,18 +349,21 @@ def analysis_tab(race: RaceControls) -> None:
                 )
     batch, selected = gr.State(None), gr.State(None)
 
+    outputs = {"status": status, "headline": headline, "by_category": by_category, "by_position": by_position}
+    outputs |= {"words": words, "runs": runs, "batch": batch, "csv_file": csv_file, "json_file": json_file}
+    outputs |= {"go": go, "stop": stop, "by_language": by_language}
     go.click(
-        analyze,
+        positional(analyze, OUTPUTS),
         [race.preset, task, drafter, gamma, n, seed, language],
-        [status, headline, by_category, by_position, words, runs, batch, csv_file, json_file, go, stop, by_language],
+        [outputs[name] for name in OUTPUTS],
         api_name="analysis",
         show_progress="hidden",
         concurrency_limit=1,
         concurrency_id="decode",
         preprocess=False,
-    )  # every value as sent reaches `parse_settings`, as on /race
+    )  # every value as sent reaches `batches.parse_analysis`, as on /race
     small = {"api_visibility": "private", "queue": False}  # never behind decoding in the queue
-    stop.click(stop_analysis, None, stop, **small)  # the analysis ends itself: see stop_analysis
+    stop.click(stop_analysis, None, stop, **small)  # the analysis ends itself: see `runs.stop`
     runs.select(show_run, batch, [image, trace_view, selected, to_race], **small)
     race.preset.change(
         lambda p: gr.Dropdown(choices=drafter_choices(p), value=(drafter_choices(p) or [None])[0]),
@@ -410,65 +372,10 @@ def analysis_tab(race: RaceControls) -> None:
         **small,
     )
     event = to_race.click(
-        lambda b, number, p: race_inputs(b, number, p, race), [batch, selected, race.preset], race.targets(), **small
+        positional(lambda b, number, p: race_inputs(b, number, p, race), race.targets()),
+        [batch, selected, race.preset],
+        [getattr(race, name) for name in race.targets()],
+        **small,
     )
     if race.run is not None and race.run.elem_id:
         event.then(None, js=f"() => {{ document.getElementById({race.run.elem_id!r})?.click(); }}")
-
-
-def build_standalone(default_preset: str = presets.DEFAULT_PRESET) -> gr.Blocks:
-    """The tab beside stand-ins for the Race tab's inputs (its Run button only says what it got)."""
-    names = [s.name for s in presets.PRESETS[default_preset].drafters]
-    with gr.Blocks(title="Speculative decoding: error analysis") as demo:
-        with gr.Tabs() as tabs:
-            with gr.Tab("Race", id="race"):
-                with gr.Row():
-                    image = gr.Image(type="pil", label="Image", height=240, elem_id="image")
-                    with gr.Column():
-                        question = gr.Textbox(label="Question", lines=2, elem_id="question")
-                        reference = gr.HTML(elem_id="reference")
-                        preset = gr.Dropdown(
-                            list(presets.PRESETS), value=default_preset, label="Model preset", elem_id="preset"
-                        )
-                        drafter = gr.Dropdown(names, value=names[0], label="Drafter", elem_id="drafter")
-                        gamma = gr.Slider(1, 10, value=4, step=1, label="γ", elem_id="gamma")
-                        decoding = gr.Radio(
-                            ["greedy", "sampling"], value="sampling", label="Decoding", elem_id="decoding"
-                        )
-                        max_new = gr.Slider(1, 512, value=128, step=1, label="Max new tokens", elem_id="max-new")
-                        adaptive = gr.Checkbox(True, label="Adaptive draft length", elem_id="adaptive")
-                        run = gr.Button("Run the race", variant="primary", elem_id="run")
-                said = gr.Markdown(elem_id="raced")
-                run.click(
-                    lambda im, q, p, d, g, dec, m, a: (
-                        f"Raced: {q!r} with {p}/{d}, γ = {g}, {dec}, {m} tokens, "
-                        f"adaptive {'on' if a else 'off'}, image {'given' if im is not None else 'missing'}."
-                    ),
-                    [image, question, preset, drafter, gamma, decoding, max_new, adaptive],
-                    said,
-                    api_name="race",
-                )
-            with gr.Tab("Analysis", id="analysis"):
-                analysis_tab(
-                    RaceControls(
-                        tabs=tabs,
-                        race_tab="race",
-                        image=image,
-                        question=question,
-                        preset=preset,
-                        drafter=drafter,
-                        gamma=gamma,
-                        decoding=decoding,
-                        max_new=max_new,
-                        run=run,
-                        reference=reference,
-                        adaptive=adaptive,
-                    )
-                )
-    return demo
-
-
-if __name__ == "__main__":
-    from demo.page.text import CSS
-
-    build_standalone().launch(css=CSS)

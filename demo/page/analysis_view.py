@@ -18,18 +18,16 @@ import pandas as pd
 from demo.engine import export, metrics
 from demo.page import blocks, render
 from demo.session import rejections
+from demo.session.batches import ALL_LANGUAGES, TASK_KINDS
 from demo.world.tasks import LANGUAGE_NAMES, TASKS
 
 if TYPE_CHECKING:
     from demo.engine.events import Trace
     from demo.world.tasks import Example
 
-VQA = tuple(t for t in TASKS if t.startswith("vqa_"))
-TASK_KINDS = {"all": TASKS, "vqa": VQA} | {t: (t,) for t in TASKS}  # choice -> world tasks, cycled
 TASK_CHOICES = [("all tasks, mixed", "all"), ("vqa, all five kinds", "vqa")]
 TASK_CHOICES += [(t.replace("_", " "), t) for t in TASKS]
 TOP_WORDS = 12  # most-rejected words listed per drafter
-ALL_LANGUAGES = "all"  # the language choice that asks each example in every language the world speaks
 
 # --- a batch of runs and what is shown of it (pure) -------------------------------------------
 

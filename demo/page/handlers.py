@@ -9,7 +9,9 @@
     trace_api     /trace, for gradio_client: the same race returned whole as one JSON document
 
 A name left out of an update leaves that component as it is. `positional(handler)` turns the
-dicts into the tuples Gradio expects, in `OUTPUTS` order (`demo.page.app` wires them).
+dicts into the tuples Gradio expects, in `OUTPUTS` order (`demo.page.server` wires them; the
+mechanism, the Stop registry and the downloads' folder are `demo.page.runs`, shared with the
+Analysis tab).
 
 The handlers hold no decoding logic and touch no caches or logits: `demo.session` parses the
 request, loads, builds the lanes, races and closes them; `demo.page.lanes` turns the traces into
@@ -29,14 +31,10 @@ Reliability, as the handlers guarantee it:
 
 from __future__ import annotations
 
-import functools
-import html
-import inspect
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from pathlib import Path
 
 import gradio as gr
@@ -45,8 +43,9 @@ import gradio.utils
 from demo import session
 from demo.engine import export
 from demo.engine.events import RoundEvent, TokenEvent, Trace
-from demo.page import classroom, lanes, render
+from demo.page import classroom, lanes, render, runs
 from demo.page.examples import reference_for
+from demo.page.runs import page_error
 from demo.session import failures, gamma_sweep, validate
 
 PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the browser keeps up)
@@ -65,81 +64,13 @@ OUTPUTS = (
 
 
 def positional(handler: Callable) -> Callable:
-    """`handler`, its dicts turned into tuples in OUTPUTS order (gr.skip() for a name left out).
-    Keeps the handler's signature (Gradio reads it to pass the page's gr.Request)."""
-
-    def as_tuple(update: dict) -> tuple:
-        return tuple(update.get(name, gr.skip()) for name in OUTPUTS)
-
-    if inspect.isgeneratorfunction(inspect.unwrap(handler)):
-
-        @functools.wraps(handler)
-        def tuples(*args, **kwargs):
-            for update in handler(*args, **kwargs):
-                yield as_tuple(update)
-
-        return tuples
-
-    @functools.wraps(handler)
-    def one(*args, **kwargs):
-        return as_tuple(handler(*args, **kwargs))
-
-    return one
-
-
-def page_error(message: str) -> gr.Error:
-    """The error a page's handler raises: the browser's pop-up renders its message as HTML, so the
-    characters HTML would swallow (`<image>` in a quoted question) are escaped and show as typed.
-    The same handlers serve /race and /analysis, whose callers then read those three as entities;
-    /trace, for API callers only, raises the plain sentence."""
-    return gr.Error(html.escape(message, quote=False), print_exception=False)
+    """`handler`, its dicts turned into tuples in OUTPUTS order (`runs.positional`)."""
+    return runs.positional(handler, OUTPUTS)
 
 
 def uploads() -> Path:
     """Gradio's upload folder: the only place an image may be read from."""
     return Path(gradio.utils.get_upload_folder())
-
-
-# --- what Gradio keeps per visitor --------------------------------------------------------------
-
-
-def _forget_stale_copies() -> None:
-    """Drop the component copies Gradio 6 files in this session after each run (call it in a
-    handler, after its last yield).
-
-    A handler's gr.skip() (the heartbeat, the charts between redraws, a status message) is a
-    prop update: Gradio files a fresh copy of that output component in the session, under the
-    output's id. The next plain value for the same output then files that copy again under the
-    copy's own id, with the value in the session's config, and nothing ever reads or removes it:
-    without this, every race left about 120 such copies in a visitor's session, holding its panels
-    and figures (0.7 MiB per 32-token race, 2.1 MiB per 128-token one, for good), and every /trace
-    one copy of its JSON. The page's components are the Blocks' own ids; everything else in the
-    session's blocks (this app renders nothing dynamically) is such a copy.
-    """
-    from gradio.context import LocalContext
-
-    blocks, request = LocalContext.blocks.get(None), LocalContext.request.get(None)
-    holder = getattr(blocks, "state_holder", None)
-    data = getattr(holder, "session_data", {}).get(getattr(request, "session_hash", None))
-    if data is None:
-        return
-    known = blocks.default_config.blocks
-    for key in [k for k in data.blocks_config.blocks if k not in known]:
-        del data.blocks_config.blocks[key]
-        data.config_values.pop(key, None)
-
-
-def _tidy(handler: Callable[..., Iterator]) -> Callable[..., Iterator]:
-    """The generator handler `handler`, followed by `_forget_stale_copies()` however it ends."""
-
-    @functools.wraps(handler)
-    def tidied(*args, **kwargs):
-        try:
-            yield from handler(*args, **kwargs)
-        finally:
-            _forget_stale_copies()
-
-    return tidied
 
 
 # --- views ------------------------------------------------------------------------------------------
@@ -163,16 +94,8 @@ def failed(message: str) -> dict:
     return status(render.error_html(message), busy=False)
 
 
-@functools.cache
-def _export_dir() -> tempfile.TemporaryDirectory:
-    """One folder per process for the downloads (held by the cache, removed at exit). Gradio
-    copies each file into its own cache when it sends it, and runs never overlap (one
-    concurrency slot), so every run can write the same two names."""
-    return tempfile.TemporaryDirectory(prefix="spd-exports-")
-
-
 def downloads(traces: dict[str, Trace], request: session.Request, gamma_sweep: list[dict] | None = None) -> dict:
-    folder = Path(_export_dir().name)
+    folder = Path(runs.export_dir().name)
     json_path, csv_path = folder / "trace.json", folder / "tokens.csv"
     json_path.write_text(export.to_json(export.payload(request.settings(), traces, gamma_sweep)))
     csv_path.write_text(export.tokens_csv(traces))
@@ -189,48 +112,15 @@ NO_DOWNLOADS["csv_file"] = NO_DOWNLOADS["json_file"]
 # --- runs a page can stop ---------------------------------------------------------------------------
 
 
-class PageRun:
-    """A run on one page (a race, a replay, an analysis), which its Stop button can end: `stop`
-    asks it to end after the event at hand, and the run then says so in its own last update."""
-
-    def __init__(self):
-        self.stop = threading.Event()
-        self.shown = None  # (traces, facts, reference) of the race on show, for its stopped view
-
-
-_PAGE_RUNS: dict[str, PageRun] = {}  # by the page's session: each page races or replays one thing at a time
-
-
-@contextmanager
-def page_run(page: gr.Request | None, runs: dict[str, PageRun] = _PAGE_RUNS):
-    """Register a run of the page `page` in `runs`, where its Stop finds it (None: a call
-    without a page, e.g. in tests)."""
-    run = PageRun()
-    key = getattr(page, "session_hash", None)
-    if key:
-        runs[key] = run
-    try:
-        yield run
-    finally:
-        if key and runs.get(key) is run:
-            del runs[key]
-
-
 STOPPED = '<div class="outcome">Stopped. The panels below keep what was decoded before the stop.</div>'
 
 
-def stop_race(page: gr.Request = None) -> dict:
-    """The Stop button: ask the page's race or replay to end after the event at hand; Stop says
-    "Stopping…", off. The run says "Stopped." itself (`_stopped`): this answer, on a request of
-    its own, could reach the page before the run's last updates, which would cover it. Nor does
-    Gradio cancel the run, which would drop its stopped update (no queued run needs cancelling)."""
-    run = _PAGE_RUNS.get(getattr(page, "session_hash", None))
-    if run is not None:
-        run.stop.set()
-    return {"stop": gr.Button(interactive=False, value="Stopping…")}
+# The Stop button: the page's race or replay ends after the event at hand and says "Stopped."
+# itself, in its last updates (`runs.stop`); Stop says "Stopping…", off, at once.
+stop_race = runs.stopper("race", lambda: {"stop": gr.Button(interactive=False, value="Stopping…")})
 
 
-def _stopped(run: PageRun) -> Iterator[dict]:
+def _stopped(run: runs.PageRun) -> Iterator[dict]:
     """The last updates of a run its Stop ended: what was decoded, each lane's clock stopped, Run
     on; first without the charts, which a busy machine is slowest to draw, then with them."""
     for charts_too in (False, True) if run.shown else (False,):
@@ -271,7 +161,7 @@ def _frames(
     yield lanes.view(traces, facts, charts_too=True, reference=reference)
 
 
-def _unless_stopped(loading: Iterator, run: PageRun):
+def _unless_stopped(loading: Iterator, run: runs.PageRun):
     """`yield from loading` (`session.until_ready`), ended after a report if the page's Stop was
     pressed: then it returns (None, ())."""
     while True:
@@ -325,7 +215,7 @@ def page_request(
     )
 
 
-@_tidy
+@runs.tidy
 def run_race(
     image,
     question,
@@ -345,7 +235,7 @@ def run_race(
     """Stream the race to the page: every lane's panel and stats, the block views and the charts
     as events arrive. A failure is shown where the outcome goes and raised as gr.Error (an API
     caller gets it)."""
-    with page_run(page) as run:
+    with runs.page_run(page, "race") as run:
         try:
             request = page_request(
                 question,
@@ -389,7 +279,7 @@ def _reference(image, question) -> str | None:
 
 
 def _race_to_page(
-    request: session.Request, facts: tuple[str, ...], events, run: PageRun, image, reference: str | None
+    request: session.Request, facts: tuple[str, ...], events, run: runs.PageRun, image, reference: str | None
 ) -> Iterator[dict]:
     traces = {lane: Trace() for lane in lanes.ordered(session.lane_names(request))}
     timeline = []  # the race in the order it ran, for the replay
@@ -427,7 +317,7 @@ def _recorded(events, timeline: list) -> Iterator:
         yield pair
 
 
-@_tidy
+@runs.tidy
 def replay_race(last, speed: str = classroom.SPEED_DEFAULT, page: gr.Request = None):
     """Show the last race again at `speed` (¼×: four times slower than it ran); the clocks,
     numbers and order are the measured ones."""
@@ -440,7 +330,7 @@ def replay_race(last, speed: str = classroom.SPEED_DEFAULT, page: gr.Request = N
     traces = {lane: Trace() for lane in lanes.ordered({lane for lane, _ in timeline})}
     last_view = lanes.view(traces, facts, charts_too=True)
     yield last_view | buttons(busy=True)
-    with page_run(page) as run:
+    with runs.page_run(page, "race") as run:
         run.shown = (traces, facts, None)
         for frame in _frames(session.paced(timeline, slowdown, run.stop), traces, facts):
             last_view = frame or last_view
@@ -451,7 +341,7 @@ def replay_race(last, speed: str = classroom.SPEED_DEFAULT, page: gr.Request = N
             yield last_view | buttons(busy=False)
 
 
-@_tidy
+@runs.tidy
 def trace_api(
     image,
     question,

@@ -364,12 +364,14 @@ def _examples_duration(preset: str, drafters: list[str], items: list, gamma: int
 
 @zerogpu.GPU(duration=_examples_duration)
 def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int):
-    """Speculative decoding, greedy, of each example (`.image`, `.question`, `.language`) with each drafter,
-    yielding plain data only (on ZeroGPU it runs in another process): ("run", i, drafter) before
-    each run, then ("done", i, drafter, trace, observations) (`demo.session.rejections.observations`)."""
+    """Speculative decoding, greedy, of each example (`.image`, `.question`, `.language`, and what
+    `demo.world.scoring.score` reads) with each drafter, yielding plain data only (on ZeroGPU it runs
+    in another process): ("run", i, drafter) before each run, then ("done", i, drafter, trace,
+    observations, correct): `demo.session.rejections.observations`, and the answer scored."""
     from demo.engine.sampling import Sampling
     from demo.models import loader
     from demo.session import rejections
+    from demo.world.scoring import score
 
     loader.check_served(preset)  # preloaded deployments (a Space) never load in a request
     loaded = loader.load(preset)
@@ -377,7 +379,8 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
         for d in drafters:
             yield "run", i, d
             trace = run(loaded, Request(item.question, preset, d, gamma, Sampling(), max_new_tokens), item.image)
-            yield "done", i, d, trace, rejections.observations(trace, i, loaded.target.stop_ids, item.language)
+            observations = rejections.observations(trace, i, loaded.target.stop_ids, item.language)
+            yield "done", i, d, trace, observations, score(item.task, item, trace.summary.text)
 
 
 def warm_up(preset: str) -> None:

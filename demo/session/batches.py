@@ -1,0 +1,89 @@
+"""The Analysis tab's request: a batch of held-out examples of the embedded world, decoded
+greedily with one drafter or each of a preset's drafters, parsed by name as a race's `Request`
+is (`demo.session.parse`), every value checked by `validate` and refused with its name and range.
+
+    parse_analysis(preset=, task=, drafter=, gamma=, n=, seed=, language=) -> AnalysisRequest
+    drafter_choices(preset)   the drafter control's choices: the preset's drafters, then BOTH
+    spoken()                  the languages the shipped world speaks (English first)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from demo.models import presets
+from demo.session import validate
+from demo.world.tasks import TASKS
+
+BOTH = "both, side by side"  # the drafter choice that runs each of the preset's drafters in turn
+ALL_LANGUAGES = "all"  # the language choice that asks each example in every language the world speaks
+VQA = tuple(t for t in TASKS if t.startswith("vqa_"))
+TASK_KINDS = {"all": TASKS, "vqa": VQA} | {t: (t,) for t in TASKS}  # choice -> world tasks, cycled
+N_RANGE = (1, 32)  # examples in a batch
+DEFAULTS = {
+    "gamma": 4,
+    "n": 8,
+    "seed": 0,
+    "language": "en",
+    "max_new_tokens": 160,  # enough for the world's longest answers (detailed descriptions)
+}
+
+
+@dataclass(frozen=True)
+class AnalysisRequest:
+    """A validated analysis: which examples, and which drafters decode each of them."""
+
+    preset: str
+    task: str  # a key of TASK_KINDS
+    drafters: tuple[str, ...]  # each example is decoded by each of these, in this order
+    gamma: int
+    n: int
+    seed: int
+    language: str  # as chosen: a language of the world, or ALL_LANGUAGES
+    languages: tuple[str, ...]  # the languages asked, each example in each in turn
+    max_new_tokens: int
+
+
+def spoken() -> tuple[str, ...]:
+    """The languages the shipped world speaks (English first)."""
+    return presets.world_languages()
+
+
+def drafter_choices(preset: str) -> list[str]:
+    names = [s.name for s in presets.PRESETS[preset].drafters] if preset in presets.PRESETS else []
+    return names + [BOTH] if len(names) > 1 else names
+
+
+def parse_analysis(
+    *,
+    preset,
+    task,
+    drafter,
+    gamma=DEFAULTS["gamma"],
+    n=DEFAULTS["n"],
+    seed=DEFAULTS["seed"],
+    language=DEFAULTS["language"],
+) -> AnalysisRequest:
+    """The analysis from its settings as sent, by name, decoding at most DEFAULTS' max_new_tokens
+    per example. Raises InvalidInput naming the first bad value and what would do."""
+    preset = validate.choice("model preset", preset, presets.PRESETS)
+    task = validate.choice("task", task, TASK_KINDS)
+    languages = spoken()
+    choices = [*languages, ALL_LANGUAGES] if len(languages) > 1 else [*languages]
+    language = validate.choice("language", language, choices)
+    known = drafter_choices(preset)
+    drafter = validate.choice(f"drafter for preset {preset!r}", drafter, known)
+    gamma = validate.integer("gamma (drafts per round)", gamma, *validate.GAMMA_RANGE)
+    n = validate.integer("N examples", n, *N_RANGE)
+    seed = validate.integer("example set (seed)", 0 if seed is None else seed, *validate.SEED_RANGE)
+    return AnalysisRequest(
+        preset=preset,
+        task=task,
+        drafters=tuple(d for d in known if d != BOTH) if drafter == BOTH else (drafter,),
+        gamma=gamma,
+        n=n,
+        seed=seed,
+        language=language,
+        languages=languages if language == ALL_LANGUAGES else (language,),
+        max_new_tokens=DEFAULTS["max_new_tokens"],
+    )
