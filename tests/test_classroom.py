@@ -9,7 +9,7 @@ import pytest
 from test_app import events_in_race_order
 from test_render import ar_trace, spd_trace
 
-from demo.engine.events import DraftTree, TreeNode
+from demo.engine.events import DraftTree, TokenEvent, TreeNode
 from demo.models import presets
 from demo.page import classroom, drafter_notes, handlers, render
 
@@ -87,3 +87,9 @@ def test_a_tree_lanes_alpha_says_it_counts_the_walked_branch_and_how_many_nodes_
         "per node, 1 / 4 = 0.25" in html
     )
     assert "a tree counts γ drafter steps a round, one forward per depth" in html
+
+
+def test_a_token_of_spaces_alone_is_drawn_as_visible_spaces_not_an_empty_box():
+    html = render.token_span(TokenEvent(3, 40, "  ", "target", 0, p=0.5, t=0.1), greedy=True)
+    assert '<span class="nl">␣</span><span class="nl">␣</span><span class="tip"' in html
+    assert "↵" in render.token_span(TokenEvent(4, 41, "\n", "target", 0, p=0.5, t=0.1), greedy=True)

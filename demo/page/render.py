@@ -126,8 +126,10 @@ def token_span(tok: TokenEvent, greedy: bool, end: bool = False, opens: bool = F
         face = '<span class="end">end</span>'
     elif not tok.text:
         face = '<span class="part">·</span>'  # held back: part of a character completed later
+    elif not tok.text.strip(" "):
+        face = '<span class="nl">␣</span>' * len(tok.text)  # spaces alone: shown, not an empty box
     else:
-        face = visible(tok.text.lstrip(" ") or tok.text, line_breaks=False)
+        face = visible(tok.text.lstrip(" "), line_breaks=False)
     details = token_details(tok, greedy) + ([OPENS] if opens and tok.round > 0 else [])
     label = html.escape(" — ".join(details), quote=True)
     hint = f'<span class="opens">{OPENS}</span>' if opens and tok.round > 0 else ""
