@@ -112,7 +112,12 @@ NO_DOWNLOADS["csv_file"] = NO_DOWNLOADS["json_file"]
 # --- runs a page can stop ---------------------------------------------------------------------------
 
 
-STOPPED = '<div class="outcome">Stopped. The panels below keep what was decoded before the stop.</div>'
+def stopped_html(run: runs.PageRun) -> str:
+    """ "Stopped.", how long after the Stop reached the server the run had ended, and what stays."""
+    took = (
+        "" if run.asked_at is None else f" It ended {time.perf_counter() - run.asked_at:.2f} s after the Stop arrived."
+    )
+    return f'<div class="outcome">Stopped.{took} The panels below keep what was decoded before the stop.</div>'
 
 
 # The Stop button: the page's race or replay ends after the event at hand and says "Stopped."
@@ -123,10 +128,11 @@ stop_race = runs.stopper("race", lambda: {"stop": gr.Button(interactive=False, v
 def _stopped(run: runs.PageRun) -> Iterator[dict]:
     """The last updates of a run its Stop ended: what was decoded, each lane's clock stopped, Run
     on; first without the charts, which a busy machine is slowest to draw, then with them."""
+    said = stopped_html(run)  # timed once: the run has ended here
     for charts_too in (False, True) if run.shown else (False,):
         traces, facts, reference = run.shown or ({}, (), None)
         shown = lanes.view(traces, facts, charts_too, reference, stopped=True) if traces else {}
-        yield shown | status(STOPPED, False)
+        yield shown | status(said, False)
 
 
 # --- streaming ------------------------------------------------------------------------------------
