@@ -58,7 +58,16 @@ def test_a_class_can_run_step_through_and_stop_a_race_at_this_width(browser, ser
     page.locator("#how-round").scroll_into_view_if_needed()
     shoot(page, f"classroom-{width}-step.png")
 
-    # 3. Stop answers: "Stopping…" at once, the race ended on the page within STOP_WITHIN_S.
+    # 3. A request that fails clears the last race's panels instead of leaving them looking current.
+    page.fill("#question textarea", "")
+    page.click("#run")
+    outcome_has(page, "Ask a question about the image first.")
+    assert page.locator("#spd-panel .tok").count() == 0 and page.locator("#ar-panel .tok").count() == 0
+    assert "Run the race and one of its rounds is explained here" in page.inner_text("#how-round")
+    shoot(page, f"classroom-{width}-error.png")
+
+    # 4. Stop answers: "Stopping…" at once, the race ended on the page within STOP_WITHIN_S.
+    page.fill("#question textarea", "Describe this image in detail.")  # a long answer to stop
     set_max_new(page, 400)
     page.click("#run")
     page.wait_for_selector("#spd-panel .tok", timeout=60_000)
@@ -79,12 +88,4 @@ def test_a_class_can_run_step_through_and_stop_a_race_at_this_width(browser, ser
     assert all("· stopped" in c or "· done" in c for c in clocks), clocks
     page.wait_for_selector("#run:not([disabled])")
     assert page.inner_text("#stop") == "Stop" and not page.is_enabled("#stop")
-
-    # 4. A request that fails clears the last race's panels instead of leaving them looking current.
-    page.fill("#question textarea", "")
-    page.click("#run")
-    outcome_has(page, "Ask a question about the image first.")
-    assert page.locator("#spd-panel .tok").count() == 0 and page.locator("#ar-panel .tok").count() == 0
-    assert "Run the race and one of its rounds is explained here" in page.inner_text("#how-round")
-    shoot(page, f"classroom-{width}-error.png")
     page.close()
