@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PRESETS = {"p": Preset("p", "t", (DrafterSpec("text-only", "text-only", "d"),))}
 
 
+@pytest.mark.fast
 def test_a_request_is_built_by_name_with_the_documented_defaults():
     request = session.parse(question=" What is this? ", preset="p", drafter="text-only", known=PRESETS)
     assert request == session.Request("What is this?", "p", "text-only", 4, Sampling(), 128, 0.0)
@@ -35,6 +36,7 @@ def test_a_request_is_built_by_name_with_the_documented_defaults():
     assert sampled.settings()["sampling"] == {"greedy": False, "temperature": 0.5, "top_k": 0, "top_p": 0.95, "seed": 7}
 
 
+@pytest.mark.fast
 def test_a_request_takes_its_fields_by_name_only():
     with pytest.raises(TypeError):
         session.parse("q", "p", "text-only")  # positional fields are refused
@@ -42,6 +44,7 @@ def test_a_request_takes_its_fields_by_name_only():
         session.parse(question="q", preset="p", drafter="text-only", gama=4, known=PRESETS)
 
 
+@pytest.mark.fast
 def test_every_bad_field_is_refused_with_its_name():
     with pytest.raises(
         InvalidInput, match=r"^gamma \(drafts per round\) must be a whole number from 1 to 10; got 0\.$"
@@ -80,6 +83,7 @@ TWO = {
 }
 
 
+@pytest.mark.fast
 def test_a_second_drafter_adds_a_second_speculative_lane_named_speculative_2():
     one = session.parse(question="q", preset="p", drafter="text-only", known=TWO)
     assert one.drafters == ("text-only",) and session.lane_names(one) == ("speculative", "autoregressive")
@@ -98,6 +102,7 @@ def test_a_second_drafter_adds_a_second_speculative_lane_named_speculative_2():
         one.lane_drafter("speculative-2")
 
 
+@pytest.mark.fast
 def test_every_drafter_the_preset_offers_may_race_and_the_others_are_refused_with_the_reason():
     known = {"p": Preset("p", "t", (DrafterSpec("text-only", "text-only", "d"),))}
     for name in ("text-only+tree", "prompt-lookup"):
@@ -126,6 +131,7 @@ def test_every_drafter_the_preset_offers_may_race_and_the_others_are_refused_wit
         (3, r"^Unknown second drafter for preset 'p': 3\. "),
     ],
 )
+@pytest.mark.fast
 def test_a_lane_configuration_the_race_cannot_take_is_refused_with_its_limit(second, refusal):
     with pytest.raises(InvalidInput, match=refusal):
         session.parse(question="q", preset="p", drafter="text-only", second_drafter=second, known=TWO)
@@ -152,13 +158,19 @@ def test_two_lanes_race_beside_autoregressive_decoding_each_as_it_decodes_alone(
     assert whole["speculative-2"].summary.token_ids == raced["speculative-2"].summary.token_ids
 
 
-def test_two_lanes_ask_zerogpu_for_three_runs_of_time():
-    one = session.Request("q", "embedded", "text-only", 4, Sampling(), 100)
+@pytest.mark.fast
+def test_two_lanes_ask_zerogpu_for_three_runs_of_time_and_a_greedy_race_for_its_sweep_too():
+    one = session.Request("q", "embedded", "text-only", 4, Sampling(greedy=False), 100)
     two = dataclasses.replace(one, second_drafter="image-aware")
     assert session._race_duration(two, None) > session._race_duration(one, None)
-    assert session._race_duration(two, None) == zerogpu.duration(100, 3, presets.seconds_per_token("embedded"))
+    per_token = presets.seconds_per_token("embedded")
+    assert session._race_duration(two, None) == zerogpu.duration(100, 3, per_token)
+    # a greedy race's γ sweep runs in the same call: about two runs' worth of drafter steps more
+    greedy = dataclasses.replace(two, sampling=Sampling())
+    assert session._race_duration(greedy, None) == zerogpu.duration(100, 3 + 2, per_token)
 
 
+@pytest.mark.fast
 def test_two_drafter_models_that_do_not_fit_together_are_refused_before_anything_loads(monkeypatch):
     big = Preset(
         "big",
@@ -185,6 +197,7 @@ def test_two_drafter_models_that_do_not_fit_together_are_refused_before_anything
     offers.check_memory("big", ("a", "prompt-lookup"))  # prompt lookup has no model
 
 
+@pytest.mark.fast
 def test_leaving_a_race_early_closes_every_lane(world):
     request = session.Request("Describe the image.", "tiny", "text-partly", 3, Sampling(), 24)
     runs = session.lanes(world, request, tiny.images(1)[0])
@@ -195,6 +208,7 @@ def test_leaving_a_race_early_closes_every_lane(world):
             next(run)  # closed: a closed generator ends at once
 
 
+@pytest.mark.fast
 def test_a_recorded_race_is_paced_at_its_measured_times_and_ends_before_the_next_event_once_stopped(monkeypatch):
     now = [100.0]
     waits = []
@@ -221,6 +235,7 @@ def _event(t: float):
     return type("Event", (), {"t": t})()
 
 
+@pytest.mark.fast
 def test_messages_pass_what_was_written_for_people_and_hide_the_rest():
     assert failures.message(InvalidInput("Ask a question about the image first.")) == (
         "Ask a question about the image first."
@@ -229,6 +244,7 @@ def test_messages_pass_what_was_written_for_people_and_hide_the_rest():
     assert hidden.startswith("Something went wrong on the server (reference ") and "internal detail" not in hidden
 
 
+@pytest.mark.fast
 def test_the_session_layer_imports_no_gradio_and_no_torch_until_used():
     code = "import sys, demo.session; sys.exit(any(m in sys.modules for m in ('gradio', 'torch', 'transformers')))"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0

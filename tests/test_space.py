@@ -305,8 +305,10 @@ def test_the_duration_asked_for_grows_with_the_request_and_is_capped():
     assert zerogpu.duration(128, 2, 0.05) == 17  # 5 s + 2 runs x 128 tokens x 0.05 s
     assert zerogpu.duration(512, 2, 0.2) == zerogpu.MAX_DURATION  # 210 s wanted
     assert zerogpu.duration(1, 2, 0.05) == zerogpu.MIN_DURATION
-    request = session.Request("Describe.", "embedded", "text-only", 4, Sampling(), 128)
+    request = session.Request("Describe.", "embedded", "text-only", 4, Sampling(greedy=False), 128)
     assert session._race_duration(request, None) == 17
+    greedy = session.Request("Describe.", "embedded", "text-only", 4, Sampling(), 128)
+    assert session._race_duration(greedy, None) == 30  # 5 s + (2 runs + the sweep's 2) x 128 x 0.05 s
 
 
 def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_loads_nothing(
@@ -390,8 +392,10 @@ def test_decorated_functions_yield_plain_data_only(monkeypatch, two_tiny):
         items = list(session.gpu_race(request, payload, gradio.utils.get_upload_folder()))
     finally:
         shutil.rmtree(upload)
-    kinds = [item[0] for item in items]
-    assert kinds[kinds.index("ready") + 1 :] and set(kinds[kinds.index("ready") + 1 :]) == set(session.LANES)
+    kinds = [type(item).__name__ for item in items]
+    raced = items[kinds.index("Ready") + 1 : -1]
+    assert raced and {type(item) for item in raced} == {session.Lane} and {i.name for i in raced} == set(session.LANES)
+    assert isinstance(items[-1], session.Swept) and items[-1].rows  # the sweep, in the same call
     assert all(_plain(item) for item in items)
     steps = list(session.decode_examples("tiny-a", ["text-only"], analysis_tab.examples_for("vqa", 2, 0), 3, 8))
     assert [s[0] for s in steps] == ["run", "done", "run", "done"]

@@ -31,7 +31,6 @@ Reliability, as the handlers guarantee it:
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
@@ -46,7 +45,7 @@ from demo.engine.events import RoundEvent, TokenEvent, Trace
 from demo.page import classroom, lanes, render, runs
 from demo.page.examples import reference_for
 from demo.page.runs import page_error
-from demo.session import failures, gamma_sweep, validate
+from demo.session import failures, validate
 
 PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the browser keeps up)
 CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
@@ -169,7 +168,7 @@ def _frames(
 
 def _unless_stopped(loading: Iterator, run: runs.PageRun):
     """`yield from loading` (`session.until_ready`), ended after a report if the page's Stop was
-    pressed: then it returns (None, ())."""
+    pressed: then it returns None."""
     while True:
         try:
             update = next(loading)
@@ -177,15 +176,20 @@ def _unless_stopped(loading: Iterator, run: runs.PageRun):
             return done.value
         yield update
         if run.stop.is_set():
-            return None, ()
+            return None
 
 
-def _until(events, stop: threading.Event) -> Iterator:
-    """`events` until `stop` is set (checked before each)."""
-    for pair in events:
-        if stop.is_set():
+def _lanes(stream, run: runs.PageRun, timeline: list, swept: list) -> Iterator:
+    """The race's (lane, event) pairs from `gpu_race`'s stream, each recorded in `timeline` (for
+    the replay), until the page's Stop (checked before each); its Swept goes into `swept`."""
+    for item in stream:
+        if run.stop.is_set():
             return
-        yield pair
+        if isinstance(item, session.Swept):
+            swept.append(item)
+            continue
+        timeline.append((item.name, item.event))
+        yield item.name, item.event
 
 
 def page_request(
@@ -261,14 +265,14 @@ def run_race(
                 loading = session.until_ready(
                     stream, lambda fraction, message: status(render.loading_html(fraction, message), busy=True)
                 )
-                facts, notes = yield from _unless_stopped(loading, run)
+                ready = yield from _unless_stopped(loading, run)
                 if run.stop.is_set():  # stopped while the preset loaded
                     yield from _stopped(run)
                     return
-                for note in notes:
+                for note in ready.notes:
                     gr.Info(note)
                 reference = _reference(image, request.question)
-                yield from _race_to_page(request, facts, stream, run, image, reference)
+                yield from _race_to_page(request, ready.facts, stream, run, reference)
         except Exception as error:  # Gradio closing the handler is a GeneratorExit: not caught, not an error
             message = failures.message(error)
             # Before this race's first view the panels still show the last race: they are cleared.
@@ -285,42 +289,31 @@ def _reference(image, question) -> str | None:
 
 
 def _race_to_page(
-    request: session.Request, facts: tuple[str, ...], events, run: runs.PageRun, image, reference: str | None
+    request: session.Request, facts: tuple[str, ...], stream, run: runs.PageRun, reference: str | None
 ) -> Iterator[dict]:
     traces = {lane: Trace() for lane in lanes.ordered(session.lane_names(request))}
-    timeline = []  # the race in the order it ran, for the replay
+    timeline, swept = [], []  # the race in the order it ran, for the replay; its γ sweep
     run.shown = (traces, facts, reference)
     # The charts wait for the first redraw after the first token: drawing four plots costs the
     # browser more than the first tokens do.
     last_view = lanes.view(traces, facts, charts_too=False, reference=reference)
     yield last_view | NO_DOWNLOADS | buttons(busy=True) | lanes.sweep_view([], request) | {"sweep_note": SWEEP_WAIT}
-    for frame in _frames(_until(_recorded(events, timeline), run.stop), traces, facts, reference):
+    for frame in _frames(_lanes(stream, run, timeline, swept), traces, facts, reference):
         last_view = frame or last_view
         yield frame or {}
-    if run.stop.is_set():
-        events.close()  # the runs closed (their caches freed) before the stopped page is drawn
+    if run.stop.is_set() or not swept:
+        stream.close()  # the runs closed (their caches freed) before the stopped page is drawn
         yield from _stopped(run)
         return
-    spd, ar = traces["speculative"], traces["autoregressive"]
-    rows, why_not = None, gamma_sweep.unsweepable(request)
-    if why_not is None:  # the race is over, so Stop is off while the sweep replays its answer
-        note = '<div class="sweep-note">Replaying the answer at γ = 1 … 10 with the drafter…</div>'
-        yield {"sweep_note": note, "stop": gr.Button(interactive=False)}
-        rows = gamma_sweep.gamma_sweep(request, image, uploads(), spd, ar)
+    rows, why_not = list(swept[0].rows), swept[0].why_not
     # The last update repeats the final view, so that an API client's result is the whole page.
     yield (
         last_view
-        | lanes.sweep_view(rows or [], request, why_not)
+        | lanes.sweep_view(rows, request, why_not)
         | downloads(traces, request, rows)
         | buttons(busy=False)
         | {"last": (facts, timeline)}
     )
-
-
-def _recorded(events, timeline: list) -> Iterator:
-    for pair in events:
-        timeline.append(pair)
-        yield pair
 
 
 @runs.tidy
@@ -382,15 +375,18 @@ def trace_api(
             second_drafter=second_drafter,
         )
         traces = {lane: Trace() for lane in lanes.ordered(session.lane_names(request))}
+        rows = []
         with closing(session.gpu_race(request, image, uploads())) as events:
             yield from session.until_ready(events, lambda fraction, message: gr.skip())
             last_yield = time.perf_counter()
-            for lane, event in events:
-                traces[lane].add(event)
-                if isinstance(event, RoundEvent) and time.perf_counter() - last_yield >= HEARTBEAT_EVERY:
+            for item in events:
+                if isinstance(item, session.Swept):
+                    rows = list(item.rows)
+                    continue
+                traces[item.name].add(item.event)
+                if isinstance(item.event, RoundEvent) and time.perf_counter() - last_yield >= HEARTBEAT_EVERY:
                     yield gr.skip()  # a chance for Gradio to close this handler (see `_frames`)
                     last_yield = time.perf_counter()
-        rows = gamma_sweep.gamma_sweep(request, image, uploads(), traces["speculative"], traces["autoregressive"])
         yield export.payload(request.settings(), traces, rows)
     except Exception as error:
         raise gr.Error(failures.message(error), print_exception=False) from None

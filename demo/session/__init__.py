@@ -14,8 +14,9 @@ name and valid range), and then use the calls below:
     racing(lanes)                  the race as (lane, event) pairs, compute-fair; closes the runs
                                    (and frees their KV caches) however it is left
     run_lanes(...)                 the request's lanes decoded whole, one after the other
-    gpu_race(request, image)       prepare + racing, yielding plain data (the part a Space runs
-                                   on its GPU, in another process)
+    gpu_race(request, image)       prepare + racing + the γ sweep in one accelerator call,
+                                   yielding Loading / Ready / Lane / Swept (plain data: the
+                                   part a Space runs on its GPU, in another process)
     run(loaded, request, image)    one lane decoded whole -> Trace (benchmark, Analysis tab)
     warm_up(preset)                load and decode a few tokens with each drafter
     paced(timeline, slowdown)      a recorded race again, each event at its measured time x slowdown
@@ -45,7 +46,7 @@ from PIL import Image
 
 from demo.engine.race import race
 from demo.models import presets, zerogpu
-from demo.session import failures, offers, validate
+from demo.session import failures, gamma_sweep, offers, validate
 from demo.session.validate import InvalidInput
 
 if TYPE_CHECKING:
@@ -108,6 +109,41 @@ class Request:
             "max_new_tokens": self.max_new_tokens,
             "min_confidence": self.min_confidence,
         }
+
+
+# --- what a race yields (plain data: on ZeroGPU it crosses a process boundary, pickled) ---------
+
+
+@dataclass(frozen=True)
+class Loading:
+    """A preset loading (lazy deployments only): how far, and what it is doing."""
+
+    fraction: float
+    message: str
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Every lane set up: what the page says of the drafters, and notes on the image."""
+
+    facts: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One engine event of one lane, in the order the race ran them."""
+
+    name: str
+    event: Event
+
+
+@dataclass(frozen=True)
+class Swept:
+    """The γ sweep of the finished race: records by gamma (`gamma_sweep.rows`), or none and why."""
+
+    rows: tuple[dict, ...]
+    why_not: str | None = None
 
 
 def lane_names(request: Request) -> tuple[str, ...]:
@@ -201,7 +237,8 @@ def _loading(request: Request, show) -> Iterator:
 def prepare(request: Request, image_payload, uploads: str | Path, show) -> Iterator:
     """Everything before the first token: the image (a file inside `uploads`), the models, the
     prompt and its length. Yields show(fraction, message) while loading; returns (facts, lanes,
-    notes): what the page says of the drafter, the race's runs, notes on the image."""
+    notes, loaded, image): what the page says of the drafter, the race's runs, notes on the image,
+    and the models and image the runs read."""
     offers.check_available(request.preset)
     offers.check_memory(request.preset, request.drafters)
     path = validate.image_path(image_payload, uploads)
@@ -215,7 +252,7 @@ def prepare(request: Request, image_payload, uploads: str | Path, show) -> Itera
         facts = tuple(dict.fromkeys(note for d in request.drafters for note in loaded.notes(d)))
     except Exception as error:
         raise failures.load_failed(request.preset, error) from error
-    return facts, lanes(loaded, request, image), notes
+    return facts, lanes(loaded, request, image), notes, loaded, image
 
 
 # --- lanes and runs ---------------------------------------------------------------------------------
@@ -330,30 +367,43 @@ def run(loaded, request: Request, image: Image.Image, lane: str = "speculative",
 
 
 def _race_duration(request: Request, image_payload, uploads=None) -> int:
-    """Seconds a race asks ZeroGPU for: every lane at the preset's per-token budget, capped."""
-    return zerogpu.duration(request.max_new_tokens, len(lane_names(request)), presets.seconds_per_token(request.preset))
+    """Seconds a race asks ZeroGPU for: every lane at the preset's per-token budget, and its γ
+    sweep's drafter steps (about two lanes' worth), capped."""
+    calls = len(lane_names(request)) + (2 if gamma_sweep.unsweepable(request) is None else 0)
+    return zerogpu.duration(request.max_new_tokens, calls, presets.seconds_per_token(request.preset))
 
 
 @zerogpu.GPU(duration=_race_duration)
-def gpu_race(request: Request, image_payload, uploads: str | Path) -> Iterator[tuple]:
-    """The part of a race that needs the accelerator, yielding plain data only (on ZeroGPU it
-    runs in another process, its values pickled): ("loading", fraction, message) while a preset
-    loads (lazy deployments only), ("ready", facts, notes) once every lane is set up, then the
-    race's (lane, event) pairs. Every run is closed however it ends."""
-    facts, runs, notes = yield from prepare(
-        request, image_payload, uploads, lambda fraction, message: ("loading", fraction, message)
-    )
-    yield "ready", facts, notes
+def gpu_race(request: Request, image_payload, uploads: str | Path) -> Iterator[Loading | Ready | Lane | Swept]:
+    """The part of a race that needs the accelerator, in one call, yielding plain data only (on
+    ZeroGPU it runs in another process, its values pickled): Loading while a preset loads (lazy
+    deployments only), Ready once every lane is set up, a Lane per event of the race, then Swept:
+    the γ sweep, computed here from the models, image and prompt the race used. Every run is
+    closed however it ends."""
+    from demo.engine.events import Trace
+
+    facts, runs, notes, loaded, image = yield from prepare(request, image_payload, uploads, Loading)
+    yield Ready(facts, tuple(notes))
+    traces = {lane: Trace() for lane in runs}
     with racing(runs) as events:
-        yield from events
+        for lane, event in events:
+            traces[lane].add(event)
+            yield Lane(lane, event)
+    why_not = gamma_sweep.unsweepable(request)
+    rows = (
+        ()
+        if why_not
+        else tuple(gamma_sweep.rows(request, loaded, image, traces["speculative"], traces["autoregressive"]))
+    )
+    yield Swept(rows, why_not)
 
 
-def until_ready(stream: Iterator[tuple], show) -> Iterator:
-    """Yield show(fraction, message) for `gpu_race`'s loading reports; returns (facts, notes)."""
+def until_ready(stream: Iterator, show) -> Iterator:
+    """Yield show(fraction, message) for `gpu_race`'s Loading reports; returns its Ready."""
     for item in stream:
-        if item[0] == "ready":
-            return item[1], item[2]
-        yield show(item[1], item[2])
+        if isinstance(item, Ready):
+            return item
+        yield show(item.fraction, item.message)
     raise RuntimeError("the race ended before it started")
 
 
