@@ -282,26 +282,24 @@ def test_launch_warms_up_after_a_delay_when_no_page_loads(monkeypatch, tiny_worl
         demo.close()
 
 
-def test_replay_shows_the_measured_race_slowed_to_a_fixed_length(monkeypatch):
-    monkeypatch.setattr(handlers, "REPLAY_SECONDS", 0.6)
+def test_replay_shows_the_measured_race_slowed_by_the_speed_chosen():
     traces = {"speculative": spd_trace(), "autoregressive": ar_trace()}
     started = time.perf_counter()
-    updates = list(handlers.replay_race(((), events_in_race_order(traces))))
+    updates = list(handlers.replay_race(((), events_in_race_order(traces)), "⅛×"))
     elapsed = time.perf_counter() - started
-    assert elapsed >= 0.6  # never faster than the slowdown it states (its pacing: test_session)
+    assert elapsed >= 8 * 0.11  # never faster than the slowdown it states (its pacing: test_session)
     first, final = updates[0], updates[-1]
     assert first["run"].interactive is False and final["run"].interactive is True  # Run waits for the replay
     spd_panel, outcome = final["spd_panel"], final["outcome"]
     assert spd_panel.count('class="tok tok-') == 8 and "0.110 s compute" in spd_panel
-    assert "Replay: the measured race shown 5× slower than it ran." in outcome  # 0.6 s / 0.11 s
+    assert "Replay: the measured race shown 8× slower than it ran." in outcome
     assert "lossless" not in outcome and "outputs differ from token 3 on" in outcome
 
 
-def test_a_stopped_replay_ends_on_its_own_stopped_update(monkeypatch):
-    monkeypatch.setattr(handlers, "REPLAY_SECONDS", 5.0)
+def test_a_stopped_replay_ends_on_its_own_stopped_update():
     traces = {"speculative": spd_trace(), "autoregressive": ar_trace()}
     page = SimpleNamespace(session_hash="replaying page")
-    replay = handlers.replay_race(((), events_in_race_order(traces)), page=page)
+    replay = handlers.replay_race(((), events_in_race_order(traces)), "⅛×", page=page)
     updates = [next(replay), next(replay)]  # the empty view, then the first token
     answer = handlers.stop_race(page)
     updates += list(replay)
@@ -311,8 +309,7 @@ def test_a_stopped_replay_ends_on_its_own_stopped_update(monkeypatch):
     assert "· stopped" in final["spd_panel"] and final["spd_panel"].count('class="tok tok-') < 8
 
 
-def test_replay_shows_every_lane_of_a_two_drafter_race(monkeypatch):
-    monkeypatch.setattr(handlers, "REPLAY_SECONDS", 0.3)
+def test_replay_shows_every_lane_of_a_two_drafter_race():
     traces = {
         "speculative": spd_trace(),
         "speculative-2": spd_trace(drafter="image-aware"),

@@ -26,7 +26,7 @@ from demo import session
 from demo.bench import page as page_bench
 from demo.bench.page import DRAWN
 from demo.models import loader
-from demo.page import handlers, layout, server
+from demo.page import layout, server
 
 pytestmark = pytest.mark.slow  # servers and browsers: seconds each, the full suite only
 
@@ -45,9 +45,7 @@ def browser():
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """The app in this process, its preset warmed up first (as launch() does in the background),
-    with replays shortened to 2 s."""
-    handlers.REPLAY_SECONDS = 2.0
+    """The app in this process, its preset warmed up first (as launch() does in the background)."""
     if EMBEDDED:
         preset, examples = loader.DEFAULT_PRESET, loader.ASSETS / "examples"
     else:
@@ -123,11 +121,13 @@ def test_a_race_teaches_an_annotated_round_the_gamma_sweep_and_p_and_q(browser, 
     assert "appears once the race runs" in page.inner_text("#chart-sweep")  # no meaningless axes before a run
     page_bench.first_token(page)
     page.wait_for_function("document.querySelector('#sweep-note').innerText.includes('Rule of thumb')", timeout=120_000)
-    # 1. the annotated round, at the top, from this race
+    # 1. the annotated round, beside the results, from this race
     how = page.inner_text("#how-round")
     assert "of this race" in how and "causal attention" in how
     assert page.locator("#how-round .chip-ok, #how-round .chip-no, #how-round .chip-bonus").count() >= 1
-    assert page.locator("#how-round").bounding_box()["y"] < page.locator("#run").bounding_box()["y"]
+    # beside the results (issue 44): under the outcome and the lanes' panels, above the charts
+    assert page.locator("#spd-panel").bounding_box()["y"] < page.locator("#how-round").bounding_box()["y"]
+    assert page.locator("#how-round").bounding_box()["y"] < page.locator("#chart-race").bounding_box()["y"]
     # 2. the sweep chart: tau, MBSU, predicted speedup and alpha for gamma = 1..10
     assert page.locator("#chart-sweep .scatterlayer .trace").count() == 4
     assert page.locator("#chart-time .barlayer .trace").count() == 2  # draft and verify per round

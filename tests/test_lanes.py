@@ -54,6 +54,10 @@ def test_the_preset_line_names_each_drafter_it_cannot_offer_with_the_reason(monk
     monkeypatch.setattr(offers, "availability", lambda name: (True, "Ready."))
     monkeypatch.setitem(presets.PRESETS, "p", presets.Preset("p", "t", (presets.DrafterSpec("d", "text-only", "x"),)))
     html = layout.preset_html("p")
-    assert "Drafter layer-skip not offered:</span> no search for the layers to skip is stored" in html
+    # one collapsed line, opened on demand: each drafter with its reason
+    assert (
+        "<summary>1 drafter not offered here</summary><br><b>layer-skip</b>: no search for the layers to skip is stored"
+        in html
+    )
     assert layout.drafter_choices("p") == ["d", "d+tree", "prompt-lookup"]
     assert layout.second_choices("p") == ["none", "d", "d+tree", "prompt-lookup"]

@@ -37,7 +37,9 @@ def test_the_annotated_round_is_one_that_accepted_then_rejected_told_with_its_nu
     html = teach.annotated_round_html(spd_trace())
     assert "Round 1 of this race" in html and "text-only drafter)" in html  # name == kind: said once
     assert "✓  red" in html and "✗  circle" in html and "→  square" in html
-    assert "accepted 1 of 3, rejected ‘ circle’ and wrote ‘ square’ instead; the 1 draft after it" in html
+    assert (
+        "accepted 1 of 3, rejected ‘ circle’ and wrote ‘ square’ instead; the 1 draft after it was never used" in html
+    )
     assert "the text-only drafter cannot see the image" in html
     assert "‘ circle’ p = 0.05, the drafter q = 0.90; ‘ square’ had p = 0.70" in html
     assert teach.CAUSAL in html
@@ -46,6 +48,9 @@ def test_the_annotated_round_is_one_that_accepted_then_rejected_told_with_its_nu
 def test_before_a_run_the_top_says_what_a_round_is_and_why_one_forward_checks_all_drafts():
     html = teach.annotated_round_html(Trace())
     assert "Run the race and one of its rounds is explained here" in html and teach.CAUSAL in html
+    # why the rule is exact, in three lines, before and after a run
+    assert "P(x) = min(p, q)(x) + (1 − β)·residual(x) = min(p, q)(x) + p(x) − min(p, q)(x) = p(x)" in html
+    assert teach.EXACT in teach.annotated_round_html(spd_trace())
 
 
 def test_inspector_shows_p_q_min_ratio_and_u_at_each_checked_draft_and_the_residual_when_sampling():
@@ -76,14 +81,45 @@ def test_reference_badge_compares_words_and_says_lossless_is_not_correct():
     assert teach.reference_badge(ar, None) == "" and teach.reference_badge(Trace(), "x") == ""
 
 
-def test_why_line_is_the_cost_model_on_this_runs_costs_and_warns_when_steps_vary_widely():
+def test_reference_badge_is_exact_in_german_and_chinese_too():
+    def answer(text: str) -> Trace:
+        trace = ar_trace()
+        trace.summary = dataclasses.replace(trace.summary, text=text)
+        return trace
+
+    assert "matches" in teach.reference_badge(answer("图中有一个大的红色圆形。"), "图中有一个大的红色圆形")
+    assert "differs" in teach.reference_badge(
+        answer("图中有一个红色圆形。"), "图中有一个大的红色圆形。"
+    )  # 大的 missing
+    assert "matches" in teach.reference_badge(answer("Ein großer roter Kreis."), "ein großer roter kreis")
+    assert "differs" in teach.reference_badge(answer("Ein großer roter Kreis."), "Ein kleiner roter Kreis.")
+
+
+def test_why_line_is_the_cost_model_on_this_runs_median_costs():
     spd, ar = spd_trace(), ar_trace()
-    calm = teach.why_html(spd, ar, 0.9)
+    calm = teach.why_html(spd, ar, 0.9)  # 9% from the model's ×0.99: nothing to warn about
     assert "noisy" not in calm and "a verify of 4 tokens costs 1.8 single steps here" in calm
+    assert "Why ×0.99: a round here costs 2.3 drafter steps × 3.33 ms" in calm
+
+
+def test_the_noisy_warning_shows_only_where_the_wall_clock_and_the_model_disagree():
+    spd, ar = spd_trace(), ar_trace()
     for i, seconds in enumerate([0.01, 0.03]):  # the target's single steps: 10 ms and 30 ms
         ar.rounds[i] = dataclasses.replace(ar.rounds[i], verify_seconds=seconds)
     assert metrics.costs(spd, ar).t1_spread == pytest.approx(0.5)  # quartiles 15 and 25 ms over a median of 20
-    assert "Timing is noisy" in teach.why_html(spd, ar, 0.9)
+    assert teach.model_speedup(spd, ar) == pytest.approx(2.33 * 20 / 25.8, abs=0.01)  # ×1.81
+    assert "noisy" not in teach.why_html(spd, ar, 1.7)  # steps varied, but the reading holds (6%)
+    slow = teach.why_html(spd, ar, 0.9)
+    assert "Timing is noisy: the wall clock reads ×0.90, 50% from the ×1.81 of the median step costs" in slow
+    assert "the speculative lane&#x27;s clock was hit" in slow and "looks slower than it is" in slow
+
+
+def test_a_wall_clock_above_the_cost_models_limit_is_flagged_with_the_lane_whose_clock_was_hit():
+    spd, ar = spd_trace(), ar_trace()  # limit: τ T1 / (d D + T1) = 2.33 × 10 / (2.33 × 3.33 + 10) = ×1.31
+    note = teach.clock_note(spd, ar, 2.0)
+    assert "The wall clock reads ×2.00, above ×1.31, the most this race&#x27;s step costs allow" in note
+    assert "the autoregressive lane&#x27;s clock was hit (its steps took 1.5× their median cost" in note
+    assert teach.clock_note(spd, ar, 1.0) == ""  # 1% from the model's ×0.99, under the limit
 
 
 def test_rule_of_thumb_is_read_off_the_sweep():

@@ -3,7 +3,7 @@
     run_race      /race and the Run button: streams every lane's token panel and stats, the block
                   views and the charts while the runs decode, then the downloads
     replay_race   the Replay button: the last race again from its recorded events, slowed down
-                  by one factor that the page states
+                  by the factor chosen (`demo.page.classroom.SPEEDS`), which the page states
     stop_race     the Stop button: ends the page's race or replay after the event at hand, which
                   says "Stopped." in its own last update
     trace_api     /trace, for gradio_client: the same race returned whole as one JSON document
@@ -42,7 +42,7 @@ import gradio.utils
 from demo import session
 from demo.engine import export
 from demo.engine.events import RoundEvent, TokenEvent, Trace
-from demo.page import lanes, render, runs
+from demo.page import classroom, lanes, render, runs
 from demo.page.examples import reference_for
 from demo.page.runs import page_error
 from demo.session import budget, failures, validate
@@ -50,7 +50,6 @@ from demo.session import budget, failures, validate
 PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the browser keeps up)
 CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
 HEARTBEAT_EVERY = 0.02  # seconds: a handler yields after a round once this much time has passed since its last yield
-REPLAY_SECONDS = 12.0  # a replay lasts this long, whatever the race took
 THRESHOLD_DEFAULT = 0.5  # the page's adaptive-drafting threshold slider starts here
 
 # The API's outputs keep their places: what issue 26 added comes after the downloads, and the
@@ -81,7 +80,7 @@ def buttons(busy: bool) -> dict:
     return {
         "run": gr.Button(interactive=not busy, value="Racing…" if busy else "Run the race"),
         "replay": gr.Button(interactive=not busy),
-        "stop": gr.Button(interactive=busy),
+        "stop": gr.Button(interactive=busy, value="Stop"),
     }
 
 
@@ -111,21 +110,27 @@ NO_DOWNLOADS = dict.fromkeys(("json_file", "csv_file"), gr.DownloadButton(value=
 # --- runs a page can stop ---------------------------------------------------------------------------
 
 
-STOPPED = '<div class="outcome">Stopped. The panels below keep what was decoded before the stop.</div>'
+def stopped_html(run: runs.PageRun) -> str:
+    """ "Stopped.", how long after the Stop reached the server the run had ended, and what stays."""
+    took = (
+        "" if run.asked_at is None else f" It ended {time.perf_counter() - run.asked_at:.2f} s after the Stop arrived."
+    )
+    return f'<div class="outcome">Stopped.{took} The panels below keep what was decoded before the stop.</div>'
 
 
 # The Stop button: the page's race or replay ends after the event at hand and says "Stopped."
-# itself, in its last update (`runs.stop`); Stop goes off at once.
-stop_race = runs.stopper("race", lambda: {"stop": gr.Button(interactive=False)})
+# itself, in its last updates (`runs.stop`); Stop says "Stopping…", off, at once.
+stop_race = runs.stopper("race", lambda: {"stop": gr.Button(interactive=False, value="Stopping…")})
 
 
-def _stopped(run: runs.PageRun) -> dict:
-    """The last update of a run its Stop ended: what was decoded, each lane's clock stopped, Run on."""
-    shown = {}
-    if run.shown is not None:
-        traces, facts, reference = run.shown
-        shown = lanes.view(traces, facts, charts_too=True, reference=reference, stopped=True)
-    return shown | status(render.over_budget_html(run.stop.seconds) if run.stop.over else STOPPED, False)
+def _stopped(run: runs.PageRun) -> Iterator[dict]:
+    """The last updates of a run its Stop (or its budget) ended: what was decoded, each lane's clock
+    stopped, Run on; first without the charts, which a busy machine is slowest to draw, then with them."""
+    said = render.over_budget_html(run.stop.seconds) if run.stop.over else stopped_html(run)  # timed once: the run has ended here
+    for charts_too in (False, True) if run.shown else (False,):
+        traces, facts, reference = run.shown or ({}, (), None)
+        shown = lanes.view(traces, facts, charts_too, reference, stopped=True) if traces else {}
+        yield shown | status(said, False)
 
 
 # --- streaming ------------------------------------------------------------------------------------
@@ -261,7 +266,7 @@ def run_race(
                 ready = yield from _unless_stopped(loading, run)
                 run.stop.run_for(budget.limit(budget.race(request)))  # the race's own limit, from its start
                 if run.stop.is_set():  # stopped while the preset loaded
-                    yield _stopped(run)
+                    yield from _stopped(run)
                     return
                 for note in ready.notes:
                     gr.Info(note)
@@ -269,7 +274,8 @@ def run_race(
                 yield from _race_to_page(request, ready.facts, stream, run, reference)
         except Exception as error:  # Gradio closing the handler is a GeneratorExit: not caught, not an error
             message = failures.message(error)
-            yield failed(message)
+            # Before this race's first view the panels still show the last race: they are cleared.
+            yield (lanes.cleared() | NO_DOWNLOADS if run.shown is None else {}) | failed(message)
             raise page_error(message) from None
 
 
@@ -296,7 +302,7 @@ def _race_to_page(
         yield frame or {}
     if run.stop.is_set() or not swept:
         stream.close()  # the runs closed (their caches freed) before the stopped page is drawn
-        yield _stopped(run)
+        yield from _stopped(run)
         return
     rows, why_not = list(swept[0].rows), swept[0].why_not
     # The last update repeats the final view, so that an API client's result is the whole page.
@@ -310,15 +316,15 @@ def _race_to_page(
 
 
 @runs.tidy
-def replay_race(last, page: gr.Request = None):
-    """Show the last race again, slowed down so that the slower run takes REPLAY_SECONDS; the
-    clocks, numbers and order are the measured ones."""
+def replay_race(last, speed: str = classroom.SPEED_DEFAULT, page: gr.Request = None):
+    """Show the last race again at `speed` (¼×: four times slower than it ran); the clocks,
+    numbers and order are the measured ones."""
     if last is None:
         yield failed("Run a race first; the replay shows the last one again, slowly.")
         return
     facts, timeline = last
-    slowdown = REPLAY_SECONDS / max(event.t for _, event in timeline)
-    facts = facts + (f"Replay: the measured race shown {slowdown:.0f}× slower than it ran.",)
+    slowdown = classroom.slowdown(speed)
+    facts = facts + (f"Replay: the measured race shown {slowdown}× slower than it ran.",)
     traces = {lane: Trace() for lane in lanes.ordered({lane for lane, _ in timeline})}
     last_view = lanes.view(traces, facts, charts_too=True)
     yield last_view | buttons(busy=True)
@@ -327,7 +333,10 @@ def replay_race(last, page: gr.Request = None):
         for frame in _frames(session.paced(timeline, slowdown, run.stop), traces, facts):
             last_view = frame or last_view
             yield frame or {}
-        yield _stopped(run) if run.stop.is_set() else last_view | buttons(busy=False)
+        if run.stop.is_set():
+            yield from _stopped(run)
+        else:
+            yield last_view | buttons(busy=False)
 
 
 @runs.tidy

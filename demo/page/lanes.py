@@ -102,6 +102,28 @@ def view(
     return update
 
 
+SWEEP_NOTE = (
+    '<div class="sweep-note">After a greedy race: τ, α, MBSU and the predicted speedup of this prompt for '
+    "γ = 1 … 10, replayed with the drafter alone against the target's own answer.</div>"
+)
+
+
+def cleared() -> dict:
+    """Every view of a race, empty: what the page shows after a request fails before its race
+    starts, so that the last race's panels do not stay on screen looking current."""
+    empty = Trace()
+    traces = {"speculative": empty, "autoregressive": empty}
+    return (
+        view(traces, (), charts_too=True)
+        | empty_second()
+        | {
+            "time_chart": charts.round_times([empty], empty),
+            "sweep_chart": charts.gamma_sweep([], 0),
+            "sweep_note": SWEEP_NOTE,
+        }
+    )
+
+
 def sweep_view(rows: list[dict], request: session.Request, note: str | None = None) -> dict:
     """The γ sweep's chart and its rule of thumb (`note`, when there is none: why), for the first
     speculative lane."""

@@ -14,7 +14,7 @@ import gradio as gr
 from demo import session
 from demo.engine.events import Trace
 from demo.models import presets
-from demo.page import blocks, charts, lanes, render
+from demo.page import blocks, charts, classroom, drafter_notes, lanes, render
 from demo.page.examples import EXAMPLES_DIR, Example, load_examples  # noqa: F401 (the page's names)
 from demo.page.handlers import THRESHOLD_DEFAULT
 from demo.page.text import TIMING
@@ -49,11 +49,15 @@ def preset_html(name: str) -> str:
     status = "ready" if ok else "unavailable"
     lines = [html.escape(preset.description), html.escape(preset.note)]
     lines.append(f'<span class="{status}">{"✓" if ok else "✗"} {html.escape(message)}</span>')
-    lines += [
-        f'<span class="unavailable">Drafter {html.escape(drafter)} not offered:</span> {html.escape(why)}.'
-        for drafter, why in preset.unusable().items()
-    ]
+    unusable = preset.unusable()
+    if unusable:  # one line, opened on demand: it is for whoever deploys the page, not for a class
+        why = "".join(f"<br><b>{html.escape(d)}</b>: {html.escape(w)}." for d, w in unusable.items())
+        lines.append(f"<details><summary>{_count(len(unusable), 'drafter')} not offered here</summary>{why}</details>")
     return '<div class="preset-info">' + "<br>".join(line for line in lines if line) + "</div>"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def left_out_html(left: dict[str, str]) -> str:
@@ -61,7 +65,7 @@ def left_out_html(left: dict[str, str]) -> str:
     if not left:
         return ""
     rows = "".join(f"<br><b>{html.escape(name)}</b>: {html.escape(why)}" for name, why in left.items())
-    return f'<div class="preset-info"><span class="unavailable">Not offered here:</span>{rows}</div>'
+    return f'<details class="preset-info"><summary>{_count(len(left), "preset")} not offered here</summary>{rows}</details>'
 
 
 NO_SECOND = "none"  # the second drafter's choice for a race with one speculative lane
@@ -93,7 +97,7 @@ def inputs(default_preset: str, examples: list[Example], languages: tuple[str, .
             image_mode=None,
             format="png",  # an image set by the page (the Analysis tab's example) keeps its exact pixels
             label="Image",
-            height=240,
+            height=200,
             sources=["upload", "clipboard"],
             elem_id="image",
         )
@@ -129,12 +133,22 @@ def inputs(default_preset: str, examples: list[Example], languages: tuple[str, .
             elem_id="question",
             placeholder="Describe this image in detail.",
         )
+        # The action right under the question: on a phone too, the first screen holds Run.
+        with gr.Row(elem_id="actions"):
+            c.run = gr.Button("Run the race", variant="primary", elem_id="run", scale=3)
+            c.stop = gr.Button("Stop", variant="stop", interactive=False, elem_id="stop", scale=1)
+            c.replay = gr.Button("Replay slowly", interactive=False, elem_id="replay", scale=1)
+        vars(c).update(vars(classroom.controls()))
         c.reference = gr.HTML(reference_html(None), js_on_load=None, elem_id="reference")
         with gr.Row():
             # Only the presets' own names and drafters: a request can never name a model or a path.
             c.preset = gr.Dropdown(choices, value=default_preset, label="Model preset", elem_id="preset")
             c.drafter = gr.Dropdown(
-                drafters, value=drafters[0] if drafters else None, label="Drafter", elem_id="drafter"
+                drafters,
+                value=drafters[0] if drafters else None,
+                label="Drafter",
+                info=drafter_notes.describe(default_preset, drafters[0]) if drafters else None,
+                elem_id="drafter",
             )
             c.drafter2 = gr.Dropdown(
                 [NO_SECOND, *drafters],
@@ -205,10 +219,6 @@ def inputs(default_preset: str, examples: list[Example], languages: tuple[str, .
                 minimum=0,
                 maximum=validate.SEED_RANGE[1],
             )
-        with gr.Row():
-            c.run = gr.Button("Run the race", variant="primary", elem_id="run", scale=3)
-            c.stop = gr.Button("Stop", variant="stop", interactive=False, elem_id="stop", scale=1)
-            c.replay = gr.Button("Replay slowly", interactive=False, elem_id="replay", scale=1)
         gr.Markdown(TIMING, elem_id="timing")
     return c
 
@@ -217,14 +227,13 @@ CHART_MIN_WIDTH = 360  # px: two charts a row on a desktop, one on a phone (titl
 
 
 def how_it_works() -> SimpleNamespace:
-    """The top of the Race tab: one round of the current race, annotated (open), and the rest of
-    the explanation (collapsed)."""
+    """Beside the race's panels: one round of the race on show, annotated (cleared when the inputs
+    change), why the acceptance rule is exact, and the rest of the explanation (collapsed)."""
     from demo.page import teach
     from demo.page.text import HOW_IT_WORKS
 
     h = SimpleNamespace()
-    with gr.Group(elem_id="how"):
-        gr.Markdown("### How it works", elem_id="how-title")
+    with gr.Group(elem_id="explain"):
         h.how_round = gr.HTML(
             teach.annotated_round_html(Trace()), js_on_load=None, label="annotated round", elem_id="how-round"
         )
@@ -279,6 +288,7 @@ def race_view() -> SimpleNamespace:
                 label="autoregressive stats",
                 elem_id="ar-stats",
             )
+    vars(v).update(vars(how_it_works()))
     # Empty charts at load: the browser fetches plotly.js before the first Run, not during it.
     with gr.Row(elem_id="charts"):
         v.race_chart = gr.Plot(
@@ -326,8 +336,7 @@ def race_view() -> SimpleNamespace:
             elem_id="chart-time",
         )
     v.sweep_note = gr.HTML(
-        '<div class="sweep-note">After a greedy race: τ, α, MBSU and the predicted speedup of this prompt for '
-        "γ = 1 … 10, replayed with the drafter alone against the target's own answer.</div>",
+        lanes.SWEEP_NOTE,
         js_on_load=None,
         label="gamma sweep note",
         elem_id="sweep-note",

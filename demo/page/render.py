@@ -126,8 +126,10 @@ def token_span(tok: TokenEvent, greedy: bool, end: bool = False, opens: bool = F
         face = '<span class="end">end</span>'
     elif not tok.text:
         face = '<span class="part">·</span>'  # held back: part of a character completed later
+    elif not tok.text.strip(" "):
+        face = '<span class="nl">␣</span>' * len(tok.text)  # spaces alone: shown, not an empty box
     else:
-        face = visible(tok.text.lstrip(" ") or tok.text, line_breaks=False)
+        face = visible(tok.text.lstrip(" "), line_breaks=False)
     details = token_details(tok, greedy) + ([OPENS] if opens and tok.round > 0 else [])
     label = html.escape(" — ".join(details), quote=True)
     hint = f'<span class="opens">{OPENS}</span>' if opens and tok.round > 0 else ""
@@ -247,7 +249,7 @@ def outcome_html(
     for spd, comparison in zip(spds, comparisons, strict=True):
         speedup = comparison["speedup"]
         if not math.isnan(speedup):
-            speeds.append(f"<b>×{speedup:.2f}</b>{' ' + html.escape(name(spd)[:-2]) if several else ''}")
+            speeds.append(teach.headline_html(spd, ar, speedup, name(spd)[:-2] if several else ""))
         warned = any(NOISY in why for why in whys)  # the busy machine is said once, whichever lane shows it
         whys.append(teach.why_html(spd, ar, speedup, name(spd), warn=not warned))
         if not spd.greedy:
@@ -263,11 +265,9 @@ def outcome_html(
             '<span class="badge badge-info" title="Speculative sampling keeps the target\'s distribution exactly; '
             'two runs draw different random numbers">sampling: outputs differ by design, same distribution</span>'
         )
-    rates = " · ".join(_num(metrics.tokens_per_second(s), 1) for s in spds)
     headline = (
-        f'<span class="headline">{" · ".join(speeds)} wall-clock decoding speedup'
-        f"{' over the target alone' if several else ''} ({rates} vs {_num(metrics.tokens_per_second(ar), 1)} tokens/s)</span>"
-        if speeds
+        f'<span class="speeds">{"".join(speeds)}</span>'
+        if any(speeds)
         else '<span class="headline">Too short to time: no tokens after the prefill.</span>'
     )
     notes = teach.sampling_note_html(spds[0]) + notes
@@ -288,7 +288,10 @@ def reference_html(task: str | None, answer: str | None) -> str:
     """An example's task family and reference answer, for judging the answers by eye (None: no
     example chosen). The Race tab shows it for its examples, the Analysis tab for a run it sends there."""
     if task is None:
-        return '<div class="reference">Pick an example below, or upload your own image.</div>'
+        return (
+            '<div class="reference">Pick one of the examples, or upload your own image. The embedded model knows '
+            "only its synthetic world: coloured shapes on a plain ground, asked in its own question forms.</div>"
+        )
     task = html.escape(task.replace("_", " "))
     return (
         f'<div class="reference"><span class="task">{task}</span> reference answer: <q>{html.escape(answer)}</q></div>'
@@ -301,6 +304,13 @@ def over_budget_html(seconds: float) -> str:
         f'<div class="outcome">Stopped: over budget. This deployment gives this race {seconds:.0f} s, and it '
         "used them; the panels below keep what was decoded. Ask for fewer tokens or lanes.</div>"
     )
+
+
+UPLOAD_NOTE = (
+    '<div class="reference upload-note" role="note">Your own image or question: the embedded model knows only its '
+    "synthetic world (coloured shapes on a plain ground, the question forms of the examples, one language at a "
+    "time), so on anything else it answers with confident nonsense. The race still shows how drafting works.</div>"
+)
 
 
 def error_html(message: str) -> str:
@@ -334,11 +344,7 @@ def speculative_stats_html(spd: Trace, speedup: float | None, narrow: bool = Fal
         ),
         _row("target forwards", str(s["target_forwards"]), "in decoding, one per round (the prefill is extra)"),
         _row("τ", _num(s["tau"], 2), f"tokens after prefill / target forwards = {n_decode} / {s['target_forwards']}"),
-        _row(
-            "α",
-            _num(s["alpha"], 2),
-            f"accepted / drafted = {s['accepted']} / {s['drafted']} (drafted: every token the drafter proposed)",
-        ),
+        _row("α", _num(s["alpha"], 2), _alpha_formula(spd, s)),
         _row("decode tokens/s", _num(s["tok_s"], 1), f"{n_decode} tokens / {s['decode_s']:.3f} s"),
         _row(
             "wall-clock speedup",
@@ -350,10 +356,29 @@ def speculative_stats_html(spd: Trace, speedup: float | None, narrow: bool = Fal
             _num(s["mbsu_made"], 2),
             f"τ / (1 + d·c): the speedup if every forward cost only reading its weights; d = drafts made per "
             f"round = {_num(s['drafts_per_round'], 2)} (γ = {spd.gamma if spd.start else '–'}), c = drafter/target "
-            f"params = {_num(s['c'], 3)}",
+            f"params = {_num(s['c'], 3)}"
+            + ("; a tree counts γ drafter steps a round, one forward per depth" if _tree_nodes(spd) else ""),
         ),
     ]
     return _table(rows, narrow)
+
+
+def _tree_nodes(spd: Trace) -> int:
+    """Nodes the run's token trees proposed, in all (0: a chain drafter)."""
+    return sum(len(r.tree.nodes) for r in spd.rounds if r.tree)
+
+
+def _alpha_formula(spd: Trace, s: dict) -> str:
+    """α's formula; for a token tree, which drafts it counts (the walked branch) and per node."""
+    nodes = _tree_nodes(spd)
+    if not nodes:
+        return f"accepted / drafted = {s['accepted']} / {s['drafted']} (drafted: every token the drafter proposed)"
+    trees = [r for r in spd.rounds if r.tree]
+    kept = sum(r.n_accepted for r in trees)
+    return (
+        f"accepted / drafted = {s['accepted']} / {s['drafted']}, counting each tree's walked branch; the trees "
+        f"proposed {nodes} nodes ({nodes / len(trees):.1f} a round): per node, {kept} / {nodes} = {kept / nodes:.2f}"
+    )
 
 
 def autoregressive_stats_html(ar: Trace, narrow: bool = False) -> str:

@@ -20,6 +20,7 @@ import functools
 import html
 import inspect
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -60,6 +61,7 @@ class PageRun:
 
     def __init__(self):
         self.stop = budget.Deadline()  # also set once the run outlives its budget (`run_for`)
+        self.asked_at: float | None = None  # time.perf_counter() when its Stop reached the server
         self.shown = None  # what the run has on show, for its stopped view (the Race tab's: traces, facts, reference)
 
 
@@ -93,6 +95,7 @@ def stop(page: gr.Request | None, tab: str) -> None:
     Stop is only on while the run streams, so there is no queued run to cancel."""
     run = _PAGE_RUNS.get((getattr(page, "session_hash", None), tab))
     if run is not None:
+        run.asked_at = time.perf_counter()
         run.stop.set()
 
 

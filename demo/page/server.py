@@ -32,8 +32,9 @@ from gradio.exceptions import InvalidPathError
 from starlette.middleware import Middleware
 
 from demo import session
+from demo.engine.events import Trace
 from demo.models import presets, zerogpu
-from demo.page import analysis_tab, guard, handlers, layout, text
+from demo.page import analysis_tab, classroom, drafter_notes, guard, handlers, layout, render, teach, text
 from demo.page.layout import EXAMPLES_DIR, Example
 from demo.session import offers, validate
 
@@ -95,14 +96,25 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
         return gr.update(visible=bool(on))
 
     small = {"api_visibility": "private", "queue": False}
+    # The annotated round is of the race on show: a new example, language, image or question clears it.
+    for changed in (c.gallery.select, c.example_language.change, c.image.upload, c.question.input):
+        changed(lambda: teach.annotated_round_html(Trace()), None, v.how_round, **small)
+    c.question.input(lambda: render.UPLOAD_NOTE, None, c.reference, **small)  # a free question: no reference
     picked = gr.State(None)  # the index of the example last picked, asked again when the language changes
     c.gallery.select(on_example, c.example_language, [c.image, c.question, c.reference, picked], **small)
     c.example_language.change(on_example_language, [c.example_language, picked], [c.question, c.reference], **small)
-    c.image.upload(lambda: (layout.reference_html(None), None), None, [c.reference, picked], **small)
+    c.image.upload(lambda: (render.UPLOAD_NOTE, None), None, [c.reference, picked], **small)
     c.preset.change(on_preset, c.preset, [c.drafter, c.drafter2, c.preset_info], **small)
     language = gr.State("en")  # the language the drafter was last picked for: the page starts in English
     c.question.change(
         on_question, [c.question, c.preset, c.drafter, language], [c.drafter, c.language_note, language], **small
+    )
+    # The drafter's one-line description follows the drafter picked (and the preset's first, on a new preset).
+    c.drafter.change(
+        lambda preset, drafter: gr.update(info=drafter_notes.describe(preset, drafter)),
+        [c.preset, c.drafter],
+        c.drafter,
+        **small,
     )
     c.drafter2.change(on_second, c.drafter2, [v.spd2_column, v.blocks2_accordion], **small)
     demo.load(layout.preset_html, c.preset, c.preset_info, **small)
@@ -125,13 +137,22 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     )
     c.replay.click(
         handlers.positional(handlers.replay_race),
-        last,
+        [last, c.speed],
         outputs,
         api_visibility="private",
         show_progress="hidden",
         concurrency_limit=8,
     )  # replays mostly sleep
-    c.stop.click(handlers.positional(handlers.stop_race), None, outputs, **small)  # the run ends itself: see stop_race
+    step = gr.State(0)  # the round the step mode shows (0: none yet); a new race starts it over
+    c.run.click(lambda: 0, None, step, **small)
+
+    def next_round(k, race):
+        k = classroom.next_step(k, race)
+        return (*handlers.positional(classroom.step)(race, k), k)
+
+    c.next_round.click(next_round, [step, last], [*outputs, step], **small)
+    # The run ends itself (see stop_race); the button says "Stopping…" at once, before any answer.
+    c.stop.click(handlers.positional(handlers.stop_race), None, outputs, js=text.STOPPING_JS, **small)
 
     greedy = gr.Checkbox(True, visible=False)
     min_confidence = gr.Number(0.0, visible=False)
@@ -220,11 +241,9 @@ def build_demo(default_preset: str = presets.DEFAULT_PRESET, examples_dir: Path 
         gr.HTML(text.header(), js_on_load=None)
         with gr.Tabs(elem_id="tabs") as tabs:
             with gr.Tab("Race", id="race", elem_id="tab-race"):
-                how = layout.how_it_works()
                 with gr.Row(equal_height=False):
                     controls = layout.inputs(default_preset, examples["en"], languages)
                 view = layout.race_view()
-                vars(view).update(vars(how))
             with gr.Tab("Analysis", id="analysis", elem_id="tab-analysis"):
                 c = controls
                 analysis_tab.analysis_tab(

@@ -19,8 +19,14 @@ CAUSAL = (
     "causal attention lets each position see only the tokens before it. So the logits at draft i are "
     "exactly what a token-by-token run would give after drafts 1 … i−1: one pass, γ+1 predictions."
 )
-SAMPLING_LAW_TEST = (
-    "tests/test_sampling.py::test_speculative_sampling_loop_matches_the_target_law_of_the_first_three_tokens"
+# Why the acceptance rule keeps the target's distribution, in three lines (beta: the acceptance probability).
+EXACT = (
+    "Why the output is exactly the target's: a draft x comes with probability q(x) and is kept with "
+    "probability min(1, p(x)/q(x)), so it is kept as x with probability min(p, q)(x).<br>"
+    "It is rejected with probability 1 − β, where β = Σ min(p, q) is the acceptance probability; then the "
+    "target draws from the residual norm(max(0, p − q)) = (p − min(p, q)) / (1 − β).<br>"
+    "Together: P(x) = min(p, q)(x) + (1 − β)·residual(x) = min(p, q)(x) + p(x) − min(p, q)(x) = p(x). "
+    "(Greedy is the case where p and q each put all their mass on one token.)"
 )
 
 
@@ -29,9 +35,11 @@ def _t(text: str) -> str:
     return "‘" + html.escape(text.replace("\n", "↵")) + "’"
 
 
-def _pick(trace: Trace) -> RoundEvent | None:
-    """The round to annotate: one that accepted drafts and then rejected one, else any rejection,
-    else the first round."""
+def _pick(trace: Trace, index: int | None = None) -> RoundEvent | None:
+    """The round to annotate: round `index` when given; else one that accepted drafts and then
+    rejected one, else any rejection, else the first round."""
+    if index is not None:
+        return next((r for r in trace.rounds if r.index == index), None)
 
     def rejected(r):
         return r.n_accepted < len(r.drafted_ids)
@@ -53,16 +61,17 @@ def _why_rejected(kind: str) -> str:
     return "the image-aware drafter sees the image, but it is a far smaller model than the target"
 
 
-def annotated_round_html(spd: Trace, several: bool = False) -> str:
-    """One round of this race, told step by step (before a run: what a round is). `several`: the
-    race has more than one speculative lane, and `spd` is the first (the page says so)."""
-    r = _pick(spd)
+def annotated_round_html(spd: Trace, several: bool = False, index: int | None = None) -> str:
+    """One round of this race (round `index`, else one `_pick` chooses), told step by step (before
+    a run: what a round is). `several`: the race has more than one speculative lane, and `spd` is
+    the first (the page says so)."""
+    r = _pick(spd, index)
     if r is None or spd.start is None or spd.start.drafter is None:
         return (
             '<div class="how-round"><p><b>One round</b>: the small drafter guesses γ tokens; the target checks all '
             "of them in one forward, keeps the ones it would have written itself, and adds one token of its own. "
             "Run the race and one of its rounds is explained here.</p>"
-            f'<p class="causal">{CAUSAL}</p></div>'
+            f'<p class="causal">{CAUSAL}</p><p class="causal exact">{EXACT}</p></div>'
         )
     drafter = spd.start.drafter
     proposed = " ".join(_t(t) for t in r.drafted_texts)
@@ -87,7 +96,8 @@ def annotated_round_html(spd: Trace, several: bool = False) -> str:
         told = (
             f"The target accepted {r.n_accepted} of {n}, rejected {_t(rejected)} and wrote {_t(own_text)} instead"
             + (
-                f"; the {unchecked} draft{'s' if unchecked != 1 else ''} after it were never used"
+                f"; the {unchecked} draft{'s' if unchecked != 1 else ''} after it "
+                f"{'were' if unchecked != 1 else 'was'} never used"
                 if unchecked > 0
                 else ""
             )
@@ -103,8 +113,8 @@ def annotated_round_html(spd: Trace, several: bool = False) -> str:
         told = f"The target accepted all {n} drafts and added a bonus token {_t(own_text)} from the same forward."
     return (
         f'<div class="how-round"><p><b>Round {r.index} of this race</b> ({html.escape(who)}): the drafter proposed {proposed}.</p>'
-        f'<p class="marks">{"".join(marks)}{arrow} <span class="plus">+{r.n_emitted} tokens for one target forward</span></p>'
-        f'<p>{told}</p><p class="causal">{CAUSAL}</p></div>'
+        f'<p class="marks">{"".join(marks)}{arrow} <span class="plus">+{r.n_emitted} token{"s" if r.n_emitted != 1 else ""} for one target forward</span></p>'
+        f'<p>{told}</p><p class="causal">{CAUSAL}</p><p class="causal exact">{EXACT}</p></div>'
     )
 
 
@@ -164,10 +174,81 @@ def inspector_html(r: RoundEvent, greedy: bool) -> str:
 # --- the speedup, explained from this run's costs ----------------------------------------------------
 
 
+READING_BAR = 0.15  # the wall clock and the cost model disagreeing by more than this changes the reading
+
+
+def model_speedup(spd: Trace, ar: Trace) -> float:
+    """The page's headline: the cost model fed with this race's median step costs (T1, T(γ+1), D),
+    over the rounds that ran. A busy machine moves medians far less than it moves wall clocks."""
+    c = metrics.costs(spd, ar)
+    return math.nan if c is None else metrics.predicted_by_rounds(spd, c)
+
+
+def _clock_hit(spd: Trace, ar: Trace, c: metrics.Costs, faster: bool) -> str:
+    """Which lane's clock a busy machine hit: the autoregressive lane's when speculation reads
+    `faster` on the wall clock than on the median costs, else the speculative lane's; with how
+    much longer that lane took than its rounds at their median costs."""
+    if faster:
+        ratio = metrics.decode_seconds(ar) / (len(ar.rounds) * c.t1)
+        return (
+            f"the autoregressive lane's clock was hit (its steps took {ratio:.1f}× their median cost on average), "
+            "so speculation looks faster than it is"
+        )
+    steps, _, verify = metrics.round_costs(spd, c)
+    ratio = metrics.decode_seconds(spd) / (len(spd.rounds) * (steps * c.t_draft + verify))
+    return (
+        f"the speculative lane's clock was hit (its rounds took {ratio:.1f}× their median cost on average), "
+        "so speculation looks slower than it is"
+    )
+
+
+def clock_note(spd: Trace, ar: Trace, wall: float) -> str:
+    """A warning, only where it changes the reading: the wall-clock ratio above the most the cost
+    model allows with this race's step costs (a verify as cheap as one step), or more than
+    READING_BAR away from the model's figure; it names the lane whose clock was hit."""
+    c = metrics.costs(spd, ar)
+    if c is None or math.isnan(wall) or not spd.rounds or not ar.rounds:
+        return ""
+    model = metrics.predicted_by_rounds(spd, c)
+    steps, _, verify = metrics.round_costs(spd, c)
+    ceiling = metrics.tau(spd) * c.t1 / (steps * c.t_draft + min(c.t1, verify))  # never below the model
+    hit = _clock_hit(spd, ar, c, faster=wall > model)
+    if wall > ceiling:
+        text = (
+            f"⚠ The wall clock reads ×{wall:.2f}, above ×{ceiling:.2f}, the most this race's step costs allow "
+            f"(even with a verify as cheap as one step): {hit}."
+        )
+    elif abs(wall / model - 1) > READING_BAR:
+        text = (
+            f"⚠ Timing is noisy: the wall clock reads ×{wall:.2f}, {abs(wall / model - 1) * 100:.0f}% from the "
+            f"×{model:.2f} of the median step costs; {hit}. A rerun will read differently; the headline will not."
+        )
+    else:
+        return ""
+    return f'<span class="noisy" role="note">{html.escape(text)}</span>'
+
+
+def headline_html(spd: Trace, ar: Trace, wall: float, lane: str = "") -> str:
+    """One lane's headline: the cost model's speedup from this race's median step costs, with τ
+    and MBSU (none of which a busy machine moves much), and beside it the measured wall-clock
+    ratio, labelled as such. `lane`: the lane's name, when a race has several."""
+    model = model_speedup(spd, ar)
+    if math.isnan(model):
+        return ""
+    who = f" {html.escape(lane)}" if lane else ""
+    return (
+        f'<span class="headline"><b>×{model:.2f}</b>{who} predicted decoding speedup '
+        f"<small>(cost model on this race's median step costs · τ = {metrics.tau(spd):.2f} · "
+        f"MBSU = {metrics.mbsu_made(spd):.2f})</small></span>"
+        f'<span class="wall">measured wall clock: ×{wall:.2f} ({metrics.tokens_per_second(spd):.1f} vs '
+        f"{metrics.tokens_per_second(ar):.1f} tokens/s)</span>"
+    )
+
+
 def why_html(spd: Trace, ar: Trace, speedup: float, lane: str = "", warn: bool = True) -> str:
-    """The measured speedup against the cost model fed with this race's own step costs, the
-    spread of the per-round estimate, and (with `warn`) a warning when the step costs varied
-    widely. `lane`: the lane's name, said first, when a race has several."""
+    """The cost model's figure explained from this race's step costs, the spread of the per-round
+    estimate, and (with `warn`) `clock_note`. `lane`: the lane's name, said first, when a race has
+    several."""
     c = metrics.costs(spd, ar)
     if c is None or math.isnan(speedup):
         return ""
@@ -178,20 +259,14 @@ def why_html(spd: Trace, ar: Trace, speedup: float, lane: str = "", warn: bool =
     model = tau * c.t1 * 1000 / round_ms  # metrics.predicted_by_rounds, from the figures the sentence shows
     mid, low, high = metrics.round_speedups(spd, ar)
     text = lane + (
-        f"Why ×{speedup:.2f}: a round here costs {steps:.1f} drafter steps × {c.t_draft * 1000:.2f} ms + a verify "
+        f"Why ×{model:.2f}: a round here costs {steps:.1f} drafter steps × {c.t_draft * 1000:.2f} ms + a verify "
         f"of {width:.1f} tokens {verify * 1000:.2f} ms = {round_ms:.1f} ms and yields τ = {tau:.2f} tokens; "
         f"the target alone takes {c.t1 * 1000:.2f} ms a token, so {tau:.2f} × {c.t1 * 1000:.2f} / {round_ms:.1f} "
         f"= ×{model:.2f} predicted (a verify of {c.width or c.gamma + 1} tokens costs {c.t_verify / c.t1:.1f} single "
-        "steps here). "
+        "steps here; each figure is a median over the race's steps). "
         f"Per-round medians give ×{mid:.2f}, ×{low:.2f}–{high:.2f} between the rounds' quartiles."
     )
-    warning = ""
-    if c.noisy and warn:
-        warning = (
-            f'<span class="noisy" role="note">⚠ Timing is noisy: this run\'s single target steps varied by '
-            f"{c.t1_spread * 100:.0f}% and its verifies by {c.verify_spread * 100:.0f}% (interquartile range over "
-            "median); the machine is probably busy, so the speedup may differ a lot on a rerun.</span>"
-        )
+    warning = clock_note(spd, ar, speedup) if warn else ""
     return f'<span class="why">{html.escape(text)}</span>{warning}'
 
 
@@ -202,7 +277,8 @@ def sampling_note_html(spd: Trace) -> str:
     return (
         '<div class="fact">Same seed, different text: the two runs use their random numbers differently (SPD draws '
         "q's samples, each u and the residuals; AR one draw per token), so they write different answers. What is "
-        f"the same is the law: every answer has the probability the target gives it (checked by <code>{SAMPLING_LAW_TEST}</code>).</div>"
+        "the same is the law: every answer has the probability the target gives it (the project's tests check "
+        "this by counting thousands of runs against the target's own probabilities).</div>"
     )
 
 
@@ -238,12 +314,14 @@ def rule_of_thumb(rows: list[dict], race_gamma: int, whose: str = "") -> str:
 
 
 def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9]+", text.lower())
+    """The text's words, case and punctuation ignored, in any script: a run of Chinese characters is
+    one word, so a character missing there is a difference (ASCII-only words dropped them all)."""
+    return re.findall(r"\w+", text.casefold())
 
 
 def reference_badge(ar: Trace, reference: str | None) -> str:
     """Beside the lossless badge: whether the target's own answer matches the example's reference
-    (words compared, case and punctuation ignored). Lossless means identical to the target, not correct."""
+    (words compared exactly, in any language; case and punctuation ignored). Lossless means identical to the target, not correct."""
     if reference is None or ar.summary is None:
         return ""
     if _words(ar.summary.text) == _words(reference):

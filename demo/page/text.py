@@ -51,6 +51,15 @@ JS = """
 }
 """
 
+# The Stop button's click, in the browser before the server hears of it: the button says so at once.
+STOPPING_JS = """
+() => {
+  const stop = document.getElementById("stop");
+  if (stop) { stop.textContent = "Stopping…"; stop.disabled = true; }
+  return [];
+}
+"""
+
 
 TIMING = """**How the race is timed.** Both runs decode on this machine, taking turns on one thread.
 Each has its own clock that runs only while it computes; the page always advances whichever run
@@ -90,7 +99,8 @@ drafts where it is unsure; verification is unchanged, so the output is exactly t
 | wall-clock speedup | SPD decode tokens/s / AR decode tokens/s | what this machine actually measured |
 
 "Drafted" means the same everywhere on the page: every token the drafter proposed, whether the target
-then checked it or not.
+then checked it or not. A token tree proposes several branches a round: its τ and α count the branch
+the target walked (as a chain would), and its stats say how many nodes it proposed and α per node.
 
 **CPU versus GPU.** On a GPU a forward over γ+1 tokens costs about as much as over one (decoding is
 memory-bound), so the speedup approaches MBSU. On a CPU a wider forward costs more, and the
@@ -103,7 +113,7 @@ tokens whose probability reaches p, and both warp p and q the same way. The seed
 numbers, so a race can be repeated exactly. The two runs still write different text under one seed: they
 use their random numbers differently (SPD draws the drafts, a u per draft and the residuals; AR one draw
 per token). What speculative sampling guarantees is the law: every answer has exactly the probability the
-target gives it; `tests/test_sampling.py` checks this by counting 3,000 runs against the target's own
+target gives it; the project's tests check this by counting 3,000 runs against the target's own
 probabilities. Open a round in the block view to see p, q, min(1, p/q), the draw u, and the residual.
 
 **The γ sweep.** After a greedy race the drafter replays the target's answer at γ = 1 … 10 (no target

@@ -1,0 +1,91 @@
+"""The page a teacher runs a class from, in a real browser at 1400 and 420 px: the first screen
+holds the image, the question, the examples and Run; the step mode steps through the last race
+one round at a time; Stop says "Stopping…" at once and the race has ended within 1 s of the click;
+a request that fails clears the last race's panels. One page load per width (browser tests are
+slow); screenshots under runs/screenshots/ (or $SCREENSHOT_DIR) as classroom-<width>-*.png."""
+
+import re
+import time
+
+import pytest
+from test_browser import EMBEDDED, browser, served, shoot  # noqa: F401 (the fixtures)
+
+from demo.bench.page import DRAWN
+
+pytestmark = pytest.mark.slow
+
+STOP_WITHIN_S = 1.0  # from the click to the page saying the race stopped
+
+
+def outcome_has(page, text: str, timeout_s: float = 60) -> None:
+    page.wait_for_function(f"document.querySelector('#outcome').innerText.includes({text!r})", timeout=timeout_s * 1000)
+
+
+def set_max_new(page, n: int) -> None:
+    page.fill("#max-new input[type=number]", str(n))
+    page.press("#max-new input[type=number]", "Enter")
+
+
+@pytest.mark.parametrize("width, height", [(1400, 900), (420, 860)])
+def test_a_class_can_run_step_through_and_stop_a_race_at_this_width(browser, served, width, height):  # noqa: F811
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.goto(served)
+    page.wait_for_selector(DRAWN)
+    # 1. The first screen holds the image, the examples, the question and Run, whole.
+    for element in ("#image", "#examples", "#question", "#run"):
+        box = page.locator(element).bounding_box()
+        assert box["y"] >= 0 and box["y"] + box["height"] <= height, (element, box)
+    assert page.locator("#examples .thumbnail-item").first.is_visible()
+    shoot(page, f"classroom-{width}-first-screen.png")
+
+    # 2. A short race, then the step mode: one verification round at a time, with its annotation.
+    page.locator("#examples .thumbnail-item").first.click()
+    page.wait_for_selector("#image img")
+    set_max_new(page, 24)
+    page.click("#run")
+    page.wait_for_selector("#outcome .badge", timeout=120_000)
+    page.wait_for_selector("#run:not([disabled])", timeout=120_000)
+    assert "predicted decoding speedup" in page.inner_text("#outcome")
+    assert "measured wall clock: ×" in page.inner_text("#outcome")
+    page.click("#next-round")
+    outcome_has(page, "Step by step: round 1 of ")
+    assert "Round 1 of this race" in page.inner_text("#how-round")
+    after_one = page.locator("#spd-panel .tok").count()
+    page.click("#next-round")
+    outcome_has(page, "Step by step: round 2 of ")
+    assert "Round 2 of this race" in page.inner_text("#how-round")
+    assert page.locator("#spd-panel .tok").count() > after_one >= 2  # the prefill's token and round 1's
+    page.locator("#how-round").scroll_into_view_if_needed()
+    shoot(page, f"classroom-{width}-step.png")
+
+    # 3. A request that fails clears the last race's panels instead of leaving them looking current.
+    page.fill("#question textarea", "")
+    page.click("#run")
+    outcome_has(page, "Ask a question about the image first.")
+    assert page.locator("#spd-panel .tok").count() == 0 and page.locator("#ar-panel .tok").count() == 0
+    assert "Run the race and one of its rounds is explained here" in page.inner_text("#how-round")
+    shoot(page, f"classroom-{width}-error.png")
+
+    # 4. Stop answers: "Stopping…" at once, the race ended on the page within STOP_WITHIN_S.
+    page.fill("#question textarea", "Describe this image in detail.")  # a long answer to stop
+    set_max_new(page, 400)
+    page.click("#run")
+    page.wait_for_selector("#spd-panel .tok", timeout=60_000)
+    page.wait_for_selector("#stop:not([disabled])", timeout=60_000)
+    clicked = time.perf_counter()
+    page.click("#stop")
+    said = page.inner_text("#stop")
+    outcome_has(page, "Stopped.", timeout_s=30)
+    stopped_s = time.perf_counter() - clicked
+    ended_s = float(re.search(r"It ended ([0-9.]+) s after the Stop arrived", page.inner_text("#outcome")).group(1))
+    print(
+        f"\n{width} px: Stop said {said!r} at once; the race ended {ended_s:.2f} s after the Stop reached the "
+        f"server, and the page said 'Stopped.' {stopped_s:.2f} s after the click"
+    )
+    assert said == "Stopping…"
+    assert ended_s <= STOP_WITHIN_S and stopped_s <= STOP_WITHIN_S
+    clocks = [page.inner_text(f"#{lane}-panel .clock") for lane in ("ar", "spd")]
+    assert all("· stopped" in c or "· done" in c for c in clocks), clocks
+    page.wait_for_selector("#run:not([disabled])")
+    assert page.inner_text("#stop") == "Stop" and not page.is_enabled("#stop")
+    page.close()
