@@ -126,7 +126,8 @@ stop_race = runs.stopper("race", lambda: {"stop": gr.Button(interactive=False, v
 def _stopped(run: runs.PageRun) -> Iterator[dict]:
     """The last updates of a run its Stop (or its budget) ended: what was decoded, each lane's clock
     stopped, Run on; first without the charts, which a busy machine is slowest to draw, then with them."""
-    said = render.over_budget_html(run.stop.seconds) if run.stop.over else stopped_html(run)  # timed once: the run has ended here
+    # timed once: the run has ended here
+    said = render.over_budget_html(run.stop.seconds) if run.stop.over else stopped_html(run)
     for charts_too in (False, True) if run.shown else (False,):
         traces, facts, reference = run.shown or ({}, (), None)
         shown = lanes.view(traces, facts, charts_too, reference, stopped=True) if traces else {}
