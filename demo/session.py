@@ -363,7 +363,7 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
     """Speculative decoding, greedy, of each example (`.image`, `.question`, `.language`) with each drafter,
     yielding plain data only (on ZeroGPU it runs in another process): ("run", i, drafter) before
     each run, then ("done", i, drafter, trace, observations) (`demo.analysis.observations`)."""
-    from demo import analysis
+    from demo import analysis, image_attention
     from demo.engine.sampling import Sampling
     from demo.models import loader
 
@@ -372,7 +372,9 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
     for i, item in enumerate(items):
         for d in drafters:
             yield "run", i, d
-            trace = run(loaded, Request(item.question, preset, d, gamma, Sampling(), max_new_tokens), item.image)
+            request = Request(item.question, preset, d, gamma, Sampling(), max_new_tokens)
+            trace = run(loaded, request, item.image)
+            image_attention.attach(loaded, item.question, item.image, {d: trace})  # after the run, off its clock
             yield "done", i, d, trace, analysis.observations(trace, i, loaded.target.stop_ids, item.language)
 
 

@@ -13,9 +13,10 @@ from demo.models import grounding, loader
 from demo.world.scenes import GRID
 from demo.world.tasks import heldout_examples
 
-# From `python -m demo.bench.grounding_layers` (docs/grounding.md): at the embedded preset's layers,
-# 90% of copied tokens look at the image less than COPIED_BELOW, 90% of colour words more than COLOUR_ABOVE.
-COPIED_BELOW, COLOUR_ABOVE = 0.3, 0.5
+# From `python -m demo.bench.grounding_layers` (docs/grounding.md): at the embedded preset's layer,
+# 90% of the tokens copied from the question put less than 0.35 of their attention on the image, and
+# 75% of the colour words the question does not give more.
+COPIED_BELOW = COLOUR_ABOVE = 0.35
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,7 @@ def test_a_token_copied_from_the_question_looks_at_text_and_a_colour_word_at_the
     categories = analysis.token_categories(trace, world.target.stop_ids)
     question = ex.question.lower()
     colour = [i for i, (_, c) in enumerate(categories) if c == "colour"]
-    copied = [i for i, (w, c) in enumerate(categories) if w and w.lower() in question and c == "template"]
+    copied = [i for i, (w, c) in enumerate(categories) if w and w.lower() in question and c != "colour"]
     assert colour and copied, (trace.text, categories)
     assert all(read.image[i] > COLOUR_ABOVE for i in colour), [read.image[i] for i in colour]
     assert all(read.image[i] < COPIED_BELOW for i in copied), [read.image[i] for i in copied]

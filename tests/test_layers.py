@@ -24,7 +24,16 @@ WORLD_TRAINING = (
     "demo.world.fit",
     "demo.world.experiments",
 )
-SESSION = ("demo.session", "demo.validate", "demo.analysis", "demo.sweeps", "demo.failures", "demo.offers")
+SESSION = (
+    "demo.session",
+    "demo.validate",
+    "demo.analysis",
+    "demo.sweeps",
+    "demo.failures",
+    "demo.offers",
+    "demo.image_attention",
+    "demo.image_rejections",
+)
 LAYERS = {
     "engine": (
         ("demo.engine",),

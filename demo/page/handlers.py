@@ -42,7 +42,7 @@ from pathlib import Path
 import gradio as gr
 import gradio.utils
 
-from demo import failures, session, sweeps, validate
+from demo import failures, image_attention, session, sweeps, validate
 from demo.engine import export
 from demo.engine.events import RoundEvent, TokenEvent, Trace
 from demo.page import lanes, render
@@ -182,8 +182,7 @@ def downloads(traces: dict[str, Trace], request: session.Request, gamma_sweep: l
     }
 
 
-NO_DOWNLOADS = {"json_file": gr.DownloadButton(value=None, interactive=False)}
-NO_DOWNLOADS["csv_file"] = NO_DOWNLOADS["json_file"]
+NO_DOWNLOADS = dict.fromkeys(("json_file", "csv_file"), gr.DownloadButton(value=None, interactive=False))
 
 
 # --- runs a page can stop ---------------------------------------------------------------------------
@@ -413,6 +412,8 @@ def _race_to_page(
         note = '<div class="sweep-note">Replaying the answer at γ = 1 … 10 with the drafter…</div>'
         yield {"sweep_note": note, "stop": gr.Button(interactive=False)}
         rows = sweeps.gamma_sweep(request, image, uploads(), spd, ar)
+    traces = image_attention.read_race(request, image, uploads(), traces)  # off the clocks: the heatmaps
+    last_view |= lanes.view(traces, facts, charts_too=True, reference=reference)
     # The last update repeats the final view, so that an API client's result is the whole page.
     yield (
         last_view
@@ -494,6 +495,6 @@ def trace_api(
                     yield gr.skip()  # a chance for Gradio to close this handler (see `_frames`)
                     last_yield = time.perf_counter()
         rows = sweeps.gamma_sweep(request, image, uploads(), traces["speculative"], traces["autoregressive"])
-        yield export.payload(request.settings(), traces, rows)
+        yield export.payload(request.settings(), image_attention.read_race(request, image, uploads(), traces), rows)
     except Exception as error:
         raise gr.Error(failures.message(error), print_exception=False) from None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from demo.page import blocks, render
+from demo.page import blocks, heatmap, render
 
 # The Analysis tab's rules.
 ANALYSIS_CSS = """
@@ -38,6 +38,7 @@ ANALYSIS_CSS = """
 CSS = (
     render.CSS
     + blocks.CSS
+    + heatmap.CSS
     + """
 .gradio-container { max-width: 1480px !important; }
 #title h1 { margin: 0 0 2px 0; font-size: 26px; }
@@ -63,7 +64,8 @@ THEME = gr.themes.Default(primary_hue="teal", neutral_hue="slate")
 # The page's one script: a click on (or Enter at) a token of a speculative lane's panel opens that
 # token's round in the lane's block view (the panel names the view: data-blocks), opening the
 # view's accordion first if it is closed, and moves the focus there.
-JS = """
+JS = (
+    """
 () => {
   const open = (tok) => {
     const panel = tok.closest(".panel[data-blocks]");
@@ -94,8 +96,10 @@ JS = """
     const tok = event.key === "Enter" && event.target.closest && event.target.closest(".tok");
     if (tok && open(tok)) event.preventDefault();
   });
-}
 """
+    + heatmap.JS
+    + "}\n"
+)  # hover, focus or an opened round redraws the lane's heatmap
 
 
 TIMING = """**How the race is timed.** Both runs decode on this machine, taking turns on one thread.
