@@ -7,9 +7,10 @@ import tiny_families
 import torch
 from PIL import Image
 
-from demo import analysis, session
+from demo import session
 from demo.engine.sampling import Sampling
 from demo.models import grounding, loader
+from demo.session import rejections as analysis
 from demo.world.scenes import GRID
 from demo.world.tasks import heldout_examples
 

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from demo import image_rejections as ir
-from demo.analysis import Observation
 from demo.bench import attention_quartiles
+from demo.session import image_rejections as ir
+from demo.session.rejections import Observation
 
 
 def obs(share: float | None, accepted: bool, index: int = 0) -> Observation:

@@ -1,14 +1,14 @@
 """The benchmark's image-attention table: per language and drafter, the rejection rate in the
 bottom and the top quartile of the target's image-attention share at the drafted positions
-(`demo.image_rejections.quartiles`), and the rate above the headline's threshold over the rate
+(`demo.session.image_rejections.quartiles`), and the rate above the headline's threshold over the rate
 at or below it. Observations come from the benchmark's greedy runs, their image attention read
-after each run (`demo.image_attention.attach`), off the runs' clocks."""
+after each run (`demo.session.image_attention.attach`), off the runs' clocks."""
 
 from __future__ import annotations
 
 import math
 
-from demo import image_rejections
+from demo.session import image_rejections
 
 
 def rows(obs_by: dict[tuple[str, str], list]) -> list[dict]:

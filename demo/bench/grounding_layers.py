@@ -3,7 +3,7 @@ words from template words, on the embedded world.
 
 For n held-out examples per language (the task kinds in turn), the target answers greedily; one
 extra forward over each answer reads every layer's attention (`demo.models.grounding`). Each
-answer token is tagged with its word's category (`demo.analysis.token_categories`). For every
+answer token is tagged with its word's category (`demo.session.rejections.token_categories`). For every
 contiguous range of layers, the image share (mean over heads and the range's layers) of grounded
 words (colour, shape, count) the question does not contain is set against that of template words: the AUC is the chance that
 a grounded token's share beats a template token's (0.5: no separation). The best range is the
@@ -13,7 +13,7 @@ Also measured, for the tests' thresholds: the shares of colour words not in the 
 tokens copied from the question (a word the question contains, any category), at the chosen range.
 
 It lives in bench, not in demo/world/experiments: it reads the target through demo.models and the
-categories through demo.analysis, which the world layer may not import (tests/test_layers.py).
+categories through demo.session.rejections, which the world layer may not import (tests/test_layers.py).
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ import time
 
 import torch
 
-from demo import analysis, session
-from demo.analysis import WORD
+from demo import session
 from demo.engine.sampling import Sampling
 from demo.models import grounding, loader
+from demo.session import rejections as analysis
+from demo.session.rejections import WORD
 from demo.world.tasks import TASKS
 
 GROUNDED = ("colour", "shape", "count")

@@ -101,22 +101,6 @@ def section_html(trace: Trace) -> str:
     )
 
 
-CSS = """
-.heatmap { display: flex; flex-wrap: wrap; gap: 10px; align-items: flex-start; margin-top: 8px;
-  padding-top: 8px; border-top: 1px solid var(--border-color-primary); }
-.hm-figure { position: relative; width: 160px; max-width: 100%; aspect-ratio: 1; flex: none;
-  background: var(--background-fill-secondary); }
-.hm-image { position: absolute; inset: 0; width: 100%; height: 100%; object-fit: fill; }
-.hm-image:not([src]) { display: none; }
-.hm-grid { position: absolute; inset: 0; display: grid; }
-.hm-text { flex: 1 1 180px; min-width: 0; }
-.hm-caption { margin: 0 0 6px; font-weight: 600; overflow-wrap: anywhere; }
-.hm-legend { display: flex; align-items: center; gap: 6px; font-size: 12px; }
-.hm-bar { flex: 1; height: 10px; min-width: 60px; border-radius: 2px; }
-.hm-how { font-size: 12px; margin: 6px 0 0; opacity: 0.8; }
-.heatmap-note { margin-top: 8px; font-size: 13px; opacity: 0.85; }
-"""
-
 # The page's script for the heatmap (joined to `text.JS`): redraw a panel's heatmap for a token.
 JS = """
   const cividis = [[0, 34, 78], [61, 77, 110], [124, 123, 120], [188, 175, 111], [253, 231, 55]];

@@ -20,9 +20,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from demo import validate
 from demo.engine.grounding import ImageAttention
 from demo.models import zerogpu
+from demo.session import validate
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Rejections against the target's image attention: was the drafter rejected where the target was
-looking at the image? Pure functions over `demo.analysis.Observation`s whose `image_attention`
-was read (`demo.image_attention`); observations without it are left out.
+looking at the image? Pure functions over `demo.session.rejections.Observation`s whose `image_attention`
+was read (`demo.session.image_attention`); observations without it are left out.
 
     binned(obs_by_drafter)            rejection rate per bin of image-attention share, per drafter
     quartiles(obs)                    rejection rate in the bottom and top quartiles of the share
@@ -8,7 +8,7 @@ was read (`demo.image_attention`); observations without it are left out.
     headline(obs_by_drafter)          the batch in one sentence
     most_image_dependent(rejections)  the rejections where the target looked at the image most
 
-Beside `demo.analysis`: its observations carry the share at their position.
+Beside `demo.session.rejections`: its observations carry the share at their position.
 """
 
 from __future__ import annotations
