@@ -8,7 +8,7 @@ from __future__ import annotations
 import gradio as gr
 
 from demo import ROOT
-from demo.page import heatmap
+from demo.page import attention_view, heatmap
 
 # The page's stylesheet (token panels, block views, trees, the Analysis tab): a static asset,
 # read once here.
@@ -52,6 +52,7 @@ JS = (
   });
 """
     + heatmap.JS
+    + attention_view.JS
     + "}\n"
 )  # hover, focus or an opened round redraws the lane's heatmap
 

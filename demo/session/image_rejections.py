@@ -98,7 +98,8 @@ def headline(obs_by_drafter: dict[str, list], threshold: float = THRESHOLD) -> s
     for drafter, obs in obs_by_drafter.items():
         if not _read(obs):
             continue
-        parts.append(f"{_times(ratio(obs, threshold))} ({drafter}: {ratio(obs, threshold)['above']} such drafts)")
+        r = ratio(obs, threshold)
+        parts.append(f"{_times(r)} ({drafter}: {r['above']} such draft{'s' * (r['above'] != 1)})")
     if not parts:
         return None
     return (
