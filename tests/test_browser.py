@@ -13,6 +13,7 @@ Start and first-token times are printed, not asserted: `python -m demo.bench.pag
 them against their targets.
 """
 
+import json
 import os
 import time
 from pathlib import Path
@@ -403,8 +404,11 @@ def test_hovering_a_rejected_token_shows_where_the_target_looked_on_the_image(br
     assert heatmap.locator(".hm-image").get_attribute("src")  # the uploaded image, under the grid
     rejected = page.locator("#spd-panel .tok-resampled")
     assert rejected.count() >= 1
-    token = rejected.nth(rejected.count() - 1)
-    token.hover()
+    maps = json.loads(heatmap.get_attribute("data-maps"))
+    token = max(
+        (rejected.nth(k) for k in range(rejected.count())), key=lambda t: max(maps[int(t.get_attribute("data-index"))])
+    )
+    token.hover()  # the rejection where the target looked at the image most
     index = token.get_attribute("data-index")
     caption = heatmap.locator(".hm-caption").inner_text()
     assert caption.startswith(f"#{index} ") and "rejected here" in caption

@@ -30,9 +30,12 @@ def colour(v: float) -> tuple[int, int, int]:
     return tuple(round(x + (y - x) * f) for x, y in zip(a, b))
 
 
+FLOOR = 0.05  # a map whose most-attended cell holds less than this is drawn faint: the token looked elsewhere
+
+
 def cell_style(value: float, peak: float) -> str:
-    """A cell's tint: cividis of value / peak, more opaque where more attention fell."""
-    v = value / peak if peak > 0 else 0.0
+    """A cell's tint: cividis of value / max(peak, FLOOR), more opaque where more attention fell."""
+    v = value / max(peak, FLOOR)
     r, g, b = colour(v)
     return f"background:rgba({r},{g},{b},{0.25 + 0.6 * v:.2f})"
 
@@ -63,7 +66,7 @@ def legend_html() -> str:
     return (
         '<div class="hm-legend" aria-hidden="true"><span>0</span>'
         f'<span class="hm-bar" style="background:linear-gradient(to right, {stops})"></span>'
-        '<span class="hm-peak">the most on one cell</span></div>'
+        f'<span class="hm-peak">the most on one cell (faint below {FLOOR:.0%})</span></div>'
     )
 
 
@@ -123,8 +126,8 @@ JS = """
     const i = Number(tok.dataset.index);
     const maps = JSON.parse(map.dataset.maps), captions = JSON.parse(map.dataset.captions);
     if (!(i < maps.length)) return;
-    const peak = Math.max(...maps[i]);
-    map.querySelectorAll(".hm-cell").forEach((cell, k) => { cell.style.background = tint(peak > 0 ? maps[i][k] / peak : 0); });
+    const peak = Math.max(0.05, ...maps[i]);  // FLOOR: a token that looked elsewhere stays faint
+    map.querySelectorAll(".hm-cell").forEach((cell, k) => { cell.style.background = tint(maps[i][k] / peak); });
     map.querySelector(".hm-caption").textContent = captions[i];
     map.dataset.shown = String(i);
   };
