@@ -136,6 +136,7 @@ def test_csv_has_one_row_per_observation_and_json_is_strict_with_aggregates_and_
         "accepted": "False",
         "draft": "cus",
         "draft_word": "circus",
+        "image_attention": "",  # not read for the hand-built runs
         "grounded": "True",
     }
     record = json.loads(json.dumps(analysis_tab.record(batch), allow_nan=False))
@@ -485,3 +486,37 @@ def test_the_tab_in_chromium_runs_shows_a_trace_and_races_it_on_the_race_tab(ser
         raced = page.locator("#raced").inner_text()
         assert "with tiny-analysis/image-aware, γ = 4, greedy, 8 tokens, adaptive off, image given" in raced
         browser.close()
+
+
+def test_analysis_headline_bins_rejections_by_image_attention_and_links_the_most_image_dependent():
+    from demo.engine.grounding import ImageAttention
+
+    def read(trace, shares: dict[int, float], rest: float):
+        image = tuple(shares.get(t.index, rest) for t in trace.tokens)
+        n = len(image)
+        trace.image_attention = ImageAttention((1,), 1, 1, image, (0.0,) * n, (0.0,) * n, tuple((s,) for s in image))
+        return trace
+
+    batch = Batch(PRESET, "caption", ["text-only", "image-aware"], gamma=3, n=1, seed=0, max_new_tokens=16)
+    traces = [
+        ("text-only", read(shapes_trace(), {1: 0.8, 3: 0.6, 8: 0.5, 10: 0.1}, 0.05)),  # rejected at 1, 3, 8, 10
+        ("image-aware", read(yes_trace(), {2: 0.7}, 0.1)),  # rejected at 2
+    ]
+    for number, (drafter, trace) in enumerate(traces, 1):
+        batch.runs.append(Run(number, 0, item(), drafter, trace, rejections.observations(trace, 0, STOPS), True))
+    text = analysis_tab.headline_html(batch, analysis_tab.summaries(batch))
+    assert (
+        "<b>Drafts at positions where the target put more than 35% of its attention on the image were rejected "
+        "7.0x as often as elsewhere (text-only: 3 such drafts) / 100% of the time, and never elsewhere "
+        "(image-aware: 1 such draft).</b>"
+    ) in text
+    # text-only: 0-10%: 6 accepted; 10-20%: the "." rejected; 20-30%, 30-50%: none; 50-100%: 3 of 3
+    assert (
+        '<tr><th>text-only</th><td>0% <span class="n">(0/6)</span></td><td>100% <span class="n">(1/1)</span></td>'
+        '<td>–</td><td>–</td><td>100% <span class="n">(3/3)</span></td></tr>'
+    ) in text
+    links = [line.split('data-run="')[1][0] for line in text.split("<li>")[1:]]
+    assert links == ["1", "2", "1", "1", "1"]  # 80%, 70%, 60%, 50%, 10%
+    assert "position 1: the target wrote <b>&#x27; red&#x27;</b>, the drafter &#x27; blue&#x27; (colour)" in text
+    rows = list(csv.DictReader(io.StringIO(analysis_tab.observations_csv(batch))))
+    assert [float(r["image_attention"]) for r in rows[:3]] == [0.8, 0.05, 0.6]

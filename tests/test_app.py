@@ -372,6 +372,7 @@ def test_csv_export_has_one_row_per_token_with_its_details():
         "rejected_accept_prob": "0.0556",
         "t": "0.06",
         "drafter": "text-only",
+        "image_attention": "",  # not read for these traces
     }
     assert rows[6]["text"] == "<b>&" and rows[5]["text"] == "\n"
     assert [r["kind"] for r in rows[8:]] == ["target"] * 3 and {r["drafter"] for r in rows[8:]} == {""}

@@ -78,6 +78,12 @@ def test_bench_writes_report_files_and_ends_with_one_json_line(tiny_preset, tmp_
     # No description cell ran, so the step-cost goals say so; the peer ones are measured.
     assert result["goals"]["D / T1"] == {"value": None, "bar": "<= 0.05", "met": None}
     assert result["goals"]["AR / HF generate"]["value"] == result["peer"]["ar_vs_hf_generate"]
+    quartiles = result["image_attention_quartiles"]  # read after the greedy runs at the last gamma
+    assert [(q["language"], q["drafter"]) for q in quartiles] == [("en", d) for d in ("text-only", "image-aware")]
+    for q in quartiles:
+        assert q["observations"] > 0 and q["per_quartile"] == q["observations"] // 4
+        assert q["bottom_max_share"] <= q["top_min_share"]
+    assert any("bottom quartile: share ≤, rejected" in line for line in lines)  # the printed table
     for name in ("report.html", "cells.csv", "analysis.csv", "bench.json"):
         assert (out / name).stat().st_size > 0
     page = (out / "report.html").read_text()

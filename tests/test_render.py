@@ -258,7 +258,8 @@ def test_errors_are_escaped_and_announced():
 def test_exported_token_flattens_its_rejection_into_the_rejected_columns():
     trace = spd_trace()
     record = trace.to_dict()
-    assert set(record) == {"prefill", "tokens", "rounds", "summary"}  # the run's start is the export's settings
+    # the run's start is the export's settings
+    assert set(record) == {"prefill", "tokens", "rounds", "summary", "image_attention"}
     assert record["tokens"][2] == {
         "index": 2,
         "token_id": 13,
@@ -274,5 +275,7 @@ def test_exported_token_flattens_its_rejection_into_the_rejected_columns():
         "rejected_q": 0.9,
         "rejected_accept_prob": 0.0556,
         "t": 0.06,
+        "image_attention": None,  # not read for this trace
     }
+    assert record["image_attention"] is None
     assert record["tokens"][1]["rejected_id"] is None and record["tokens"][1]["rejected_text"] is None

@@ -48,12 +48,14 @@ from pathlib import Path
 import torch
 
 from demo import session
+from demo.bench import attention_quartiles
 from demo.bench.peer import peer
 from demo.engine import lean, metrics
 from demo.engine.events import Trace, tree_refusal
 from demo.engine.sampling import Sampling
 from demo.engine.trees import TreeDrafter
 from demo.models import loader
+from demo.session import image_attention
 from demo.session import rejections as analysis
 from demo.world.scoring import score
 
@@ -96,9 +98,9 @@ class Cell:
     correct_ar: int
 
 
-def examples_for(task: str, n: int, seed: int):
+def examples_for(task: str, n: int, seed: int, languages: tuple[str, ...] = ("en",)):
     """n held-out examples, cycling through the world tasks a bench task draws from."""
-    return analysis.heldout_mix(PAPER_TASKS[task], n, seed)
+    return analysis.heldout_mix(PAPER_TASKS[task], n, seed, languages)
 
 
 def drafter_on(loaded, name: str, path: str):
@@ -341,6 +343,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--peer-reps", type=int, default=2)
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--seed", type=int, default=0, help="which held-out examples")
+    parser.add_argument(
+        "--example-languages", default="en", help="the held-out examples' languages, in turn (en,de,zh)"
+    )
     parser.add_argument("--out", default="runs/bench")
     args = parser.parse_args(argv)
 
@@ -349,9 +354,9 @@ def main(argv: list[str] | None = None) -> dict:
     drafters = list(loaded.preset.drafter_names()) if args.drafters == "all" else args.drafters.split(",")
     paths = args.drafter_paths.split(",")
     on = {(d, path): drafter_on(loaded, d, path) for d in drafters for path in paths}
-    cells, obs = [], {d: [] for d in drafters}
+    cells, obs, obs_by_language = [], {d: [] for d in drafters}, {}
     for task in args.tasks.split(","):
-        examples = examples_for(task, args.n, args.seed)
+        examples = examples_for(task, args.n, args.seed, tuple(args.example_languages.split(",")))
         for decoding in args.decoding.split(","):
             for drafter in drafters:
                 for gamma in map(int, args.gammas.split(",")):
@@ -365,8 +370,11 @@ def main(argv: list[str] | None = None) -> dict:
                         )
                         cells.append(cell)
                         if decoding == "greedy" and gamma == int(args.gammas.split(",")[-1]) and path == paths[0]:
-                            for i, t in enumerate(spds):
-                                obs[drafter] += analysis.observations(t, i, loaded.target.stop_ids)
+                            for i, (t, ex) in enumerate(zip(spds, examples)):
+                                image_attention.attach(loaded, ex.question, ex.image, {"spd": t})  # off the clocks
+                                o = analysis.observations(t, i, loaded.target.stop_ids, ex.language)
+                                obs[drafter] += o
+                                obs_by_language.setdefault((ex.language, drafter), []).extend(o)
                         print(
                             f"[{time.time() - started:6.1f}s] {task} {drafter} ({cell.drafter_path}) gamma={gamma} "
                             f"{decoding}: tau {cell.tau:.2f} speedup {cell.speedup:.2f} (limit {cell.limit_speedup:.2f})",
@@ -413,6 +421,9 @@ def main(argv: list[str] | None = None) -> dict:
             f"analysis [{d}]: image-grounded words are {share['grounded_share_of_drafted']:.0%} of drafted "
             f"positions and {share['grounded_share_of_rejections']:.0%} of rejections"
         )
+    quartiles = attention_quartiles.rows(obs_by_language)
+    print("\nRejection rate by the target's image attention at the drafted position (greedy, the last gamma)\n")
+    print(attention_quartiles.table(quartiles))
     write_outputs(Path(args.out), cells, peer_result, obs, meta, goal_rows)
     print(f"wrote {args.out}/report.html, cells.csv, analysis.csv, bench.json")
     first_peer = next(iter(peer_result.values())) if peer_result else {}
@@ -424,6 +435,7 @@ def main(argv: list[str] | None = None) -> dict:
             "by_drafter": peer_result,
         },
         "goals": {g["goal"]: {"value": g["value"], "bar": g["bar"], "met": g["met"]} for g in goal_rows},
+        "image_attention_quartiles": quartiles,
     }
     print(json.dumps(line))
     return line

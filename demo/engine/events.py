@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:  # a type only: the events import no torch, so the page can read them cheaply
+    from demo.engine.grounding import ImageAttention
     from demo.engine.sampling import Sampling
 
 Mode = Literal["speculative", "autoregressive"]
@@ -275,6 +276,9 @@ class Trace:
     rounds: list[RoundEvent] = field(default_factory=list)
     summary: RunSummary | None = None
     t: float = 0.0  # compute seconds used so far: the latest event's clock
+    # the target's attention on the image per answer token, read after the run (off its clock) by
+    # demo.models.grounding; None until then, and for runs nobody asked it of
+    image_attention: ImageAttention | None = None
 
     def add(self, event: Event) -> None:
         self.t = event.t
@@ -317,10 +321,18 @@ class Trace:
         return self.start.sampling.greedy if self.start else True
 
     def to_dict(self) -> dict:
-        """The exported trace. The run's description is the export's "settings", not repeated here."""
+        """The exported trace. The run's description is the export's "settings", not repeated here.
+        Each token's `image_attention` is the target's share of attention on the image there (None
+        where it was not read); the trace's `image_attention` has the layers, grid and maps."""
+        attention = self.image_attention
         return {
             "prefill": asdict(self.prefill) if self.prefill else None,
-            "tokens": [t.to_dict() for t in self.tokens],
+            "tokens": [{**t.to_dict(), "image_attention": self.image_share(t.index)} for t in self.tokens],
             "rounds": [r.to_dict() for r in self.rounds],
             "summary": asdict(self.summary) if self.summary else None,
+            "image_attention": attention.to_dict() if attention else None,
         }
+
+    def image_share(self, index: int) -> float | None:
+        """The target's share of attention on the image at answer position `index`, if it was read."""
+        return self.image_attention.share(index) if self.image_attention else None

@@ -10,7 +10,8 @@ second drafter's lane, when there is one) and "autoregressive"; every lane is ex
                                                  metrics, each speculative lane against the target
     comparison(spd, ar) -> dict                  identical outputs? first difference, speedup
     to_json(payload) -> str
-    tokens_csv(traces) -> str                    run, index, text, kind, round, p, q, ... t, drafter
+    tokens_csv(traces) -> str                    run, index, text, kind, round, p, q, ... t, drafter,
+                                                 image_attention
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ CSV_COLUMNS = (
     "rejected_accept_prob",
     "t",
     "drafter",  # the lane's drafter (empty for the autoregressive lane)
+    "image_attention",  # the target's share of attention on the image there (empty where not read)
 )
 
 
@@ -99,6 +101,6 @@ def tokens_csv(traces: dict[str, Trace]) -> str:
     for name, trace in traces.items():
         drafter = trace.start.drafter.name if trace.start and trace.start.drafter else None
         for tok in trace.tokens:
-            row = {"run": name, **tok.to_dict(), "drafter": drafter}
+            row = {"run": name, **tok.to_dict(), "drafter": drafter, "image_attention": trace.image_share(tok.index)}
             writer.writerow(["" if row[c] is None else row[c] for c in CSV_COLUMNS])
     return buffer.getvalue()

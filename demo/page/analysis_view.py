@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from demo.engine import export, metrics
-from demo.page import blocks, render
+from demo.page import attention_view, blocks, render
 from demo.session import rejections
 from demo.session.batches import ALL_LANGUAGES, TASK_KINDS
 from demo.world.tasks import LANGUAGE_NAMES, TASKS
@@ -186,7 +186,7 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
         f"{sum(s['grounded']['drafted'] for s in sums.values())} drafted positions checked · "
         f"greedy · γ = {batch.gamma}</p>"
     )
-    return f'<div class="an-headline">{"".join(lines)}</div>'
+    return f'<div class="an-headline">{"".join(lines)}{attention_view.attention_html(batch)}</div>'
 
 
 WORD_COLUMNS = ["drafter", "word", "category", "rejected", "drafted", "rejected %", "drafter wrote instead"]

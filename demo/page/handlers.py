@@ -306,6 +306,9 @@ def _race_to_page(
         yield from _stopped(run)
         return
     rows, why_not = list(swept[0].rows), swept[0].why_not
+    for lane, attention in swept[0].attention:  # read after the sweep, in the race's own call
+        traces[lane].image_attention = attention
+    last_view |= lanes.view(traces, facts, True, reference)
     # The last update repeats the final view, so that an API client's result is the whole page.
     yield (
         last_view
@@ -387,6 +390,8 @@ def trace_api(
                     break
                 if isinstance(item, session.Swept):
                     rows = list(item.rows)
+                    for lane, attention in item.attention:
+                        traces[lane].image_attention = attention
                     continue
                 traces[item.name].add(item.event)
                 if isinstance(item.event, RoundEvent) and time.perf_counter() - last_yield >= HEARTBEAT_EVERY:

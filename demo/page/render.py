@@ -22,7 +22,7 @@ import math
 
 from demo.engine import metrics
 from demo.engine.events import TokenEvent, Trace
-from demo.page import teach
+from demo.page import heatmap, teach
 
 KIND_LABELS = {
     "accepted": "accepted draft",
@@ -138,7 +138,7 @@ def token_span(tok: TokenEvent, greedy: bool, end: bool = False, opens: bool = F
     lead = tok.text[: len(tok.text) - len(tok.text.lstrip(" "))] if tok.text.strip(" ") else ""
     breaks = "\n" * tok.text.count("\n")
     return (
-        f'{lead}<span class="tok tok-{tok.kind}" tabindex="0" data-round="{tok.round}" '
+        f'{lead}<span class="tok tok-{tok.kind}" tabindex="0" data-round="{tok.round}" data-index="{tok.index}" '
         f'aria-label="{label}">{face}{_tooltip(tok, greedy, hint)}</span>{breaks}'
     )
 
@@ -197,7 +197,8 @@ def panel_html(
     return (
         f'<div class="panel {lane}"{opens}><div class="panel-head"><span class="panel-title">{html.escape(title)}</span>'
         f'<span class="panel-sub">{html.escape(subtitle)}</span>'
-        f'<span class="clock">{clock}</span></div>{skip}{tokens_html(trace, opens=blocks is not None)}</div>'
+        f'<span class="clock">{clock}</span></div>{skip}{tokens_html(trace, opens=blocks is not None)}'
+        f"{heatmap.section_html(trace)}</div>"
     )
 
 

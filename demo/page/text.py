@@ -8,6 +8,7 @@ from __future__ import annotations
 import gradio as gr
 
 from demo import ROOT
+from demo.page import attention_view, heatmap
 
 # The page's stylesheet (token panels, block views, trees, the Analysis tab): a static asset,
 # read once here.
@@ -17,7 +18,8 @@ THEME = gr.themes.Default(primary_hue="teal", neutral_hue="slate")
 # The page's one script: a click on (or Enter at) a token of a speculative lane's panel opens that
 # token's round in the lane's block view (the panel names the view: data-blocks), opening the
 # view's accordion first if it is closed, and moves the focus there.
-JS = """
+JS = (
+    """
 () => {
   const open = (tok) => {
     const panel = tok.closest(".panel[data-blocks]");
@@ -48,8 +50,11 @@ JS = """
     const tok = event.key === "Enter" && event.target.closest && event.target.closest(".tok");
     if (tok && open(tok)) event.preventDefault();
   });
-}
 """
+    + heatmap.JS
+    + attention_view.JS
+    + "}\n"
+)  # hover, focus or an opened round redraws the lane's heatmap
 
 # The Stop button's click, in the browser before the server hears of it: the button says so at once.
 STOPPING_JS = """

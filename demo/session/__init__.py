@@ -51,6 +51,7 @@ from demo.session.validate import InvalidInput
 
 if TYPE_CHECKING:
     from demo.engine.events import Event, Trace
+    from demo.engine.grounding import ImageAttention
     from demo.engine.sampling import Sampling
 
 log = logging.getLogger(__name__)
@@ -140,10 +141,12 @@ class Lane:
 
 @dataclass(frozen=True)
 class Swept:
-    """The γ sweep of the finished race: records by gamma (`gamma_sweep.rows`), or none and why."""
+    """The γ sweep of the finished race: records by gamma (`gamma_sweep.rows`), or none and why;
+    and each finished lane's image attention (`image_attention.attach`), read after the sweep."""
 
     rows: tuple[dict, ...]
     why_not: str | None = None
+    attention: tuple[tuple[str, ImageAttention], ...] = ()
 
 
 def lane_names(request: Request) -> tuple[str, ...]:
@@ -381,6 +384,7 @@ def gpu_race(request: Request, image_payload, uploads: str | Path) -> Iterator[L
     the γ sweep, computed here from the models, image and prompt the race used. Every run is
     closed however it ends."""
     from demo.engine.events import Trace
+    from demo.session import image_attention
 
     facts, runs, notes, loaded, image = yield from prepare(request, image_payload, uploads, Loading)
     yield Ready(facts, tuple(notes))
@@ -395,7 +399,9 @@ def gpu_race(request: Request, image_payload, uploads: str | Path) -> Iterator[L
         if why_not
         else tuple(gamma_sweep.rows(request, loaded, image, traces["speculative"], traces["autoregressive"]))
     )
-    yield Swept(rows, why_not)
+    done = {lane: trace for lane, trace in traces.items() if trace.done}  # off every clock: the race is over
+    image_attention.attach(loaded, request.question, image, done)
+    yield Swept(rows, why_not, tuple((lane, trace.image_attention) for lane, trace in done.items()))
 
 
 def until_ready(stream: Iterator, show) -> Iterator:
@@ -420,7 +426,7 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
     observations, correct): `demo.session.rejections.observations`, and the answer scored."""
     from demo.engine.sampling import Sampling
     from demo.models import loader
-    from demo.session import rejections
+    from demo.session import image_attention, rejections
     from demo.world.scoring import score
 
     loader.check_served(preset)  # preloaded deployments (a Space) never load in a request
@@ -429,6 +435,7 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
         for d in drafters:
             yield "run", i, d
             trace = run(loaded, Request(item.question, preset, d, gamma, Sampling(), max_new_tokens), item.image)
+            image_attention.attach(loaded, item.question, item.image, {d: trace})  # after the run, off its clock
             observations = rejections.observations(trace, i, loaded.target.stop_ids, item.language)
             yield "done", i, d, trace, observations, score(item.task, item, trace.summary.text)
 

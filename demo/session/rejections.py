@@ -118,6 +118,7 @@ class Observation:
     accepted: bool
     draft: str  # the drafter's token here (the answer's token when accepted)
     draft_word: str  # the word the drafter was writing here: its token plus the drafts after it
+    image_attention: float | None = None  # the target's share of attention on the image here, if read
 
 
 def _label(text: str) -> str:
@@ -172,6 +173,16 @@ def _token_words(trace: Trace) -> list[tuple[str, str, str]]:
     return out
 
 
+def token_categories(
+    trace: Trace, stop_ids: frozenset[int] = frozenset(), language: str = "en"
+) -> list[tuple[str, str]]:
+    """(word, category) of every answer token of any trace, autoregressive ones included."""
+    return [
+        (word, category(word, tok.token_id in stop_ids, after, language))
+        for tok, (word, _, after) in zip(trace.tokens, _token_words(trace))
+    ]
+
+
 def _drafter_word(prefix: str, drafts: tuple[str, ...], first_is_end: bool) -> str:
     """What the drafter was writing from a rejected draft on: the answer's word so far (prefix)
     continued by its rejected draft and the unchecked drafts after it, up to the word's end (or
@@ -218,6 +229,7 @@ def observations(
                 accepted=accepted,
                 draft=draft,
                 draft_word=draft_word,
+                image_attention=trace.image_share(tok.index),
             )
         )
     return out

@@ -1,0 +1,56 @@
+"""The target's image attention of finished runs, for every surface: the page, /trace, the
+Analysis tab and the benchmark (no Gradio here).
+
+A run's clocks and outputs are its own: this reads the attention afterwards, from one extra target
+forward over the answer (`demo.models.grounding`), and sets `Trace.image_attention`. Runs that wrote
+the same answer from the same prompt share one reading. What it allocates is freed before it
+returns (no cache is kept; the weights are reduced to per-token shares and maps at once).
+
+    attach(loaded, question, image, traces)  set image_attention on each finished trace; a failed
+                                             reading costs only its heatmap, and says why
+
+A race reads it at the end of its own accelerator call, after the γ sweep (`session.gpu_race`,
+which hands it on in its `Swept` event); an analysis after each run (`decode_examples`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from demo.engine.grounding import ImageAttention
+
+log = logging.getLogger(__name__)
+
+NO_IMAGE = "There is no image in this question, so there is no attention on it to show."
+
+
+def attach(loaded, question: str, image, traces: dict) -> dict:
+    """Set `image_attention` on each finished trace of `traces` (lane -> Trace), whose runs
+    answered `question` about `image` (None: no image); returns `traces`."""
+    import torch
+
+    from demo.models import grounding
+
+    if image is None:
+        for trace in traces.values():
+            trace.image_attention = ImageAttention.missing(NO_IMAGE)
+        return traces
+    inputs = loaded.prompt(image, question).target_inputs
+    read: dict[tuple[int, ...], ImageAttention] = {}
+    for trace in traces.values():
+        if trace.summary is None:
+            continue
+        ids = tuple(trace.summary.token_ids)
+        if ids not in read:
+            try:
+                read[ids] = grounding.image_attention(loaded, inputs, list(ids))
+            except Exception as error:  # the run stands; only its attention view is lost
+                log.warning("reading the image attention failed", exc_info=error)
+                read[ids] = ImageAttention.missing(
+                    f"The target's attention could not be read ({type(error).__name__}: {str(error)[:120]})."
+                )
+        trace.image_attention = read[ids]
+    del inputs
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return traces

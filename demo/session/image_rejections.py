@@ -1,0 +1,115 @@
+"""Rejections against the target's image attention: was the drafter rejected where the target was
+looking at the image? Pure functions over `demo.session.rejections.Observation`s whose `image_attention`
+was read (`demo.session.image_attention`); observations without it are left out.
+
+    binned(obs_by_drafter)            rejection rate per bin of image-attention share, per drafter
+    quartiles(obs)                    rejection rate in the bottom and top quartiles of the share
+    ratio(obs, threshold)             rejection rate above the threshold / at or below it
+    headline(obs_by_drafter)          the batch in one sentence
+    most_image_dependent(rejections)  the rejections where the target looked at the image most
+
+Beside `demo.session.rejections`: its observations carry the share at their position.
+"""
+
+from __future__ import annotations
+
+import math
+
+BINS = (0.0, 0.1, 0.2, 0.3, 0.5, 1.0)  # share of the target's attention on the image
+# The headline's "looking at the image": above this share. On the embedded world 90% of tokens copied
+# from the question stay below it, and 75% of colour words the question does not give lie above it
+# (docs/grounding.md).
+THRESHOLD = 0.35
+
+
+def _read(obs: list) -> list:
+    return [o for o in obs if o.image_attention is not None]
+
+
+def _rate(obs: list) -> float:
+    return sum(not o.accepted for o in obs) / len(obs) if obs else math.nan
+
+
+def binned(obs_by_drafter: dict[str, list], bins: tuple[float, ...] = BINS) -> list[dict]:
+    """One row per drafter and bin [lo, hi) (the last bin closed): drafted, rejected, rate."""
+    rows = []
+    for drafter, obs in obs_by_drafter.items():
+        obs = _read(obs)
+        for k, (lo, hi) in enumerate(zip(bins, bins[1:])):
+            last = k == len(bins) - 2
+            inside = [o for o in obs if lo <= o.image_attention < hi or (last and o.image_attention == hi)]
+            rows.append(
+                {
+                    "drafter": drafter,
+                    "from": lo,
+                    "to": hi,
+                    "drafted": len(inside),
+                    "rejected": sum(not o.accepted for o in inside),
+                    "rejection_rate": _rate(inside) if inside else None,
+                }
+            )
+    return rows
+
+
+def quartiles(obs: list) -> dict:
+    """Rejection rate in the bottom and the top quartile of the observations' image share (by
+    rank: the quarter with the lowest shares, the quarter with the highest; n // 4 each)."""
+    ranked = sorted(_read(obs), key=lambda o: o.image_attention)
+    q = len(ranked) // 4
+    bottom, top = ranked[:q], ranked[len(ranked) - q :] if q else []
+    return {
+        "observations": len(ranked),
+        "per_quartile": q,
+        "bottom_max_share": bottom[-1].image_attention if bottom else None,
+        "top_min_share": top[0].image_attention if top else None,
+        "bottom_rejection_rate": _rate(bottom),
+        "top_rejection_rate": _rate(top),
+    }
+
+
+def ratio(obs: list, threshold: float = THRESHOLD) -> dict:
+    """Rejection rates above and at-or-below `threshold`, and their ratio (NaN where undefined)."""
+    obs = _read(obs)
+    above = [o for o in obs if o.image_attention > threshold]
+    below = [o for o in obs if o.image_attention <= threshold]
+    hi, lo = _rate(above), _rate(below)
+    return {
+        "above": len(above),
+        "below": len(below),
+        "above_rate": hi,
+        "below_rate": lo,
+        "ratio": hi / lo if lo and not math.isnan(hi) and not math.isnan(lo) else math.nan,
+    }
+
+
+def _times(r: dict) -> str:
+    if math.isnan(r["ratio"]):
+        if r["above"] and r["below"] and r["below_rate"] == 0:
+            return f"{r['above_rate']:.0%} of the time, and never elsewhere"
+        return "— too few drafts on one side to compare"
+    return f"{r['ratio']:.1f}x as often as elsewhere"
+
+
+def headline(obs_by_drafter: dict[str, list], threshold: float = THRESHOLD) -> str | None:
+    """ "Drafts at positions where the target put more than 30% of its attention on the image were
+    rejected 4.0x as often as elsewhere (text-only) / 1.5x (image-aware)", from the batch; None
+    when no observation has its image attention."""
+    parts = []
+    for drafter, obs in obs_by_drafter.items():
+        if not _read(obs):
+            continue
+        r = ratio(obs, threshold)
+        parts.append(f"{_times(r)} ({drafter}: {r['above']} such draft{'s' * (r['above'] != 1)})")
+    if not parts:
+        return None
+    return (
+        f"Drafts at positions where the target put more than {threshold:.0%} of its attention on the image "
+        f"were rejected {' / '.join(parts)}."
+    )
+
+
+def most_image_dependent(rejections: list[dict], k: int = 8) -> list[dict]:
+    """The k rejections with the highest image share (ties: the earlier run and position first).
+    Each record: run, drafter, index, token, draft, category, image_attention."""
+    read = [r for r in rejections if r["image_attention"] is not None]
+    return sorted(read, key=lambda r: (-r["image_attention"], r["run"], r["index"]))[:k]
