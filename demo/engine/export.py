@@ -75,7 +75,7 @@ def payload(settings: dict, traces: dict[str, Trace], gamma_sweep: list[dict] | 
     """The whole race: settings, and for each run its full event trace and its metrics; once every
     run is done, "comparisons": each speculative lane against "autoregressive", by lane, and
     "comparison": the first lane's (as before there were two); with `gamma_sweep`
-    (`demo.sweeps.gamma_sweep`'s records), that too."""
+    (`demo.session.gamma_sweep.rows`' records), that too."""
     runs = {name: {"metrics": metrics.summary(trace), "trace": trace.to_dict()} for name, trace in traces.items()}
     out = {"settings": settings, "runs": runs}
     if all(t.done for t in traces.values()) and {"speculative", "autoregressive"} <= traces.keys():

@@ -14,7 +14,7 @@ decorated call is gone when it returns. So the app has two ways of loading:
                                      and no request loads anything
 
 A Space's presets come from its settings: the variable DEMO_PRELOAD (Settings > Variables;
-`python -m demo.space push OWNER/NAME --presets a,b` sets it, and `stage --presets a,b` lists
+`python -m demo.deploy.space push OWNER/NAME --presets a,b` sets it, and `stage --presets a,b` lists
 the hub presets' repos in the card's `models:` and `preload_from_hub:`, so the build downloads
 them before the app starts).
 
