@@ -269,8 +269,9 @@ class LeanLM:
         """Logits [V] for the token after the last row of h [n, C]."""
         return torch.mm(self._rms(h[-1:], self.norm), self.head_t)[0]
 
-    def forward(self, cache: StaticCache, ids: list[int]) -> torch.Tensor:
-        """Feed ids after the cache's tokens; return the logits for the token after them: [V].
+    def forward(self, cache: StaticCache, ids: torch.Tensor | list[int]) -> torch.Tensor:
+        """Feed ids [n] (a long tensor on the device, or a list) after the cache's tokens; return
+        the logits for the token after them: [V].
 
         Eager, with the attention sliced to the tokens the cache holds: for one token two batched
         products over the kv groups, no mask; for several, SDPA with a causal mask.
@@ -280,10 +281,10 @@ class LeanLM:
         cache.reserve(end)
         cos, sin = self.rope(end)
         cos, sin = cos[start:end, None], sin[start:end, None]  # [n, 1, D]
-        if n == 1:
+        if isinstance(ids, list) and n == 1:
             h = self.embed[ids[0]][None]  # [1, C]: a row view, no index kernel
         else:
-            h = F.embedding(torch.tensor(ids, device=self.device), self.embed)  # [n, C]
+            h = F.embedding(torch.as_tensor(ids, device=self.device), self.embed)  # [n, C]
         # Token j of the new ones sees the cache and the new tokens up to itself: key index <= start + j.
         mask = None if n == 1 else torch.ones(n, end, dtype=torch.bool, device=self.device).tril(start)
         H, K, D = self.n_heads, self.n_kv, self.head_dim
@@ -341,11 +342,13 @@ class LeanDraftState(DraftState):
         self.graph = lean_steps.GraphStep(self.lm, cache) if drafter.graphs else None
         self.numpy = drafter.numpy_step
 
-    def _forward(self, ids: list[int]) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [n] (long, on the device) -> logits [V_d]: one token by the CUDA graph (the id stays
+        on the device), or in NumPy on a CPU (where reading it back costs no synchronisation)."""
         if self.graph is not None and len(ids) == 1:
-            return self.graph(ids[0])
+            return self.graph(ids)
         if self.numpy is not None:
-            return self.numpy.forward(self.cache, ids)
+            return self.numpy.forward(self.cache, ids.tolist())
         return self.lm.forward(self.cache, ids)
 
 
