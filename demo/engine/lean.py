@@ -154,7 +154,8 @@ def _fuse(modules) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 def _adjacent(tensors: list[torch.Tensor]) -> bool:
-    """Whether contiguous tensors lie one after the other in one storage (as `_fuse` leaves them)."""
+    """Whether contiguous tensors (weights [rows_i, C], or biases [rows_i]) lie one after the other
+    in one storage (as `_fuse` leaves them)."""
     storage = tensors[0].untyped_storage().data_ptr()
     at = tensors[0].data_ptr()
     for t in tensors:
@@ -175,7 +176,8 @@ def _rotation(d: int, dtype, device) -> torch.Tensor:
 
 
 def _mm(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x @ W^T (+ b) with W^T held as a transposed view: no per-call transpose or linear dispatch."""
+    """x [n, in] @ W^T [in, out] (+ b [out]) -> [n, out], W^T held as a transposed view: no per-call
+    transpose or linear dispatch."""
     return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
 
 
@@ -248,7 +250,7 @@ class LeanLM:
         return tables
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        # As LlamaRMSNorm: normalise in float32, cast back, then scale.
+        # x [n, C], weight [C] -> [n, C]. As LlamaRMSNorm: normalise in float32, cast back, then scale.
         x32 = x.float()
         return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
