@@ -2,7 +2,9 @@
 
 Target      the multimodal target: a prefill with the image, then text-only forwards on its
             KV cache: a chain of tokens (`forward`), or a token tree in one forward
-            (`forward_tree`: a tree attention mask and per-node positions)
+            (`forward_tree`: a tree attention mask and per-node positions). The decode forwards
+            run through the lean target (`demo.engine.lean_target`: a static cache, a minimal
+            forward, CUDA graphs) where it passed its check, else through transformers
 Prompt      the model inputs of one request, the target's and the drafter's
 Stopwatch   a run's compute time, the device synchronised around each timed block
 """
@@ -18,12 +20,18 @@ from transformers import DynamicCache
 from demo.engine.compat import cache_keyword
 from demo.engine.detokenize import Detokenizer
 from demo.engine.events import RunStart, Stop
+from demo.engine.lean_target import CAPACITY, WIDTHS, LeanTarget, TargetCache
 
 
 class Target:
-    """The multimodal target: a prefill with the image, then text-only forwards on a KV cache."""
+    """The multimodal target: a prefill with the image, then text-only forwards on a KV cache.
 
-    def __init__(self, model, tokenizer, *, name: str, stop_ids: frozenset[int]):
+    A run's cache comes from `new_cache`: a `TargetCache` when the lean path runs (the prefill
+    still goes through transformers and is copied into it), else a transformers DynamicCache.
+    `lean`: True runs the lean path wherever it passes its check, False never, None (default)
+    on CUDA only (on this project's CPU it measured no faster: docs/gpu.md)."""
+
+    def __init__(self, model, tokenizer, *, name: str, stop_ids: frozenset[int], lean: bool | None = None):
         self.model = model
         self.device: torch.device = model.device  # read once: transformers' model.device walks the parameters
         self.tokenizer = tokenizer
@@ -32,35 +40,74 @@ class Target:
         self.n_params = sum(p.numel() for p in model.parameters())
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.cache_kw = cache_keyword(model)  # "cache", or "past_key_values" before transformers 5.2x
+        self.lean = LeanTarget(self, lean)
 
-    def new_cache(self) -> DynamicCache:
+    @property
+    def path(self) -> str:
+        """Which forward runs the decode steps: "lean + CUDA graphs", "lean" or "transformers"."""
+        return self.lean.path
+
+    def prepare(self, *, capacity: int = CAPACITY, widths: tuple[int, ...] = WIDTHS) -> None:
+        """Check the lean path and capture its CUDA graphs now (before any clock starts); a run
+        does it at its first `new_cache` otherwise, with these defaults."""
+        self.lean.prepare(capacity=capacity, widths=widths)
+
+    def new_cache(self) -> TargetCache | DynamicCache:
+        self.lean.prepare()
+        return self.lean.new_cache() if self.lean.lm is not None else self.dynamic_cache()
+
+    def dynamic_cache(self) -> DynamicCache:
         return DynamicCache(config=self.model.config)
 
-    def prefill(self, inputs: dict, cache: DynamicCache) -> torch.Tensor:
+    def prefill(self, inputs: dict, cache) -> torch.Tensor:
         """Encode the image and the prompt; return the logits for the first answer token: [V]."""
-        out = self.model(**inputs, **{self.cache_kw: cache}, use_cache=True, logits_to_keep=1)
-        return out.logits[0, -1]
+        if not isinstance(cache, TargetCache):
+            return self.transformers_prefill(inputs, cache)
+        dynamic = self.dynamic_cache()
+        logits = self.transformers_prefill(inputs, dynamic)
+        cache.load(dynamic)
+        cache.rope_delta = getattr(dynamic, "rope_delta", 0)
+        return logits
 
-    def forward(self, ids: torch.Tensor | list[int], cache: DynamicCache) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor | list[int], cache) -> torch.Tensor:
         """Feed ids [n] (a long tensor on the device, or a list) after the cache (no pixel_values:
         the image is already in it) -> [n, V]."""
-        input_ids = torch.as_tensor(ids, device=self.device)[None]
-        return self.model(input_ids=input_ids, **{self.cache_kw: cache}, use_cache=True).logits[0]
+        if not isinstance(cache, TargetCache):
+            return self.transformers_forward(ids, cache)
+        offsets = torch.arange(len(ids))  # positions are made on the host and copied without a sync
+        return self.lean.forward(cache, ids, self.positions(cache, offsets).reshape(-1, len(ids)), None)
 
-    def positions(self, cache: DynamicCache, offsets: torch.Tensor) -> torch.Tensor:
+    def positions(self, cache, offsets: torch.Tensor) -> torch.Tensor:
         """position_ids for tokens fed after the cache at `offsets` [n] past its length: [1, n]
         (`demo.models.families.MRopeTarget` gives its three M-RoPE axes instead)."""
         return (cache.get_seq_length() + offsets)[None]
 
-    def forward_tree(
-        self, ids: list[int], depths: list[int], visible: torch.Tensor, cache: DynamicCache
-    ) -> torch.Tensor:
+    def forward_tree(self, ids: list[int], depths: list[int], visible: torch.Tensor, cache) -> torch.Tensor:
         """Feed a token tree after the cache in one forward -> logits [len(ids), V].
 
         ids[0] is the answer's last token, at depth 0; ids[i] sits at position cache length +
         depths[i]. visible [n, n] (bool): visible[i, j] when token i may attend to token j (its
-        ancestors and itself); every token attends to the whole cache. The mask goes to the model
-        as a 4-D additive mask, which transformers passes to the attention as it is."""
+        ancestors and itself); every token attends to the whole cache."""
+        if not isinstance(cache, TargetCache):
+            return self.transformers_forward_tree(ids, depths, visible, cache)
+        offsets = torch.tensor(depths)  # on the host, as in `forward`
+        return self.lean.forward(cache, ids, self.positions(cache, offsets).reshape(-1, len(ids)), visible)
+
+    # transformers' forwards: the prefill always, the decode steps where the lean path does not run.
+
+    def transformers_prefill(self, inputs: dict, cache: DynamicCache) -> torch.Tensor:
+        out = self.model(**inputs, **{self.cache_kw: cache}, use_cache=True, logits_to_keep=1)
+        return out.logits[0, -1]
+
+    def transformers_forward(self, ids: torch.Tensor | list[int], cache: DynamicCache) -> torch.Tensor:
+        input_ids = torch.as_tensor(ids, device=self.device)[None]  # [1, n]
+        return self.model(input_ids=input_ids, **{self.cache_kw: cache}, use_cache=True).logits[0]
+
+    def transformers_forward_tree(
+        self, ids: list[int], depths: list[int], visible: torch.Tensor, cache: DynamicCache
+    ) -> torch.Tensor:
+        """`forward_tree` in transformers: the mask goes to the model as a 4-D additive mask, which
+        transformers passes to the attention as it is."""
         n, past = len(ids), cache.get_seq_length()
         dtype = self.model.dtype
         allowed = torch.cat([torch.ones(n, past, dtype=torch.bool, device=self.device), visible.to(self.device)], 1)
@@ -151,7 +198,7 @@ class Decoding:
     start: RunStart  # the run's settings
     generator: torch.Generator
     clock: Stopwatch  # this run's compute time
-    cache: DynamicCache  # the target's: prompt + answer[:-1] at the top of every round
+    cache: TargetCache | DynamicCache  # the target's: prompt + answer[:-1] at the top of every round
     detok: Detokenizer
     answer: list[int]  # token ids so far
     stop: Stop | None = None  # set by the token that ends the run

@@ -110,6 +110,7 @@ class RunStart:
     sampling: Sampling  # greedy or the warping (temperature, top-k, top-p) and the seed
     max_new_tokens: int  # the budget: answer tokens at most
     t: float = 0.0  # nothing computed yet
+    target_path: str = "transformers"  # the target's decode forwards: Target.path ("lean", ...)
 
 
 @dataclass(frozen=True)

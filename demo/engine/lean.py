@@ -50,7 +50,7 @@ CHUNK = 256  # cache capacity grows in multiples of this many positions
 def language_model(model):
     """(decoder, lm_head, text config) of a causal LM or of a LLaVA-style drafter."""
     inner = model.model
-    decoder = getattr(inner, "language_model", inner)  # LLaVA: model.model.language_model
+    decoder = getattr(inner, "language_model", None) or getattr(inner, "text_model", inner)  # LLaVA; Idefics3
     config = getattr(model.config, "text_config", None) or model.config
     return decoder, model.get_output_embeddings(), config
 

@@ -98,6 +98,7 @@ def run_start(
         gamma=gamma if drafter is not None else 0,
         sampling=sampling,
         max_new_tokens=max_new_tokens,
+        target_path=target.path,
     )
 
 

@@ -46,7 +46,7 @@ class MRopeTarget(Target):
     cache shortens it, so positions after a rollback follow without bookkeeping.
     """
 
-    def new_cache(self) -> _RopeCache:
+    def dynamic_cache(self) -> _RopeCache:
         return _RopeCache(config=self.model.config)
 
     def prompt_positions(self, inputs: dict) -> tuple[torch.Tensor, int]:
@@ -60,16 +60,16 @@ class MRopeTarget(Target):
         positions, deltas = get_rope_index(**{k: v for k, v in inputs.items() if k in accepted})
         return positions, int(deltas[0, 0])
 
-    def prefill(self, inputs: dict, cache: _RopeCache) -> torch.Tensor:
+    def transformers_prefill(self, inputs: dict, cache: _RopeCache) -> torch.Tensor:
         positions, cache.rope_delta = self.prompt_positions(inputs)
         out = self.model(**inputs, position_ids=positions, **{self.cache_kw: cache}, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
 
-    def positions(self, cache: _RopeCache, offsets: torch.Tensor) -> torch.Tensor:
+    def positions(self, cache, offsets: torch.Tensor) -> torch.Tensor:
         """Text positions for tokens at `offsets` [n] past the cache: [3, 1, n], one per M-RoPE axis."""
         return (cache.get_seq_length() + cache.rope_delta + offsets).view(1, 1, -1).expand(3, 1, -1)
 
-    def forward(self, ids: list[int], cache: _RopeCache) -> torch.Tensor:
+    def transformers_forward(self, ids: list[int], cache: _RopeCache) -> torch.Tensor:
         start = cache.get_seq_length() + cache.rope_delta
         positions = torch.arange(start, start + len(ids), device=self.device).view(1, 1, -1).expand(3, 1, -1)
         input_ids = torch.tensor([ids], device=self.device)
