@@ -25,6 +25,7 @@ from races import CASES, GREEDY
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from demo.engine import lean, speculative
+from demo.engine.decoding import Target
 from demo.engine.drafters import Drafting, DraftState
 from demo.engine.layerskip import LayerSkipDrafter, LayerSkipState
 from demo.engine.lookup import PromptLookup, PromptLookupState
@@ -91,8 +92,19 @@ def host_reads():
             setattr(torch.Tensor, name, original)
 
 
-def rounds_read(world, drafter, sampling: Sampling, *, gamma: int = 4, rounds: int = 3, min_confidence: float = 0.0):
-    """Each round's host reads, for the first `rounds` rounds of a run of `drafter` (a Drafter)."""
+def rounds_read(
+    world,
+    drafter,
+    sampling: Sampling,
+    *,
+    gamma: int = 4,
+    rounds: int = 3,
+    min_confidence: float = 0.0,
+    target: Target | None = None,
+):
+    """Each round's host reads, for the first `rounds` rounds of a run of `drafter` (a Drafter)
+    with the world's target (or `target`)."""
+    target = target or world.target
     image, question = CASES[1]
     if drafter.name in world.drafters:
         prompt = world.prompt(image, question, drafter.name)
@@ -100,9 +112,9 @@ def rounds_read(world, drafter, sampling: Sampling, *, gamma: int = 4, rounds: i
         inputs = world.prompt(image, question).target_inputs
         prompt = speculative.Prompt(inputs, inputs)
     start = speculative.run_start(
-        world.target, drafter, gamma=gamma, sampling=sampling, max_new_tokens=64, min_confidence=min_confidence
+        target, drafter, gamma=gamma, sampling=sampling, max_new_tokens=64, min_confidence=min_confidence
     )
-    state, drafting, _, _ = speculative._prefill(world.target, prompt, start, torch.Generator().manual_seed(0), drafter)
+    state, drafting, _, _ = speculative._prefill(target, prompt, start, torch.Generator().manual_seed(0), drafter)
     out = []
     for index in range(1, rounds + 1):
         with host_reads() as reads:
@@ -145,6 +157,15 @@ def test_a_round_reads_the_device_once_at_its_transfer(world, name, sampling):
         assert len(reads) == 1, reads
         what, where = reads[0]
         assert what == "tolist" and where.startswith("engine/speculative.py:") and "record.tolist()" in where
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLING], ids=["greedy", "sampling"])
+def test_a_round_on_the_lean_target_reads_the_device_once(world, sampling):
+    t = world.target
+    target = Target(t.model, t.tokenizer, name=t.name, stop_ids=t.stop_ids, lean=True)
+    assert target.path == "lean", target.lean.fallback_reason
+    for reads in rounds_read(world, drafter_named(world, "lean-torch"), sampling, target=target):
+        assert len(reads) == 1 and "record.tolist()" in reads[0][1], reads
 
 
 def test_adaptive_drafting_reads_once_per_draft_step_so_the_count_can_fail(world):
