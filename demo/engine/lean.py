@@ -255,7 +255,7 @@ class LeanLM:
         return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
     def _layer(self, i: int, h: torch.Tensor, cos, sin, write, attend) -> torch.Tensor:
-        """One decoder layer over h [n, C]; `write(i, k, v)` stores the new keys and values
+        """One decoder layer over h [n, C] with rotary cos, sin [n, 1, D]; `write(i, k, v)` stores the new keys and values
         [n, K, D] in the cache and `attend(i, q)` turns q [n, H, D] into the attention output [n, H*D]."""
         norm1, qkv_proj, o_proj, norm2, gate_up_proj, down_proj = self.layers[i]
         n, H, K = h.shape[0], self.n_heads, self.n_kv

@@ -127,6 +127,7 @@ def draft_tree(
         return tree
 
     def grow(parent: int, logits: torch.Tensor, depth: int) -> None:
+        # logits [V_d]: the drafter's after the path to `parent`; its children come from q there.
         q = state.q(logits, sampling)  # [V_d]
         k = shape.children(depth)
         if sampling.greedy:
