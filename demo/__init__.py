@@ -4,14 +4,15 @@ Layers, each a package that imports only the ones before it:
 
     engine/    the exact decoding loop and its typed events (no Gradio, no model loading)
     models/    presets, hub access, loading
-    session    one Request parsed by name, lanes, run() -> Trace, warm-up, replay (no Gradio);
-               sweeps (the γ sweep of a finished race), offers (what can run here, checked
-               before any work), failures (what a failed request is told),
-               with validate (input checks) and analysis (where drafts are rejected)
+    session/   one Request parsed by name, lanes, run() -> Trace, warm-up, replay (no Gradio);
+               gamma_sweep (the γ sweep of a finished race), offers (what can run here,
+               checked before any work), failures (what a failed request is told), validate
+               (input checks), languages (a question's language and its drafter) and
+               rejections (where drafts are rejected)
     page/      the Gradio app
     bench/     benchmarks, soak, GPU check
     world/     the embedded synthetic world and its training recipe
-    space      staging and pushing the Hugging Face Space
+    deploy/    staging and pushing the Hugging Face Space (apart: no layer imports it)
 
 tests/test_layers.py enforces the directions.
 """

@@ -17,13 +17,13 @@ import pytest
 import tiny
 from gradio_client import Client
 from gradio_client.exceptions import AppError
-from test_analysis import STOPS, shapes_trace, yes_trace
+from test_rejections import STOPS, shapes_trace, yes_trace
 
-from demo import analysis, validate
 from demo.bench.page import launch_chromium
 from demo.models import loader, presets
-from demo.page import analysis_tab, render, text
+from demo.page import analysis_tab, text
 from demo.page.analysis_tab import BOTH, Batch, Run
+from demo.session import rejections, validate
 from demo.world.tasks import heldout_examples
 
 PRESET = "tiny-analysis"
@@ -39,7 +39,7 @@ def hand_batch() -> Batch:
     """Two drafters on one example: the text-only one writes shapes_trace, the image-aware one yes_trace."""
     batch = Batch(PRESET, "caption", ["text-only", "image-aware"], gamma=3, n=1, seed=0, max_new_tokens=16)
     for number, (drafter, trace) in enumerate([("text-only", shapes_trace()), ("image-aware", yes_trace())], 1):
-        obs = analysis.observations(trace, 0, STOPS)
+        obs = rejections.observations(trace, 0, STOPS)
         batch.runs.append(Run(number, 0, item(), drafter, trace, obs, correct=number == 1))
     return batch
 
@@ -195,7 +195,7 @@ def served(tmp_path_factory):
     tiny.save_preset(tmp_path_factory.mktemp("preset"), PRESET)  # loaded through the real preset path
     short, analysis_tab.MAX_NEW_TOKENS = analysis_tab.MAX_NEW_TOKENS, 8
     demo = analysis_tab.build_standalone(PRESET)
-    demo.launch(prevent_thread_lock=True, quiet=True, css=render.CSS + text.ANALYSIS_CSS)
+    demo.launch(prevent_thread_lock=True, quiet=True, css=text.CSS)
     yield demo
     demo.close()
     analysis_tab.MAX_NEW_TOKENS = short
@@ -374,7 +374,7 @@ def test_a_batch_in_two_languages_is_broken_down_per_language_and_drafter(monkey
     ] * 2
     # the German runs' words are German words, categorised in German
     german = [o for r in batch.runs if r.language == "de" for o in r.obs]
-    assert all(o.category == analysis.category(o.word, o.category == "end", language="de") for o in german if o.word)
+    assert all(o.category == rejections.category(o.word, o.category == "end", language="de") for o in german if o.word)
     # one row per language and drafter, each pooled over its two runs from the runs' own events
     expected, pairs = [], []
     for language, name in (("en", "English"), ("de", "German")):
@@ -383,7 +383,7 @@ def test_a_batch_in_two_languages_is_broken_down_per_language_and_drafter(monkey
             rounds = [x for r in runs for x in r.trace.rounds]
             tau = sum(x.n_emitted for x in rounds) / len(rounds)
             alpha = sum(x.n_accepted for x in rounds) / sum(len(x.drafted_ids) for x in rounds)
-            grounded = [o for r in runs for o in r.obs if analysis.is_grounded(o.category)]
+            grounded = [o for r in runs for o in r.obs if rejections.is_grounded(o.category)]
             accepted = sum(o.accepted for o in grounded) / len(grounded) if grounded else None
             correct = f"{sum(r.correct for r in runs)}/2"
             pairs.append((language, drafter, 2))

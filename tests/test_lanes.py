@@ -3,10 +3,10 @@ panel, stats and block view keyed by component name, and what the page says of a
 
 from test_render import ar_trace, spd_trace
 
-from demo import offers
 from demo.engine.events import Trace
 from demo.models import presets
 from demo.page import lanes, layout
+from demo.session import offers
 
 
 def test_one_speculative_lane_leaves_the_second_lanes_components_empty():

@@ -1,10 +1,10 @@
-"""A question's language, and the drafter its race uses by default (demo/languages.py). Pure Python, fast."""
+"""A question's language, and the drafter its race uses by default (demo/session/languages.py). Pure Python, fast."""
 
 from pathlib import Path
 
 import pytest
 
-from demo.languages import MULTILINGUAL, SPECIALISED, detect, pick
+from demo.session.languages import MULTILINGUAL, SPECIALISED, detect, pick
 from demo.world.tasks import LANGUAGES, TASKS, heldout_examples
 
 EMBEDDED = ("text-only", "image-aware", "multilingual", "german", "chinese")
@@ -91,7 +91,7 @@ def languages_preset(tmp_path):
 
 
 def test_the_page_picks_a_drafter_once_per_language_and_says_why_except_in_english(languages_preset):
-    from demo.offers import for_language
+    from demo.session.offers import for_language
 
     world = languages_preset
     # English, the language the page starts in: nothing changes, a drafter picked by hand stays
@@ -115,7 +115,7 @@ def test_the_page_picks_a_drafter_once_per_language_and_says_why_except_in_engli
 
 
 def test_a_preset_without_a_drafter_for_the_language_keeps_the_pick_and_says_why():
-    from demo.offers import for_language
+    from demo.session.offers import for_language
 
     hub = for_language("Welche Farbe hat der Kreis?", "smolvlm-500m", "smollm2-135m", "en")
     assert (hub.drafter, hub.language) == ("smollm2-135m", "de")

@@ -10,7 +10,7 @@ import torch
 from races import CASES, MAX_NEW, ar, spd
 from transformers import DynamicCache
 
-from demo.bench import layerskip as search
+from demo.bench import layerskip_search as search
 from demo.engine import metrics
 from demo.engine.layerskip import LayerSkipDrafter, unsupported
 from demo.engine.sampling import sample

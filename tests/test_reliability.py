@@ -33,11 +33,12 @@ from gradio_client.utils import QueueError
 from PIL import Image
 from test_validate import png_bytes
 
-from demo import offers, session, validate
+from demo import session
 from demo.engine import drafters, speculative
 from demo.engine.events import RoundEvent
 from demo.models import loader, presets
 from demo.page import handlers, server
+from demo.session import offers, validate
 
 PRESET = "tiny-reliability"
 ROOT = Path(__file__).resolve().parent.parent
@@ -256,7 +257,7 @@ def test_the_pages_endpoint_names_its_decoding_modes(client, world):
 
 
 def test_a_request_cannot_read_a_server_file(app, client, world):
-    passwd = {"path": "/etc/passwd"}  # no Gradio file marker: only demo.validate stands in the way
+    passwd = {"path": "/etc/passwd"}  # no Gradio file marker: only demo.session.validate stands in the way
     done = raw_call(app, "trace", [passwd, *args(world)[1:]])
     assert not done["success"] and done["output"]["error"] == validate.NOT_UPLOADED
     marked = {"path": "/etc/passwd", "meta": {"_type": "gradio.FileData"}}  # Gradio refuses it first

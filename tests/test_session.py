@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 import tiny
 
-from demo import failures, offers, session
+from demo import session
 from demo.engine.events import Trace
 from demo.engine.sampling import Sampling
 from demo.models import devices, loader, presets, zerogpu
 from demo.models.hub import Availability
 from demo.models.presets import DrafterSpec, Preset
-from demo.validate import InvalidInput
+from demo.session import failures, offers
+from demo.session.validate import InvalidInput
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESETS = {"p": Preset("p", "t", (DrafterSpec("text-only", "text-only", "d"),))}

@@ -1,4 +1,4 @@
-"""The Hugging Face Space: what `demo.space stage` writes, that the staged folder serves and races
+"""The Hugging Face Space: what `demo.deploy.space stage` writes, that the staged folder serves and races
 the embedded models (a real `python app.py`, driven by gradio_client), the push's refusals
 without a hub, the LFS rules, the card's links, and preloading (a Space, or DEMO_PRELOAD)."""
 
@@ -23,10 +23,12 @@ import tiny
 import torch
 from gradio_client import Client, handle_file
 
-from demo import offers, session, space
+from demo import session
+from demo.deploy import space
 from demo.engine.sampling import Sampling
 from demo.models import loader, presets, zerogpu
 from demo.page import analysis_tab, layout, server
+from demo.session import offers
 
 ROOT = Path(__file__).resolve().parent.parent
 EMBEDDED = Path(presets.PRESETS["embedded"].target).exists()
@@ -35,7 +37,7 @@ NO_HUB = {"HF_HUB_OFFLINE": "1", "HF_HOME": "/nonexistent-hf-home"}
 
 def run_space(*args, env=None):
     return subprocess.run(
-        [sys.executable, "-m", "demo.space", *args],
+        [sys.executable, "-m", "demo.deploy.space", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -57,7 +59,7 @@ def test_stage_writes_exactly_the_space_files(tmp_path):
         "app.py",
         ".gitattributes",
         "assets/world/target/model.safetensors",
-        "demo/space.py",
+        "demo/deploy/space.py",
     } <= files
     assert not any(f.startswith(("tests/", "runs/", ".git/", ".ci/")) or "__pycache__" in f for f in files)
     for name in copied:  # copied as they are

@@ -242,7 +242,7 @@ def test_the_gamma_sweep_replays_a_greedy_tree_race_round_for_round(world):
 
 def test_a_request_for_a_tree_too_large_or_adaptive_is_refused_when_parsed():
     from demo import session
-    from demo.validate import InvalidInput
+    from demo.session.validate import InvalidInput
 
     ask = dict(question="What colour is the circle?", preset="embedded", drafter="text-only+tree")
     assert session.parse(**ask, gamma=8).drafter == "text-only+tree"

@@ -1,4 +1,4 @@
-"""demo.validate on its own: every kind of bad input is refused with its message, and every image
+"""demo.session.validate on its own: every kind of bad input is refused with its message, and every image
 mode becomes the exact RGB pixels it should. Files are built with PIL (or by hand, for headers
 that claim more pixels than the file holds) in temporary folders; no model is involved."""
 
@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile
 
-from demo import session, validate
+from demo import session
 from demo.models.presets import DrafterSpec, Preset
-from demo.validate import InvalidInput
+from demo.session import validate
+from demo.session.validate import InvalidInput
 
 PRESETS = {
     "p": Preset("p", "target", (DrafterSpec("text-only", "text-only", "d"), DrafterSpec("aware", "image-aware", "d")))

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import torch
 
-from demo import analysis, session
+from demo import session
 from demo.bench.overhead import ForwardTime
 from demo.bench.peer import peer
 from demo.engine import lean, metrics
@@ -59,6 +59,7 @@ from demo.engine.events import Trace, tree_refusal
 from demo.engine.sampling import Sampling
 from demo.engine.trees import TreeDrafter
 from demo.models import loader
+from demo.session import rejections as analysis
 from demo.world.scoring import score
 
 PAPER_TASKS = {  # bench task -> world tasks it draws from (vqa mixes the five short kinds)

@@ -1,7 +1,7 @@
 """Error-analysis summaries -> plotly figures, for the benchmark report and the Analysis tab.
 
-Pure functions of `{drafter name: demo.analysis.summary(observations)}`; every plotted number
-comes from `demo.analysis`. Several drafters share each figure, side by side, one colour each.
+Pure functions of `{drafter name: demo.session.rejections.summary(observations)}`; every plotted number
+comes from `demo.session.rejections`. Several drafters share each figure, side by side, one colour each.
 
     category_figure   rejection rate by word category, image-grounded categories grouped apart
     position_figure   rejection rate along the answer, by relative position
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from demo.analysis import CATEGORIES, is_grounded
+from demo.session.rejections import CATEGORIES, is_grounded
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")  # Okabe-Ito
 DRAFTER_COLOURS = {"text-only": "#E69F00", "image-aware": "#0072B2"}  # the same in every figure

@@ -10,11 +10,11 @@ and drafter. Selecting a row shows that run's recorded trace in the tab; its but
 loads the example into the Race tab and starts the race there. Greedy decoding is
 deterministic, so that race reproduces the recorded trace token for token, beside plain decoding.
 
-Every number comes from `demo.analysis` and `demo.engine.metrics` over the runs' events; the figures
+Every number comes from `demo.session.rejections` and `demo.engine.metrics` over the runs' events; the figures
 are `demo.page.analysis_charts`, shared with the benchmark's report. Nothing heavy at import time:
 torch and the models are imported when an analysis starts.
 
-Wiring, inside `build_demo`'s Blocks (the page's CSS must include `CSS` below):
+Wiring, inside `build_demo`'s Blocks (its rules are in the page's `assets/page.css`):
 
     with gr.Tabs() as tabs:
         with gr.Tab("Race", id="race"):
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import gradio as gr
 
-from demo import failures, offers, session, validate
+from demo import session
 from demo.engine import export
 from demo.models import presets
 from demo.page import analysis_charts, render
@@ -64,6 +64,7 @@ from demo.page.analysis_view import (
     words_table,
 )
 from demo.page.handlers import PageRun, page_error, page_run
+from demo.session import failures, offers, validate
 from demo.world.scoring import score
 from demo.world.tasks import LANGUAGE_NAMES
 
@@ -119,7 +120,7 @@ def spoken() -> tuple[str, ...]:
 
 
 def parse_settings(preset, task, drafter, gamma, n, seed, language="en") -> tuple:
-    """The analysis's settings as sent, checked by `demo.validate` as /race's and /trace's are:
+    """The analysis's settings as sent, checked by `demo.session.validate` as /race's and /trace's are:
     (preset, task, drafters, gamma, n, seed, languages asked), or InvalidInput naming the value
     and what would do."""
     preset = validate.choice("model preset", preset, presets.PRESETS)
@@ -468,6 +469,6 @@ def build_standalone(default_preset: str = presets.DEFAULT_PRESET) -> gr.Blocks:
 
 
 if __name__ == "__main__":
-    from demo.page.text import ANALYSIS_CSS
+    from demo.page.text import CSS
 
-    build_standalone().launch(css=render.CSS + ANALYSIS_CSS)
+    build_standalone().launch(css=CSS)

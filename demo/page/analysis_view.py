@@ -1,7 +1,7 @@
 """The Analysis tab's views, pure functions of a batch of runs: its headline in sentences, the
 tables, the recorded trace of one run, and the exports.
 
-Every number comes from `demo.analysis` and `demo.engine.metrics` over the runs' events.
+Every number comes from `demo.session.rejections` and `demo.engine.metrics` over the runs' events.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from demo import analysis
 from demo.engine import export, metrics
 from demo.page import blocks, render
+from demo.session import rejections
 from demo.world.tasks import LANGUAGE_NAMES, TASKS
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class Run:
     item: Example
     drafter: str
     trace: Trace
-    obs: list[analysis.Observation]
+    obs: list[rejections.Observation]
     correct: bool  # the answer, scored against the scene by demo.world.scoring
     language: str = "en"  # the example's language: "en", "de" or "zh"
 
@@ -83,8 +83,8 @@ def language_choices(spoken: tuple[str, ...]) -> list[tuple[str, str]]:
 
 def examples_for(task: str, n: int, seed: int, languages: tuple[str, ...] = ("en",)) -> list[Example]:
     """n held-out examples, cycling through the world tasks a choice covers; with several
-    languages, each example is asked in each language in turn (`analysis.heldout_mix`)."""
-    return analysis.heldout_mix(TASK_KINDS[task], n, seed, languages)
+    languages, each example is asked in each language in turn (`rejections.heldout_mix`)."""
+    return rejections.heldout_mix(TASK_KINDS[task], n, seed, languages)
 
 
 def _languages(batch: Batch) -> list[str]:
@@ -108,7 +108,7 @@ def by_language(batch: Batch) -> list[dict]:
             if not runs:
                 continue
             pooled = metrics.pooled([r.trace for r in runs])
-            g = analysis.grounded_share([o for r in runs for o in r.obs])
+            g = rejections.grounded_share([o for r in runs for o in r.obs])
             accepted = g["grounded_drafted"] - g["grounded_rejected"]
             out.append(
                 {
@@ -129,7 +129,8 @@ def by_language(batch: Batch) -> list[dict]:
 def summaries(batch: Batch) -> dict[str, dict]:
     """Each drafter's aggregates over its runs so far."""
     return {
-        d: analysis.summary([o for r in batch.runs if r.drafter == d for o in r.obs], TOP_WORDS) for d in batch.drafters
+        d: rejections.summary([o for r in batch.runs if r.drafter == d for o in r.obs], TOP_WORDS)
+        for d in batch.drafters
     }
 
 
@@ -246,7 +247,7 @@ def run_columns(multilingual: bool) -> list[str]:
 
 
 def run_row(run: Run, multilingual: bool = False) -> list:
-    share = analysis.grounded_share(run.obs)
+    share = rejections.grounded_share(run.obs)
     alpha = metrics.alpha(run.trace)
     language = [LANGUAGE_NAMES[run.language]] * multilingual
     return [
@@ -272,11 +273,11 @@ def runs_table(batch: Batch | None, multilingual: bool = False) -> pd.DataFrame:
 def observations_csv(batch: Batch) -> str:
     """One row per observation: which run, example, task and drafter, then the observation."""
     buffer = io.StringIO()
-    fields = ["run", "drafter", "task", "language"] + list(analysis.Observation.__dataclass_fields__) + ["grounded"]
+    fields = ["run", "drafter", "task", "language"] + list(rejections.Observation.__dataclass_fields__) + ["grounded"]
     writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for r in batch.runs:
-        for row in analysis.rows(r.obs):
+        for row in rejections.rows(r.obs):
             writer.writerow(
                 {
                     "run": r.number,
@@ -284,7 +285,7 @@ def observations_csv(batch: Batch) -> str:
                     "task": r.item.task,
                     "language": r.language,
                     **row,
-                    "grounded": analysis.is_grounded(row["category"]),
+                    "grounded": rejections.is_grounded(row["category"]),
                 }
             )
     return buffer.getvalue()
@@ -294,7 +295,7 @@ def record(batch: Batch) -> dict:
     """The aggregates per drafter and a summary of every run, as strict JSON-ready data."""
     runs = []
     for r in batch.runs:
-        share = analysis.grounded_share(r.obs)
+        share = rejections.grounded_share(r.obs)
         runs.append(
             {
                 "run": r.number,
@@ -348,7 +349,7 @@ def run_html(run: Run | None, gamma: int = 0) -> str:
     panel = render.panel_html(run.trace, "Speculative")
     rejected = [o for o in run.obs if not o.accepted]
     rows = "".join(
-        f'<tr><td>{o.index}</td><td class="{"grounded" if analysis.is_grounded(o.category) else ""}">'
+        f'<tr><td>{o.index}</td><td class="{"grounded" if rejections.is_grounded(o.category) else ""}">'
         f"{html.escape(o.word or o.token.strip() or repr(o.token))}</td><td>{html.escape(o.category)}</td>"
         f"<td>{html.escape(o.draft_word)}</td></tr>"
         for o in rejected

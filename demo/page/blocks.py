@@ -1,7 +1,7 @@
 """Events -> the block view: one row per verification round of a speculative lane, and, for a
 token-tree lane ("<drafter>+tree"), each round's tree of drafts drawn under its row.
 
-Pure functions of `Trace`s; no Gradio. Styled by `CSS` (and the chip classes of `demo.page.render`):
+Pure functions of `Trace`s; no Gradio. Styled by `assets/page.css` (with the chip classes of `demo.page.render`):
 
     .round-d              a round: <details> whose summary shows the drafts (✓ accepted, ✗ the
                           first rejected, dimmed: never checked) and the target's own token; it
@@ -202,35 +202,3 @@ def tree_html(r: RoundEvent, before: str) -> str:
 def _quote(text: str) -> str:
     """A token's text quoted for a label, line breaks shown."""
     return "‘" + text.replace("\n", "↵") + "’"
-
-
-CSS = """
-.blocks-head { font-family: ui-sans-serif, system-ui, sans-serif; font-size: 12px; opacity: .75; padding: 2px 0; }
-.tree { margin: 0 0 6px 3.4em; font-family: ui-sans-serif, system-ui, sans-serif; }
-.tree-head { font-size: 12px; opacity: .85; margin: 2px 0; }
-.tree-head .tk { white-space: nowrap; margin-right: 6px; }
-.tk-ok { color: #007556; font-weight: 600; } .tk-no { color: #B54E00; } .tk-drop { opacity: .7; }
-.tree-scroll { overflow-x: auto; max-width: 100%; }
-.tree-svg { display: block; font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
-.tree-svg .th { font: 10px ui-sans-serif, system-ui, sans-serif; fill: #888; text-anchor: middle; }
-.tree-svg .te { fill: none; }
-.tree-svg .te-ok { stroke: #009E73; stroke-width: 2.5; }
-.tree-svg .te-no { stroke: #D55E00; stroke-width: 1.2; stroke-dasharray: 4 3; }
-.tree-svg .te-drop { stroke: #999; stroke-width: 1; stroke-dasharray: 1 3; }
-.tree-svg .tn rect { stroke-width: 1.5; }
-.tree-svg .tn text { fill: var(--body-text-color, #222); white-space: pre; }
-.tree-svg .tn-ok rect { fill: rgba(0,158,115,.16); stroke: #009E73; }
-.tree-svg .tn-ok text { font-weight: 700; }
-.tree-svg .tn-no rect { fill: rgba(213,94,0,.10); stroke: #D55E00; stroke-dasharray: 4 3; }
-.tree-svg .tn-no text { text-decoration: line-through; }
-.tree-svg .tn-drop { opacity: .55; }
-.tree-svg .tn-drop rect { fill: none; stroke: #999; stroke-dasharray: 1 3; }
-.tree-svg .tn-root text { fill: var(--body-text-color, #222); opacity: .7; }
-.tree-svg .tn { outline: none; cursor: help; }
-.tree-svg .tn:focus rect, .tree-svg .tn:hover rect { stroke: var(--body-text-color, #111); stroke-width: 3; }
-.tree-hint { display: none; }
-@media (max-width: 640px) {
-  .tree { margin-left: 0; }
-  .tree-hint { display: inline; font-style: italic; }
-}
-"""

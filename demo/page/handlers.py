@@ -42,11 +42,12 @@ from pathlib import Path
 import gradio as gr
 import gradio.utils
 
-from demo import failures, session, sweeps, validate
+from demo import session
 from demo.engine import export
 from demo.engine.events import RoundEvent, TokenEvent, Trace
 from demo.page import lanes, render
 from demo.page.examples import reference_for
+from demo.session import failures, gamma_sweep, validate
 
 PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the browser keeps up)
 CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
@@ -408,11 +409,11 @@ def _race_to_page(
         yield _stopped(run)
         return
     spd, ar = traces["speculative"], traces["autoregressive"]
-    rows, why_not = None, sweeps.unsweepable(request)
+    rows, why_not = None, gamma_sweep.unsweepable(request)
     if why_not is None:  # the race is over, so Stop is off while the sweep replays its answer
         note = '<div class="sweep-note">Replaying the answer at γ = 1 … 10 with the drafter…</div>'
         yield {"sweep_note": note, "stop": gr.Button(interactive=False)}
-        rows = sweeps.gamma_sweep(request, image, uploads(), spd, ar)
+        rows = gamma_sweep.gamma_sweep(request, image, uploads(), spd, ar)
     # The last update repeats the final view, so that an API client's result is the whole page.
     yield (
         last_view
@@ -493,7 +494,7 @@ def trace_api(
                 if isinstance(event, RoundEvent) and time.perf_counter() - last_yield >= HEARTBEAT_EVERY:
                     yield gr.skip()  # a chance for Gradio to close this handler (see `_frames`)
                     last_yield = time.perf_counter()
-        rows = sweeps.gamma_sweep(request, image, uploads(), traces["speculative"], traces["autoregressive"])
+        rows = gamma_sweep.gamma_sweep(request, image, uploads(), traces["speculative"], traces["autoregressive"])
         yield export.payload(request.settings(), traces, rows)
     except Exception as error:
         raise gr.Error(failures.message(error), print_exception=False) from None

@@ -11,13 +11,14 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from demo import offers, session, validate
+from demo import session
 from demo.engine.events import Trace
 from demo.models import presets
 from demo.page import blocks, charts, lanes, render
 from demo.page.examples import EXAMPLES_DIR, Example, load_examples  # noqa: F401 (the page's names)
 from demo.page.handlers import THRESHOLD_DEFAULT
 from demo.page.text import TIMING
+from demo.session import offers, validate
 
 
 def _raw_image(**kwargs) -> gr.Image:

@@ -26,10 +26,11 @@ from types import SimpleNamespace
 import gradio as gr
 from gradio.exceptions import InvalidPathError
 
-from demo import offers, session, validate
+from demo import session
 from demo.models import presets
 from demo.page import analysis_tab, handlers, layout, text
 from demo.page.layout import EXAMPLES_DIR, Example
+from demo.session import offers, validate
 
 QUEUE_SIZE = 32  # requests that may wait for the decoder; the next one is refused as "queue full"
 WARM_UP_AFTER_S = 20.0  # launch() warms the default preset up this long after the start at the latest

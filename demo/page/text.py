@@ -7,57 +7,11 @@ from __future__ import annotations
 
 import gradio as gr
 
-from demo.page import blocks, render
+from demo import ROOT
 
-# The Analysis tab's rules.
-ANALYSIS_CSS = """
-#an-controls, #an-status-row { align-items: end; }
-#an-run { min-height: 44px; }
-.an-note { font-size: 13px; opacity: .8; }
-.an-status { font-size: 13px; padding: 2px 2px; }
-.an-status progress { width: 180px; margin-right: 8px; vertical-align: middle; }
-.an-headline { font-size: 15px; line-height: 1.5; padding: 8px 12px; border-radius: 8px;
-  background: rgba(0,114,178,.07); border: 1px solid rgba(0,114,178,.25); }
-.an-headline p { margin: 2px 0; }
-.an-headline .n { opacity: .75; font-size: 13px; }
-.an-run-head { font-size: 14px; margin: 2px 0 6px; }
-.an-run-head .tag { display: inline-block; padding: 0 8px; margin-right: 6px; border-radius: 999px;
-  background: rgba(0,114,178,.14); font-weight: 600; }
-.an-q { white-space: pre-wrap; font-size: 13px; margin: 4px 0; }
-.an-rej { border-collapse: collapse; font-size: 13px; margin: 6px 0; }
-.an-rej td, .an-rej th { padding: 2px 8px; text-align: left;
-  border-bottom: 1px solid var(--border-color-primary, #eee); }
-.an-rej .grounded { font-weight: 600; }
-/* A narrow screen scrolls the tables sideways instead of breaking their headers a letter a line. */
-#an-words th, #an-runs th, #an-words th *, #an-runs th * { white-space: nowrap !important; word-break: normal !important; }
-#an-words .table-wrap, #an-runs .table-wrap { overflow-x: auto; }
-#an-words table, #an-runs table { min-width: 680px; }
-"""
-
-
-CSS = (
-    render.CSS
-    + blocks.CSS
-    + """
-.gradio-container { max-width: 1480px !important; }
-#title h1 { margin: 0 0 2px 0; font-size: 26px; }
-#title p { margin: 0; opacity: .8; }
-#timing { font-size: 13px; opacity: .85; }
-#run { min-height: 44px; font-size: 16px; }
-.preset-info { font-size: 12px; opacity: .85; line-height: 1.45; }
-.preset-info .ready { color: #009E73; }
-.preset-info .unavailable { color: #D55E00; }
-.language-note { font-size: 13px; padding: 6px 10px; border-left: 3px solid #0072B2; background: rgba(0, 114, 178, .07); }
-.reference { font-size: 13px; opacity: .9; padding: 2px 2px 0; }
-.reference .task { display: inline-block; padding: 0 8px; margin-right: 6px; border-radius: 999px;
-  background: rgba(0,114,178,.14); font-weight: 600; }
-#examples .caption-label { font-size: 10px; padding: 0 4px; opacity: .85; }  /* less of the scene hidden */
-#examples .grid-wrap { height: auto !important; max-height: none !important; overflow: visible !important; }
-#examples .grid-container { grid-template-columns: repeat(auto-fill, minmax(96px, 1fr)) !important; }
-#examples-title p { font-size: 13px; margin: 0; }
-"""
-    + ANALYSIS_CSS
-)
+# The page's stylesheet (token panels, block views, trees, the Analysis tab): a static asset,
+# read once here.
+CSS = (ROOT / "assets" / "page.css").read_text(encoding="utf-8")
 THEME = gr.themes.Default(primary_hue="teal", neutral_hue="slate")
 
 # The page's one script: a click on (or Enter at) a token of a speculative lane's panel opens that

@@ -18,7 +18,7 @@ import logging
 import traceback
 import uuid
 
-from demo.validate import InvalidInput
+from demo.session.validate import InvalidInput
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from demo import session, validate
+from demo import session
 from demo.engine import metrics
 from demo.models import presets, zerogpu
+from demo.session import validate
 
 if TYPE_CHECKING:
     from demo.engine.events import Trace

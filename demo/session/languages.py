@@ -1,6 +1,7 @@
 """Which language a question is in, and which drafter its race should use by default.
 
 Contract (pure Python: no Gradio, no torch, nothing loaded at import time):
+- `LANGUAGES` and their `NAMES` are the world's own (`demo.world.tasks`): the languages it speaks.
 - `detect(question) -> Detected`: the question's language, one of `LANGUAGES` ("en", "de",
   "zh"), "mixed" (more than one of them, or one of them beside another script) or "unknown"
   (none of them: another language or script, or no words at all), with the languages found.
@@ -23,8 +24,9 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-LANGUAGES = ("en", "de", "zh")
-NAMES = {"en": "English", "de": "German", "zh": "Chinese"}
+from demo.world.tasks import LANGUAGE_NAMES as NAMES
+from demo.world.tasks import LANGUAGES
+
 # The drafter each language's questions get by default, by its name in the embedded preset:
 # English keeps the text-only drafter it always had; German and Chinese get the drafters
 # specialised in them (issue 28, the second seed's recipe).

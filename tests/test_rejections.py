@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from demo import analysis
 from demo.engine.events import PrefillEvent, Rejection, RoundEvent, RunSummary, TokenEvent, Trace
+from demo.session import rejections
 from demo.world.tasks import heldout_examples
 
 END = "<|end|>"  # the stop token as the tokenizer decodes it on its own; it adds no answer text
@@ -120,7 +120,8 @@ def brief(obs):
 def categorised(text: str, language: str) -> list[tuple[str, str]]:
     """Each word of an answer with its category."""
     return [
-        (text[a:b], analysis.category(text[a:b], after=text[b:], language=language)) for a, b in analysis.words(text)
+        (text[a:b], rejections.category(text[a:b], after=text[b:], language=language))
+        for a, b in rejections.words(text)
     ]
 
 
@@ -150,12 +151,12 @@ def categorised(text: str, language: str) -> list[tuple[str, str]]:
     ],
 )
 def test_words_are_categorised_by_whether_only_the_image_can_tell_them(word, after, expected):
-    assert analysis.category(word, after=after) == expected
+    assert rejections.category(word, after=after) == expected
 
 
 def test_the_end_token_is_its_own_category_and_grounded_ones_are_known():
-    assert analysis.category("", is_end=True) == "end"
-    assert [c for c in analysis.CATEGORIES if analysis.is_grounded(c)] == [
+    assert rejections.category("", is_end=True) == "end"
+    assert [c for c in rejections.CATEGORIES if rejections.is_grounded(c)] == [
         "colour",
         "shape",
         "size",
@@ -166,7 +167,7 @@ def test_the_end_token_is_its_own_category_and_grounded_ones_are_known():
 
 
 def test_observations_are_the_checked_drafts_with_their_words_and_what_the_drafter_meant():
-    obs = analysis.observations(shapes_trace(), example=3, stop_ids=STOPS)
+    obs = rejections.observations(shapes_trace(), example=3, stop_ids=STOPS)
     assert brief(obs) == [
         (1, "red", "colour", False, "blue"),
         (2, "circle", "shape", True, "circle"),
@@ -186,7 +187,7 @@ def test_observations_are_the_checked_drafts_with_their_words_and_what_the_draft
 
 
 def test_option_letters_are_told_from_the_article_a():
-    obs = analysis.observations(choice_trace(), stop_ids=STOPS)
+    obs = rejections.observations(choice_trace(), stop_ids=STOPS)
     assert brief(obs) == [
         (1, "answer", "template", True, "answer"),
         (2, "is", "function", True, "is"),
@@ -199,8 +200,8 @@ def test_option_letters_are_told_from_the_article_a():
 
 
 def test_rejection_rates_by_category_count_drafted_and_rejected_positions():
-    obs = analysis.observations(shapes_trace(), stop_ids=STOPS)
-    assert analysis.by_category(obs) == {
+    obs = rejections.observations(shapes_trace(), stop_ids=STOPS)
+    assert rejections.by_category(obs) == {
         "colour": {"drafted": 1, "rejected": 1, "rejection_rate": 1.0},
         "shape": {"drafted": 2, "rejected": 1, "rejection_rate": 0.5},
         "position": {"drafted": 2, "rejected": 1, "rejection_rate": 0.5},
@@ -211,8 +212,8 @@ def test_rejection_rates_by_category_count_drafted_and_rejected_positions():
 
 
 def test_grounded_share_sets_rejections_against_drafting():
-    obs = analysis.observations(shapes_trace(), stop_ids=STOPS)
-    assert analysis.grounded_share(obs) == {
+    obs = rejections.observations(shapes_trace(), stop_ids=STOPS)
+    assert rejections.grounded_share(obs) == {
         "drafted": 10,
         "rejected": 4,
         "grounded_drafted": 5,
@@ -225,16 +226,16 @@ def test_grounded_share_sets_rejections_against_drafting():
 
 
 def test_grounded_share_of_nothing_rejected_is_undefined_not_zero():
-    obs = [o for o in analysis.observations(shapes_trace(), stop_ids=STOPS) if o.accepted]
-    share = analysis.grounded_share(obs)
+    obs = [o for o in rejections.observations(shapes_trace(), stop_ids=STOPS) if o.accepted]
+    share = rejections.grounded_share(obs)
     assert share["grounded_share_of_drafted"] == 2 / 6
     assert math.isnan(share["grounded_share_of_rejections"])
-    assert math.isnan(analysis.grounded_share([])["grounded_share_of_drafted"])
+    assert math.isnan(rejections.grounded_share([])["grounded_share_of_drafted"])
 
 
 def test_most_rejected_words_say_what_the_drafter_wrote_instead():
-    obs = analysis.observations(shapes_trace(), 0, STOPS) + analysis.observations(yes_trace(), 1, STOPS)
-    assert analysis.most_rejected(obs) == [
+    obs = rejections.observations(shapes_trace(), 0, STOPS) + rejections.observations(yes_trace(), 1, STOPS)
+    assert rejections.most_rejected(obs) == [
         # "red" and "Red" are one word; so are the drafter's "blue" and "Blue"
         {
             "word": "red",
@@ -270,12 +271,12 @@ def test_most_rejected_words_say_what_the_drafter_wrote_instead():
             "drafter_said": "circus (1)",
         },
     ]
-    assert [r["word"] for r in analysis.most_rejected(obs, k=2)] == ["red", "left"]
+    assert [r["word"] for r in rejections.most_rejected(obs, k=2)] == ["red", "left"]
 
 
 def test_rejections_along_the_answer_fall_in_relative_position_bins():
-    obs = analysis.observations(shapes_trace(), stop_ids=STOPS)  # positions 1..11 of 12
-    bins = analysis.by_answer_position(obs, bins=4)
+    obs = rejections.observations(shapes_trace(), stop_ids=STOPS)  # positions 1..11 of 12
+    bins = rejections.by_answer_position(obs, bins=4)
     assert [(b["from"], b["to"], b["drafted"], b["rejected"]) for b in bins] == [
         (0.0, 0.25, 2, 1),  # 1 red ✗, 2 cir ✓
         (0.25, 0.5, 3, 1),  # 3 cle ✗, 4 is ✓, 5 in ✓
@@ -283,15 +284,15 @@ def test_rejections_along_the_answer_fall_in_relative_position_bins():
         (0.75, 1.0, 3, 1),  # 9 corner ✓, 10 . ✗, 11 end ✓
     ]
     assert [b["rejection_rate"] for b in bins] == [0.5, 1 / 3, 0.5, 1 / 3]
-    assert [b["rejection_rate"] for b in analysis.by_answer_position([], bins=2)] == [None, None]
+    assert [b["rejection_rate"] for b in rejections.by_answer_position([], bins=2)] == [None, None]
 
 
 def test_summary_bundles_every_aggregate_and_rows_flatten_observations():
-    obs = analysis.observations(yes_trace(), 5, STOPS)
-    summary = analysis.summary(obs, k=1, bins=2)
+    obs = rejections.observations(yes_trace(), 5, STOPS)
+    summary = rejections.summary(obs, k=1, bins=2)
     assert set(summary) == {"by_category", "grounded", "most_rejected", "by_answer_position"}
     assert len(summary["most_rejected"]) == 1 and len(summary["by_answer_position"]) == 2
-    assert analysis.rows(obs)[1] == {
+    assert rejections.rows(obs)[1] == {
         "example": 5,
         "index": 2,
         "rel": 0.4,
@@ -364,7 +365,7 @@ def test_a_held_out_chinese_caption_is_cut_into_the_worlds_chinese_words():
     ],
 )
 def test_german_and_chinese_words_take_the_category_of_their_english_gloss(word, after, language, expected):
-    assert analysis.category(word, after=after, language=language) == expected
+    assert rejections.category(word, after=after, language=language) == expected
 
 
 def test_german_observations_keep_umlauts_inside_their_words():
@@ -378,7 +379,7 @@ def test_german_observations_keep_umlauts_inside_their_words():
             ([".", END], 2, None),
         ],
     )
-    assert brief(analysis.observations(trace, stop_ids=STOPS, language="de")) == [
+    assert brief(rejections.observations(trace, stop_ids=STOPS, language="de")) == [
         (1, "große", "size", True, "große"),
         (2, "grüne", "colour", False, "blaue"),
         (3, "Kreis", "shape", True, "Kreis"),
@@ -393,7 +394,7 @@ def test_german_observations_keep_umlauts_inside_their_words():
 def test_chinese_observations_fall_in_the_words_of_the_answer():
     # "图中有一个红色圆形。": R1 accepts 有 一个, rejects 蓝色 -> 红色; R2 accepts 圆 形 。 and the end
     trace = build("图中", [(["有", "一个", "蓝色"], 2, "红色"), (["圆", "形", "。", END], 4, None)])
-    assert brief(analysis.observations(trace, stop_ids=STOPS, language="zh")) == [
+    assert brief(rejections.observations(trace, stop_ids=STOPS, language="zh")) == [
         (1, "有", "function", True, "有"),
         (2, "一个", "function", True, "一个"),
         (3, "红色", "colour", False, "蓝色"),
@@ -405,7 +406,7 @@ def test_chinese_observations_fall_in_the_words_of_the_answer():
 
 
 def test_a_mix_in_several_languages_asks_each_example_in_each_language_in_turn():
-    mix = analysis.heldout_mix(("caption", "vqa_colour"), 5, seed=0, languages=("en", "de", "zh"))
+    mix = rejections.heldout_mix(("caption", "vqa_colour"), 5, seed=0, languages=("en", "de", "zh"))
     assert [(e.task, e.language) for e in mix] == [
         ("caption", "en"),
         ("caption", "de"),
@@ -414,8 +415,8 @@ def test_a_mix_in_several_languages_asks_each_example_in_each_language_in_turn()
         ("vqa_colour", "de"),
     ]
     assert mix[0].scene == mix[1].scene == mix[2].scene and mix[3].scene == mix[4].scene
-    english = analysis.heldout_mix(("caption", "vqa_colour"), 3, seed=0)
+    english = rejections.heldout_mix(("caption", "vqa_colour"), 3, seed=0)
     assert [e.question for e in english] == [
-        e.question for e in analysis.heldout_mix(("caption", "vqa_colour"), 3, seed=0, languages=("en",))
+        e.question for e in rejections.heldout_mix(("caption", "vqa_colour"), 3, seed=0, languages=("en",))
     ]
     assert {e.language for e in english} == {"en"}

@@ -1,7 +1,7 @@
 """Stage and push the Hugging Face Space: exactly the files the Space repo holds, and nothing else.
 
-    python -m demo.space stage DIR [--force] [--presets a,b]   write the Space's files into DIR
-    python -m demo.space push OWNER/NAME [--dry-run] [--presets a,b]
+    python -m demo.deploy.space stage DIR [--force] [--presets a,b]   write the Space's files into DIR
+    python -m demo.deploy.space push OWNER/NAME [--dry-run] [--presets a,b]
 
 `stage` copies the app (app.py, demo/, assets/, docs/) from this checkout's files (tracked or
 new, never ignored ones: no runs/, no caches), and writes the three files a Space reads
@@ -76,7 +76,7 @@ def source_files(root: Path = ROOT) -> list[str]:
 def space_requirements(local: str) -> str:
     """The Space's requirements.txt: the local one with torch pinned to TORCH_FOR_SPACE."""
     lines = [
-        "# Written by `python -m demo.space stage`: the local requirements.txt with torch pinned to a",
+        "# Written by `python -m demo.deploy.space stage`: the local requirements.txt with torch pinned to a",
         f"# version ZeroGPU supports ({TORCH_FOR_SPACE}); `spaces` is preinstalled on Spaces and not listed.",
     ]
     for line in local.splitlines():
@@ -199,7 +199,7 @@ def push(repo_id: str, names: tuple[str, ...], dry_run: bool = False) -> str:
                 repo_id=repo_id,
                 repo_type="space",
                 folder_path=tmp,
-                commit_message="Update the Space from `python -m demo.space push`",
+                commit_message="Update the Space from `python -m demo.deploy.space push`",
                 delete_patterns="*",  # the Space holds the snapshot, not leftovers of older ones
             )
         except Exception as error:
@@ -227,7 +227,7 @@ def _unreachable(error: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m demo.space", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m demo.deploy.space", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (
         ("stage", "write the Space's files into DIR"),

@@ -1,8 +1,8 @@
 """The session layer: what every surface goes through to decode, with no Gradio in it.
 
 The page, the API, the Analysis tab, the benchmark and the tests all turn what they were sent
-into one `Request` (`parse`, by name: every field is checked by `demo.validate` and refused with
-its name and valid range), and then use the calls below:
+into one `Request` (`parse`, by name: every field is checked by `validate` and refused with its
+name and valid range), and then use the calls below:
 
     load(request, progress)        the preset and drafter, loaded once per process (waits for a
                                    running warm-up, so clocks never share the CPU with it)
@@ -19,8 +19,12 @@ its name and valid range), and then use the calls below:
     run(loaded, request, image)    one lane decoded whole -> Trace (benchmark, Analysis tab)
     warm_up(preset)                load and decode a few tokens with each drafter
     paced(timeline, slowdown)      a recorded race again, each event at its measured time x slowdown
-What a failed request is told is `demo.failures.message(error)`. Whether a preset and a request's lanes can run here at all is `demo.offers`'s to say (`prepare`
-asks it first, before any work).
+What a failed request is told is `failures.message(error)`. Whether a preset and a request's
+lanes can run here at all is `offers`'s to say (`prepare` asks it first, before any work).
+
+The package's other modules: `validate` (every value checked before any work), `offers`,
+`failures`, `languages` (a question's language and the drafter it gets), `gamma_sweep` (the γ
+sweep of a finished race) and `rejections` (where drafts are rejected, by word category).
 
 Torch and transformers are imported on first use, so a page can import this module and be
 usable before they are.
@@ -39,10 +43,10 @@ from typing import TYPE_CHECKING
 
 from PIL import Image
 
-from demo import failures, offers, validate
 from demo.engine.race import race
 from demo.models import presets, zerogpu
-from demo.validate import InvalidInput
+from demo.session import failures, offers, validate
+from demo.session.validate import InvalidInput
 
 if TYPE_CHECKING:
     from demo.engine.events import Event, Trace
@@ -362,10 +366,10 @@ def _examples_duration(preset: str, drafters: list[str], items: list, gamma: int
 def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int):
     """Speculative decoding, greedy, of each example (`.image`, `.question`, `.language`) with each drafter,
     yielding plain data only (on ZeroGPU it runs in another process): ("run", i, drafter) before
-    each run, then ("done", i, drafter, trace, observations) (`demo.analysis.observations`)."""
-    from demo import analysis
+    each run, then ("done", i, drafter, trace, observations) (`demo.session.rejections.observations`)."""
     from demo.engine.sampling import Sampling
     from demo.models import loader
+    from demo.session import rejections
 
     loader.check_served(preset)  # preloaded deployments (a Space) never load in a request
     loaded = loader.load(preset)
@@ -373,7 +377,7 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
         for d in drafters:
             yield "run", i, d
             trace = run(loaded, Request(item.question, preset, d, gamma, Sampling(), max_new_tokens), item.image)
-            yield "done", i, d, trace, analysis.observations(trace, i, loaded.target.stop_ids, item.language)
+            yield "done", i, d, trace, rejections.observations(trace, i, loaded.target.stop_ids, item.language)
 
 
 def warm_up(preset: str) -> None:

@@ -8,7 +8,7 @@
     availability(name)               whether a preset can load now, and the sentence that says so
     for_language(question, preset, current, last)
                                      the drafter a question's language asks for on a preset, and
-                                     the sentence that says why (`demo.languages`)
+                                     the sentence that says why (`demo.session.languages`)
 
 Part of the session layer (no Gradio); torch and transformers are imported on first use.
 """
@@ -19,8 +19,8 @@ import logging
 import re
 from dataclasses import dataclass
 
-from demo import failures, languages
 from demo.models import presets, zerogpu
+from demo.session import failures, languages
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The layer-skip search: which decoder layers the "layer-skip" drafter skips, for one preset.
 
-    python -m demo.bench.layerskip --preset embedded
+    python -m demo.bench.layerskip_search --preset embedded
 
 Draft & Verify chose its skipped layers by Bayesian optimisation; this is a greedy search over
 layer subsets, on training-split prompts (never the held-out ones the benchmark, the tests and
@@ -140,7 +140,7 @@ def search(loaded, pairs, gammas: tuple[int, ...], max_new: int, log=print) -> t
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m demo.bench.layerskip", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m demo.bench.layerskip_search", description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default=loader.DEFAULT_PRESET)
     parser.add_argument("--n", type=int, default=3, help="training prompts per task family")
     parser.add_argument("--max-new-tokens", type=int, default=96)
