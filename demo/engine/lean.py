@@ -154,8 +154,7 @@ def _fuse(modules) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 def _adjacent(tensors: list[torch.Tensor]) -> bool:
-    """Whether contiguous tensors (weights [rows_i, C], or biases [rows_i]) lie one after the other
-    in one storage (as `_fuse` leaves them)."""
+    """Whether contiguous tensors ([rows_i, C] or [rows_i]) lie one after another in one storage (as `_fuse` leaves them)."""
     storage = tensors[0].untyped_storage().data_ptr()
     at = tensors[0].data_ptr()
     for t in tensors:
@@ -176,8 +175,7 @@ def _rotation(d: int, dtype, device) -> torch.Tensor:
 
 
 def _mm(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [n, in] @ W^T [in, out] (+ b [out]) -> [n, out], W^T held as a transposed view: no per-call
-    transpose or linear dispatch."""
+    """x [n, in] @ W^T [in, out] (+ b [out]) -> [n, out], W^T a transposed view: no transpose or linear dispatch."""
     return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
 
 
@@ -345,8 +343,7 @@ class LeanDraftState(DraftState):
         self.numpy = drafter.numpy_step
 
     def _forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [n] (long, on the device) -> logits [V_d]: one token by the CUDA graph (the id stays
-        on the device), or in NumPy on a CPU (where reading it back costs no synchronisation)."""
+        """ids [n] (long, on the device) -> logits [V_d]; the NumPy step reads ids back (a CPU: no sync)."""
         if self.graph is not None and len(ids) == 1:
             return self.graph(ids)
         if self.numpy is not None:
