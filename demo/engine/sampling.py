@@ -99,47 +99,29 @@ def acceptance_probs(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> 
     return torch.where(q_x > 0, (p_x / q_x.clamp_min(1e-30)).clamp(max=1.0), torch.ones_like(p_x))
 
 
-def rejection_sample(
-    p: torch.Tensor,
-    q: torch.Tensor,
-    drafts: torch.Tensor,
-    generator: torch.Generator,
-    n_drafts: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rejection-sampling verification (Leviathan et al. 2023, Algorithm 1), with what it drew.
+def verify_sampled(
+    p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rejection-sampling verification (Leviathan et al. 2023, Algorithm 1).
 
     p [..., gamma+1, V]: target probabilities at each draft position and one past.
     q [..., gamma, V]: drafter probabilities the drafts were sampled from.
-    drafts [..., gamma]; n_drafts [...] (optional): how many of them count (`verify_greedy`).
-    Returns (n_accepted [...], next_token [...], u [..., gamma]: the uniform draws that decided
-    each draft, law [..., V]: the distribution next_token was drawn from).
+    drafts [..., gamma]. Returns (n_accepted [...], next_token [...]).
     """
     gamma = drafts.shape[-1]
     # 1. accept draft i with probability min(1, p_i(x_i) / q_i(x_i)); keep the leading run.
     u = torch.rand(drafts.shape, generator=generator, device=p.device)  # [..., gamma]
-    n_accepted = _leading(u < acceptance_probs(p, q, drafts), n_drafts)  # [...]
+    n_accepted = _leading(u < acceptance_probs(p, q, drafts), None)  # [...]
     # 2. the distribution of the next token: the residual at the first rejection, or p itself
-    #    one past the last counted draft when all were accepted (the bonus).
+    #    one past the last draft when all were accepted (the bonus).
     residual = (p[..., :gamma, :] - q).clamp_min(0.0)  # [..., gamma, V]
     candidates = torch.cat([residual, p[..., gamma:, :]], dim=-2)  # [..., gamma+1, V]
-    if n_drafts is not None:  # rows from n_drafts on are bonus rows: p
-        bonus = torch.arange(gamma + 1, device=p.device) >= n_drafts[..., None]  # [..., gamma+1]
-        candidates = torch.where(bonus[..., None], p[..., : gamma + 1, :], candidates)
     index = n_accepted[..., None, None].expand(*n_accepted.shape, 1, p.shape[-1])
     dist = candidates.gather(-2, index).squeeze(-2)  # [..., V]
     # A residual is all zero only where p == q, and then that position rejects with
     # probability 0; fall back to p so a float round-off cannot produce an empty distribution.
     p_at = p.gather(-2, index).squeeze(-2)
     empty = dist.sum(dim=-1, keepdim=True) <= 0
-    law = torch.where(empty, p_at, dist)
-    law = law / law.sum(dim=-1, keepdim=True)
-    next_token = sample(law, generator)
-    return n_accepted, next_token, u, law
-
-
-def verify_sampled(
-    p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, generator: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rejection-sampling verification: `rejection_sample`'s (n_accepted [...], next_token [...])."""
-    n_accepted, next_token, _, _ = rejection_sample(p, q, drafts, generator)
+    dist = torch.where(empty, p_at, dist)
+    next_token = sample(dist / dist.sum(dim=-1, keepdim=True), generator)
     return n_accepted, next_token

@@ -59,7 +59,7 @@ from demo.engine.events import (
     Trace,
     tree_refusal,
 )
-from demo.engine.sampling import Sampling, acceptance_probs, rejection_sample, sample, verify_greedy, warp
+from demo.engine.sampling import Sampling, acceptance_probs, sample, verify_greedy, verify_sampled, warp
 
 
 def _first_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) -> tuple[int, float]:
@@ -216,7 +216,21 @@ def verify(
         u = torch.full((n,), math.nan, device=p.device)
         law = p.index_select(0, n_acc.reshape(1))[0]  # [V]: p there, for display
     else:
-        n_acc, token, u, law = rejection_sample(p, q, drafts, generator, n_drafts)
+        rng_before = generator.get_state()  # read only: u is redrawn below from a copy, for the inspector
+        n_acc, token = verify_sampled(p, q, drafts, generator)  # [], []
+        # A stop draft that was accepted ends the run there: count no draft past it, and show the
+        # target's argmax after it (never emitted, since the run stops at the stop).
+        past = (n_acc >= n_drafts) & (n_drafts < n)
+        n_acc = torch.where(past, n_drafts, n_acc)
+        token = torch.where(past, p.index_select(0, n_drafts.reshape(1))[0].argmax(), token)
+        copy = torch.Generator(device=p.device)
+        copy.set_state(rng_before)
+        u = torch.rand(n, generator=copy, device=p.device)  # [n]: the draws verify_sampled made
+        p_k = p.index_select(0, n_acc.reshape(1))[0]  # [V]
+        q_k = q.index_select(0, n_acc.clamp(max=max(n - 1, 0)).reshape(1))[0] if n else torch.zeros_like(p_k)
+        rest = (p_k - q_k).clamp_min(0.0)  # the residual the resample was drawn from, at a rejection
+        rejected = (n_acc < n_drafts) & (rest.sum() > 0)
+        law = torch.where(rejected, rest / rest.sum().clamp_min(1e-30), p_k)  # [V]
         accept = acceptance_probs(p, q, drafts)  # [n]
     k = min(INSPECT_TOP_K, p.shape[-1])
     top_p, top_q, top_law = p.topk(k), q.topk(k), law.topk(k)  # values and ids [rows, k]
