@@ -1,12 +1,16 @@
 """The benchmark CLI end to end on tiny models: its table, files and final JSON line."""
 
 import json
+import sys
 
 import pytest
 import tiny
 import torch
+from races import CASES, MAX_NEW, spd
 
 from demo.bench import benchmark, peer
+from demo.bench.overhead import ForwardTime
+from demo.engine.decoding import Target
 from demo.models import loader
 from demo.world.tasks import heldout_examples
 
@@ -60,6 +64,11 @@ def test_bench_writes_report_files_and_ends_with_one_json_line(tiny_preset, tmp_
         "t1_ms",
         "t_verify_ms",
         "d_ms",
+        "t1_iqr_ms",
+        "t_verify_iqr_ms",
+        "d_iqr_ms",
+        "overhead_ms_per_round",
+        "overhead_ms_per_step_ar",
         "limit_speedup",
         "lossless",
     }
@@ -68,6 +77,8 @@ def test_bench_writes_report_files_and_ends_with_one_json_line(tiny_preset, tmp_
         assert 1.0 <= cell["tau"] <= cell["gamma"] + 1
         assert cell["speedup"] == pytest.approx(cell["tok_s_spd"] / cell["tok_s_ar"])
         assert cell["t1_ms"] > 0 and cell["t_verify_ms"] > 0 and cell["d_ms"] > 0
+        assert min(cell["t1_iqr_ms"], cell["t_verify_iqr_ms"], cell["d_iqr_ms"]) >= 0
+        assert cell["overhead_ms_per_round"] > 0 and cell["overhead_ms_per_step_ar"] > 0
         assert cell["limit_speedup"] == pytest.approx(cell["tau"] * cell["t1_ms"] / cell["t_verify_ms"])
         if cell["decoding"] == "greedy":
             assert cell["lossless"] == "2/2 identical"
@@ -106,6 +117,9 @@ def cell(**fields) -> benchmark.Cell:
     base.update(speedup=3.0, t1_ms=6.0, t_verify_ms=7.5, d_ms=0.24, limit_speedup=3.0, predicted_speedup=2.9)
     base.update(verify_tokens=5.0, drafter_steps=4.0)
     base.update(draft_share=0.1, lossless="3/3 identical", correct_spd=3, correct_ar=3)
+    base.update(
+        t1_iqr_ms=0.3, t_verify_iqr_ms=0.4, d_iqr_ms=0.01, overhead_ms_per_round=1.5, overhead_ms_per_step_ar=0.5
+    )
     base.update(fields)
     return benchmark.Cell(**base)
 
@@ -158,3 +172,37 @@ def test_a_drafter_with_a_smaller_vocabulary_goes_to_assisted_generation_widened
     alone = loaded.target.model.generate(**prompt.target_inputs, **generate)
     assisted = loaded.target.model.generate(**prompt.target_inputs, **generate, assistant_model=wide)
     assert torch.equal(alone, assisted)  # transformers takes the pairing now, and stays exact
+
+
+def test_bench_json_is_written_before_the_report_and_without_plotly(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "demo.bench.report", None)  # as on a machine without plotly
+    written = benchmark.write_outputs(tmp_path, [cell()], None, {}, {"preset": "p"}, [])
+    assert written == ["cells.csv", "analysis.csv", "bench.json"] and not (tmp_path / "report.html").exists()
+    assert json.loads((tmp_path / "bench.json").read_text())["cells"][0]["overhead_ms_per_round"] == 1.5
+    assert capsys.readouterr().out.startswith("no report.html: ")
+
+
+def test_iqr_is_the_spread_of_the_middle_half():
+    assert benchmark.iqr([1.0, 2.0, 3.0, 4.0, 5.0]) == 2.0  # quartiles 2 and 4
+    assert benchmark.iqr([7.0]) == 0.0
+
+
+def test_forward_time_counts_each_forward_of_a_run_and_only_inside_the_block(world):
+    """Every target forward (one per round) and every drafter step (catch-up, then each draft fed
+    back) is counted once; the methods are themselves again after the block."""
+    image, question = CASES[1]
+    meter = ForwardTime()
+    with meter.active():
+        trace = spd(world, "text-partly", image, question, gamma=3, max_new=MAX_NEW)
+    answer = 1  # the prefill's token
+    expected = 0
+    for r in trace.rounds:
+        n_draft = min(3, MAX_NEW - answer - 1)
+        expected += 1 + n_draft  # the verify, and the drafter's catch-up plus n_draft - 1 drafts fed back
+        answer += r.n_emitted
+    assert meter.calls == expected
+    assert 0 < meter.seconds < sum(r.draft_seconds + r.verify_seconds for r in trace.rounds)
+    assert Target.forward is Target.__dict__["forward"] and "timed" not in Target.forward.__qualname__
+    calls = meter.calls
+    spd(world, "text-partly", image, question, gamma=3, max_new=MAX_NEW)
+    assert meter.calls == calls

@@ -35,10 +35,22 @@ def test_smoke_mode_prints_a_table_and_ends_with_one_json_line(no_embedded, caps
         assert row["break_even_tau"] * steps["t1_ms"] == pytest.approx(
             gamma * steps["draft_ms"] + steps["verify_ms"][gamma]
         )
-    assert (
-        sum(line.strip().startswith(str(g)) for g in gpu_check.GAMMAS for line in out[-len(gpu_check.GAMMAS) - 1 : -1])
-        == 8
+    part3 = next(i for i, line in enumerate(out) if line.startswith("3. predicted")) + 2  # after its header
+    assert sum(line.strip().startswith(str(g)) for g in gpu_check.GAMMAS for line in out[part3 : part3 + 8]) == 8
+    # 4. the 7B-shaped race and the goals, from this run; "not measured" where a figure is absent.
+    race = report["race_7b"]
+    assert race["ar_vs_generate"] == pytest.approx(
+        race["ms_per_token"]["hf_generate"] / race["ms_per_token"]["ours_ar"]
     )
+    assert set(race["identical"]) == {"ours_ar = generate", "ours_spd = assisted", "ours_spd = ours_ar"}
+    assert race["identical"]["ours_ar = generate"] == "2/2"  # float32 on a CPU: our greedy AR is generate's
+    assert race["identical"]["ours_spd = ours_ar"] == "2/2" and race["syncs_per_round"] is None
+    goals = {g["goal"]: g for g in report["goals"]}
+    assert len(goals) == 8 and goals["our AR / generate"]["value"] == race["ar_vs_generate"]
+    assert goals["embedded SPD/AR, text-only"]["value"] is None  # the embedded world was not built here
+    assert goals["7B shape: lean target T1 (ms)"]["value"] is None and goals["host syncs per round"]["value"] is None
+    table = out[out.index("goals (issue 41)") + 2 : -1]
+    assert len(table) == 8 and sum("not measured" in line for line in table) == 6
 
 
 def test_embedded_runs_compare_speculative_with_autoregressive(tmp_path, monkeypatch):
@@ -48,11 +60,14 @@ def test_embedded_runs_compare_speculative_with_autoregressive(tmp_path, monkeyp
         runs = gpu_check.embedded_runs(gpu_check.SMOKE, preset=preset.name)
     finally:
         loader._LOADED.pop(preset.name, None)
-    assert sorted(runs) == ["text gamma=2", "text gamma=4"]
+    names = preset.drafter_names()  # every drafter the preset offers, at gamma 2 and 4
+    assert "text" in names and len(names) > 1
+    assert sorted(runs) == sorted(f"{name} gamma={gamma}" for name in names for gamma in (2, 4))
     for run in runs.values():
         assert run["identical"] == "1/1"  # float32 on CPU: greedy SPD is exactly AR
         assert 1.0 <= run["tau"] <= 5.0 and run["spd_tok_s"] > 0 and run["ar_tok_s"] > 0
         assert run["speedup"] == run["spd_tok_s"] / run["ar_tok_s"]
+        assert run["t1_iqr_share"] >= 0
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the full check would run")

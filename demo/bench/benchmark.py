@@ -18,7 +18,10 @@ drafts for a chain, 1 + nodes with children for a tree, lookups for prompt looku
 model then runs over the rounds as they ran: predicted = tau * T1 / mean over rounds of
 (steps * D + T(width)), T(width) interpolated between T1 and T(w), so a tree's verify costs its
 node count and a round that drafted nothing one step. limit_speedup = tau * T1 / T(w) is the
-speedup this tau would give with free drafting and full verifies.
+speedup this tau would give with free drafting and full verifies. Beside each median, the spread
+of the same samples: its interquartile range (`t1_iqr_ms`, `t_verify_iqr_ms`, `d_iqr_ms`). And
+the overhead (`demo.bench.overhead`): decode wall time minus the host time inside model forwards,
+per round for SPD (`overhead_ms_per_round`) and per step for AR (`overhead_ms_per_step_ar`).
 `--drafter-paths lean,lean-torch,transformers` runs each cell with the lean drafting path (on a
 CPU its NumPy step), with LeanLM's torch step and with the transformers forward of the same
 drafter (`demo.engine.lean`), side by side.
@@ -31,7 +34,8 @@ the same wall clock, interleaved.
 Last, the goals of issue 32, read from this one run (`goals`): D / T1, measured speedup over
 its limit on descriptions at gamma 4, SPD over assisted generation, our AR over `generate`.
 
-Prints a table, writes an HTML report with charts plus CSV and JSON, and ends with one JSON line.
+Prints a table, writes CSV and JSON, then an HTML report with charts (only where plotly is
+installed: the JSON never waits on it), and ends with one JSON line.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import torch
 
 from demo import session
 from demo.bench import attention_quartiles
+from demo.bench.overhead import ForwardTime
 from demo.bench.peer import peer
 from demo.engine import lean, metrics
 from demo.engine.events import Trace, tree_refusal
@@ -90,6 +95,11 @@ class Cell:
     t1_ms: float  # median target step over 1 token (AR rounds)
     t_verify_ms: float  # median full verify forward: gamma + 1 tokens, or a full tree's nodes + 1
     d_ms: float  # median drafter step: a round's drafting time over its drafter steps
+    t1_iqr_ms: float  # interquartile range of the same T1 samples
+    t_verify_iqr_ms: float  # of the full verifies
+    d_iqr_ms: float  # of the drafter steps
+    overhead_ms_per_round: float  # SPD: decode wall time minus host time inside model forwards, per round
+    overhead_ms_per_step_ar: float  # AR: the same, per step
     limit_speedup: float  # tau * T1 / T(w): this tau with free drafting, every verify a full one
     predicted_speedup: float  # cost model over the rounds that ran, from this cell's step costs, drafting included
     draft_share: float  # drafting's share of the SPD runs' decoding time
@@ -118,47 +128,74 @@ def drafter_on(loaded, name: str, path: str):
 
 
 def run_pair(loaded, example, drafter, gamma: int, sampling: Sampling, max_new: int, spd_first: bool):
-    """One SPD and one AR run of the same request, in the given order -> (spd, ar), through the
-    session as the page's races go (`drafter`: the loaded drafter on the path under test)."""
+    """One SPD and one AR run of the same request, in the given order, through the session as the
+    page's races go (`drafter`: the loaded drafter on the path under test) -> (spd, ar), and the
+    host seconds each spent inside model forwards (`ForwardTime`)."""
     request = session.Request(example.question, loaded.preset.name, drafter.name, gamma, sampling, max_new)
-    order = session.LANES if spd_first else session.LANES[::-1]
-    traces = session.run_lanes(loaded, request, example.image, order, drafter)
-    return traces["speculative"], traces["autoregressive"]
+    traces, inside = {}, {}
+    for lane in session.LANES if spd_first else session.LANES[::-1]:
+        meter = ForwardTime()
+        with meter.active():
+            traces[lane] = session.run(loaded, request, example.image, lane, drafter)
+        inside[lane] = meter.seconds
+    return traces["speculative"], traces["autoregressive"], inside["speculative"], inside["autoregressive"]
 
 
-def step_costs(spd_traces: list[Trace], ar_traces: list[Trace]) -> metrics.Costs:
-    """Median measured T1 (AR step), T(w) (a full verify: w = gamma + 1, or a full tree's nodes + 1)
-    and D (one drafter step), seconds, pooled over the cell's runs."""
-    t1 = statistics.median(r.verify_seconds for t in ar_traces for r in t.rounds)
+def step_samples(spd_traces: list[Trace], ar_traces: list[Trace]) -> dict[str, list[float]]:
+    """The measured step costs, seconds, pooled over the cell's runs: "t1" (AR steps), "t_verify"
+    (full verifies: w = gamma + 1, or a full tree's nodes + 1) and "d" (drafter steps: a round's
+    drafting time over its drafter steps, rounds that drafted only)."""
     width = metrics.full_width(spd_traces[0])
     spd = [r for t in spd_traces for r in t.rounds]
     full = [r for r in spd if metrics.verify_width(r) == width] or [r for r in spd if r.drafted_ids] or spd
-    drafted = [r for r in spd if r.drafted_ids]
+    return {
+        "t1": [r.verify_seconds for t in ar_traces for r in t.rounds],
+        "t_verify": [r.verify_seconds for r in full],
+        "d": [r.draft_seconds / metrics.drafter_steps(r) for r in spd if r.drafted_ids],
+    }
+
+
+def iqr(values: list[float]) -> float:
+    """Interquartile range (0 for fewer than two values)."""
+    if len(values) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q3 - q1
+
+
+def step_costs(spd_traces: list[Trace], ar_traces: list[Trace]) -> metrics.Costs:
+    """Median measured T1 (AR step), T(w) (a full verify) and D (one drafter step), seconds,
+    pooled over the cell's runs (`step_samples`)."""
+    samples = step_samples(spd_traces, ar_traces)
     return metrics.Costs(
-        t1=t1,
-        t_verify=statistics.median(r.verify_seconds for r in full),
-        t_draft=statistics.median(r.draft_seconds / metrics.drafter_steps(r) for r in drafted) if drafted else 0.0,
+        t1=statistics.median(samples["t1"]),
+        t_verify=statistics.median(samples["t_verify"]),
+        t_draft=statistics.median(samples["d"]) if samples["d"] else 0.0,
         gamma=spd_traces[0].gamma,
         t1_spread=math.nan,
         verify_spread=math.nan,
-        width=width,
+        width=metrics.full_width(spd_traces[0]),
     )
 
 
 def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tuple[Cell, list[Trace]]:
     """One cell: SPD with `drafter` (a Drafter) and AR on every example, alternating the order."""
     sampling = Sampling() if decoding == "greedy" else SAMPLING
-    spds, ars = [], []
+    spds, ars, inside_spd, inside_ar = [], [], 0.0, 0.0
     for i, ex in enumerate(examples):
-        s, a = run_pair(loaded, ex, drafter, gamma, sampling, max_new, spd_first=i % 2 == 0)
+        s, a, s_inside, a_inside = run_pair(loaded, ex, drafter, gamma, sampling, max_new, spd_first=i % 2 == 0)
         spds.append(s)
         ars.append(a)
+        inside_spd += s_inside
+        inside_ar += a_inside
     all_spd = metrics.pooled(spds)
     tok_s_spd = sum(metrics.decode_tokens(t) for t in spds) / sum(metrics.decode_seconds(t) for t in spds)
     tok_s_ar = sum(metrics.decode_tokens(t) for t in ars) / sum(metrics.decode_seconds(t) for t in ars)
     tau = metrics.tau(all_spd)
     costs = step_costs(spds, ars)
+    spread = {k: iqr(v) * 1e3 for k, v in step_samples(spds, ars).items()}
     rounds = len(all_spd.rounds)
+    ar_steps = sum(len(t.rounds) for t in ars)
     identical = sum(s.summary.token_ids == a.summary.token_ids for s, a in zip(spds, ars))
     drafting = sum(r.draft_seconds for t in spds for r in t.rounds)
     cell = Cell(
@@ -180,6 +217,11 @@ def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tup
         t1_ms=costs.t1 * 1e3,
         t_verify_ms=costs.t_verify * 1e3,
         d_ms=costs.t_draft * 1e3,
+        t1_iqr_ms=spread["t1"],
+        t_verify_iqr_ms=spread["t_verify"],
+        d_iqr_ms=spread["d"],
+        overhead_ms_per_round=(sum(metrics.decode_seconds(t) for t in spds) - inside_spd) / rounds * 1e3,
+        overhead_ms_per_step_ar=(sum(metrics.decode_seconds(t) for t in ars) - inside_ar) / ar_steps * 1e3,
         limit_speedup=tau * costs.t1 / costs.t_verify,
         predicted_speedup=metrics.predicted_by_rounds(all_spd, costs),
         draft_share=drafting / sum(metrics.decode_seconds(t) for t in spds),
@@ -237,7 +279,7 @@ def print_table(cells: list[Cell]) -> None:
     header = (
         f"{'task':16} {'drafter':16} {'path':17} {'g':>2} {'decoding':9} {'tau':>5} {'alpha':>6} "
         f"{'SPD tok/s':>9} {'AR tok/s':>8} {'T1 ms':>6} {'Tv ms':>6} {'D ms':>5} "
-        f"{'speedup':>7} {'limit':>5} {'predicted':>9}  lossless"
+        f"{'speedup':>7} {'limit':>5} {'predicted':>9} {'ovh ms':>6}  lossless"
     )
     print(header)
     print("-" * len(header))
@@ -245,7 +287,7 @@ def print_table(cells: list[Cell]) -> None:
         print(
             f"{c.task:16} {c.drafter:16} {c.drafter_path:17} {c.gamma:>2} {c.decoding:9} {c.tau:5.2f} {c.alpha:6.2f} "
             f"{c.tok_s_spd:9.1f} {c.tok_s_ar:8.1f} {c.t1_ms:6.2f} {c.t_verify_ms:6.2f} {c.d_ms:5.2f} "
-            f"{c.speedup:7.2f} {c.limit_speedup:5.2f} {c.predicted_speedup:9.2f}  {c.lossless}"
+            f"{c.speedup:7.2f} {c.limit_speedup:5.2f} {c.predicted_speedup:9.2f} {c.overhead_ms_per_round:6.2f}  {c.lossless}"
         )
 
 
@@ -268,9 +310,8 @@ def print_goals(rows: list[dict]) -> None:
         print(f"goal {g['goal']:<24} {g['bar']:>8}: {value:>12}  {verdict:8} ({g['from']})")
 
 
-def write_outputs(out: Path, cells: list[Cell], peer_result, obs: dict, meta: dict, goal_rows: list[dict]) -> None:
-    from demo.bench import report
-
+def write_outputs(out: Path, cells: list[Cell], peer_result, obs: dict, meta: dict, goal_rows: list[dict]) -> list[str]:
+    """Write the CSVs and bench.json, then report.html where plotly is installed; the names written."""
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "cells.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(asdict(cells[0])))
@@ -292,7 +333,14 @@ def write_outputs(out: Path, cells: list[Cell], peer_result, obs: dict, meta: di
         "analysis": analysis_summary,
     }
     (out / "bench.json").write_text(json.dumps(result, indent=1))
+    written = ["cells.csv", "analysis.csv", "bench.json"]
+    try:
+        from demo.bench import report  # plotly: not installed on every machine (the GPU one had none)
+    except ImportError as error:
+        print(f"no report.html: {error}")
+        return written
     (out / "report.html").write_text(report.page(cells, peer_result, analysis_summary, meta, goal_rows))
+    return written + ["report.html"]
 
 
 LINE_KEYS = (  # each cell's fields in the final JSON line
@@ -310,6 +358,11 @@ LINE_KEYS = (  # each cell's fields in the final JSON line
     "t1_ms",
     "t_verify_ms",
     "d_ms",
+    "t1_iqr_ms",
+    "t_verify_iqr_ms",
+    "d_iqr_ms",
+    "overhead_ms_per_round",
+    "overhead_ms_per_step_ar",
     "limit_speedup",
     "lossless",
 )
@@ -424,8 +477,8 @@ def main(argv: list[str] | None = None) -> dict:
     quartiles = attention_quartiles.rows(obs_by_language)
     print("\nRejection rate by the target's image attention at the drafted position (greedy, the last gamma)\n")
     print(attention_quartiles.table(quartiles))
-    write_outputs(Path(args.out), cells, peer_result, obs, meta, goal_rows)
-    print(f"wrote {args.out}/report.html, cells.csv, analysis.csv, bench.json")
+    written = write_outputs(Path(args.out), cells, peer_result, obs, meta, goal_rows)
+    print(f"wrote {args.out}/: {', '.join(written)}")
     first_peer = next(iter(peer_result.values())) if peer_result else {}
     line = {
         "cells": [{k: getattr(c, k) for k in LINE_KEYS} for c in cells],

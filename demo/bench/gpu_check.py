@@ -1,8 +1,9 @@
 """GPU check: `python -m demo.bench.gpu_check` on a CUDA machine; `--smoke` runs tiny shapes anywhere.
 
 Measures, synchronising every GPU before each clock read:
-  1. speculative vs autoregressive decoding on the embedded models (skipped, with the reason,
-     when they are not built);
+  1. speculative vs autoregressive decoding on the embedded models, every drafter the preset
+     offers at gamma 2 and 4, with the spread (IQR / median) of T1 and D (skipped, with the
+     reason, when they are not built);
   2. the per-step costs of a llava-1.5-7b-shaped target (random weights, the device's dtype,
      576 image tokens in the prompt, median over repeats): a 1-token step, a (gamma+1)-token
      verify for gamma 1..8, and one step of a vicuna-68m-shaped drafter on each drafting path:
@@ -14,8 +15,15 @@ Measures, synchronising every GPU before each clock read:
 
 TAUS spans the block efficiencies Gagrani et al. (2024) report for LLaVA-1.5-7B with a text-only
 68M drafter (about 2 to 3 at gamma 3 to 5); the exact per-task figures are not reproduced here,
-so the range is used. Prints a table, then one JSON line. Sized to finish in a few minutes on one
-GPU (the 7B model in bf16 needs about 15 GiB).
+so the range is used. Then, at the same 7B shape and on the same random weights
+(`demo.bench.gpu_goals`): our AR against `generate`, our SPD against assisted generation, identical
+outputs counted, and on CUDA our rounds' host synchronisations. Last, issue 41's goals with their
+figures, "not measured" where a figure is absent. Prints the tables, then one JSON line.
+
+Budget (from the H200 run of 2026-12-04, ../shared/notes/gpu-2026-12-04.md, 53 s in all): building
+the 7B model about 15 s; part 1 about 3 s a configuration, 24 of them with every drafter (about
+75 s); part 2 about 10 s; the 7B race 4 methods x 3 passes x 64 tokens at 20 to 32 ms a token
+(about 25 s). About 2.5 minutes, inside the issue's 5. The model in bf16 needs about 15 GiB.
 """
 
 from __future__ import annotations
@@ -44,6 +52,8 @@ from transformers import (
 )
 
 from demo import session
+from demo.bench import gpu_goals
+from demo.bench.benchmark import iqr
 from demo.engine import metrics
 from demo.engine.compat import cache_keyword
 from demo.engine.events import Trace
@@ -190,9 +200,9 @@ def build(shapes: Shapes, device: torch.device, dtype: torch.dtype):
 
 
 @torch.inference_mode()
-def step_costs(shapes: Shapes, device: torch.device, dtype: torch.dtype) -> dict:
-    """Median milliseconds of the forwards one decoding step is made of."""
-    target, drafter = build(shapes, device, dtype)
+def step_costs(shapes: Shapes, target, drafter) -> dict:
+    """Median milliseconds of the forwards one decoding step is made of (`build`'s models)."""
+    device, dtype = target.device, target.dtype
     g = torch.Generator(device="cpu").manual_seed(0)
 
     def text(n: int, vocab: int) -> torch.Tensor:
@@ -243,9 +253,6 @@ def step_costs(shapes: Shapes, device: torch.device, dtype: torch.dtype) -> dict
     }
     # D in the predictions: the fastest drafting path measured here (the one the demo would run).
     result["draft_ms"] = min(v for k, v in result.items() if k.startswith("draft_ms_") and v is not None)
-    target = drafter = cache = d_cache = None  # free them (the closures above hold them too) before empty_cache
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
     return result
 
 
@@ -316,11 +323,11 @@ def embedded_runs(shapes: Shapes, preset: str = "embedded") -> dict:
     cases = list(zip(example_images(shapes.cases), QUESTIONS[: shapes.cases]))
     greedy = Sampling()
     out = {}
-    for spec in loaded.preset.drafters:
+    for name in loaded.preset.drafter_names():
         for gamma in (2, 4):
             spds, ars = [], []
             for i, (image, question) in enumerate([cases[0]] + cases):  # the first run only warms up
-                request = session.Request(question, preset, spec.name, gamma, greedy, shapes.max_new_tokens)
+                request = session.Request(question, preset, name, gamma, greedy, shapes.max_new_tokens)
                 traces = session.run_lanes(loaded, request, image)
                 spd, ar = traces["speculative"], traces["autoregressive"]
                 if i > 0:
@@ -330,7 +337,9 @@ def embedded_runs(shapes: Shapes, preset: str = "embedded") -> dict:
             identical = sum(s.summary.token_ids == a.summary.token_ids for s, a in zip(spds, ars))
             pooled = metrics.pooled(spds)
             alpha = metrics.alpha(pooled)
-            out[f"{spec.name} gamma={gamma}"] = {
+            t1 = [r.verify_seconds for t in ars for r in t.rounds]
+            d = [r.draft_seconds / metrics.drafter_steps(r) for t in spds for r in t.rounds if r.drafted_ids]
+            out[f"{name} gamma={gamma}"] = {
                 "tau": metrics.tau(pooled),
                 "alpha": None if math.isnan(alpha) else alpha,
                 "spd_tok_s": spd_rate,
@@ -338,6 +347,8 @@ def embedded_runs(shapes: Shapes, preset: str = "embedded") -> dict:
                 "speedup": spd_rate / ar_rate,
                 "identical": f"{identical}/{len(cases)}",
                 "drafter_path": spds[0].start.drafter.path,
+                "t1_iqr_share": iqr(t1) / statistics.median(t1),
+                "d_iqr_share": iqr(d) / statistics.median(d) if d else None,
             }
     return out
 
@@ -355,13 +366,14 @@ def table(report: dict) -> str:
     else:
         lines.append(
             f"   {'drafter, gamma':<26}{'tau':>6}{'alpha':>7}{'SPD tok/s':>11}{'AR tok/s':>10}{'speedup':>9}{'same':>7}"
-            "  drafting path"
+            f"{'IQR/med T1':>11}{'D':>6}  drafting path"
         )
         for name, r in embedded.items():
             alpha = f"{r['alpha']:.2f}" if r["alpha"] is not None else "-"
             lines.append(
                 f"   {name:<26}{r['tau']:>6.2f}{alpha:>7}{r['spd_tok_s']:>11.1f}{r['ar_tok_s']:>10.1f}"
-                f"{r['speedup']:>8.2f}x{r['identical']:>7}  {r['drafter_path']}"
+                f"{r['speedup']:>8.2f}x{r['identical']:>7}{r['t1_iqr_share']:>11.2f}"
+                f"{r['d_iqr_share'] if r['d_iqr_share'] is not None else math.nan:>6.2f}  {r['drafter_path']}"
             )
     c = report["steps"]
     lines += [
@@ -389,6 +401,23 @@ def table(report: dict) -> str:
         verify = c["verify_ms"][gamma]
         cells = "".join(f"{p[f'tau={t}']:>9.2f}x" if p[f"tau={t}"] is not None else f"{'-':>10}" for t in TAUS)
         lines.append(f"   {gamma:>5}{verify:>12.2f}{verify / c['t1_ms']:>12.2f}{p['break_even_tau']:>16.2f}{cells}")
+    race = report["race_7b"]
+    ms = race["ms_per_token"]
+    syncs = race["syncs_per_round"]
+    lines += [
+        "",
+        f"4. the same shape, greedy, {report['race_tokens']} tokens, ms a token (median of the runs after a warm-up)",
+        "   T1: "
+        + "  ".join(f"{k} {v:.2f} ms" for k, v in race["t1_ms"].items() if isinstance(v, float))
+        + f"  (lean: {race['t1_ms']['lean_path']}; our lanes' target: {race['target_path']})",
+        f"   our AR {ms['ours_ar']:.2f}  generate {ms['hf_generate']:.2f}  -> our AR / generate {race['ar_vs_generate']:.2f}x",
+        f"   our SPD (gamma {gpu_goals.GAMMA}, {race['drafter_path']}) {ms['ours_spd']:.2f}  assisted {ms['hf_assisted']:.2f}"
+        f"  -> our SPD / assisted {race['spd_vs_assisted']:.2f}x",
+        "   identical: " + ", ".join(f"{k} {v}" for k, v in race["identical"].items()),
+        f"   host syncs per round (CUDA sync debug mode): {'not measured (no CUDA)' if syncs is None else f'{syncs:.2f}'}",
+        "",
+        gpu_goals.goal_table(report["goals"]),
+    ]
     return "\n".join(lines)
 
 
@@ -410,10 +439,19 @@ def main(argv: list[str] | None = None) -> dict:
         "dtype": str(dtype).removeprefix("torch."),
         "smoke": args.smoke,
         "embedded": embedded_runs(shapes),
-        "steps": step_costs(shapes, device, dtype),
     }
+    target, drafter = build(shapes, device, dtype)
+    report["steps"] = step_costs(shapes, target, drafter)
+    report["race_7b"] = gpu_goals.race_7b(
+        shapes, target, drafter, lambda step: median_ms(step, shapes.warmup, shapes.repeats)
+    )
+    report["race_tokens"] = shapes.max_new_tokens
+    target = drafter = None
+    if cuda:
+        torch.cuda.empty_cache()
     report["predicted"] = predictions(report["steps"])
     report["taus"] = list(TAUS)
+    report["goals"] = gpu_goals.goal_rows(report)
     print(table(report))
     print(json.dumps(report))
     return report

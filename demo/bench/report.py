@@ -96,7 +96,8 @@ def _table(rows: list[dict]) -> str:
 
 
 def step_rows(cells) -> list[dict]:
-    """Where the time goes, per cell: the medians of T1, T(gamma+1), D, and the speedup against its limit."""
+    """Where the time goes, per cell: the medians of T1, T(gamma+1), D with their IQRs, the overhead
+    per round outside model forwards, and the speedup against its limit."""
     return [
         {
             "task": c.task,
@@ -108,6 +109,8 @@ def step_rows(cells) -> list[dict]:
             "T1 ms": c.t1_ms,
             "T(gamma+1) ms": c.t_verify_ms,
             "D ms": c.d_ms,
+            "IQR T1 / T(gamma+1) / D ms": [c.t1_iqr_ms, c.t_verify_iqr_ms, c.d_iqr_ms],
+            "overhead ms / round (SPD)": c.overhead_ms_per_round,
             "D / T1": c.d_ms / c.t1_ms,
             "drafting share": c.draft_share,
             "speedup": c.speedup,

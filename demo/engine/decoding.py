@@ -100,7 +100,7 @@ class Target:
         return out.logits[0, -1]
 
     def transformers_forward(self, ids: torch.Tensor | list[int], cache: DynamicCache) -> torch.Tensor:
-        input_ids = torch.as_tensor(ids, device=self.device)[None]
+        input_ids = torch.as_tensor(ids, device=self.device)[None]  # [1, n]
         return self.model(input_ids=input_ids, **{self.cache_kw: cache}, use_cache=True).logits[0]
 
     def transformers_forward_tree(
@@ -153,6 +153,33 @@ class Stopwatch:
         self._sync()
         self.last = time.perf_counter() - self._start
         self.total += self.last
+
+
+class Laps:
+    """Marks inside one timed block, read after it: the seconds between consecutive marks.
+
+    On CUDA a mark records an event on the current stream, which nothing waits for; the times are
+    read after the block's synchronisation has passed every mark. On a CPU an operation has
+    finished when it returns, so a mark reads the host clock.
+    """
+
+    def __init__(self, device: torch.device):
+        self.cuda = torch.device(device).type == "cuda"
+        self.marks: list = []
+
+    def mark(self) -> None:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def seconds(self) -> list[float]:
+        pairs = zip(self.marks, self.marks[1:])
+        if self.cuda:
+            return [a.elapsed_time(b) / 1e3 for a, b in pairs]
+        return [b - a for a, b in pairs]
 
 
 def _stop_reason(answer: list[int], stop_ids: frozenset[int], max_new_tokens: int) -> str | None:

@@ -17,28 +17,75 @@ The drafter's vocabulary may be a prefix of the target's (LLaVA-1.5: 32000 of 32
 lacks are kept out of its input, and its distribution `q` is zero on them.
 
 A `Drafter` is loaded once and shared by every run; it holds no per-run state. Each run gets its
-own `DraftState` (a KV cache and its bookkeeping), so two runs of one drafter never share a cache.
-The engine talks to a drafter through three calls:
+own drafting state (a KV cache and its bookkeeping), so two runs of one drafter never share a
+cache. The engine talks to a drafter through these calls (`Drafting`, the states' contract):
 
     drafter.start(inputs) -> state   a fresh state: the drafter's own prompt prefilled
-    state.draft(answer, n, ...)      feed the answer tokens not yet seen, propose up to n tokens
+    state.propose(answer, n, ...)    feed the answer tokens not yet seen, propose n tokens, all on
+                                     the device: no value is read back between draft steps
+    state.draft(answer, n, ...)      the same, read back as a list and cut after a stop (host use)
     state.rollback(n_answer)         forget everything after the first n_answer answer tokens
 
-`draft` is made of a lower-level step API, which token trees use directly: `catch_up(answer)`
+A model drafter's `propose` drafts all n tokens, even past a stop token: where a draft is a stop
+is known only on the host, and the round cuts there on the device. With a confidence threshold
+(adaptive drafting) it reads q's top probability at each step to stop early: that mode costs a
+host read per draft step, by its nature.
+
+`propose` is made of a lower-level step API, which token trees use directly: `catch_up(answer)`
 (feed the pending answer, return logits), `extend(token, position)` (feed one draft, return
 logits), `q(logits, sampling)` and `rollback`. A subclass changes how a step runs by overriding
 `_forward(ids)` alone (`demo.engine.lean`, `demo.engine.layerskip`).
+
+Shapes: V_d the drafter's vocabulary, V the target's, n the drafts of a round.
 """
 
 from __future__ import annotations
 
 import bisect
+from typing import Protocol, runtime_checkable
 
 import torch
 from transformers import DynamicCache
 
 from demo.engine.compat import cache_keyword
 from demo.engine.sampling import Sampling, sample, warp
+
+
+def ids_on(device: torch.device, ids: list[int]) -> torch.Tensor:
+    """Host ids -> a long tensor [len(ids)] on the device. On CUDA through pinned memory and a
+    non-blocking copy, so the host does not wait for the device to take them."""
+    if torch.device(device).type != "cuda":
+        return torch.tensor(ids, dtype=torch.long, device=device)
+    return torch.tensor(ids, dtype=torch.long, pin_memory=True).to(device, non_blocking=True)
+
+
+def cut_after_stop(drafts: list[int], stop_ids: frozenset[int]) -> int:
+    """How many of the drafts count: up to and including the first stop (a drafter never drafts
+    past the end of the answer)."""
+    return next((i + 1 for i, token in enumerate(drafts) if token in stop_ids), len(drafts))
+
+
+@runtime_checkable
+class Drafting(Protocol):
+    """One run's drafting state, whatever drafts: `DraftState` (a model drafter through
+    transformers), `demo.engine.lean.LeanDraftState`, `demo.engine.layerskip.LayerSkipState` and
+    `demo.engine.lookup.PromptLookupState` (no model)."""
+
+    def propose(
+        self, answer: list[int], n: int, sampling: Sampling, generator: torch.Generator, min_confidence: float = 0.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Drafts [m] (long, on the device) and their q [m, V], m <= n; nothing read back."""
+        ...
+
+    def draft(
+        self, answer: list[int], n: int, sampling: Sampling, generator: torch.Generator, min_confidence: float = 0.0
+    ) -> tuple[list[int], torch.Tensor]:
+        """`propose` read back: the drafts cut after a stop, and their q [len(drafts), V]."""
+        ...
+
+    def rollback(self, n_answer: int) -> None:
+        """Forget everything after the first n_answer answer tokens."""
+        ...
 
 
 class Drafter:
@@ -102,14 +149,13 @@ class DraftState:
         self.cache = cache
         self.prompt_last = prompt_last  # the prompt's last id, re-fed when nothing new is readable
         self.fed_positions: list[int] = []  # answer position of each answer token in the cache
-        self.fed_tokens: list[int] = []  # and its id
+        self.fed_tokens: list = []  # and its id: an int, or a 0-d device tensor for a draft `propose` fed
         self.consumed = 0  # answer positions already fed or skipped
 
-    def _forward(self, ids: list[int]) -> torch.Tensor:
-        """Feed ids, return the logits for the token after them: [V]."""
+    def _forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Feed ids [n] (long, on the device), return the logits for the token after them: [V_d]."""
         d = self.drafter
-        input_ids = torch.tensor([ids], device=d.device)
-        out = d.model(input_ids=input_ids, **{d.cache_kw: self.cache}, use_cache=True, logits_to_keep=1)
+        out = d.model(input_ids=ids[None], **{d.cache_kw: self.cache}, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
 
     # --- the step API: what `draft` is made of, and what token trees draft with -----------------
@@ -123,21 +169,26 @@ class DraftState:
         if pending:
             self.fed_positions += [i for i, _ in pending]
             self.fed_tokens += [tok for _, tok in pending]
-            return self._forward([tok for _, tok in pending])
+            return self._forward(ids_on(d.device, [tok for _, tok in pending]))
         # Nothing new it can read: re-feed its last cached token to get fresh logits.
         self.cache.crop(-1)
-        return self._forward([self.fed_tokens[-1] if self.fed_tokens else self.prompt_last])
+        return self._forward(self._one(self.fed_tokens[-1] if self.fed_tokens else self.prompt_last))
 
-    def extend(self, token: int, position: int) -> torch.Tensor:
-        """Feed one drafted token at answer position `position` (the cache must hold every fed
-        position before it); return the logits for the token after it: [V_d]."""
+    def extend(self, token: int | torch.Tensor, position: int) -> torch.Tensor:
+        """Feed one drafted token (an id, or a 0-d long tensor on the device) at answer position
+        `position` (the cache must hold every fed position before it); return the logits for the
+        token after it: [V_d]."""
         self.fed_positions.append(position)
         self.fed_tokens.append(token)
         self.consumed = position + 1
-        return self._forward([token])
+        return self._forward(self._one(token))
+
+    def _one(self, token: int | torch.Tensor) -> torch.Tensor:
+        """One token (an id, or a 0-d tensor on the device) as ids [1] on the device."""
+        return token.reshape(1) if isinstance(token, torch.Tensor) else ids_on(self.drafter.device, [token])
 
     def q(self, logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-        """The drafter's distribution from its logits [V_d], warped, zero on ids it may not propose."""
+        """The drafter's distribution [V_d] from its logits [V_d], warped, zero on ids it may not propose."""
         return warp(logits.masked_fill(self.drafter.blocked, float("-inf")), sampling)
 
     def widen(self, qs: list[torch.Tensor]) -> torch.Tensor:
@@ -149,6 +200,40 @@ class DraftState:
         return q
 
     @torch.inference_mode()
+    def propose(
+        self,
+        answer: list[int],
+        n: int,
+        sampling: Sampling,
+        generator: torch.Generator,
+        min_confidence: float = 0.0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Propose n tokens to follow `answer`, on the device.
+
+        Returns (drafts [m], q [m, target_vocab_size]): the drafts (long) and the distributions
+        they were drawn from, zero on ids the drafter cannot propose. m = n, drafting on past a
+        stop token (the round cuts there), except with adaptive length: after the first draft,
+        drafting stops where the drafter's top probability falls below min_confidence. That
+        decision is taken before sampling, from q alone, so every draft is still an exact sample
+        of q and verification stays exact; it reads one number back per step.
+        """
+        if n == 0:
+            return torch.zeros(0, dtype=torch.long, device=self.drafter.device), self.widen([])
+        # 1. catch up on the answer.
+        logits = self.catch_up(answer)  # [V_d]
+        # 2. draft one token at a time; each is fed back except the last. No value leaves the device.
+        drafts, qs = [], []
+        for step in range(n):
+            q = self.q(logits, sampling)  # [V_d]
+            if step > 0 and min_confidence > 0 and float(q.max()) < min_confidence:
+                break
+            token = q.argmax() if sampling.greedy else sample(q, generator)  # [] long
+            drafts.append(token)
+            qs.append(q)
+            if step < n - 1:
+                logits = self.extend(token, len(answer) + step)
+        return torch.stack(drafts), self.widen(qs)
+
     def draft(
         self,
         answer: list[int],
@@ -157,33 +242,12 @@ class DraftState:
         generator: torch.Generator,
         min_confidence: float = 0.0,
     ) -> tuple[list[int], torch.Tensor]:
-        """Propose up to n tokens to follow `answer`.
-
-        Returns (drafts, q): drafts has at most n ids and is cut after a stop token (a drafter
-        never drafts past the end of the answer); q [len(drafts), target_vocab_size] holds the
-        distributions they were drawn from, zero on ids the drafter cannot propose.
-
-        Adaptive length: after the first draft, drafting stops where the drafter's top
-        probability falls below min_confidence. The decision is taken before sampling, from q
-        alone, so every draft is still an exact sample of q and verification stays exact.
-        """
-        if n == 0:
-            return [], self.widen([])
-        # 1. catch up on the answer.
-        logits = self.catch_up(answer)
-        # 2. draft one token at a time; each is fed back except the last.
-        drafts, qs = [], []
-        for step in range(n):
-            q = self.q(logits, sampling)  # [V_d]
-            if step > 0 and min_confidence > 0 and float(q.max()) < min_confidence:
-                break
-            token = int(q.argmax()) if sampling.greedy else int(sample(q, generator))
-            drafts.append(token)
-            qs.append(q)
-            if token in self.drafter.stop_ids or step == n - 1:
-                break
-            logits = self.extend(token, len(answer) + step)
-        return drafts, self.widen(qs)
+        """`propose`, read back: (drafts, q [len(drafts), target_vocab_size]), the drafts cut
+        after the first stop token (the state may hold drafts past it; `rollback` forgets them)."""
+        drafts, q = self.propose(answer, n, sampling, generator, min_confidence)
+        ids = drafts.tolist()
+        keep = cut_after_stop(ids, self.drafter.stop_ids)
+        return ids[:keep], q[:keep]
 
     def rollback(self, n_answer: int) -> None:
         """Keep only what the cache holds for the first n_answer answer tokens."""

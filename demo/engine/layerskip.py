@@ -108,8 +108,9 @@ class LayerSkipDrafter(Drafter):
 class LayerSkipState(DraftState):
     """One run's layer-skip drafting: DraftState's bookkeeping over its own partial cache."""
 
-    def _forward(self, ids: list[int]) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [n] (long, on the device) -> the logits for the token after them: [V]."""
         d = self.drafter
         start = self.cache.get_seq_length(d.keep[0]) if d.keep else 0
-        embeds = d.decoder.embed_tokens(torch.tensor([ids], device=d.device))  # [1, n, C]
+        embeds = d.decoder.embed_tokens(ids[None])  # [1, n, C]
         return d.run(embeds, self.cache, start)

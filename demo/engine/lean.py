@@ -154,7 +154,7 @@ def _fuse(modules) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 def _adjacent(tensors: list[torch.Tensor]) -> bool:
-    """Whether contiguous tensors lie one after the other in one storage (as `_fuse` leaves them)."""
+    """Whether contiguous tensors ([rows_i, C] or [rows_i]) lie one after another in one storage (as `_fuse` leaves them)."""
     storage = tensors[0].untyped_storage().data_ptr()
     at = tensors[0].data_ptr()
     for t in tensors:
@@ -175,7 +175,7 @@ def _rotation(d: int, dtype, device) -> torch.Tensor:
 
 
 def _mm(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x @ W^T (+ b) with W^T held as a transposed view: no per-call transpose or linear dispatch."""
+    """x [n, in] @ W^T [in, out] (+ b [out]) -> [n, out], W^T a transposed view: no transpose or linear dispatch."""
     return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
 
 
@@ -248,12 +248,12 @@ class LeanLM:
         return tables
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        # As LlamaRMSNorm: normalise in float32, cast back, then scale.
+        # x [n, C], weight [C] -> [n, C]. As LlamaRMSNorm: normalise in float32, cast back, then scale.
         x32 = x.float()
         return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
     def _layer(self, i: int, h: torch.Tensor, cos, sin, write, attend) -> torch.Tensor:
-        """One decoder layer over h [n, C]; `write(i, k, v)` stores the new keys and values
+        """One decoder layer over h [n, C] with rotary cos, sin [n, 1, D]; `write(i, k, v)` stores the new keys and values
         [n, K, D] in the cache and `attend(i, q)` turns q [n, H, D] into the attention output [n, H*D]."""
         norm1, qkv_proj, o_proj, norm2, gate_up_proj, down_proj = self.layers[i]
         n, H, K = h.shape[0], self.n_heads, self.n_kv
@@ -269,8 +269,9 @@ class LeanLM:
         """Logits [V] for the token after the last row of h [n, C]."""
         return torch.mm(self._rms(h[-1:], self.norm), self.head_t)[0]
 
-    def forward(self, cache: StaticCache, ids: list[int]) -> torch.Tensor:
-        """Feed ids after the cache's tokens; return the logits for the token after them: [V].
+    def forward(self, cache: StaticCache, ids: torch.Tensor | list[int]) -> torch.Tensor:
+        """Feed ids [n] (a long tensor on the device, or a list) after the cache's tokens; return
+        the logits for the token after them: [V].
 
         Eager, with the attention sliced to the tokens the cache holds: for one token two batched
         products over the kv groups, no mask; for several, SDPA with a causal mask.
@@ -280,10 +281,10 @@ class LeanLM:
         cache.reserve(end)
         cos, sin = self.rope(end)
         cos, sin = cos[start:end, None], sin[start:end, None]  # [n, 1, D]
-        if n == 1:
+        if isinstance(ids, list) and n == 1:
             h = self.embed[ids[0]][None]  # [1, C]: a row view, no index kernel
         else:
-            h = F.embedding(torch.tensor(ids, device=self.device), self.embed)  # [n, C]
+            h = F.embedding(torch.as_tensor(ids, device=self.device), self.embed)  # [n, C]
         # Token j of the new ones sees the cache and the new tokens up to itself: key index <= start + j.
         mask = None if n == 1 else torch.ones(n, end, dtype=torch.bool, device=self.device).tril(start)
         H, K, D = self.n_heads, self.n_kv, self.head_dim
@@ -341,11 +342,12 @@ class LeanDraftState(DraftState):
         self.graph = lean_steps.GraphStep(self.lm, cache) if drafter.graphs else None
         self.numpy = drafter.numpy_step
 
-    def _forward(self, ids: list[int]) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [n] (long, on the device) -> logits [V_d]; the NumPy step reads ids back (a CPU: no sync)."""
         if self.graph is not None and len(ids) == 1:
-            return self.graph(ids[0])
+            return self.graph(ids)
         if self.numpy is not None:
-            return self.numpy.forward(self.cache, ids)
+            return self.numpy.forward(self.cache, ids.tolist())
         return self.lm.forward(self.cache, ids)
 
 

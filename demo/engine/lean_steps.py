@@ -79,12 +79,17 @@ class GraphStep:
             self.logits = self.lm.static_step(*args)
         self.capacity = cache.capacity
 
-    def __call__(self, token: int) -> torch.Tensor:
+    def __call__(self, token: int | torch.Tensor) -> torch.Tensor:
+        """Feed one token (an id, or ids [1] on the device: copied in place, no host read) after
+        the cache's; return the logits for the next one: [V] (the graph's own output buffer)."""
         cache = self.cache
         cache.reserve(cache.length + 1)
         if cache.capacity != self.capacity:
             self._capture()
-        self.token.fill_(token)
+        if isinstance(token, torch.Tensor):
+            self.token.copy_(token.reshape(1))
+        else:
+            self.token.fill_(token)
         self.position.fill_(cache.length)
         self.graph.replay()
         cache.length += 1

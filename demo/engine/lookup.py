@@ -14,13 +14,15 @@ p exactly, as for any q (`demo.engine.sampling`); the drafts are a deterministic
 history, which is all a q may depend on.
 
     PromptLookup(...)               shared by every run; `start(inputs)` makes a run's state
-    PromptLookupState.draft(...)    the same call as `DraftState.draft`
+    PromptLookupState.propose(...)  the same calls as `DraftState`'s (`demo.engine.drafters.Drafting`);
+    PromptLookupState.draft(...)    the lookup runs on the host, its drafts go to the device once
 """
 
 from __future__ import annotations
 
 import torch
 
+from demo.engine.drafters import cut_after_stop, ids_on
 from demo.engine.sampling import Sampling
 
 MAX_NGRAM = 3  # longest tail matched; the prompt-lookup-decoding reference uses 3 (transformers: 2)
@@ -106,13 +108,23 @@ class PromptLookupState:
         probability is always 1, so min_confidence never cuts it short."""
         d = self.drafter
         drafts = lookup(self.prompt_ids + answer, n, d.max_ngram) if n > 0 else []
-        stop = next((i for i, token in enumerate(drafts) if token in d.stop_ids), None)
-        if stop is not None:
-            drafts = drafts[: stop + 1]  # a drafter never drafts past the end of the answer
+        drafts = drafts[: cut_after_stop(drafts, d.stop_ids)]  # never past the end of the answer
         q = torch.zeros(len(drafts), d.target_vocab_size, device=d.device)
         if drafts:
             q[torch.arange(len(drafts)), torch.tensor(drafts)] = 1.0
         return drafts, q
+
+    def propose(
+        self,
+        answer: list[int],
+        n: int,
+        sampling: Sampling,
+        generator: torch.Generator,
+        min_confidence: float = 0.0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`draft`'s drafts as a long tensor [m] on the device, and their q [m, target_vocab_size]."""
+        drafts, q = self.draft(answer, n, sampling, generator, min_confidence)
+        return ids_on(self.drafter.device, drafts), q
 
     def rollback(self, n_answer: int) -> None:
         """Nothing to forget: the history is rebuilt from the answer at every `draft`."""

@@ -9,7 +9,9 @@ samples from the residual norm(max(0, p - q)); when every draft was accepted it 
 token from p at the position after the last draft. The output is then distributed exactly as p,
 whatever q is. Temperature, top-k and top-p warp p and q identically, before either is used.
 
-All randomness comes from an explicit `torch.Generator`.
+All randomness comes from an explicit `torch.Generator`. Nothing here reads a tensor on the host:
+the rule runs where the tensors are, and a GPU round needs no synchronisation until its result
+is read (`demo.engine.speculative`).
 """
 
 from __future__ import annotations
@@ -53,23 +55,37 @@ def warp(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One draw per row of probs [..., V] -> ids [...]."""
-    flat = probs.reshape(-1, probs.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+    """One draw per row of probs [..., V] -> ids [...].
+
+    argmax(probs / E), E ~ Exponential(1) per entry: the draw `torch.multinomial(probs, 1)` makes
+    (its one-sample path, the same generator calls, so the same ids), without the validity check
+    that reads a value back to the host and so synchronises a GPU at every draw.
+    """
+    noise = torch.empty_like(probs).exponential_(1, generator=generator)  # [..., V]
+    return (probs / noise).argmax(dim=-1)
 
 
-def verify_greedy(target_logits: torch.Tensor, drafts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _leading(ok: torch.Tensor, n_drafts: torch.Tensor | None) -> torch.Tensor:
+    """Length of the leading run of True in ok [..., gamma], counting only the first n_drafts [...]."""
+    if n_drafts is not None:  # drafts past n_drafts (after a stop) are never accepted
+        ok = ok & (torch.arange(ok.shape[-1], device=ok.device) < n_drafts[..., None])
+    return ok.long().cumprod(dim=-1).sum(dim=-1)
+
+
+def verify_greedy(
+    target_logits: torch.Tensor, drafts: torch.Tensor, n_drafts: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy verification.
 
     target_logits [..., gamma+1, V]: the target's logits at each draft position and one past.
-    drafts [..., gamma]. Returns (n_accepted [...], next_token [...]): the number of leading drafts
-    equal to the target's argmax, and the target's argmax right after them (the correction at
-    the first mismatch, or the bonus token when all matched).
+    drafts [..., gamma]; n_drafts [...] (optional): how many of them count, the rest being drafted
+    past a stop. Returns (n_accepted [...], next_token [...]): the number of leading drafts equal
+    to the target's argmax, and the target's argmax right after them (the correction at the first
+    mismatch, or the bonus token when all matched).
     """
     choice = target_logits.argmax(dim=-1)  # [..., gamma+1]
     gamma = drafts.shape[-1]
-    match = (choice[..., :gamma] == drafts).long()  # [..., gamma]
-    n_accepted = match.cumprod(dim=-1).sum(dim=-1)  # [...]
+    n_accepted = _leading(choice[..., :gamma] == drafts, n_drafts)  # [...]
     next_token = choice.gather(-1, n_accepted.unsqueeze(-1)).squeeze(-1)
     return n_accepted, next_token
 
@@ -95,8 +111,7 @@ def verify_sampled(
     gamma = drafts.shape[-1]
     # 1. accept draft i with probability min(1, p_i(x_i) / q_i(x_i)); keep the leading run.
     u = torch.rand(drafts.shape, generator=generator, device=p.device)  # [..., gamma]
-    accepted = (u < acceptance_probs(p, q, drafts)).long()
-    n_accepted = accepted.cumprod(dim=-1).sum(dim=-1)  # [...]
+    n_accepted = _leading(u < acceptance_probs(p, q, drafts), None)  # [...]
     # 2. the distribution of the next token: the residual at the first rejection, or p itself
     #    one past the last draft when all were accepted (the bonus).
     residual = (p[..., :gamma, :] - q).clamp_min(0.0)  # [..., gamma, V]

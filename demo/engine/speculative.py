@@ -7,14 +7,21 @@ Notation (Leviathan et al. 2023; Gagrani et al. 2024 for the multimodal setting)
     tau    block efficiency: answer tokens per target forward in decoding, bonus included
 
 A run is one prefill (`_prefill`, shared by both generators) and then rounds. A speculative
-round (`speculative_round`): (1) the drafter proposes up to gamma tokens; (2) one target
-forward over [last token] + drafts gives p at every draft position and one past, and the rule
-in `demo.engine.sampling` accepts a prefix of the drafts and adds one token of the target's own (a
-resample at the first rejection, or a bonus when all were accepted); (3) both KV caches forget
-the rejected drafts; (4) the round's tokens are emitted, cut after a stop. The image is encoded
-once, at prefill; later forwards carry only token ids. A drafter may propose nothing in a round
-(prompt lookup without a match, or the token budget's last token): that round is one target step.
-A tree drafter's rounds are `demo.engine.trees.tree_round`, the same four steps over a token tree.
+round (`speculative_round`): (1) the drafter proposes gamma tokens; (2) one target forward over
+[last token] + drafts gives p at every draft position and one past, and the rule in
+`demo.engine.sampling` accepts a prefix of the drafts and adds one token of the target's own (a
+resample at the first rejection, or a bonus when all were accepted); (3) one transfer brings the
+verdict to the host; (4) both KV caches forget the rejected drafts; (5) the round's tokens are
+emitted, cut after a stop. The image is encoded once, at prefill; later forwards carry only token
+ids. A drafter may propose nothing in a round (prompt lookup without a match, or the token
+budget's last token): that round is one target step. A tree drafter's rounds are
+`demo.engine.trees.tree_round`, the same steps over a token tree (its walk reads back as it goes).
+
+One host synchronisation per round: steps 1 and 2 run on the device with nothing read back
+(drafts, masks, q, the stop cut, the rule and the inspector's top-k), and step 3 reads all the
+events need in one `.tolist()`. On a GPU the host queues a whole round and waits once; on a CPU
+the same code runs, and stays exact. Adaptive drafting (a confidence threshold) is the exception:
+it reads q's top probability at each draft step (`demo.engine.drafters`).
 
     speculative_generate / autoregressive_generate   the runs, as event generators
     run(...) -> Trace                                 one whole run, for the benchmark and checks
@@ -28,15 +35,16 @@ them, so `event.t` is the time the run itself used. Nothing here knows about Gra
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 from demo.engine import trees
-from demo.engine.decoding import Decoding, Prompt, Stopwatch, Target, ranked
+from demo.engine.decoding import INSPECT_TOP_K, Decoding, Laps, Prompt, Stopwatch, Target
 from demo.engine.detokenize import Detokenizer
-from demo.engine.drafters import Drafter, DraftState
+from demo.engine.drafters import Drafter, Drafting, ids_on
 from demo.engine.events import (
     DrafterInfo,
     Event,
@@ -55,9 +63,11 @@ from demo.engine.sampling import Sampling, acceptance_probs, sample, verify_gree
 
 
 def _first_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) -> tuple[int, float]:
-    p = warp(logits, sampling)
-    token = int(logits.argmax()) if sampling.greedy else int(sample(p, generator))
-    return token, float(p[token])
+    """The target's own token from its logits [V], and its p: read back in one transfer."""
+    p = warp(logits, sampling)  # [V]
+    token = (logits.argmax() if sampling.greedy else sample(p, generator)).reshape(1)  # [1]
+    token_id, p_token = torch.cat([token.double(), p.gather(0, token).double()]).tolist()
+    return int(token_id), p_token
 
 
 def run_start(
@@ -95,7 +105,7 @@ def run_start(
 @torch.inference_mode()
 def _prefill(
     target: Target, prompt: Prompt, start: RunStart, generator: torch.Generator, drafter: Drafter | None
-) -> tuple[Decoding, DraftState | None, PrefillEvent, TokenEvent]:
+) -> tuple[Decoding, Drafting | None, PrefillEvent, TokenEvent]:
     """0. prefill: the target encodes image + prompt and gives the first token on its own; the
     drafter, if any, reads its own prompt (text only, or with the image) into a new state."""
     state = Decoding(
@@ -127,76 +137,148 @@ def _prefill(
 
 @dataclass(frozen=True)
 class Verdict:
-    """The target's decision on one round's drafts."""
+    """The target's decision on one round's drafts, as the round's one transfer brought it back."""
 
+    n_drafts: int  # drafts that count: cut after the first stop (the drafter drafted on past it)
     n_accepted: int  # leading drafts accepted
     token: int  # the target's own token: the resample at the first rejection, or the bonus
     p_token: float  # p of that token
     p_drafts: list[float]  # p of each draft at its position
     q_drafts: list[float]  # q of each draft
     accept_probs: list[float]  # min(1, p/q) per draft; greedy: 1.0 if it matched the argmax, else 0.0
-    p: torch.Tensor | None = None  # [n+1, V]: the warped target distributions, for the inspector
-    rng_before: torch.Tensor | None = None  # sampling: the generator's state before the draws of u
+    u: list[float | None]  # sampling: the uniform draw that decided each draft; greedy: None
+    top_p: list[tuple[list[float], list[int]]]  # the inspector's top k of p at each position, 0..n
+    top_q: list[tuple[list[float], list[int]]]  # and of q at each draft
+    own: tuple[list[float], list[int]]  # top k of the law the target's token was drawn from
+    own_p: float  # that law's probability of the token
+
+    @classmethod
+    def read(cls, record: list[float], n: int, k: int, greedy: bool) -> Verdict:
+        """Unpack `verify`'s record of n drafts and top-k lists of k."""
+        head, at = record[:5], 5
+
+        def take(m: int) -> list[float]:
+            nonlocal at
+            at += m
+            return record[at - m : at]
+
+        def tops(rows: int) -> list[tuple[list[float], list[int]]]:
+            values, ids = take(rows * k), take(rows * k)
+            return [(values[r * k : (r + 1) * k], [int(i) for i in ids[r * k : (r + 1) * k]]) for r in range(rows)]
+
+        ids, p_drafts, q_drafts, accept, u = (take(n) for _ in range(5))
+        del ids  # the drafts themselves: the round reads them from the same record
+        top_p, top_q, own = tops(n + 1), tops(n), tops(1)[0]
+        return cls(
+            n_drafts=int(head[0]),
+            n_accepted=int(head[1]),
+            token=int(head[2]),
+            p_token=head[3],
+            p_drafts=p_drafts,
+            q_drafts=q_drafts,
+            accept_probs=accept,
+            u=[None] * n if greedy else u,
+            top_p=top_p,
+            top_q=top_q,
+            own=own,
+            own_p=head[4],
+        )
 
 
 def verify(
-    target: Target, cache, last: int, drafts: list[int], q: torch.Tensor, sampling: Sampling, generator: torch.Generator
-) -> Verdict:
-    """One target forward over [last] + drafts, then the acceptance rule. q: [len(drafts), V]."""
-    logits = target.forward([last] + drafts, cache)  # [n+1, V]
+    target: Target,
+    cache,
+    last: torch.Tensor,
+    drafts: torch.Tensor,
+    q: torch.Tensor,
+    sampling: Sampling,
+    generator: torch.Generator,
+    stop_ids: torch.Tensor,
+) -> torch.Tensor:
+    """One target forward over [last] + drafts, then the stop cut and the acceptance rule, all on
+    the device; returns the round's record, packed in one float64 vector for one transfer (ids are
+    exact in float64): [n_drafts, n_accepted, token, p(token), law(token)], then per draft its id,
+    p, q, acceptance probability and u, then the inspector's top k of p (n + 1 rows), of q (n rows)
+    and of the token's law (`Verdict.read` unpacks it).
+
+    last [1] and drafts [n] long; q [n, V]; stop_ids [s] long: the target's stop ids.
+    """
+    n = drafts.shape[0]
+    logits = target.forward(torch.cat([last, drafts]), cache)  # [n+1, V]
     p = warp(logits, sampling)  # [n+1, V]
-    ids = torch.tensor(drafts, dtype=torch.long, device=p.device)  # [n]
-    rng_before = None
+    # The drafts count up to the first stop: a model drafter drafts on past it (`Drafting.propose`).
+    is_stop = torch.isin(drafts, stop_ids)  # [n]
+    none = torch.zeros((), dtype=torch.long, device=p.device)
+    n_drafts = torch.where(is_stop.any(), is_stop.int().argmax() + 1, n) if n else none  # []
     if sampling.greedy:
-        n_acc, token = verify_greedy(logits, ids)
-        accept = (logits[: len(drafts)].argmax(-1) == ids).float()
+        n_acc, token = verify_greedy(logits, drafts, n_drafts)  # [], []
+        accept = (logits[:n].argmax(-1) == drafts).double()  # [n]
+        u = torch.full((n,), math.nan, device=p.device)
+        law = p.index_select(0, n_acc.reshape(1))[0]  # [V]: p there, for display
     else:
-        rng_before = generator.get_state()  # read only: the inspector redraws u from a copy
-        n_acc, token = verify_sampled(p, q, ids, generator)
-        accept = acceptance_probs(p, q, ids)
-    n_acc, token = int(n_acc), int(token)
-    return Verdict(
-        n_accepted=n_acc,
-        token=token,
-        p_token=float(p[n_acc, token]),
-        p_drafts=p[: len(drafts)].gather(-1, ids[:, None]).squeeze(-1).tolist(),
-        q_drafts=q.gather(-1, ids[:, None]).squeeze(-1).tolist(),
-        accept_probs=accept.tolist(),
-        p=p,
-        rng_before=rng_before,
-    )
+        rng_before = generator.get_state()  # read only: u is redrawn below from a copy, for the inspector
+        n_acc, token = verify_sampled(p, q, drafts, generator)  # [], []
+        # A stop draft that was accepted ends the run there: count no draft past it, and show the
+        # target's argmax after it (never emitted, since the run stops at the stop).
+        past = (n_acc >= n_drafts) & (n_drafts < n)
+        n_acc = torch.where(past, n_drafts, n_acc)
+        token = torch.where(past, p.index_select(0, n_drafts.reshape(1))[0].argmax(), token)
+        copy = torch.Generator(device=p.device)
+        copy.set_state(rng_before)
+        u = torch.rand(n, generator=copy, device=p.device)  # [n]: the draws verify_sampled made
+        p_k = p.index_select(0, n_acc.reshape(1))[0]  # [V]
+        q_k = q.index_select(0, n_acc.clamp(max=max(n - 1, 0)).reshape(1))[0] if n else torch.zeros_like(p_k)
+        rest = (p_k - q_k).clamp_min(0.0)  # the residual the resample was drawn from, at a rejection
+        rejected = (n_acc < n_drafts) & (rest.sum() > 0)
+        law = torch.where(rejected, rest / rest.sum().clamp_min(1e-30), p_k)  # [V]
+        accept = acceptance_probs(p, q, drafts)  # [n]
+    k = min(INSPECT_TOP_K, p.shape[-1])
+    top_p, top_q, top_law = p.topk(k), q.topk(k), law.topk(k)  # values and ids [rows, k]
+    token = token.reshape(1)
+    head = [
+        n_drafts.reshape(1),
+        n_acc.reshape(1),
+        token,
+        p.index_select(0, n_acc.reshape(1))[0].gather(0, token),
+        law.gather(0, token),
+    ]
+    per_draft = [
+        drafts,
+        p[:n].gather(-1, drafts[:, None])[:, 0],
+        q.gather(-1, drafts[:, None])[:, 0],
+        accept,
+        u,
+    ]
+    tops = [top_p.values, top_p.indices, top_q.values, top_q.indices, top_law.values, top_law.indices]
+    return torch.cat([t.double().reshape(-1) for t in head + per_draft + tops])
 
 
-def round_detail(drafts: list[int], q: torch.Tensor, v: Verdict, sampling: Sampling, tokenizer) -> RoundDetail:
-    """The inspector's view of a round, from what verification already computed (no model call):
-    the top k of p and q at each checked draft, the uniform draws u (redrawn from a copy of the
-    generator's state, so the run's own draws are untouched), and the law of the target's token."""
+def _ranked(top: tuple[list[float], list[int]], tokenizer) -> tuple[tuple[str, float], ...]:
+    """A top-k list (probabilities, ids) as the inspector shows it: (text, probability), nonzero only."""
+    return tuple((tokenizer.decode([i]), pr) for pr, i in zip(*top, strict=True) if pr > 0)
+
+
+def round_detail(drafts: list[int], v: Verdict, tokenizer) -> RoundDetail:
+    """The inspector's view of a round, from what verification already brought back (no model
+    call, no transfer): the top k of p and q at each checked draft, the uniform draws u, and the
+    law of the target's token (the residual at a sampled rejection, else p)."""
     n_checked = min(v.n_accepted + 1, len(drafts))
-    u = [None] * len(drafts)
-    if v.rng_before is not None and drafts:
-        copy = torch.Generator(device=v.p.device)
-        copy.set_state(v.rng_before)
-        u = torch.rand(len(drafts), generator=copy, device=v.p.device).tolist()  # as verify_sampled drew them
     positions = tuple(
         Position(
             draft=tokenizer.decode([drafts[i]]),
             p=v.p_drafts[i],
             q=v.q_drafts[i],
             accept_prob=v.accept_probs[i],
-            u=u[i],
+            u=v.u[i],
             accepted=i < v.n_accepted,
-            top_p=ranked(v.p[i], tokenizer),
-            top_q=ranked(q[i], tokenizer),
+            top_p=_ranked(v.top_p[i], tokenizer),
+            top_q=_ranked(v.top_q[i], tokenizer),
         )
         for i in range(n_checked)
     )
-    k = v.n_accepted
-    law = v.p[k]
-    if k < len(drafts) and not sampling.greedy:  # the residual the resample was drawn from
-        residual = (v.p[k] - q[k]).clamp_min(0.0)
-        law = residual / residual.sum() if residual.sum() > 0 else v.p[k]
-    own = ranked(law, tokenizer)
-    return RoundDetail(positions=positions, token=tokenizer.decode([v.token]), own=own, own_p=float(law[v.token]))
+    return RoundDetail(
+        positions=positions, token=tokenizer.decode([v.token]), own=_ranked(v.own, tokenizer), own_p=v.own_p
+    )
 
 
 def _token_fields(j: int, drafts: list[int], v: Verdict, tokenizer) -> dict:
@@ -217,29 +299,38 @@ def _token_fields(j: int, drafts: list[int], v: Verdict, tokenizer) -> dict:
 
 
 @torch.inference_mode()
-def speculative_round(state: Decoding, drafting: DraftState, index: int) -> tuple[list[TokenEvent], RoundEvent]:
-    """One round of speculative decoding: draft, verify, roll back, emit. Returns the round's
-    token events and its round event, all stamped with the run's clock at the round's end."""
+def speculative_round(state: Decoding, drafting: Drafting, index: int) -> tuple[list[TokenEvent], RoundEvent]:
+    """One round of speculative decoding: draft, verify, read back once, roll back, emit. Returns
+    the round's token events and its round event, all stamped with the run's clock at the round's end."""
     target, start, clock, answer = state.target, state.start, state.clock, state.answer
-    # 1. draft: never more than the token budget can take (the round adds one token more).
+    laps = Laps(target.device)  # drafting and verifying timed apart, with no synchronisation between
     with clock:
+        laps.mark()
+        # 1. draft on the device: never more than the token budget can take (the round adds one more).
         n_draft = min(start.gamma, start.max_new_tokens - len(answer) - 1)
-        drafts, q = drafting.draft(answer, n_draft, start.sampling, state.generator, start.drafter.min_confidence)
-    draft_s = clock.last  # q: [len(drafts), V]
+        proposed, q = drafting.propose(answer, n_draft, start.sampling, state.generator, start.drafter.min_confidence)
+        laps.mark()  # proposed [n] long, q [n, V]
 
-    # 2. verify all drafts in one target forward, accept a prefix, add the target's token.
-    with clock:
-        v = verify(target, state.cache, answer[-1], drafts, q, start.sampling, state.generator)
-    verify_s = clock.last
+        # 2. verify all drafts in one target forward; the rule accepts a prefix and adds the
+        #    target's token, on the device.
+        last = ids_on(target.device, [answer[-1]])  # [1]
+        stops = ids_on(target.device, sorted(target.stop_ids))  # [s]
+        record = verify(target, state.cache, last, proposed, q, start.sampling, state.generator, stops)
+        laps.mark()
 
-    with clock:
-        # 3. roll back: the target cache holds prompt + answer + every draft; drop the rejected
-        #    ones (the round's last token is fed by the next round's forward). The drafter keeps
-        #    what it holds of the answer's first len(answer) + n_accepted tokens.
-        if len(drafts) > v.n_accepted:
-            state.cache.crop(-(len(drafts) - v.n_accepted))
+        # 3. the round's one transfer: everything the events and the inspector need.
+        n = proposed.shape[0]
+        values = record.tolist()
+        v = Verdict.read(values, n, min(INSPECT_TOP_K, q.shape[-1]), start.sampling.greedy)
+        drafts = [int(x) for x in values[5 : 5 + v.n_drafts]]  # cut after the first stop
+
+        # 4. roll back: the target cache holds prompt + answer + all n drafts; drop those not
+        #    accepted (the round's last token is fed by the next round's forward). The drafter
+        #    keeps what it holds of the answer's first len(answer) + n_accepted tokens.
+        if n > v.n_accepted:
+            state.cache.crop(-(n - v.n_accepted))
         drafting.rollback(len(answer) + v.n_accepted)
-        # 4. emit the accepted drafts and the target's token, cut after the first stop.
+        # 5. emit the accepted drafts and the target's token, cut after the first stop.
         tokens = []
         for j, token in enumerate(drafts[: v.n_accepted] + [v.token]):
             text = state.append(token)
@@ -255,7 +346,8 @@ def speculative_round(state: Decoding, drafting: DraftState, index: int) -> tupl
             if state.stop:
                 break
         drafted_texts = tuple(target.tokenizer.decode([d]) for d in drafts)
-    detail = round_detail(drafts, q, v, start.sampling, target.tokenizer)  # off the clock: display only
+    draft_s, verify_s = laps.seconds()
+    detail = round_detail(drafts, v, target.tokenizer)  # off the clock: display only
     events = [TokenEvent(**fields, t=clock.total) for fields in tokens]
     return events, RoundEvent(
         index=index,
@@ -348,7 +440,7 @@ def autoregressive_generate(
         step += 1
         # 1. one target forward over the last token -> the next token.
         with clock:
-            logits = target.forward([state.answer[-1]], state.cache)[0]
+            logits = target.forward(ids_on(target.device, [state.answer[-1]]), state.cache)[0]  # [V]
             token, p_token = _first_token(logits, sampling, generator)
             text = state.append(token)
         yield TokenEvent(

@@ -127,6 +127,7 @@ def draft_tree(
         return tree
 
     def grow(parent: int, logits: torch.Tensor, depth: int) -> None:
+        # logits [V_d]: the drafter's after the path to `parent`; its children come from q there.
         q = state.q(logits, sampling)  # [V_d]
         k = shape.children(depth)
         if sampling.greedy:
@@ -172,7 +173,7 @@ def keep_path(cache, start: int, path: list[int], n_nodes: int) -> None:
 
 
 def residual(r: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, r - q)): what the next child is judged against after one is rejected. All zero
+    """norm(max(0, r - q)) [V] for r, q [V]: what the next child is judged against after one is rejected. All zero
     only where r == q, and then no child is ever rejected; r is kept there against round-off."""
     rest = (r - q).clamp_min(0.0)
     return rest / rest.sum() if rest.sum() > 0 else r
@@ -194,7 +195,7 @@ class TreeVerdict:
 def verify_tree(
     target: Target, cache, last: int, tree: Tree, sampling: Sampling, generator: torch.Generator
 ) -> TreeVerdict:
-    """One target forward over [last] + the tree, then the walk from the root."""
+    """One target forward over [last] + the tree's n nodes (logits [n + 1, V]), then the walk from the root."""
     depths = [0] + tree.depths
     logits = target.forward_tree([last] + tree.tokens, depths, visibility(tree.parents), cache)  # [n + 1, V]
     p = warp(logits, sampling)  # [n + 1, V]

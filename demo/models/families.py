@@ -72,7 +72,7 @@ class MRopeTarget(Target):
     def transformers_forward(self, ids: torch.Tensor | list[int], cache: _RopeCache) -> torch.Tensor:
         start = cache.get_seq_length() + cache.rope_delta
         positions = torch.arange(start, start + len(ids), device=self.device).view(1, 1, -1).expand(3, 1, -1)
-        input_ids = torch.as_tensor(ids, device=self.device)[None]
+        input_ids = torch.as_tensor(ids, device=self.device)[None]  # [1, n]: ids a device tensor or a list
         return self.model(input_ids=input_ids, position_ids=positions, **{self.cache_kw: cache}, use_cache=True).logits[
             0
         ]
