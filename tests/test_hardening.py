@@ -96,6 +96,17 @@ def test_a_direct_call_with_the_wrong_number_of_values_is_refused_with_422(app):
         assert httpx.post(base + "race", json=body).status_code == 422  # Gradio's own check of the body
 
 
+def test_the_pages_own_unqueued_events_pass_the_guard_by_fn_index(app):
+    """The page calls its unqueued events (an example picked, a checkbox ticked) as /run/predict
+    with a fn_index: the guard lets them through to the app, and still checks their values."""
+    fn_index = next(i for i, fn in app.fns.items() if getattr(fn.fn, "__name__", "") == "visible")
+    url = app.local_url.rstrip("/") + "/gradio_api/run/predict"
+    response = httpx.post(url, json={"data": [True], "fn_index": fn_index, "session_hash": "h"})
+    assert response.status_code == 200
+    assert response.json()["data"][0]["visible"] is True
+    assert httpx.post(url, json={"data": [], "fn_index": fn_index, "session_hash": "h"}).status_code == 422
+
+
 def test_the_public_url_is_not_taken_from_the_host_header(app):
     response = httpx.get(app.local_url.rstrip("/") + "/config", headers={"Host": "evil.example:666"})
     assert response.json()["root"] == app.local_url.rstrip("/")

@@ -206,7 +206,10 @@ class Guard:
         if path.startswith("/gradio_api/queue/join"):
             return None  # a join's values are checked in the queue, which sends its sentence as the result
         name = path.rstrip("/").rsplit("/", 1)[-1]
-        block_fn = next((fn for fn in blocks.fns.values() if fn.api_name == name), None)
+        if name == "predict" and fn_index is not None:  # the page's own unqueued events: /run/predict + fn_index
+            block_fn = blocks.fns[fn_index]
+        else:
+            block_fn = next((fn for fn in blocks.fns.values() if fn.api_name == name), None)
         if block_fn is None:
             names = ", ".join(f"/{fn.api_name}" for fn in public.values() if fn.api_name)
             return 404, f"There is no endpoint /{name}; the API has {names}."
