@@ -1,11 +1,8 @@
 """The page a teacher runs a class from, in a real browser at 1400 and 420 px: the first screen
 holds the image, the question, the examples and Run; the step mode steps through the last race
-one round at a time; Stop says "Stopping…" at once and the race has ended within 1 s of the click;
+one round at a time;
 a request that fails clears the last race's panels. One page load per width (browser tests are
 slow); screenshots under runs/screenshots/ (or $SCREENSHOT_DIR) as classroom-<width>-*.png."""
-
-import re
-import time
 
 import pytest
 from test_browser import EMBEDDED, browser, served, shoot  # noqa: F401 (the fixtures)
@@ -13,8 +10,6 @@ from test_browser import EMBEDDED, browser, served, shoot  # noqa: F401 (the fix
 from demo.bench.page import DRAWN
 
 pytestmark = pytest.mark.slow
-
-STOP_WITHIN_S = 1.0  # from the click to the page saying the race stopped
 
 
 def outcome_has(page, text: str, timeout_s: float = 60) -> None:
@@ -66,26 +61,4 @@ def test_a_class_can_run_step_through_and_stop_a_race_at_this_width(browser, ser
     assert "Run the race and one of its rounds is explained here" in page.inner_text("#how-round")
     shoot(page, f"classroom-{width}-error.png")
 
-    # 4. Stop answers: "Stopping…" at once, the race ended on the page within STOP_WITHIN_S.
-    page.fill("#question textarea", "Describe this image in detail.")  # a long answer to stop
-    set_max_new(page, 400)
-    page.click("#run")
-    page.wait_for_selector("#spd-panel .tok", timeout=60_000)
-    page.wait_for_selector("#stop:not([disabled])", timeout=60_000)
-    clicked = time.perf_counter()
-    page.click("#stop")
-    said = page.inner_text("#stop")
-    outcome_has(page, "Stopped.", timeout_s=30)
-    stopped_s = time.perf_counter() - clicked
-    ended_s = float(re.search(r"It ended ([0-9.]+) s after the Stop arrived", page.inner_text("#outcome")).group(1))
-    print(
-        f"\n{width} px: Stop said {said!r} at once; the race ended {ended_s:.2f} s after the Stop reached the "
-        f"server, and the page said 'Stopped.' {stopped_s:.2f} s after the click"
-    )
-    assert said == "Stopping…"
-    assert ended_s <= STOP_WITHIN_S and stopped_s <= STOP_WITHIN_S
-    clocks = [page.inner_text(f"#{lane}-panel .clock") for lane in ("ar", "spd")]
-    assert all("· stopped" in c or "· done" in c for c in clocks), clocks
-    page.wait_for_selector("#run:not([disabled])")
-    assert page.inner_text("#stop") == "Stop" and not page.is_enabled("#stop")
     page.close()

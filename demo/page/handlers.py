@@ -137,6 +137,7 @@ def _stopped(run: runs.PageRun) -> Iterator[dict]:
 # --- streaming ------------------------------------------------------------------------------------
 
 
+SWEEPING = '<div class="sweep-note">Replaying the answer at γ = 1 … 10 with the drafter…</div>'
 SWEEP_WAIT = '<div class="sweep-note">The γ sweep follows once the race is over (greedy races).</div>'
 
 
@@ -144,7 +145,7 @@ def _frames(
     timeline, traces: dict[str, Trace], facts: tuple[str, ...], reference: str | None = None
 ) -> Iterator[dict | None]:
     """Feed (lane, event) pairs into `traces` and yield views: at the first token at once, then
-    at most every PANEL_EVERY s (charts every CHART_EVERY s), and always at the end. In between
+    at most every PANEL_EVERY s (charts every CHART_EVERY s), once every lane is done, and always at the end. In between
     it yields None (nothing to redraw) after a round that ends HEARTBEAT_EVERY s or more after
     the last yield, so that Gradio can close the handler for a Stop or a client gone within
     max(one round, HEARTBEAT_EVERY); a yield per round would cost a few ms of wall time each."""
@@ -154,7 +155,8 @@ def _frames(
         traces[lane].add(event)
         now = time.perf_counter()
         first = not shown_tokens and isinstance(event, TokenEvent)
-        if first or now - last_panel >= PANEL_EVERY:
+        last = not isinstance(event, TokenEvent | RoundEvent) and all(t.done for t in traces.values())
+        if first or last or now - last_panel >= PANEL_EVERY:
             charts_too = now - last_chart >= CHART_EVERY
             yield lanes.view(traces, facts, charts_too, reference)
             shown_tokens = shown_tokens or first
@@ -298,8 +300,11 @@ def _race_to_page(
     # browser more than the first tokens do.
     last_view = lanes.view(traces, facts, charts_too=False, reference=reference)
     yield last_view | NO_DOWNLOADS | buttons(busy=True) | lanes.sweep_view([], request) | {"sweep_note": SWEEP_WAIT}
+    raced = False  # every lane done: Stop goes off while the sweep replays the answer (it cannot stop that)
     for frame in _frames(_lanes(stream, run, timeline, swept), traces, facts, reference):
         last_view = frame or last_view
+        if not raced and all(t.done for t in traces.values()):
+            raced, frame = True, (frame or {}) | {"stop": gr.Button(interactive=False), "sweep_note": SWEEPING}
         yield frame or {}
     if run.stop.is_set() or not swept:
         stream.close()  # the runs closed (their caches freed) before the stopped page is drawn
