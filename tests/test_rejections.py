@@ -304,6 +304,7 @@ def test_summary_bundles_every_aggregate_and_rows_flatten_observations():
         "accepted": False,
         "draft": " Blue",
         "draft_word": "Blue",
+        "image_attention": None,  # no reading attached to these observations
     }
 
 
