@@ -11,6 +11,7 @@ from transformers import DynamicCache, PreTrainedTokenizerFast
 
 from demo.engine import metrics, speculative
 from demo.engine.compat import cache_keyword
+from demo.engine.detokenize import REPLACEMENT
 from demo.engine.drafters import Drafter
 from demo.engine.events import DrafterInfo, PrefillEvent, RoundEvent, RunStart, RunSummary, TokenEvent, Trace
 from demo.engine.sampling import Sampling
@@ -192,10 +193,16 @@ def test_generation_stops_at_the_first_stop_token_and_truncates_the_round(world,
 
 @pytest.mark.slow
 def test_text_pieces_concatenate_to_the_decoded_answer(world):
+    cut = 0
     for drafter, (image, question) in itertools.product(["text-partly", "image-partly"], CASES):
         for trace in (spd(world, drafter, image, question, 4), ar(world, image, question)):
             decoded = world.target.tokenizer.decode(trace.summary.token_ids, skip_special_tokens=True)
-            assert "".join(t.text for t in trace.tokens) == decoded == trace.summary.text
+            # An answer the token limit cuts inside a character ends on its last whole character,
+            # where the tokenizer writes U+FFFD for the incomplete bytes.
+            whole = decoded.rstrip(REPLACEMENT)
+            cut += whole != decoded
+            assert "".join(t.text for t in trace.tokens) == whole == trace.summary.text
+    assert cut > 0  # the tiny world's byte tokens do cut some answers inside a character
 
 
 class RecordingTarget(Target):

@@ -89,7 +89,7 @@ def test_lean_logits_match_transformers_over_many_steps_with_rollbacks(
     steps = rollbacks = 0
     while got.cache.get_seq_length() < first_capacity + 70:  # past the first capacity: the cache grows
         n = 1 + int(torch.randint(2, (1,), generator=g))  # a draft step (1) or a catch-up (2)
-        feed = ids[torch.randint(len(ids), (n,), generator=g)].tolist()
+        feed = ids[torch.randint(len(ids), (n,), generator=g)]  # ids on the device, as the engine feeds them
         torch.testing.assert_close(got._forward(feed), ref._forward(feed), rtol=1e-4, atol=1e-4)
         steps += 1
         if torch.rand(1, generator=g) < 0.3:  # reject some drafts: both caches forget the same tokens

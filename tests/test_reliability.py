@@ -34,7 +34,7 @@ from PIL import Image
 from test_validate import png_bytes
 
 from demo import session
-from demo.engine import drafters, speculative
+from demo.engine import drafters, speculative, sweep
 from demo.engine.events import RoundEvent
 from demo.models import loader, presets
 from demo.page import handlers, server
@@ -530,6 +530,36 @@ def test_the_stop_button_ends_its_pages_race_within_an_event_and_frees_the_cache
     assert "· stopped" in last["spd_panel"] and "· stopped" in last["ar_panel"]
     assert all(ref() is None for ref in probe.caches) and len(probe.caches) == 3
     assert not any("lossless" in str(update.get("outcome")) for update in updates)  # the race never reached its end
+
+
+def test_the_stop_button_ends_the_gamma_sweep_between_its_draft_lengths(app, world, monkeypatch):
+    """Once every lane is done the race's call replays the answer at γ 1 … 10; Stop stays on and
+    is answered between two draft lengths, not after all ten."""
+    uploads = Path(gradio.utils.get_upload_folder()) / f"sweep-stop-{uuid.uuid4().hex}"
+    uploads.mkdir(parents=True)
+    shutil.copy(world / "images" / "0.png", uploads / "0.png")
+    page = SimpleNamespace(session_hash="sweeping page")
+    replayed, replay = [], sweep.replay
+
+    def replay_then_press_stop_at_two(*args, **kwargs):
+        replayed.append(kwargs["gamma"])
+        if kwargs["gamma"] == 2:
+            handlers.stop_race(page)
+        return replay(*args, **kwargs)
+
+    monkeypatch.setattr(sweep, "replay", replay_then_press_stop_at_two)
+    race = handlers.run_race(
+        str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", 4, "greedy", 0.8, 0.95, 0, 24, False, 0.5, page=page
+    )
+    updates = list(race)
+    shutil.rmtree(uploads)
+    assert replayed == [1, 2]  # the sweep went no further than the draft length at hand
+    # Stop stayed on until the stopped page came back (Run on, Stop off, in its last updates)
+    first_stopped = next(i for i, update in enumerate(updates) if "Stopped." in str(update.get("outcome")))
+    assert not any("stop" in update and not update["stop"].interactive for update in updates[:first_stopped])
+    last = updates[-1]
+    assert "Stopped." in last["outcome"] and last["run"].interactive and not last["stop"].interactive
+    assert "· done" in last["spd_panel"] and "· done" in last["ar_panel"]  # the race itself had ended
 
 
 def test_a_client_disconnecting_stops_decoding(app, world, probe):

@@ -190,6 +190,8 @@ def _lanes(stream, run: runs.PageRun, timeline: list, swept: list) -> Iterator:
         if isinstance(item, session.Swept):
             swept.append(item)
             continue
+        if isinstance(item, session.Sweeping):  # the γ sweep goes on: a Stop is answered between its draft lengths
+            continue
         timeline.append((item.name, item.event))
         yield item.name, item.event
 
@@ -300,11 +302,11 @@ def _race_to_page(
     # browser more than the first tokens do.
     last_view = lanes.view(traces, facts, charts_too=False, reference=reference)
     yield last_view | NO_DOWNLOADS | buttons(busy=True) | lanes.sweep_view([], request) | {"sweep_note": SWEEP_WAIT}
-    raced = False  # every lane done: Stop goes off while the sweep replays the answer (it cannot stop that)
+    raced = False  # every lane done: the sweep replays the answer (Stop stays on: it ends the sweep too)
     for frame in _frames(_lanes(stream, run, timeline, swept), traces, facts, reference):
         last_view = frame or last_view
         if not raced and all(t.done for t in traces.values()):
-            raced, frame = True, (frame or {}) | {"stop": gr.Button(interactive=False), "sweep_note": SWEEPING}
+            raced, frame = True, (frame or {}) | {"sweep_note": SWEEPING}
         yield frame or {}
     if run.stop.is_set() or not swept:
         stream.close()  # the runs closed (their caches freed) before the stopped page is drawn
@@ -393,6 +395,8 @@ def trace_api(
                 over = deadline.is_set()  # over budget: what was decoded, said so, and no sweep
                 if over:
                     break
+                if isinstance(item, session.Sweeping):
+                    continue
                 if isinstance(item, session.Swept):
                     rows = list(item.rows)
                     for lane, attention in item.attention:

@@ -15,7 +15,7 @@ name and valid range), and then use the calls below:
                                    (and frees their KV caches) however it is left
     run_lanes(...)                 the request's lanes decoded whole, one after the other
     gpu_race(request, image)       prepare + racing + the γ sweep in one accelerator call,
-                                   yielding Loading / Ready / Lane / Swept (plain data: the
+                                   yielding Loading / Ready / Lane / Sweeping / Swept (plain data: the
                                    part a Space runs on its GPU, in another process)
     run(loaded, request, image)    one lane decoded whole -> Trace (benchmark, Analysis tab)
     warm_up(preset)                load and decode a few tokens with each drafter
@@ -137,6 +137,13 @@ class Lane:
 
     name: str
     event: Event
+
+
+@dataclass(frozen=True)
+class Sweeping:
+    """The γ sweep has replayed the answer at draft length `gamma`."""
+
+    gamma: int
 
 
 @dataclass(frozen=True)
@@ -377,11 +384,11 @@ def _race_duration(request: Request, image_payload, uploads=None) -> int:
 
 
 @zerogpu.GPU(duration=_race_duration)
-def gpu_race(request: Request, image_payload, uploads: str | Path) -> Iterator[Loading | Ready | Lane | Swept]:
+def gpu_race(request: Request, image_payload, uploads: str | Path) -> Iterator[Loading | Ready | Lane | Sweeping | Swept]:
     """The part of a race that needs the accelerator, in one call, yielding plain data only (on
     ZeroGPU it runs in another process, its values pickled): Loading while a preset loads (lazy
-    deployments only), Ready once every lane is set up, a Lane per event of the race, then Swept:
-    the γ sweep, computed here from the models, image and prompt the race used. Every run is
+    deployments only), Ready once every lane is set up, a Lane per event of the race, a Sweeping
+    per draft length the γ sweep has replayed, then Swept: the γ sweep, computed here from the models, image and prompt the race used. Every run is
     closed however it ends."""
     from demo.engine.events import Trace
     from demo.session import image_attention
@@ -394,11 +401,12 @@ def gpu_race(request: Request, image_payload, uploads: str | Path) -> Iterator[L
             traces[lane].add(event)
             yield Lane(lane, event)
     why_not = gamma_sweep.unsweepable(request)
-    rows = (
-        ()
-        if why_not
-        else tuple(gamma_sweep.rows(request, loaded, image, traces["speculative"], traces["autoregressive"]))
-    )
+    spd, ar = traces["speculative"], traces["autoregressive"]
+    points = []
+    for point in gamma_sweep.replays(request, loaded, image, spd, ar):
+        points.append(point)
+        yield Sweeping(point.gamma)  # between draft lengths the caller may stop (and close) the call
+    rows = tuple(gamma_sweep.rows(points, spd, ar))
     done = {lane: trace for lane, trace in traces.items() if trace.done}  # off every clock: the race is over
     image_attention.attach(loaded, request.question, image, done)
     yield Swept(rows, why_not, tuple((lane, trace.image_attention) for lane, trace in done.items()))

@@ -1,8 +1,9 @@
 """The gamma sweep of a finished greedy race, for the page and /trace (session layer, no Gradio).
 
-    rows(request, loaded, image, spd, ar) -> list[dict]
+    replays(request, loaded, image, spd, ar) -> Iterator[SweepPoint]   one per gamma
+    rows(points, spd, ar) -> list[dict]
 
-is called by `demo.session.gpu_race` right after the race, in the same accelerator call, with
+are called by `demo.session.gpu_race` right after the race, in the same accelerator call, with
 the models and image the race used; it replays the race's own greedy answer with the drafter at
 gamma = 1..10 (`demo.engine.sweep`: drafter forwards only, no target forward) and returns one record per gamma: tau, alpha, MBSU
 from the drafts made, and the cost model's predicted speedup from this race's measured step
@@ -14,6 +15,7 @@ sweeps its first.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from demo.engine import metrics
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from demo.engine.events import Trace
+    from demo.engine.metrics import SweepPoint
 
 
 def unsweepable(request) -> str | None:
@@ -31,20 +34,28 @@ def unsweepable(request) -> str | None:
     return None
 
 
-def rows(request, loaded, image: Image.Image, spd: Trace, ar: Trace) -> list[dict]:
-    """The sweep of the finished greedy race (spd, ar) of `request`, as records by gamma, from the
-    models (`loaded`) and the image the race used (`demo.session.gpu_race` calls it in the race's
-    own accelerator call)."""
+def replays(request, loaded, image: Image.Image, spd: Trace, ar: Trace) -> Iterator[SweepPoint]:
+    """The sweep of the finished greedy race (spd, ar) of `request`, one point per gamma as each
+    replay ends (so that a caller can stop between them), from the models (`loaded`) and the image
+    the race used (`demo.session.gpu_race` calls it in the race's own accelerator call)."""
     from demo.engine import sweep  # torch: imported on first use
 
     if unsweepable(request) or not (spd.done and ar.done):
-        return []
+        return
     prompt = loaded.prompt(image, request.question, request.drafter)
-    points = sweep.sweep(
-        loaded.drafter(request.drafter),
-        prompt.drafter_inputs,
-        list(spd.summary.token_ids),
-        max_new_tokens=request.max_new_tokens,
-        min_confidence=request.min_confidence,
-    )
-    return metrics.sweep_rows(points, metrics.param_ratio(spd), metrics.costs(spd, ar))
+    answer = list(spd.summary.token_ids)
+    for gamma in sweep.GAMMAS:
+        yield sweep.replay(
+            loaded.drafter(request.drafter),
+            prompt.drafter_inputs,
+            answer,
+            gamma=gamma,
+            max_new_tokens=request.max_new_tokens,
+            min_confidence=request.min_confidence,
+        )
+
+
+def rows(points: list[SweepPoint], spd: Trace, ar: Trace) -> list[dict]:
+    """The sweep's records by gamma: tau, alpha, MBSU and the predicted speedup from this race's
+    measured step costs."""
+    return metrics.sweep_rows(points, metrics.param_ratio(spd), metrics.costs(spd, ar)) if points else []
