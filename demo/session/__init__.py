@@ -384,7 +384,9 @@ def _race_duration(request: Request, image_payload, uploads=None) -> int:
 
 
 @zerogpu.GPU(duration=_race_duration)
-def gpu_race(request: Request, image_payload, uploads: str | Path) -> Iterator[Loading | Ready | Lane | Sweeping | Swept]:
+def gpu_race(
+    request: Request, image_payload, uploads: str | Path
+) -> Iterator[Loading | Ready | Lane | Sweeping | Swept]:
     """The part of a race that needs the accelerator, in one call, yielding plain data only (on
     ZeroGPU it runs in another process, its values pickled): Loading while a preset loads (lazy
     deployments only), Ready once every lane is set up, a Lane per event of the race, a Sweeping
