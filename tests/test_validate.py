@@ -347,3 +347,24 @@ def test_a_file_over_the_upload_limit_is_refused(tmp_path):
     path.write_bytes(b"\0" * (validate.MAX_FILE_BYTES + 1))
     with pytest.raises(InvalidInput, match=r"^The file is 10.0 MiB; the limit is 10 MiB.$"):
         validate.open_image(path)
+
+
+def test_the_max_new_tokens_slider_offers_exactly_what_fits_the_embedded_context():
+    from embedded import embedded
+
+    from demo.models.presets import PRESETS
+    from demo.page import layout
+
+    loaded, most = embedded(), layout.max_new_offered("embedded")
+    assert most == PRESETS["embedded"].max_new_tokens < validate.MAX_NEW_RANGE[1]
+    image = Image.new("RGB", (48, 48))
+    for drafter in ("text-only", "image-aware"):
+        prompt = loaded.prompt(image, "a", drafter)  # the shortest prompt: the image and a one-word question
+        tokens = {"target": prompt.target_inputs["input_ids"].shape[1]}
+        tokens["drafter"] = prompt.drafter_inputs["input_ids"].shape[1]
+        windows = {"target": validate.context_window(loaded.target.model.config)}
+        windows["drafter"] = validate.context_window(loaded.drafter(drafter).model.config)
+        validate.check_context(tokens, windows, most)  # the slider's top fits …
+        with pytest.raises(InvalidInput, match="lower max new tokens to 495 or less"):
+            validate.check_context(tokens, windows, most + 1)  # … and one more does not (the target's window)
+    assert layout.max_new_offered("llava-1.5-7b") == validate.MAX_NEW_RANGE[1]  # 4,096 positions hold 512

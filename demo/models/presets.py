@@ -53,6 +53,9 @@ class Preset:
     # The decoder layers the "layer-skip" drafter skips, chosen by a search on training-split
     # prompts (None: no search stored for this preset, so it is not offered).
     skip_layers: tuple[int, ...] | None = None
+    # The most new tokens the page's slider offers: what the smallest context window holds after
+    # the shortest prompt (the image and a one-word question). The API's range stays 1-512.
+    max_new_tokens: int = 512
 
     def drafter_names(self) -> tuple[str, ...]:
         """Every drafter a race on this preset may name, in display order: each model drafter and
@@ -115,6 +118,7 @@ PRESETS: dict[str, Preset] = {
         # skipping [2, 3] of 6 layers scores best, MBSU 1.08 at gamma 1 (tau 1.85, c 0.71); keeping
         # layer 0 alone, best on the English target before, falls to 0.99 (tau 1.26-1.35). See docs/benchmark.md.
         skip_layers=(2, 3),
+        max_new_tokens=495,  # 512 positions less the shortest prompt's 17 (9 of them the image's)
     ),
     "llava-1.5-7b": Preset(
         name="llava-1.5-7b",

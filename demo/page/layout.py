@@ -76,6 +76,12 @@ def drafter_choices(preset: str) -> list[str]:
     return list(presets.PRESETS[preset].drafter_names())
 
 
+def max_new_offered(preset: str | None) -> int:
+    """The slider's maximum: the preset's `max_new_tokens` (what fits its context), within the API's range."""
+    known = presets.PRESETS.get(preset or "")
+    return min(validate.MAX_NEW_RANGE[1], known.max_new_tokens if known else validate.MAX_NEW_RANGE[1])
+
+
 def second_choices(preset: str) -> list[str]:
     return [NO_SECOND, *drafter_choices(preset)]
 
@@ -173,7 +179,8 @@ def inputs(default_preset: str, examples: list[Example], languages: tuple[str, .
                 elem_id="gamma",
             )
             c.max_new = gr.Slider(
-                *validate.MAX_NEW_RANGE,
+                validate.MAX_NEW_RANGE[0],
+                max_new_offered(default_preset),
                 value=session.DEFAULTS["max_new_tokens"],
                 step=1,
                 label="Max new tokens",

@@ -72,12 +72,14 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
         example = example_in(language, index)
         return example.question, layout.reference_html(example)
 
-    def on_preset(name):
+    def on_preset(name, max_new):
         names = layout.drafter_choices(name) if name in presets.PRESETS else []
+        most = layout.max_new_offered(name)  # the slider offers only what fits this preset's context
         return (
             gr.Dropdown(choices=names, value=names[0] if names else None),
             gr.Dropdown(choices=[layout.NO_SECOND, *names], value=layout.NO_SECOND),
             layout.preset_html(name),
+            gr.Slider(maximum=most, value=min(max_new, most) if isinstance(max_new, int | float) else most),
         )
 
     def on_question(question, preset, drafter, last):
@@ -104,7 +106,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     c.gallery.select(on_example, c.example_language, [c.image, c.question, c.reference, picked], **small)
     c.example_language.change(on_example_language, [c.example_language, picked], [c.question, c.reference], **small)
     c.image.upload(lambda: (render.UPLOAD_NOTE, None), None, [c.reference, picked], **small)
-    c.preset.change(on_preset, c.preset, [c.drafter, c.drafter2, c.preset_info], **small)
+    c.preset.change(on_preset, [c.preset, c.max_new], [c.drafter, c.drafter2, c.preset_info, c.max_new], **small)
     language = gr.State("en")  # the language the drafter was last picked for: the page starts in English
     c.question.change(
         on_question, [c.question, c.preset, c.drafter, language], [c.drafter, c.language_note, language], **small
