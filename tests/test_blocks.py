@@ -8,7 +8,7 @@ import pytest
 from test_render import spd_trace
 
 from demo.engine.events import DraftTree, RoundEvent, TokenEvent, Trace, TreeNode
-from demo.page import blocks
+from demo.page import blocks, render, teach
 
 pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure functions and tiny models, milliseconds each
 
@@ -121,3 +121,17 @@ def test_a_tree_with_a_long_token_shortens_its_face_but_not_its_label():
     tree = dataclasses.replace(r.tree, nodes=(long, *r.tree.nodes[1:]))
     html = blocks.tree_html(dataclasses.replace(r, tree=tree), "")
     assert ">✓ extraord…</text>" in html and "‘ extraordinarily’" in html
+
+
+def test_the_stop_token_reads_as_one_end_marker_in_the_panel_the_block_view_and_the_inspector():
+    trace = spd_trace(stop="eos")
+    # The engine decodes a drafted stop token as its tokenizer spells it (the answer's text skips it).
+    trace.rounds[-1] = dataclasses.replace(trace.rounds[-1], drafted_texts=("<|end|>",))
+    panel, view = render.tokens_html(trace), blocks.blocks_html(trace)
+    bars = teach._bars([("</s>", 0.9), ("<|im_end|>", 0.05), (" end", 0.05)])
+    for html in (panel, view, bars):
+        assert teach.END_MARK in html and "&lt;|end|&gt;" not in html and "&lt;/s&gt;" not in html
+    assert bars.count(teach.END_MARK) == 2 and "> end<" in bars  # the word " end" stays a word
+    # A round's own token left without text by a character split across tokens is not the end.
+    cut = spd_trace(stop="max_new_tokens")
+    assert teach.END_MARK not in blocks.blocks_html(cut)

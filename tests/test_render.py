@@ -7,7 +7,7 @@ import pytest
 from demo.engine import metrics
 from demo.engine.events import DrafterInfo, PrefillEvent, Rejection, RoundEvent, RunStart, RunSummary, TokenEvent, Trace
 from demo.engine.sampling import Sampling
-from demo.page import render
+from demo.page import render, teach
 
 pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure functions and tiny models, milliseconds each
 
@@ -120,7 +120,7 @@ def test_newline_and_control_characters_stay_visible():
 
 def test_answer_ending_at_eos_shows_an_end_marker_on_the_last_token():
     html = render.tokens_html(spd_trace(stop="eos", greedy=False))
-    assert html.count('<span class="end">end</span>') == 1
+    assert html.count(teach.END_MARK) == 1
     assert 'class="end"' not in render.tokens_html(spd_trace(stop="max_new_tokens", greedy=False))
 
 

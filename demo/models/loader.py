@@ -39,6 +39,7 @@ from PIL import Image
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
 from demo.engine import layerskip
+from demo.engine.detokenize import END_OF_TURN
 from demo.engine.drafters import Drafter
 from demo.engine.events import TREE_SHAPE
 from demo.engine.lean import LeanDrafter
@@ -62,8 +63,6 @@ from demo.models.presets import (  # noqa: F401  (re-exported)
 )
 
 log = logging.getLogger(__name__)
-
-END_OF_TURN = ("<|end|>", "<|im_end|>", "<end_of_utterance>", "<|eot_id|>")
 
 Progress = Callable[[float, str], None]  # (fraction done in [0, 1], what is happening)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 
+from demo.engine.detokenize import END_OF_TURN, END_TOKENS
 from demo.engine.events import DraftTree, RoundEvent, Trace
 from demo.page import teach
 from demo.page.render import KIND_LABELS, visible
@@ -25,8 +26,11 @@ MAX_ROUNDS_SHOWN = 200  # the block view keeps the latest rounds; longer answers
 NODE_CHARS = 9  # a tree node shows this many characters of its token (all of it in its label)
 
 
+END = END_OF_TURN[0]  # stands for the stop token of a round that ended the answer (drawn as the end marker)
+
+
 def _chip(text: str, cls: str, mark: str = "", title: str = "") -> str:
-    face = visible(text, line_breaks=False) if text else "∅"
+    face = teach.END_MARK if text in END_TOKENS else visible(text, line_breaks=False) if text else "∅"
     return f'<span class="chip {cls}" title="{html.escape(title, quote=True)}">{mark}{face}</span>'
 
 
@@ -43,7 +47,10 @@ def blocks_html(trace: Trace) -> str:
         trees = sum(r.tree is not None for r in trace.rounds)
         kind = f" · {trees} draft tree{'s' if trees != 1 else ''}" if trees else ""
         rows.append(f'<div class="blocks-head">{html.escape(trace.start.drafter.name)} drafter{kind}</div>')
-    last_text = {tok.round: tok.text or "end" for tok in trace.tokens}  # a round's last token is the target's
+    # A round's last token is the target's; one without text that ends the answer is its stop token.
+    last_text = {tok.round: tok.text for tok in trace.tokens}
+    if trace.done and trace.tokens and trace.summary.stop == "eos" and not trace.tokens[-1].text:
+        last_text[trace.tokens[-1].round] = END
     hidden = max(0, len(trace.rounds) - MAX_ROUNDS_SHOWN)
     if hidden:
         rows.append(f'<div class="round more">{hidden} earlier rounds not shown (see the export)</div>')

@@ -21,6 +21,7 @@ import html
 import math
 
 from demo.engine import metrics
+from demo.engine.detokenize import END_TOKENS
 from demo.engine.events import TokenEvent, Trace
 from demo.page import heatmap, teach
 
@@ -100,7 +101,10 @@ def _tooltip(tok: TokenEvent, greedy: bool, hint: str = "") -> str:
     if tok.kind == "accepted":
         rows = [("p (target)", _num(tok.p)), ("q (draft)", _num(tok.q)), _acceptance(greedy, tok.accept_prob)]
     elif tok.kind == "resampled":
-        rejected = f'<s class="rej">{visible(tok.rejection.text, line_breaks=False) or "∅"}</s>'
+        text = tok.rejection.text
+        rejected = (
+            f'<s class="rej">{teach.END_MARK if text in END_TOKENS else visible(text, line_breaks=False) or "∅"}</s>'
+        )
         rule, value = _acceptance(greedy, tok.rejection.accept_prob)
         rows = [
             ("rejected draft", rejected),
@@ -123,7 +127,7 @@ def token_span(tok: TokenEvent, greedy: bool, end: bool = False, opens: bool = F
     """One token: its text (or an end marker), its kind's class, and its tooltip; with `opens`,
     a token of a verification round says that it opens that round (the page's script does it)."""
     if end and not tok.text:
-        face = '<span class="end">end</span>'
+        face = teach.END_MARK
     elif not tok.text:
         face = '<span class="part">·</span>'  # held back: part of a character completed later
     elif not tok.text.strip(" "):

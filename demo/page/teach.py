@@ -12,6 +12,7 @@ import math
 import re
 
 from demo.engine import metrics
+from demo.engine.detokenize import END_TOKENS
 from demo.engine.events import RoundEvent, Trace
 
 CAUSAL = (
@@ -30,9 +31,15 @@ EXACT = (
 )
 
 
+# The page's one marker for the token that ends an answer: the answer panel draws the stop token
+# (which has no text) with it, and the inspector and block view draw its spellings (<|end|>, </s>,
+# <|im_end|>, … `END_TOKENS`) with it too.
+END_MARK = '<span class="end" title="the token that ends the answer">end</span>'
+
+
 def _t(text: str) -> str:
-    """A token's text, quoted and escaped, spaces kept visible."""
-    return "‘" + html.escape(text.replace("\n", "↵")) + "’"
+    """A token's text, quoted and escaped, spaces kept visible (the end marker for a stop token)."""
+    return END_MARK if text in END_TOKENS else "‘" + html.escape(text.replace("\n", "↵")) + "’"
 
 
 def _pick(trace: Trace, index: int | None = None) -> RoundEvent | None:
@@ -126,7 +133,7 @@ def _bars(ranked, mark: str | None = None, colour: str = "p") -> str:
     for text, prob in ranked:
         hit = ' class="hit"' if mark is not None and text == mark else ""
         rows.append(
-            f'<tr{hit}><td class="bt">{html.escape(text.replace(chr(10), "↵")) or "∅"}</td>'
+            f'<tr{hit}><td class="bt">{END_MARK if text in END_TOKENS else html.escape(text.replace(chr(10), "↵")) or "∅"}</td>'
             f'<td class="bar"><span class="fill fill-{colour}" style="width:{max(1.0, prob * 100):.0f}%"></span></td>'
             f'<td class="bp">{prob:.3f}</td></tr>'
         )
