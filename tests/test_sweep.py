@@ -1,5 +1,7 @@
 """The gamma sweep: replaying a greedy race's answer with the drafter alone gives the race's rounds."""
 
+import math
+
 import pytest
 import tiny
 import torch
@@ -90,3 +92,29 @@ def test_sweep_rows_give_mbsu_from_the_drafts_made_and_the_cost_model_from_measu
     # 2.5 drafts a round: a verify of 3.5 tokens, interpolated: 0.010 + 2.5 * (0.004 / 3)
     assert row["predicted_speedup"] == pytest.approx(2.5 * 0.010 / (2.5 * 0.002 + 0.010 + 2.5 * 0.004 / 3))
     assert metrics.sweep_rows([point], c=0.1, step_costs=None)[0]["predicted_speedup"] is None
+
+
+def test_a_replay_times_each_rounds_drafting_and_prices_a_step_as_the_race_does():
+    # the median over the rounds that drafted of seconds / drafter steps: a round that drafted nothing is left out
+    chain = metrics.SweepPoint(gamma=3, rounds=((3, 3, 4), (2, 0, 1), (0, 0, 1)), draft_seconds=(0.003, 0.004, 0.5))
+    assert chain.steps == [3, 2, 0] and chain.step_seconds == pytest.approx(0.0015)
+    # a tree's steps are its catch-up and one per node with children (`metrics.drafter_steps`), not its path
+    tree = metrics.SweepPoint(
+        gamma=3, rounds=((2, 2, 3), (1, 0, 1)), tree_costs=((5, 9), (3, 7)), draft_seconds=(0.010, 0.006)
+    )
+    assert tree.steps == [5, 3] and tree.step_seconds == pytest.approx(0.002)
+    assert math.isnan(metrics.SweepPoint(gamma=3, rounds=((0, 0, 1),), draft_seconds=(0.1,)).step_seconds)
+
+
+def test_a_replay_measures_every_round_it_drafts(world):
+    image, question = CASES[0]
+    trace, prompt = race(world, "text-partly", image, question, gamma=4)
+    point = sweep.replay(
+        world.drafter("text-partly"),
+        prompt.drafter_inputs,
+        list(trace.summary.token_ids),
+        gamma=4,
+        max_new_tokens=MAX_NEW,
+    )
+    assert len(point.draft_seconds) == len(point.rounds) and all(t > 0 for t in point.draft_seconds)
+    assert 0 < point.step_seconds < max(point.draft_seconds)

@@ -308,6 +308,20 @@ class SweepPoint:
     # token trees: per round (drafter steps, verify width), as `drafter_steps` and `verify_width`
     # count them; empty for chains, whose drafts made are both (plus one, for the width)
     tree_costs: tuple[tuple[int, int], ...] = ()
+    draft_seconds: tuple[float, ...] = ()  # per round: the wall time of its drafting, as replayed here
+
+    @property
+    def steps(self) -> list[int]:
+        """Drafter steps per round, as `drafter_steps` counts a race's: a chain's drafts made, a
+        tree's catch-up and one per node with children."""
+        return [s for s, _ in self.tree_costs] if self.tree_costs else [d for d, _, _ in self.rounds]
+
+    @property
+    def step_seconds(self) -> float:
+        """A drafter step's measured cost, as `costs` measures a race's t_draft: the median over the
+        rounds that drafted of their drafting seconds over their drafter steps (nan: none timed)."""
+        made = [(t, n) for t, n, (d, _, _) in zip(self.draft_seconds, self.steps, self.rounds) if d and n]
+        return _quantile([t / n for t, n in made], 0.5)
 
     @property
     def tau(self) -> float:

@@ -13,7 +13,8 @@ the target's argmax does not depend on how its forwards are batched (true up to 
 round-off at near-ties). Adaptive drafting (min_confidence > 0) is replayed as it runs. A tree
 drafter's rounds are replayed as trees (`demo.engine.trees.draft_tree`, then the walk along the
 answer), with each round's drafter steps and verify width for the cost model. Prompt lookup and
-layer-skip replay through the same calls as any drafter.
+layer-skip replay through the same calls as any drafter. Each round's drafting is timed (the
+device synchronised around it), so a replay also measures what a drafter step costs here.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from demo.engine import trees
+from demo.engine.decoding import Stopwatch
 from demo.engine.drafters import Drafter
 from demo.engine.metrics import SweepPoint
 from demo.engine.sampling import Sampling
@@ -43,12 +45,14 @@ def replay(
     would have had with draft length gamma."""
     state = drafter.start(drafter_inputs)
     generator = torch.Generator(device=drafter.device)  # greedy drafting draws nothing
-    rounds, costs, n = [], [], 1  # the prefill wrote answer[0]
+    clock = Stopwatch(drafter.device)
+    rounds, costs, seconds, n = [], [], [], 1  # the prefill wrote answer[0]
     while n < len(answer):
         # 1. draft, as `speculative_round` (or `tree_round`) does: never more than the budget can take.
         n_draft = min(gamma, max_new_tokens - n - 1)
         if drafter.tree is not None:
-            tree = trees.draft_tree(state, answer[:n], n_draft, drafter.tree, GREEDY, generator)
+            with clock:
+                tree = trees.draft_tree(state, answer[:n], n_draft, drafter.tree, GREEDY, generator)
             # 2. the target's verdicts are the answer's own next tokens: walk the tree along them.
             node, n_accepted, rejected = -1, 0, False
             while n + n_accepted < len(answer):
@@ -61,7 +65,8 @@ def replay(
             made = n_accepted + rejected  # the walked path, as the round's drafted_ids
             costs.append((1 + len({p for p in tree.parents if p >= 0}) if tree.tokens else 0, 1 + len(tree.tokens)))
         else:
-            drafts, _ = state.draft(answer[:n], n_draft, GREEDY, generator, min_confidence)
+            with clock:
+                drafts, _ = state.draft(answer[:n], n_draft, GREEDY, generator, min_confidence)
             # 2. the target's verdicts are the answer's own next tokens.
             n_accepted = 0
             while (
@@ -76,8 +81,9 @@ def replay(
         state.rollback(n + n_accepted)
         emitted = min(n_accepted + 1, len(answer) - n)
         rounds.append((made, n_accepted, emitted))
+        seconds.append(clock.last)
         n += emitted
-    return SweepPoint(gamma=gamma, rounds=tuple(rounds), tree_costs=tuple(costs))
+    return SweepPoint(gamma=gamma, rounds=tuple(rounds), tree_costs=tuple(costs), draft_seconds=tuple(seconds))
 
 
 def sweep(
