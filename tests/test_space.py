@@ -398,9 +398,13 @@ def test_decorated_functions_yield_plain_data_only(monkeypatch, two_tiny):
     kinds = [type(item).__name__ for item in items]
     raced = items[kinds.index("Ready") + 1 : kinds.index("Sweeping")]
     assert raced and {type(item) for item in raced} == {session.Lane} and {i.name for i in raced} == set(session.LANES)
-    # the sweep, in the same call: a Sweeping per draft length (a Stop may end it between them), then Swept
-    assert [item.gamma for item in items[len(raced) + kinds.index("Ready") + 1 : -1]] == list(range(1, 11))
+    # the sweep, in the same call: a Sweeping per draft length (a Stop may end it between them), then one per
+    # strategy of the table, at the race's γ, then Swept
+    sweeping = [(item.gamma, item.strategy) for item in items[len(raced) + kinds.index("Ready") + 1 : -1]]
+    offered = loader.PRESETS["tiny-a"].drafter_names()
+    assert sweeping == [(g, None) for g in range(1, 11)] + [(3, name) for name in offered]
     assert isinstance(items[-1], session.Swept) and [r["gamma"] for r in items[-1].rows] == list(range(1, 11))
+    assert [r["strategy"] for r in items[-1].strategies] == list(offered)
     assert all(_plain(item) for item in items)
     steps = list(session.decode_examples("tiny-a", ["text-only"], analysis_tab.examples_for("vqa", 2, 0), 3, 8))
     assert [s[0] for s in steps] == ["run", "done", "run", "done"]

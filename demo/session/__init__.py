@@ -14,9 +14,10 @@ name and valid range), and then use the calls below:
     racing(lanes)                  the race as (lane, event) pairs, compute-fair; closes the runs
                                    (and frees their KV caches) however it is left
     run_lanes(...)                 the request's lanes decoded whole, one after the other
-    gpu_race(request, image)       prepare + racing + the γ sweep in one accelerator call,
-                                   yielding Loading / Ready / Lane / Sweeping / Swept (plain data: the
-                                   part a Space runs on its GPU, in another process)
+    gpu_race(request, image)       prepare + racing + the γ sweep + the table of strategies in one
+                                   accelerator call, yielding Loading / Ready / Lane / Sweeping /
+                                   Swept (plain data: the part a Space runs on its GPU, in another
+                                   process)
     run(loaded, request, image)    one lane decoded whole -> Trace (benchmark, Analysis tab)
     warm_up(preset)                load and decode a few tokens with each drafter
     paced(timeline, slowdown)      a recorded race again, each event at its measured time x slowdown
@@ -25,7 +26,8 @@ lanes can run here at all is `offers`'s to say (`prepare` asks it first, before 
 
 The package's other modules: `validate` (every value checked before any work), `offers`,
 `failures`, `languages` (a question's language and the drafter it gets), `gamma_sweep` (the γ
-sweep of a finished race) and `rejections` (where drafts are rejected, by word category).
+sweep of a finished race), `strategies` (its answer replayed with every drafter of the preset) and
+`rejections` (where drafts are rejected, by word category).
 
 Torch and transformers are imported on first use, so a page can import this module and be
 usable before they are.
@@ -141,19 +143,23 @@ class Lane:
 
 @dataclass(frozen=True)
 class Sweeping:
-    """The γ sweep has replayed the answer at draft length `gamma`."""
+    """The γ sweep has replayed the answer at draft length `gamma` (with `strategy`: the table of
+    strategies has replayed it with that drafter, at the race's gamma)."""
 
     gamma: int
+    strategy: str | None = None
 
 
 @dataclass(frozen=True)
 class Swept:
     """The γ sweep of the finished race: records by gamma (`gamma_sweep.rows`), or none and why;
-    and each finished lane's image attention (`image_attention.attach`), read after the sweep."""
+    and each finished lane's image attention (`image_attention.attach`), read after the sweep; and
+    the table of every drafting strategy on this prompt (`strategies.compare`)."""
 
     rows: tuple[dict, ...]
     why_not: str | None = None
     attention: tuple[tuple[str, ImageAttention], ...] = ()
+    strategies: tuple[dict, ...] = ()
 
 
 def lane_names(request: Request) -> tuple[str, ...]:
@@ -390,10 +396,11 @@ def gpu_race(
     """The part of a race that needs the accelerator, in one call, yielding plain data only (on
     ZeroGPU it runs in another process, its values pickled): Loading while a preset loads (lazy
     deployments only), Ready once every lane is set up, a Lane per event of the race, a Sweeping
-    per draft length the γ sweep has replayed, then Swept: the γ sweep, computed here from the models, image and prompt the race used. Every run is
-    closed however it ends."""
+    per draft length the γ sweep has replayed and per strategy the table has (`strategies`), then
+    Swept: both, computed here from the models, image and prompt the race used. Every run is closed
+    however it ends."""
     from demo.engine.events import Trace
-    from demo.session import image_attention
+    from demo.session import image_attention, strategies
 
     facts, runs, notes, loaded, image = yield from prepare(request, image_payload, uploads, Loading)
     yield Ready(facts, tuple(notes))
@@ -409,9 +416,10 @@ def gpu_race(
         points.append(point)
         yield Sweeping(point.gamma)  # between draft lengths the caller may stop (and close) the call
     rows = tuple(gamma_sweep.rows(points, spd, ar))
+    table = yield from strategies.compare(request, loaded, image, spd, ar, lambda d: Sweeping(request.gamma, d))
     done = {lane: trace for lane, trace in traces.items() if trace.done}  # off every clock: the race is over
     image_attention.attach(loaded, request.question, image, done)
-    yield Swept(rows, why_not, tuple((lane, trace.image_attention) for lane, trace in done.items()))
+    yield Swept(rows, why_not, tuple((lane, trace.image_attention) for lane, trace in done.items()), tuple(table))
 
 
 def until_ready(stream: Iterator, show) -> Iterator:

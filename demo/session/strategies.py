@@ -1,0 +1,101 @@
+"""Every drafting strategy the preset offers, on this prompt: the table after a greedy race
+(session layer, no Gradio; torch is imported on first use).
+
+    compare(request, loaded, image, spd, ar, show) -> Iterator[show(name)], returning list[dict]
+
+`demo.session.gpu_race` calls it after the γ sweep, in the race's own accelerator call, with the
+models and image the race used. It replays the race's greedy answer at the race's gamma with each
+drafter of `Preset.drafter_names()` (`demo.engine.sweep.replay`: drafter forwards only, the
+target's verdicts read off its own answer), yields show(name) after each replay (so that a caller
+can stop between strategies), and returns one record per strategy, in the preset's order:
+
+    strategy, raced     the drafter's name; whether a lane of this race drafted with it
+    gamma, tau, alpha, mbsu, predicted_speedup
+                        `demo.engine.metrics.sweep_rows` of the replay: tau and alpha exact (the
+                        race's own drafter's equal the race's), MBSU from the drafts made, and the
+                        cost model fed with this race's measured target step and verify and the
+                        replay's own measured drafter step
+    c                   drafter parameters / target parameters (prompt lookup 0, layer-skip the
+                        share of the target's parameters it runs), as `metrics.param_ratio` reads
+    draft_ms            one drafter step's wall time in this replay, in ms (`SweepPoint.step_seconds`;
+                        None where it drafted nothing)
+    left_out            None, or why the strategy has no replay (its numbers are then None):
+                        refused at these settings, its model's files not here, or its replay failed
+
+A sampling race has none (`gamma_sweep.unsweepable` says why).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from demo.engine import metrics
+from demo.models import presets
+from demo.session import failures, gamma_sweep
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from demo.engine.events import Trace
+
+log = logging.getLogger(__name__)
+
+NUMBERS = ("tau", "alpha", "mbsu", "predicted_speedup", "c", "draft_ms")  # None where left out
+
+
+def compare(request, loaded, image: Image.Image, spd: Trace, ar: Trace, show: Callable[[str], object]) -> Iterator:
+    """Replay the finished greedy race (spd, ar) of `request` with every strategy of the preset,
+    yielding show(name) after each; returns the records (none for a sampling race)."""
+    if gamma_sweep.unsweepable(request) or not (spd.done and ar.done):
+        return []
+    answer = list(spd.summary.token_ids)
+    step_costs = metrics.costs(spd, ar)
+    rows = []
+    for name in loaded.preset.drafter_names():
+        rows.append(_row(request, loaded, image, answer, name, step_costs))
+        yield show(name)
+    return rows
+
+
+def _row(request, loaded, image: Image.Image, answer: list[int], name: str, step_costs) -> dict:
+    """The record of strategy `name`: its replay's numbers, or why it has none."""
+    from demo.engine import sweep  # torch: imported on first use
+
+    record = {"strategy": name, "raced": name in request.drafters, "gamma": request.gamma}
+    why = loaded.preset.refusal(name, request.gamma, request.min_confidence) or _not_here(loaded, name)
+    if why:
+        return record | dict.fromkeys(NUMBERS) | {"left_out": why}
+    try:
+        drafter = loaded.drafter(name)
+        point = sweep.replay(
+            drafter,
+            loaded.prompt(image, request.question, name).drafter_inputs,
+            answer,
+            gamma=request.gamma,
+            max_new_tokens=request.max_new_tokens,
+            min_confidence=request.min_confidence,
+        )
+    except Exception as error:  # one strategy's failure leaves the others' rows
+        log.warning("the strategy table could not replay %r", name, exc_info=error)
+        return record | dict.fromkeys(NUMBERS) | {"left_out": f"its replay failed ({failures.first_line(error)})"}
+    c = drafter.n_params / loaded.target.n_params
+    step = point.step_seconds  # nan where it drafted nothing: then its drafting costs nothing
+    measured = replace(step_costs, t_draft=0.0 if math.isnan(step) else step) if step_costs else None
+    [row] = metrics.sweep_rows([point], c, measured)
+    draft_ms = None if math.isnan(step) else step * 1e3
+    return record | row | {"c": c, "draft_ms": draft_ms, "left_out": None}
+
+
+def _not_here(loaded, name: str) -> str | None:
+    """Why the model of strategy `name` cannot be loaded for the table (None: it is loaded, has
+    no model, or its files are here): the table never downloads."""
+    from demo.models import hub
+
+    spec = next((s for s in loaded.preset.drafters if s.name == presets.base_name(name)), None)
+    if spec is None or spec.name in loaded.drafters or hub.local(spec.path) is not None:
+        return None
+    return "its model's files are not on this machine (race it once to fetch them)"

@@ -1,0 +1,114 @@
+"""The table of drafting strategies (demo.session.strategies): a greedy race's answer replayed at its
+gamma with every drafter the preset offers, the race's own row exactly the race's numbers."""
+
+import pytest
+from races import CASES
+
+from demo import session
+from demo.engine import metrics, sweep
+from demo.engine.sampling import Sampling
+from demo.models.loader import Loaded
+from demo.models.presets import LAYER_SKIP, PROMPT_LOOKUP, DrafterSpec, Preset
+from demo.session import strategies
+
+GREEDY = Sampling()
+
+
+@pytest.fixture(scope="module")
+def offering(world):
+    """The tiny world's target and two of its drafters, in a preset offering them, their trees, prompt
+    lookup and layer-skip (of its layer 1): every kind of strategy."""
+    preset = Preset(
+        "tiny-strategies",
+        "",
+        (DrafterSpec("text-partly", "text-only", "unused"), DrafterSpec("image-partly", "image-aware", "unused")),
+        skip_layers=(1,),
+    )
+    return Loaded(
+        preset,
+        world.target,
+        world.processor,
+        world.device,
+        drafters=dict(world.drafters),
+        drafter_processors=dict(world.drafter_processors),
+    )
+
+
+def request_for(drafter, gamma=3, sampling=GREEDY, min_confidence=0.0, question=CASES[0][1]):
+    return session.Request(question, "tiny-strategies", drafter, gamma, sampling, 24, min_confidence)
+
+
+def table(loaded, request, image=CASES[0][0]):
+    """The race of `request`, then its table: (the race's traces, the names shown, the records)."""
+    traces = session.run_lanes(loaded, request, image)
+    spd, ar = traces["speculative"], traces["autoregressive"]
+    shown, stream = [], strategies.compare(request, loaded, image, spd, ar, lambda name: name)
+    while True:
+        try:
+            shown.append(next(stream))
+        except StopIteration as done:
+            return spd, shown, done.value
+
+
+@pytest.mark.parametrize("drafter", ["text-partly", "image-partly+tree", PROMPT_LOOKUP, LAYER_SKIP])
+def test_the_races_own_strategy_row_is_the_races_own_tau_and_alpha_exactly(offering, drafter):
+    image, question = CASES[1]
+    spd, _, rows = table(offering, request_for(drafter, question=question), image)
+    [own] = [r for r in rows if r["raced"]]
+    assert own["strategy"] == drafter and own["gamma"] == 3
+    assert own["tau"] == metrics.tau(spd)  # the replay at the race's gamma makes the race's rounds
+    assert own["alpha"] == pytest.approx(metrics.alpha(spd), abs=0, nan_ok=True)
+    assert own["mbsu"] == pytest.approx(metrics.mbsu_made(spd), nan_ok=True)
+    assert own["c"] == metrics.param_ratio(spd)
+
+
+def test_every_offered_strategy_has_a_row_in_the_presets_order_each_shown_as_it_is_replayed(offering):
+    _, shown, rows = table(offering, request_for("text-partly"))
+    offered = list(offering.preset.drafter_names())
+    assert offered == [
+        "text-partly",
+        "text-partly+tree",
+        "image-partly",
+        "image-partly+tree",
+        PROMPT_LOOKUP,
+        LAYER_SKIP,
+    ]
+    assert shown == offered and [r["strategy"] for r in rows] == offered
+    assert all(r["left_out"] is None and r["tau"] >= 1 and r["predicted_speedup"] > 0 for r in rows)
+    c = {r["strategy"]: r["c"] for r in rows}
+    assert c[PROMPT_LOOKUP] == 0 and c["text-partly"] == c["text-partly+tree"] > 0
+    assert c[LAYER_SKIP] == offering.drafter(LAYER_SKIP).n_params / offering.target.n_params  # the layers it runs
+    assert all(r["draft_ms"] > 0 for r in rows if r["alpha"] == r["alpha"])  # each that drafted was timed
+
+
+def test_a_strategy_that_cannot_be_replayed_is_left_out_with_the_reason_and_the_others_stay(offering, monkeypatch):
+    # adaptive drafting: the trees are refused, as a race of them would be
+    _, shown, rows = table(offering, request_for("text-partly", min_confidence=0.3))
+    left_out = {r["strategy"]: r["left_out"] for r in rows if r["left_out"]}
+    assert set(left_out) == {"text-partly+tree", "image-partly+tree"} and shown == list(offering.preset.drafter_names())
+    assert all("chains only" in why for why in left_out.values())
+    assert all(r[key] is None for r in rows if r["left_out"] for key in strategies.NUMBERS)
+    # a replay that fails, and a model whose files are not here (the table never downloads)
+    replay = sweep.replay
+
+    def failing(drafter, *args, **kwargs):
+        if drafter.name == PROMPT_LOOKUP:
+            raise RuntimeError("no lookup today\nsecond line")
+        return replay(drafter, *args, **kwargs)
+
+    monkeypatch.setattr(sweep, "replay", failing)
+    missing = DrafterSpec("missing", "text-only", "/nowhere/drafter")
+    monkeypatch.setattr(offering, "preset", Preset("p", "", (*offering.preset.drafters, missing), skip_layers=(1,)))
+    _, _, rows = table(offering, request_for("text-partly"))
+    left_out = {r["strategy"]: r["left_out"] for r in rows if r["left_out"]}
+    assert left_out == {
+        PROMPT_LOOKUP: "its replay failed (no lookup today)",
+        "missing": "its model's files are not on this machine (race it once to fetch them)",
+        "missing+tree": "its model's files are not on this machine (race it once to fetch them)",
+    }
+    assert "missing" not in offering.drafters  # nothing was loaded for it
+
+
+def test_a_sampling_race_has_no_table(offering):
+    sampled = request_for("text-partly", sampling=Sampling(greedy=False, temperature=0.8, top_p=0.95, seed=1))
+    assert table(offering, sampled)[1:] == ([], [])
