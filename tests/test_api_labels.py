@@ -45,6 +45,7 @@ def test_every_endpoint_names_its_outputs(app):
         "second speculative panel",
         "second speculative stats",
         "second block view",
+        "table of drafting strategies",
     ]
     assert [r["label"] for r in endpoints["/trace"]["returns"]] == ["trace"]
     assert [r["label"] for r in endpoints["/analysis"]["returns"]][:4] == [

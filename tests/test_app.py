@@ -115,6 +115,18 @@ def test_trace_gives_the_gamma_sweep_exact_at_the_race_gamma_and_none_for_sampli
     assert all(row["predicted_speedup"] > 0 for row in sweep)
     sampled = client.predict(*trace_args(tiny_world, greedy=False, seed=7), api_name="/trace")
     assert sampled["gamma_sweep"] == []
+    assert sampled["strategies"] == []  # as the sweep: verdicts drawn at random are not read off one answer
+
+
+def test_trace_gives_every_strategy_of_the_preset_at_the_race_gamma_its_own_exactly(client, tiny_world):
+    result = client.predict(*trace_args(tiny_world, gamma=3, max_new=40), api_name="/trace")
+    table = result["strategies"]
+    assert [row["strategy"] for row in table] == list(loader.PRESETS[TINY].drafter_names())
+    assert all(row["gamma"] == 3 and row["left_out"] is None for row in table)
+    [own] = [row for row in table if row["raced"]]
+    spd = result["runs"]["speculative"]["metrics"]
+    assert own["strategy"] == result["settings"]["drafter"]
+    assert own["tau"] == spd["tau"] and own["alpha"] == spd["alpha"] and own["c"] == spd["c"]
 
 
 def test_sampled_races_repeat_exactly_for_a_seed(client, tiny_world):
@@ -236,10 +248,17 @@ def test_race_endpoint_streams_the_panels_then_offers_the_downloads(client, tiny
     for chart in ("race_chart", "tau_chart", "hist_chart", "pos_chart", "time_chart", "sweep_chart"):
         assert json.loads(page[chart]["plot"])["data"], chart
     assert "Rule of thumb for this prompt" in page["sweep_note"]
+    offered = loader.PRESETS[TINY].drafter_names()
+    assert all(f'<th scope="row">{name}' in page["strategies"] for name in offered)
+    assert (
+        page["strategies"].count("(this race)") == 1
+        and '<tr class="raced"><th scope="row">image-aware' in page["strategies"]
+    )
     json_button, csv_button = page["json_file"], page["csv_file"]  # updates: the file and interactive=True
     assert json_button["interactive"] and csv_button["interactive"]
     record = json.loads(Path(json_button["value"]).read_text())
     rows = list(csv.DictReader(io.StringIO(Path(csv_button["value"]).read_text())))
+    assert [row["strategy"] for row in record["strategies"]] == list(offered)  # the table, in the download too
     assert record["comparison"]["identical"] is True
     for run in ("speculative", "autoregressive"):
         tokens = record["runs"][run]["trace"]["tokens"]

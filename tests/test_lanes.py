@@ -1,12 +1,16 @@
 """The Race tab's lanes as component updates (demo.page.lanes), on hand-built traces: every lane's
 panel, stats and block view keyed by component name, and what the page says of a preset's drafters."""
 
+import math
+
 import pytest
 from test_render import ar_trace, spd_trace
 
+from demo import session
 from demo.engine.events import Trace
+from demo.engine.sampling import Sampling
 from demo.models import presets
-from demo.page import lanes, layout
+from demo.page import lanes, layout, strategy_table
 from demo.session import offers
 
 pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure functions and tiny models, milliseconds each
@@ -61,3 +65,51 @@ def test_the_preset_line_names_each_drafter_it_cannot_offer_with_the_reason(monk
     )
     assert layout.drafter_choices("p") == ["d", "d+tree", "prompt-lookup"]
     assert layout.second_choices("p") == ["none", "d", "d+tree", "prompt-lookup"]
+
+
+def test_the_table_lists_each_row_by_predicted_speedup_marks_the_race_and_footnotes_what_was_left_out():
+    def row(name, predicted, raced=False, left_out=None):
+        numbers = dict(tau=2.5, alpha=0.5, mbsu=2.0, predicted_speedup=predicted, c=0.1, draft_ms=1.25)
+        if left_out:
+            numbers = dict.fromkeys(numbers)
+        return dict(strategy=name, raced=raced, gamma=4, **numbers, left_out=left_out)
+
+    rows = [
+        row("text-only", 1.4, raced=True),
+        row("text-only+tree", None, left_out="a tree <too> large"),
+        row("prompt-lookup", 1.9),
+        row("layer-skip", math.nan),
+        row("image-aware", 1.6),
+    ]
+    html = strategy_table.table_html(rows, 4)
+    assert "<caption>Every drafting strategy on this prompt at γ = 4" in html
+    assert html.count('<th scope="col">') == len(strategy_table.COLUMNS)
+    order = [
+        html.index(f'<th scope="row">{name}') for name in ("prompt-lookup", "image-aware", "text-only", "layer-skip")
+    ]
+    assert order == sorted(order)  # by predicted speedup, the one without a prediction last
+    assert html.count('<tr class="raced"><th scope="row">text-only <span class="raced-mark">(this race)</span>') == 1
+    assert html.count("(this race)") == 1 and "×1.90" in html and "1.25" in html and '<td class="num">–</td>' in html
+    assert '<th scope="row">text-only+tree' not in html and "<li>text-only+tree: a tree &lt;too&gt; large</li>" in html
+    assert "τ and α are exact" in html and "this machine's measurement" in html
+
+
+def test_the_sweep_view_puts_the_table_under_the_sweep_and_says_why_a_sampling_race_has_none():
+    request = session.Request("q", "embedded", "text-only", 4, Sampling(), 24)
+    rows = [
+        dict(
+            strategy="text-only",
+            raced=True,
+            gamma=4,
+            tau=2.0,
+            alpha=0.5,
+            mbsu=1.9,
+            predicted_speedup=1.3,
+            c=0.04,
+            draft_ms=0.9,
+            left_out=None,
+        )
+    ]
+    assert '<th scope="row">text-only' in lanes.sweep_view([], request, None, tuple(rows))["strategies"]
+    assert lanes.sweep_view([], request, "sampling")["strategies"] == strategy_table.NONE
+    assert lanes.cleared()["strategies"] == strategy_table.NOTE

@@ -37,7 +37,7 @@ from demo import session
 from demo.engine import drafters, speculative, sweep
 from demo.engine.events import RoundEvent
 from demo.models import loader, presets
-from demo.page import handlers, server
+from demo.page import handlers, server, strategy_table
 from demo.session import offers, validate
 
 PRESET = "tiny-reliability"
@@ -560,6 +560,34 @@ def test_the_stop_button_ends_the_gamma_sweep_between_its_draft_lengths(app, wor
     last = updates[-1]
     assert "Stopped." in last["outcome"] and last["run"].interactive and not last["stop"].interactive
     assert "· done" in last["spd_panel"] and "· done" in last["ar_panel"]  # the race itself had ended
+
+
+def test_the_stop_button_ends_the_table_of_strategies_between_its_strategies(app, world, monkeypatch):
+    """After the γ sweep the race's call replays the answer with every strategy of the preset; Stop is
+    answered between two strategies, not after all of them, and the table says it was not made."""
+    uploads = Path(gradio.utils.get_upload_folder()) / f"table-stop-{uuid.uuid4().hex}"
+    uploads.mkdir(parents=True)
+    shutil.copy(world / "images" / "0.png", uploads / "0.png")
+    page = SimpleNamespace(session_hash="comparing page")
+    replayed, replay = [], sweep.replay
+    offered = presets.PRESETS[PRESET].drafter_names()
+
+    def replay_then_press_stop_at_the_second_strategy(drafter, *args, **kwargs):
+        replayed.append(drafter.name)
+        if len(replayed) == len(sweep.GAMMAS) + 2:  # the γ sweep's ten, then the table's second
+            handlers.stop_race(page)
+        return replay(drafter, *args, **kwargs)
+
+    monkeypatch.setattr(sweep, "replay", replay_then_press_stop_at_the_second_strategy)
+    race = handlers.run_race(
+        str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", 4, "greedy", 0.8, 0.95, 0, 24, False, 0.5, page=page
+    )
+    updates = list(race)
+    shutil.rmtree(uploads)
+    assert replayed[len(sweep.GAMMAS) :] == list(offered[:2])  # no strategy past the one at hand
+    last = updates[-1]
+    assert "Stopped." in last["outcome"] and last["run"].interactive and not last["stop"].interactive
+    assert last["strategies"] == strategy_table.STOPPED and "· done" in last["spd_panel"]
 
 
 def test_a_client_disconnecting_stops_decoding(app, world, probe):

@@ -71,11 +71,16 @@ def comparison(spd: Trace, ar: Trace) -> dict:
     }
 
 
-def payload(settings: dict, traces: dict[str, Trace], gamma_sweep: list[dict] | None = None) -> dict:
+def payload(
+    settings: dict,
+    traces: dict[str, Trace],
+    gamma_sweep: list[dict] | None = None,
+    strategies: list[dict] | None = None,
+) -> dict:
     """The whole race: settings, and for each run its full event trace and its metrics; once every
     run is done, "comparisons": each speculative lane against "autoregressive", by lane, and
     "comparison": the first lane's (as before there were two); with `gamma_sweep`
-    (`demo.session.gamma_sweep.rows`' records), that too."""
+    (`demo.session.gamma_sweep.rows`' records) and `strategies` (`demo.session.strategies`'), those too."""
     runs = {name: {"metrics": metrics.summary(trace), "trace": trace.to_dict()} for name, trace in traces.items()}
     out = {"settings": settings, "runs": runs}
     if all(t.done for t in traces.values()) and {"speculative", "autoregressive"} <= traces.keys():
@@ -86,6 +91,8 @@ def payload(settings: dict, traces: dict[str, Trace], gamma_sweep: list[dict] | 
         }
     if gamma_sweep is not None:
         out["gamma_sweep"] = gamma_sweep
+    if strategies is not None:
+        out["strategies"] = strategies
     return _strict(out)
 
 

@@ -42,7 +42,7 @@ import gradio.utils
 from demo import session
 from demo.engine import export
 from demo.engine.events import RoundEvent, TokenEvent, Trace
-from demo.page import classroom, lanes, render, runs
+from demo.page import classroom, lanes, render, runs, strategy_table
 from demo.page.examples import reference_for
 from demo.page.runs import page_error
 from demo.session import budget, failures, validate
@@ -52,12 +52,13 @@ CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
 HEARTBEAT_EVERY = 0.02  # seconds: a handler yields after a round once this much time has passed since its last yield
 THRESHOLD_DEFAULT = 0.5  # the page's adaptive-drafting threshold slider starts here
 
-# The API's outputs keep their places: what issue 26 added comes after the downloads, and the
-# second speculative lane's (issue 27) after those.
+# The API's outputs keep their places: what issue 26 added comes after the downloads, the second
+# speculative lane's (issue 27) after those, and the table of strategies (issue 44) last.
 OUTPUTS = (
     *("spd_panel", "spd_stats", "ar_panel", "ar_stats", "outcome", "blocks"),
     *("race_chart", "tau_chart", "hist_chart", "pos_chart", "json_file", "csv_file"),
     *("how_round", "time_chart", "sweep_chart", "sweep_note", "spd2_panel", "spd2_stats", "blocks2"),
+    "strategies",
     *("run", "replay", "stop", "last"),
 )
 
@@ -93,10 +94,15 @@ def failed(message: str) -> dict:
     return status(render.error_html(message), busy=False)
 
 
-def downloads(traces: dict[str, Trace], request: session.Request, gamma_sweep: list[dict] | None = None) -> dict:
+def downloads(
+    traces: dict[str, Trace],
+    request: session.Request,
+    gamma_sweep: list[dict] | None = None,
+    strategies: list[dict] | None = None,
+) -> dict:
     folder = Path(runs.export_dir().name)
     json_path, csv_path = folder / "trace.json", folder / "tokens.csv"
-    json_path.write_text(export.to_json(export.payload(request.settings(), traces, gamma_sweep)))
+    json_path.write_text(export.to_json(export.payload(request.settings(), traces, gamma_sweep, strategies)))
     csv_path.write_text(export.tokens_csv(traces))
     return {
         "json_file": gr.DownloadButton(value=str(json_path), interactive=True),
@@ -137,7 +143,10 @@ def _stopped(run: runs.PageRun) -> Iterator[dict]:
 # --- streaming ------------------------------------------------------------------------------------
 
 
-SWEEPING = '<div class="sweep-note">Replaying the answer at γ = 1 … 10 with the drafter…</div>'
+SWEEPING = (
+    '<div class="sweep-note">Replaying the answer at γ = 1 … 10 with the drafter, then with every drafting '
+    "strategy of the preset…</div>"
+)
 SWEEP_WAIT = '<div class="sweep-note">The γ sweep follows once the race is over (greedy races).</div>'
 
 
@@ -190,7 +199,7 @@ def _lanes(stream, run: runs.PageRun, timeline: list, swept: list) -> Iterator:
         if isinstance(item, session.Swept):
             swept.append(item)
             continue
-        if isinstance(item, session.Sweeping):  # the γ sweep goes on: a Stop is answered between its draft lengths
+        if isinstance(item, session.Sweeping):  # the γ sweep or table goes on: a Stop is answered between replays
             continue
         timeline.append((item.name, item.event))
         yield item.name, item.event
@@ -301,7 +310,8 @@ def _race_to_page(
     # The charts wait for the first redraw after the first token: drawing four plots costs the
     # browser more than the first tokens do.
     last_view = lanes.view(traces, facts, charts_too=False, reference=reference)
-    yield last_view | NO_DOWNLOADS | buttons(busy=True) | lanes.sweep_view([], request) | {"sweep_note": SWEEP_WAIT}
+    waiting = {"sweep_note": SWEEP_WAIT, "strategies": strategy_table.NOTE}
+    yield last_view | NO_DOWNLOADS | buttons(busy=True) | lanes.sweep_view([], request) | waiting
     raced = False  # every lane done: the sweep replays the answer (Stop stays on: it ends the sweep too)
     for frame in _frames(_lanes(stream, run, timeline, swept), traces, facts, reference):
         last_view = frame or last_view
@@ -310,17 +320,18 @@ def _race_to_page(
         yield frame or {}
     if run.stop.is_set() or not swept:
         stream.close()  # the runs closed (their caches freed) before the stopped page is drawn
-        yield from _stopped(run)
+        for update in _stopped(run):  # the race's own table was not made
+            yield update | {"strategies": strategy_table.STOPPED}
         return
-    rows, why_not = list(swept[0].rows), swept[0].why_not
+    rows, why_not, table = list(swept[0].rows), swept[0].why_not, swept[0].strategies
     for lane, attention in swept[0].attention:  # read after the sweep, in the race's own call
         traces[lane].image_attention = attention
     last_view |= lanes.view(traces, facts, True, reference)
     # The last update repeats the final view, so that an API client's result is the whole page.
     yield (
         last_view
-        | lanes.sweep_view(rows, request, why_not)
-        | downloads(traces, request, rows)
+        | lanes.sweep_view(rows, request, why_not, table)
+        | downloads(traces, request, rows, list(table))
         | buttons(busy=False)
         | {"last": (facts, timeline)}
     )
@@ -385,7 +396,7 @@ def trace_api(
             second_drafter=second_drafter,
         )
         traces = {lane: Trace() for lane in lanes.ordered(session.lane_names(request))}
-        rows = []
+        rows, table = [], []
         with closing(session.gpu_race(request, image, uploads())) as events:
             yield from session.until_ready(events, lambda fraction, message: gr.skip())
             deadline = budget.Deadline(budget.limit(budget.race(request)))  # from the race's start (models loaded)
@@ -398,7 +409,7 @@ def trace_api(
                 if isinstance(item, session.Sweeping):
                     continue
                 if isinstance(item, session.Swept):
-                    rows = list(item.rows)
+                    rows, table = list(item.rows), list(item.strategies)
                     for lane, attention in item.attention:
                         traces[lane].image_attention = attention
                     continue
@@ -406,6 +417,7 @@ def trace_api(
                 if isinstance(item.event, RoundEvent) and time.perf_counter() - last_yield >= HEARTBEAT_EVERY:
                     yield gr.skip()  # a chance for Gradio to close this handler (see `_frames`)
                     last_yield = time.perf_counter()
-        yield export.payload(request.settings(), traces, rows) | ({"stopped": budget.OVER_BUDGET} if over else {})
+        stopped = {"stopped": budget.OVER_BUDGET} if over else {}
+        yield export.payload(request.settings(), traces, rows, table) | stopped
     except Exception as error:
         raise gr.Error(failures.message(error), print_exception=False) from None

@@ -9,7 +9,8 @@ A race has the autoregressive lane and one or two speculative lanes (`demo.sessi
     autoregressive  ar_panel, ar_stats                  dotted grey
 
 The teaching views (the annotated round, the γ sweep) follow the first speculative lane, and say
-so when there is a second; each speculative lane's block view opens its rounds' inspectors.
+so when there is a second; each speculative lane's block view opens its rounds' inspectors. The
+table of drafting strategies under the sweep marks every lane's drafter.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from demo import session
 from demo.engine import export
 from demo.engine.events import Trace
-from demo.page import blocks, charts, render, teach
+from demo.page import blocks, charts, render, strategy_table, teach
 
 SPECULATIVE = ("speculative", session.SECOND)  # the speculative lanes, in lane order
 # lane -> (panel, stats, block view) component names; the block view's name is also its element id
@@ -120,18 +121,22 @@ def cleared() -> dict:
             "time_chart": charts.round_times([empty], empty),
             "sweep_chart": charts.gamma_sweep([], 0),
             "sweep_note": SWEEP_NOTE,
+            "strategies": strategy_table.NOTE,
         }
     )
 
 
-def sweep_view(rows: list[dict], request: session.Request, note: str | None = None) -> dict:
+def sweep_view(
+    rows: list[dict], request: session.Request, note: str | None = None, strategies: tuple[dict, ...] = ()
+) -> dict:
     """The γ sweep's chart and its rule of thumb (`note`, when there is none: why), for the first
-    speculative lane."""
+    speculative lane; and the table of drafting strategies (`demo.session.strategies` records)."""
+    table = {"strategies": strategy_table.table_html(list(strategies), request.gamma)}
     if not rows:
         note = note or "The γ sweep is computed after greedy races only (a sampling race's verdicts are random draws)."
-        return {"sweep_chart": charts.gamma_sweep([], 0), "sweep_note": f'<div class="sweep-note">{note}</div>'}
+        return {"sweep_chart": charts.gamma_sweep([], 0), "sweep_note": f'<div class="sweep-note">{note}</div>'} | table
     whose = f" (the first speculative lane: {request.drafter})" if request.second_drafter else ""
     return {
         "sweep_chart": charts.gamma_sweep(rows, request.gamma),
         "sweep_note": teach.rule_of_thumb(rows, request.gamma, whose),
-    }
+    } | table

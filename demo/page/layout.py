@@ -14,7 +14,7 @@ import gradio as gr
 from demo import session
 from demo.engine.events import Trace
 from demo.models import presets
-from demo.page import blocks, charts, classroom, drafter_notes, lanes, render
+from demo.page import blocks, charts, classroom, drafter_notes, lanes, render, strategy_table
 from demo.page.examples import EXAMPLES_DIR, Example, load_examples  # noqa: F401 (the page's names)
 from demo.page.handlers import THRESHOLD_DEFAULT
 from demo.page.text import TIMING
@@ -347,6 +347,12 @@ def race_view() -> SimpleNamespace:
         js_on_load=None,
         label="gamma sweep note",
         elem_id="sweep-note",
+    )
+    v.strategies = gr.HTML(
+        strategy_table.NOTE,
+        js_on_load=None,
+        label="table of drafting strategies",
+        elem_id="strategies",
     )
     with gr.Accordion(
         "Block by block: every verification round of the speculative run (open one, or click one of its tokens, "

@@ -124,6 +124,9 @@ probabilities. Open a round in the block view to see p, q, min(1, p/q), the draw
 **The γ sweep.** After a greedy race the drafter replays the target's answer at γ = 1 … 10 (no target
 forward: in greedy mode the target's verdicts are read off its own answer), giving τ, α and MBSU for each
 γ, exact at the race's own γ, and the cost model's predicted speedup from this race's measured costs.
+Under it, a table replays the same answer at the race's γ with every drafting strategy the preset offers
+(each model drafter, its token tree, prompt lookup, layer-skip): τ and α exact, each drafter step timed in
+its replay, c, MBSU and the predicted speedup, sorted by the last; the race's own row is marked.
 
 **Inputs.** An image is required (PNG, JPEG, GIF, WebP, BMP or TIFF, at most 10 MiB and 4096 × 4096
 pixels; animated GIFs use their first frame, transparency is shown on white). Questions may be up
