@@ -6,7 +6,7 @@ import time
 import pytest
 
 from demo import session
-from demo.models import zerogpu
+from demo.models import presets, zerogpu
 from demo.page.analysis_view import examples_for
 from demo.session import budget
 from demo.session.validate import InvalidInput
@@ -54,8 +54,10 @@ def test_the_issues_three_lane_sampled_race_is_refused_with_what_was_asked_and_w
 
 def test_the_pages_default_race_and_the_longest_single_drafter_race_fit(monkeypatch):
     monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
-    default = budget.race(race())  # γ 4, 128 new tokens, greedy: its γ sweep counted
-    assert default.seconds == pytest.approx((128 * (1.82 + 1 + 1.5) + 40) * 0.02)
+    default = budget.race(race())  # γ 4, 128 new tokens, greedy: its γ sweep and table counted
+    # per token: the chain lane 1.1 + 4 x 0.18, the autoregressive lane 1, the sweep 10 x 0.15, the
+    # table's 12 strategies 5 x 0.15 (model drafters) + 5 x 0.3 (their trees) + 0.02 (lookup) + 0.7 (layer-skip)
+    assert default.seconds == pytest.approx((128 * (1.82 + 1 + 1.5 + 2.97) + 40) * 0.02)
     budget.check(default)
     assert budget.limit(default) == pytest.approx(2 * default.seconds)
     budget.check(budget.race(race(gamma=10, max_new_tokens=512)))
@@ -107,3 +109,20 @@ def test_a_deadline_ends_a_run_when_its_time_is_up_and_says_it_was_the_budget():
     unlimited = budget.Deadline(None)
     started = time.monotonic()
     assert not unlimited.wait(0.05) and time.monotonic() - started >= 0.05
+
+
+def test_the_table_of_strategies_replays_what_fits_beside_the_race_its_own_drafter_first(monkeypatch):
+    monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
+    names = presets.PRESETS["embedded"].drafter_names()
+    short = race(max_new_tokens=128)
+    assert budget.table_strategies(short) == names  # a default race has room for every strategy
+    fixed, per_token = budget._race_alone(short)
+    table = sum(budget.replay_step(name) for name in names)  # each strategy: its drafter steps, a token
+    assert budget.race(short).steps == pytest.approx(fixed + (per_token + table) * 128)
+    long = race(drafter="image-aware", gamma=10, max_new_tokens=512)
+    fits = budget.table_strategies(long)
+    assert "image-aware" in fits and 0 < len(fits) < len(names)  # the race's own counted first; not all fit
+    assert budget.race(long).seconds <= budget.budget_seconds()  # the race with its table is admitted
+    assert budget.table_strategies(race(greedy=False, temperature=1.0)) == ()  # no table after sampling
+    monkeypatch.setenv(budget.BUDGET_ENV, "0")  # no budget (a local copy): every strategy, however long
+    assert budget.table_strategies(long) == names

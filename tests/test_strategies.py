@@ -9,9 +9,16 @@ from demo.engine import metrics, sweep
 from demo.engine.sampling import Sampling
 from demo.models.loader import Loaded
 from demo.models.presets import LAYER_SKIP, PROMPT_LOOKUP, DrafterSpec, Preset
-from demo.session import strategies
+from demo.session import budget, strategies
 
 GREEDY = Sampling()
+
+
+@pytest.fixture(autouse=True)
+def no_budget(monkeypatch):
+    """The table's exactness does not depend on the budget (off, as on a local copy); the one test
+    of the budget's cut sets its own."""
+    monkeypatch.setenv(budget.BUDGET_ENV, "0")
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +119,18 @@ def test_a_strategy_that_cannot_be_replayed_is_left_out_with_the_reason_and_the_
 def test_a_sampling_race_has_no_table(offering):
     sampled = request_for("text-partly", sampling=Sampling(greedy=False, temperature=0.8, top_p=0.95, seed=1))
     assert table(offering, sampled)[1:] == ([], [])
+
+
+def test_strategies_past_the_budget_beside_the_race_are_left_out_and_the_races_own_is_replayed(offering, monkeypatch):
+    request = request_for("text-partly")
+    fixed, per_token = budget._race_alone(request)
+    own = budget.replay_step("text-partly") * request.max_new_tokens
+    # a budget with room for the race and its own strategy's replay, and not one more
+    steps = fixed + per_token * request.max_new_tokens + own + 0.5 * budget.replay_step(PROMPT_LOOKUP)
+    monkeypatch.setenv(budget.BUDGET_ENV, str(steps * budget.step_seconds(request.preset)))
+    assert budget.table_strategies(request, offering.preset.drafter_names()) == ("text-partly",)
+    spd, shown, rows = table(offering, request)
+    assert shown == ["text-partly"]
+    assert [r["strategy"] for r in rows] == list(offering.preset.drafter_names())
+    assert {r["left_out"] for r in rows if not r["raced"]} == {strategies.OVER_BUDGET}
+    assert [r["tau"] for r in rows if r["raced"]] == [metrics.tau(spd)]

@@ -20,6 +20,8 @@ every draft rejected, so each round yields one token, and every lane runs to max
     sampling                   x SAMPLING_FACTOR (p and q warped, residual draws)
     each lane                  + SETUP_STEPS (image, prompt, prefill)
     a greedy race's γ sweep    + SWEEP_GAMMAS x max new tokens x a drafter step (drafter only)
+    its table of strategies    + max new tokens x each strategy's drafter step, for the strategies
+                               that fit the budget beside the race (`table_strategies`)
 
 Seconds are steps x the preset's seconds per step on the hardware: `Preset.cpu_seconds_per_token`,
 or on ZeroGPU `Preset.seconds_per_token`, the same figure the ZeroGPU duration is asked from
@@ -116,26 +118,54 @@ def token_steps(drafter: str | None, gamma: int, greedy: bool) -> float:
     return steps * (1.0 if greedy else SAMPLING_FACTOR)
 
 
-def race(request) -> Estimate:
-    """The worst case of a race (`demo.session.Request`): every lane, and the γ sweep of a greedy one."""
-    greedy = request.sampling.greedy
+def _race_alone(request) -> tuple[float, float]:
+    """(fixed, per new token) target steps of a race's lanes and, when greedy, its γ sweep."""
     lanes = (*request.drafters, None)
-    per_token = sum(token_steps(d, request.gamma, greedy) for d in lanes)
-    if greedy:
-        per_token += (
-            SWEEP_GAMMAS
-            * drafter_step(request.drafter)
-            * (TREE_FACTOR if request.drafter.endswith(presets.TREE) else 1)
-        )
-    mode = "greedy" if greedy else "sampling"
+    per_token = sum(token_steps(d, request.gamma, request.sampling.greedy) for d in lanes)
+    if request.sampling.greedy:
+        per_token += SWEEP_GAMMAS * replay_step(request.drafter)
+    return len(lanes) * SETUP_STEPS, per_token
+
+
+def race(request) -> Estimate:
+    """The worst case of a race (`demo.session.Request`): every lane, and the γ sweep and the table
+    of strategies of a greedy one."""
+    fixed, per_token = _race_alone(request)
+    per_token += sum(replay_step(name) for name in table_strategies(request))
+    mode = "greedy" if request.sampling.greedy else "sampling"
+    lanes = len(request.drafters) + 1
     asked = (
-        f"{len(lanes)} lanes x {request.max_new_tokens} new tokens ({', '.join(request.drafters)} "
+        f"{lanes} lanes x {request.max_new_tokens} new tokens ({', '.join(request.drafters)} "
         f"at γ {request.gamma}, {mode})"
     )
     advice = "race one drafter rather than two, lower γ, or pick a chain drafter rather than a tree"
-    return Estimate(
-        request.preset, len(lanes) * SETUP_STEPS, per_token, request.max_new_tokens, "max new tokens", asked, advice
-    )
+    return Estimate(request.preset, fixed, per_token, request.max_new_tokens, "max new tokens", asked, advice)
+
+
+def replay_step(drafter: str) -> float:
+    """Target steps per new token of one replay of a greedy answer with `drafter` (the γ sweep's
+    per draft length, the table of strategies' per strategy): its drafter steps only."""
+    return drafter_step(drafter) * (TREE_FACTOR if drafter.endswith(presets.TREE) else 1)
+
+
+def table_strategies(request, offered: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The strategies the table of a greedy race replays (`demo.session.strategies`): of those
+    `offered` (default: the preset's), the race's own first, while the race and the replays stay
+    within the budget; the others are left out of the table, not refused. A sampling race has none."""
+    known = presets.PRESETS.get(request.preset)
+    offered = offered if offered is not None else known.drafter_names() if known else ()
+    if not request.sampling.greedy:
+        return ()
+    allowed = budget_seconds() / step_seconds(request.preset) if budget_seconds() else float("inf")
+    fixed, per_token = _race_alone(request)
+    used = fixed + per_token * request.max_new_tokens
+    chosen = []
+    for name in sorted(offered, key=lambda name: name not in request.drafters):
+        cost = replay_step(name) * request.max_new_tokens
+        if used + cost <= allowed:
+            chosen.append(name)
+            used += cost
+    return tuple(name for name in offered if name in chosen)
 
 
 def analysis(preset: str, drafters: list[str], n: int, runs: int, gamma: int, max_new_tokens: int) -> Estimate:

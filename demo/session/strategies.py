@@ -20,7 +20,9 @@ can stop between strategies), and returns one record per strategy, in the preset
     draft_ms            one drafter step's wall time in this replay, in ms (`SweepPoint.step_seconds`;
                         None where it drafted nothing)
     left_out            None, or why the strategy has no replay (its numbers are then None):
-                        refused at these settings, its model's files not here, or its replay failed
+                        refused at these settings, its model's files not here, its replay over the
+                        deployment's budget beside the race (`budget.table_strategies`), or its
+                        replay failed
 
 A sampling race has none (`gamma_sweep.unsweepable` says why).
 """
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from demo.engine import metrics
 from demo.models import presets
-from demo.session import failures, gamma_sweep
+from demo.session import budget, failures, gamma_sweep
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+OVER_BUDGET = "its replay would take this race past the deployment's budget a request (fewer max new tokens leave room)"
 NUMBERS = ("tau", "alpha", "mbsu", "predicted_speedup", "c", "draft_ms")  # None where left out
 
 
@@ -54,11 +57,24 @@ def compare(request, loaded, image: Image.Image, spd: Trace, ar: Trace, show: Ca
         return []
     answer = list(spd.summary.token_ids)
     step_costs = metrics.costs(spd, ar)
+    offered = loaded.preset.drafter_names()
+    fits = budget.table_strategies(request, offered)  # the replays that fit the budget beside the race
     rows = []
-    for name in loaded.preset.drafter_names():
+    for name in offered:
+        if name not in fits:
+            rows.append(_left_out(request, name, OVER_BUDGET))
+            continue
         rows.append(_row(request, loaded, image, answer, name, step_costs))
         yield show(name)
     return rows
+
+
+def _left_out(request, name: str, why: str) -> dict:
+    return (
+        {"strategy": name, "raced": name in request.drafters, "gamma": request.gamma}
+        | dict.fromkeys(NUMBERS)
+        | {"left_out": why}
+    )
 
 
 def _row(request, loaded, image: Image.Image, answer: list[int], name: str, step_costs) -> dict:
@@ -68,7 +84,7 @@ def _row(request, loaded, image: Image.Image, answer: list[int], name: str, step
     record = {"strategy": name, "raced": name in request.drafters, "gamma": request.gamma}
     why = loaded.preset.refusal(name, request.gamma, request.min_confidence) or _not_here(loaded, name)
     if why:
-        return record | dict.fromkeys(NUMBERS) | {"left_out": why}
+        return _left_out(request, name, why)
     try:
         drafter = loaded.drafter(name)
         point = sweep.replay(
@@ -81,7 +97,7 @@ def _row(request, loaded, image: Image.Image, answer: list[int], name: str, step
         )
     except Exception as error:  # one strategy's failure leaves the others' rows
         log.warning("the strategy table could not replay %r", name, exc_info=error)
-        return record | dict.fromkeys(NUMBERS) | {"left_out": f"its replay failed ({failures.first_line(error)})"}
+        return _left_out(request, name, f"its replay failed ({failures.first_line(error)})")
     c = drafter.n_params / loaded.target.n_params
     step = point.step_seconds  # nan where it drafted nothing: then its drafting costs nothing
     measured = replace(step_costs, t_draft=0.0 if math.isnan(step) else step) if step_costs else None
