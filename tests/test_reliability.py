@@ -37,7 +37,7 @@ from demo import session
 from demo.engine import drafters, speculative, sweep
 from demo.engine.events import RoundEvent
 from demo.models import loader, presets
-from demo.page import handlers, server, strategy_table
+from demo.page import handlers, runs, server, strategy_table
 from demo.session import offers, validate
 
 PRESET = "tiny-reliability"
@@ -588,6 +588,32 @@ def test_the_stop_button_ends_the_table_of_strategies_between_its_strategies(app
     last = updates[-1]
     assert "Stopped." in last["outcome"] and last["run"].interactive and not last["stop"].interactive
     assert last["strategies"] == strategy_table.STOPPED and "· done" in last["spd_panel"]
+
+
+def test_a_budget_that_runs_out_in_the_sweep_keeps_the_finished_race_and_says_the_sweep_was_cut(
+    app, world, monkeypatch
+):
+    uploads = Path(gradio.utils.get_upload_folder()) / f"sweep-budget-{uuid.uuid4().hex}"
+    uploads.mkdir(parents=True)
+    shutil.copy(world / "images" / "0.png", uploads / "0.png")
+    page = SimpleNamespace(session_hash="page whose budget runs out in the sweep")
+    replay = sweep.replay
+
+    def replay_then_run_out_at_two(*args, **kwargs):
+        if kwargs["gamma"] == 2:  # the race's own limit runs out now, while the sweep replays γ 2
+            runs._PAGE_RUNS[(page.session_hash, "race")].stop.run_for(0.0)
+        return replay(*args, **kwargs)
+
+    monkeypatch.setattr(sweep, "replay", replay_then_run_out_at_two)
+    race = handlers.run_race(
+        str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", 4, "greedy", 0.8, 0.95, 0, 24, False, 0.5, page=page
+    )
+    last = list(race)[-1]
+    shutil.rmtree(uploads)
+    assert "lossless ✓" in last["outcome"] and "over budget" not in last["outcome"]  # the race stands, whole
+    assert "· done" in last["spd_panel"] and "· done" in last["ar_panel"]
+    assert "were cut" in last["sweep_note"] and "were cut" in last["strategies"]
+    assert last["run"].interactive and not last["stop"].interactive and last["json_file"].interactive
 
 
 def test_a_client_disconnecting_stops_decoding(app, world, probe):

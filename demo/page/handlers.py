@@ -318,7 +318,11 @@ def _race_to_page(
         if not raced and all(t.done for t in traces.values()):
             raced, frame = True, (frame or {}) | {"sweep_note": SWEEPING}
         yield frame or {}
-    if run.stop.is_set() or not swept:
+    cut = raced and not swept and run.stop.over  # the budget ran out in the sweep or the table: the race stands
+    if cut:
+        stream.close()
+        swept.append(session.Swept((), render.sweep_cut_note(run.stop.seconds)))
+    elif run.stop.is_set() or not swept:
         stream.close()  # the runs closed (their caches freed) before the stopped page is drawn
         for update in _stopped(run):  # the race's own table was not made
             yield update | {"strategies": strategy_table.STOPPED}
@@ -331,6 +335,7 @@ def _race_to_page(
     yield (
         last_view
         | lanes.sweep_view(rows, request, why_not, table)
+        | ({"strategies": f'<div class="sweep-note">{why_not}</div>'} if cut else {})
         | downloads(traces, request, rows, list(table))
         | buttons(busy=False)
         | {"last": (facts, timeline)}

@@ -303,6 +303,14 @@ def reference_html(task: str | None, answer: str | None) -> str:
     )
 
 
+def sweep_cut_note(seconds: float) -> str:
+    """Why a race that finished has no γ sweep or table of strategies: its budget ran out while they were made."""
+    return (
+        f"The γ sweep and the table of strategies were cut: this deployment gives this race {seconds:.0f} s, and "
+        "the race itself used most of them (its answer and numbers above are whole). Fewer tokens leave room."
+    )
+
+
 def over_budget_html(seconds: float) -> str:
     """What a race its budget ended says (`demo.session.budget`: a request may run for a limit of its own)."""
     return (
