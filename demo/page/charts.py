@@ -95,6 +95,7 @@ def _level(y: float, text: str, colour: str) -> tuple[dict, dict]:
         "xanchor": "right",
         "yanchor": "bottom",
         "font": {"size": 10, "color": colour},
+        "bgcolor": "rgba(255,255,255,0.85)",  # legible where it crosses bars (the time chart's were hidden)
     }
     return line, label
 

@@ -177,6 +177,7 @@ def inputs(default_preset: str, examples: list[Example], languages: tuple[str, .
                 step=1,
                 label="γ: drafts per round",
                 elem_id="gamma",
+                min_width=260,  # below two of these a row wraps: on a phone each slider has the width
             )
             c.max_new = gr.Slider(
                 validate.MAX_NEW_RANGE[0],
@@ -185,6 +186,7 @@ def inputs(default_preset: str, examples: list[Example], languages: tuple[str, .
                 step=1,
                 label="Max new tokens",
                 elem_id="max-new",
+                min_width=260,
             )
         with gr.Row():
             c.adaptive = gr.Checkbox(False, label="Adaptive draft length", elem_id="adaptive")
