@@ -307,7 +307,7 @@ def sweep_cut_note(seconds: float) -> str:
     """Why a race that finished has no γ sweep or table of strategies: its budget ran out while they were made."""
     return (
         f"The γ sweep and the table of strategies were cut: this deployment gives this race {seconds:.0f} s, and "
-        "the race itself used most of them (its answer and numbers above are whole). Fewer tokens leave room."
+        "they ran out of it after the race (its answer and numbers above are whole). Fewer tokens leave room."
     )
 
 
