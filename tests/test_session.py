@@ -167,10 +167,11 @@ def test_two_lanes_ask_zerogpu_for_three_runs_of_time_and_a_greedy_race_for_its_
     # 100 tokens x (1.82 + 1.82 + 1) steps x 1.25 (sampling) + 3 set-ups of 20, at 0.05 s a step
     assert budget.race(two).steps == pytest.approx(640)
     assert session._race_duration(two, None) == zerogpu.clamp(640 * presets.seconds_per_token("embedded")) == 32
-    # a greedy race's γ sweep runs in the same call: 10 x 0.15 drafter steps a token more
+    # a greedy race's γ sweep and table of strategies run in the same call: 10 x 0.15 drafter steps
+    # a token more, and each of the preset's 12 strategies' drafter steps (2.97 a token, all fit)
     greedy = dataclasses.replace(two, sampling=Sampling())
-    assert budget.race(greedy).steps == pytest.approx(100 * (1.82 + 1.82 + 1 + 1.5) + 60)
-    assert session._race_duration(greedy, None) == 33
+    assert budget.race(greedy).steps == pytest.approx(100 * (1.82 + 1.82 + 1 + 1.5 + 2.97) + 60)
+    assert session._race_duration(greedy, None) == 48
 
 
 @pytest.mark.fast

@@ -309,7 +309,8 @@ def test_the_duration_asked_for_grows_with_the_request_and_is_capped(monkeypatch
     request = session.Request("Describe.", "embedded", "text-only", 4, Sampling(greedy=False), 128)
     assert session._race_duration(request, None) == 24  # 491 target steps at the preset's 0.05 s a step
     greedy = session.Request("Describe.", "embedded", "text-only", 4, Sampling(), 128)
-    assert session._race_duration(greedy, None) == 29  # and the γ sweep's 10 x 0.15 x 128 steps
+    # and the γ sweep's 10 x 0.15 x 128 steps, and the table of strategies' 2.97 x 128
+    assert session._race_duration(greedy, None) == 48
     longer = session.Request("Describe.", "embedded", "text-only", 10, Sampling(), 512)
     assert session._race_duration(longer, None) == zerogpu.MAX_DURATION
 
