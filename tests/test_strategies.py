@@ -9,7 +9,7 @@ from demo.engine import metrics, sweep
 from demo.engine.sampling import Sampling
 from demo.models.loader import Loaded
 from demo.models.presets import LAYER_SKIP, PROMPT_LOOKUP, DrafterSpec, Preset
-from demo.session import budget, strategies
+from demo.session import budget, gamma_sweep, strategies
 
 GREEDY = Sampling()
 
@@ -45,11 +45,13 @@ def request_for(drafter, gamma=3, sampling=GREEDY, min_confidence=0.0, question=
     return session.Request(question, "tiny-strategies", drafter, gamma, sampling, 24, min_confidence)
 
 
-def table(loaded, request, image=CASES[0][0]):
-    """The race of `request`, then its table: (the race's traces, the names shown, the records)."""
+def table(loaded, request, image=CASES[0][0], swept=False):
+    """The race of `request`, then its table (with `swept`, given the γ sweep's points, as
+    `gpu_race` gives them): (the race's traces, the names shown, the records)."""
     traces = session.run_lanes(loaded, request, image)
     spd, ar = traces["speculative"], traces["autoregressive"]
-    shown, stream = [], strategies.compare(request, loaded, image, spd, ar, lambda name: name)
+    points = list(gamma_sweep.replays(request, loaded, image, spd, ar)) if swept else []
+    shown, stream = [], strategies.compare(request, loaded, image, spd, ar, lambda name: name, points)
     while True:
         try:
             shown.append(next(stream))
@@ -134,3 +136,17 @@ def test_strategies_past_the_budget_beside_the_race_are_left_out_and_the_races_o
     assert [r["strategy"] for r in rows] == list(offering.preset.drafter_names())
     assert {r["left_out"] for r in rows if not r["raced"]} == {strategies.OVER_BUDGET}
     assert [r["tau"] for r in rows if r["raced"]] == [metrics.tau(spd)]
+
+
+def test_the_races_own_row_reuses_the_sweeps_replay_at_its_gamma_and_reads_the_same(offering, monkeypatch):
+    request = request_for("image-partly")
+    _, _, replayed = table(offering, request)
+    calls, replay = [], sweep.replay
+    monkeypatch.setattr(
+        sweep, "replay", lambda drafter, *a, **k: calls.append(drafter.name) or replay(drafter, *a, **k)
+    )
+    _, shown, reused = table(offering, request, swept=True)
+    assert calls.count("image-partly") == len(sweep.GAMMAS)  # the sweep's ten; the table adds none
+    assert shown == list(offering.preset.drafter_names())  # still announced in turn
+    numbers = ("strategy", "raced", "tau", "alpha", "mbsu", "c", "left_out")
+    assert [{k: r[k] for k in numbers} for r in reused] == [{k: r[k] for k in numbers} for r in replayed]

@@ -416,7 +416,7 @@ def gpu_race(
         points.append(point)
         yield Sweeping(point.gamma)  # between draft lengths the caller may stop (and close) the call
     rows = tuple(gamma_sweep.rows(points, spd, ar))
-    table = yield from strategies.compare(request, loaded, image, spd, ar, lambda d: Sweeping(request.gamma, d))
+    table = yield from strategies.compare(request, loaded, image, spd, ar, lambda d: Sweeping(request.gamma, d), points)
     done = {lane: trace for lane, trace in traces.items() if trace.done}  # off every clock: the race is over
     image_attention.attach(loaded, request.question, image, done)
     yield Swept(rows, why_not, tuple((lane, trace.image_attention) for lane, trace in done.items()), tuple(table))

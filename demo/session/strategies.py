@@ -1,13 +1,15 @@
 """Every drafting strategy the preset offers, on this prompt: the table after a greedy race
 (session layer, no Gradio; torch is imported on first use).
 
-    compare(request, loaded, image, spd, ar, show) -> Iterator[show(name)], returning list[dict]
+    compare(request, loaded, image, spd, ar, show, swept) -> Iterator[show(name)], returning list[dict]
 
 `demo.session.gpu_race` calls it after the γ sweep, in the race's own accelerator call, with the
 models and image the race used. It replays the race's greedy answer at the race's gamma with each
 drafter of `Preset.drafter_names()` (`demo.engine.sweep.replay`: drafter forwards only, the
 target's verdicts read off its own answer), yields show(name) after each replay (so that a caller
-can stop between strategies), and returns one record per strategy, in the preset's order:
+can stop between strategies), and returns one record per strategy, in the preset's order. The race's
+own drafter is not replayed again: the γ sweep's point at the race's gamma (`swept`) is the same
+replay.
 
     strategy, raced     the drafter's name; whether a lane of this race drafted with it
     gamma, tau, alpha, mbsu, predicted_speedup
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from demo.engine.events import Trace
+    from demo.engine.metrics import SweepPoint
 
 log = logging.getLogger(__name__)
 
@@ -50,21 +53,31 @@ OVER_BUDGET = "its replay would take this race past the deployment's budget a re
 NUMBERS = ("tau", "alpha", "mbsu", "predicted_speedup", "c", "draft_ms")  # None where left out
 
 
-def compare(request, loaded, image: Image.Image, spd: Trace, ar: Trace, show: Callable[[str], object]) -> Iterator:
+def compare(
+    request,
+    loaded,
+    image: Image.Image,
+    spd: Trace,
+    ar: Trace,
+    show: Callable[[str], object],
+    swept: Iterable[SweepPoint] = (),
+) -> Iterator:
     """Replay the finished greedy race (spd, ar) of `request` with every strategy of the preset,
-    yielding show(name) after each; returns the records (none for a sampling race)."""
+    yielding show(name) after each; returns the records (none for a sampling race). `swept`: the
+    γ sweep's points of the race's drafter, whose point at the race's gamma is its row's replay."""
     if gamma_sweep.unsweepable(request) or not (spd.done and ar.done):
         return []
     answer = list(spd.summary.token_ids)
     step_costs = metrics.costs(spd, ar)
     offered = loaded.preset.drafter_names()
     fits = budget.table_strategies(request, offered)  # the replays that fit the budget beside the race
+    own = next((p for p in swept if p.gamma == request.gamma), None)
     rows = []
     for name in offered:
         if name not in fits:
             rows.append(_left_out(request, name, OVER_BUDGET))
             continue
-        rows.append(_row(request, loaded, image, answer, name, step_costs))
+        rows.append(_row(request, loaded, image, answer, name, step_costs, own if name == request.drafter else None))
         yield show(name)
     return rows
 
@@ -77,8 +90,9 @@ def _left_out(request, name: str, why: str) -> dict:
     )
 
 
-def _row(request, loaded, image: Image.Image, answer: list[int], name: str, step_costs) -> dict:
-    """The record of strategy `name`: its replay's numbers, or why it has none."""
+def _row(request, loaded, image: Image.Image, answer: list[int], name: str, step_costs, point=None) -> dict:
+    """The record of strategy `name`: its replay's numbers (`point`: that replay, already made), or
+    why it has none."""
     from demo.engine import sweep  # torch: imported on first use
 
     record = {"strategy": name, "raced": name in request.drafters, "gamma": request.gamma}
@@ -87,14 +101,15 @@ def _row(request, loaded, image: Image.Image, answer: list[int], name: str, step
         return _left_out(request, name, why)
     try:
         drafter = loaded.drafter(name)
-        point = sweep.replay(
-            drafter,
-            loaded.prompt(image, request.question, name).drafter_inputs,
-            answer,
-            gamma=request.gamma,
-            max_new_tokens=request.max_new_tokens,
-            min_confidence=request.min_confidence,
-        )
+        if point is None:
+            point = sweep.replay(
+                drafter,
+                loaded.prompt(image, request.question, name).drafter_inputs,
+                answer,
+                gamma=request.gamma,
+                max_new_tokens=request.max_new_tokens,
+                min_confidence=request.min_confidence,
+            )
     except Exception as error:  # one strategy's failure leaves the others' rows
         log.warning("the strategy table could not replay %r", name, exc_info=error)
         return _left_out(request, name, f"its replay failed ({failures.first_line(error)})")
