@@ -16,10 +16,10 @@ import analysis_page
 import gradio as gr
 import pytest
 import tiny
-from gradio_client import Client
 from gradio_client.exceptions import AppError
 from test_rejections import STOPS, shapes_trace, yes_trace
 
+from demo.bench import soak
 from demo.bench.page import launch_chromium
 from demo.models import loader, presets
 from demo.page import analysis_tab, text
@@ -216,7 +216,7 @@ def served(tmp_path_factory):
 
 @pytest.mark.slow
 def test_analysis_streams_progress_then_charts_tables_and_downloads_that_agree(served):
-    client = Client(served.local_url, verbose=False)
+    client = soak.client(served.local_url)
     job = client.submit(PRESET, "caption", BOTH, 3, 2, 0, api_name="/analysis")
     statuses = [out[0] for out in job]
     assert any("example 2/2 · image-aware drafter · caption" in s for s in statuses)
@@ -275,7 +275,7 @@ def test_a_drafter_the_preset_lacks_is_refused_with_a_message(served):
 )
 def test_analysis_settings_are_checked_as_on_race_naming_the_parameter(served, change, message):
     values = {"preset": PRESET, "task": "caption", "drafter": BOTH, "gamma": 3, "n": 2, "seed": 0} | change
-    client = Client(served.local_url, verbose=False)
+    client = soak.client(served.local_url)
     with pytest.raises(AppError) as refused:
         client.predict(*values.values(), api_name="/analysis")
     assert str(refused.value).startswith(message)
@@ -357,7 +357,7 @@ def test_the_language_chosen_picks_the_languages_asked(monkeypatch, served):
 
 def test_the_endpoint_refuses_an_unknown_language_as_it_does_other_settings(monkeypatch, served):
     speaking(monkeypatch, "en", "de", "zh")
-    client = Client(served.local_url, verbose=False)
+    client = soak.client(served.local_url)
     with pytest.raises(AppError) as refused:
         client.predict(PRESET, "caption", BOTH, 3, 2, 0, "fr", api_name="/analysis")
     assert str(refused.value).startswith("Unknown language: 'fr'. Choose one of: en, de, zh, all.")

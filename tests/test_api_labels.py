@@ -3,8 +3,8 @@ and nothing else is served openly: Gradio's /monitoring summary is off."""
 
 import httpx
 import pytest
-from gradio_client import Client
 
+from demo.bench import soak
 from demo.page import server
 
 
@@ -22,7 +22,7 @@ def test_monitoring_is_off(app):
 
 
 def test_every_endpoint_names_its_outputs(app):
-    info = Client(app.local_url, verbose=False).view_api(return_format="dict", print_info=False)
+    info = soak.client(app.local_url).view_api(return_format="dict", print_info=False)
     endpoints = info["named_endpoints"]
     assert sorted(endpoints) == ["/analysis", "/race", "/trace"]
     assert [r["label"] for r in endpoints["/race"]["returns"]] == [

@@ -12,11 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 import tiny
-from gradio_client import Client, handle_file
+from gradio_client import handle_file
 from gradio_client.exceptions import AppError
 from test_render import ar_trace, spd_trace
 
 from demo import session
+from demo.bench import soak
 from demo.engine import export, metrics
 from demo.engine.events import RoundEvent, Trace
 from demo.models import loader
@@ -49,7 +50,7 @@ def tiny_world(tmp_path_factory):
 def client(tiny_world):
     demo = server.build_demo(default_preset=TINY, examples_dir=tiny_world / "examples")
     server.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)
-    yield Client(demo.local_url, verbose=False, download_files=str(tiny_world / "downloads"))
+    yield soak.client(demo.local_url, download_files=str(tiny_world / "downloads"))
     demo.close()
 
 

@@ -30,12 +30,13 @@ import gradio.utils
 import pytest
 import tiny
 import torch
-from gradio_client import Client, handle_file
+from gradio_client import handle_file
 from gradio_client.exceptions import AppError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_validate import png_bytes
 
+from demo.bench import soak
 from demo.models import loader
 from demo.page import handlers, server
 
@@ -225,7 +226,7 @@ def test_500_malformed_calls_to_the_handlers_end_in_a_result_or_a_message(files)
 def test_60_malformed_calls_over_http_end_in_a_result_or_a_message(files):
     demo = server.build_demo(default_preset=PRESET)
     server.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)
-    client = Client(demo.local_url, verbose=False)
+    client = soak.client(demo.local_url)
     outcomes = Counter()
 
     def send(values: dict):

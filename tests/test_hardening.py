@@ -16,6 +16,7 @@ import torch
 from test_reliability import PRESET, args, page_args, raw_call, serve, uploaded
 
 from demo import session
+from demo.bench import soak
 from demo.models import loader, presets
 from demo.page import guard, server
 from demo.session import budget, validate
@@ -240,10 +241,10 @@ def test_a_race_that_outlives_its_budget_stops_over_budget_and_keeps_what_it_mad
 
 
 def test_a_race_completes_within_its_budget_plus_10_s_while_a_maximal_analysis_runs(app, world, monkeypatch):
-    from gradio_client import Client, handle_file
+    from gradio_client import handle_file
 
     monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
-    analyst = Client(app.local_url, verbose=False)
+    analyst = soak.client(app.local_url)
     analysis = analyst.submit(PRESET, "all", "both, side by side", 4, 32, 0, "en", api_name="/analysis")
     deadline = time.monotonic() + 60
     while not analysis.outputs() and time.monotonic() < deadline:  # its first update: it is decoding
@@ -251,7 +252,7 @@ def test_a_race_completes_within_its_budget_plus_10_s_while_a_maximal_analysis_r
     assert analysis.outputs(), "the analysis did not start"
     request = session.parse(question=args(world)[1], preset=PRESET, drafter="text-only", max_new_tokens=8)
     own = budget.limit(budget.race(request))
-    racer = Client(app.local_url, verbose=False)
+    racer = soak.client(app.local_url)
     started = time.monotonic()
     result = racer.predict(handle_file(str(world / "images" / "0.png")), *args(world)[1:], api_name="/trace")
     took = time.monotonic() - started

@@ -27,13 +27,14 @@ import numpy as np
 import pytest
 import tiny
 import torch
-from gradio_client import Client, handle_file
+from gradio_client import handle_file
 from gradio_client.exceptions import AppError
 from gradio_client.utils import QueueError
 from PIL import Image
 from test_validate import png_bytes
 
 from demo import session
+from demo.bench import soak
 from demo.engine import drafters, speculative, sweep
 from demo.engine.events import RoundEvent
 from demo.models import loader, presets
@@ -79,7 +80,7 @@ def app(world):
 
 @pytest.fixture(scope="module")
 def client(app):
-    return Client(app.local_url, verbose=False)
+    return soak.client(app.local_url)
 
 
 def args(world, image="0.png", question=QUESTIONS[0], preset=PRESET, drafter="text-only", max_new=8, **change):
@@ -354,7 +355,7 @@ def test_sixteen_concurrent_clients_each_get_the_solo_result(app, client, world)
     def one(i: int) -> dict:
         # Sixteen at once keep the server's threads busy: a call may wait longer than httpx's default
         # for its answer (each race also replays every strategy for its table), which is not a failure.
-        patient = Client(app.local_url, verbose=False, httpx_kwargs={"timeout": 300})
+        patient = soak.client(app.local_url)
         return token_ids(patient.predict(*requests[i % 4], api_name="/trace"))
 
     started = time.perf_counter()
@@ -386,7 +387,7 @@ def gate(monkeypatch):
 def test_beyond_the_queue_bound_callers_are_told_at_once_that_it_is_full(world, gate):
     demo = serve(queue_size=2)
     try:
-        client = Client(demo.local_url, verbose=False)
+        client = soak.client(demo.local_url)
         running = client.submit(*args(world), api_name="/trace")
         assert gate.entered.wait(30)
         waiting = [client.submit(*args(world), api_name="/trace") for _ in range(2)]

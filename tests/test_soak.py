@@ -3,8 +3,9 @@
 The app runs in a child process on the embedded preset, driven through gradio_client. Before the
 fix each /race left its panels and figures in the visitor's Gradio session for good: 0.7 MiB per
 32-token race, 2.1 MiB per 128-token one (docs/soak.md). Here the growth per race after the
-warm-up must stay under GROWTH_PER_RACE_KIB. The in-process check below pins the cause itself:
-after any number of races, a session holds the page's own components and nothing else.
+warm-up must stay under GROWTH_PER_RACE_KIB in most stretches of races. The in-process check below
+pins the cause itself: after any number of races, a session holds the page's own components and
+nothing else.
 """
 
 import os
@@ -19,20 +20,24 @@ from demo.page import server
 
 pytestmark = pytest.mark.slow  # servers and browsers: seconds each, the full suite only
 
-RACES, WARMUP = 60, 20
-# The leak: ~775 KiB per 32-token race. The fixed server still settles over its first ~100 races
-# (allocator, lazily built caches): 42.6 KiB a race over 500, but 162.7 over races 21-80 in one run
-# and 264.7 over races 16-55 in another (2026-12-02), so the bar sits between settling and the leak.
+RACES, WARMUP, EVERY = 60, 20, 20
+# The leak: ~775 KiB per 32-token race, in every race. The fixed server still settles, in steps: a
+# stretch of flat races, then tens of MiB at once (allocator arenas, lazily built caches), e.g.
+# +24.1 MiB over races 21-40 and +0.3 over races 61-80 in one CI run (2026-12-04). So the bar is
+# on the median of the three 20-race segments' growth: one step cannot fail it, a leak always does.
 GROWTH_PER_RACE_KIB = 400
 
 
 def test_server_memory_per_race_stays_flat():
     chains = ["--mix", "chain", "--one-session"]  # the soak as this bar was set on: chains from one session
     result = soak.main(
-        ["--requests", str(RACES), "--warmup", str(WARMUP), "--every", "20", "--max-new-tokens", "32", *chains]
+        ["--requests", str(RACES), "--warmup", str(WARMUP), "--every", str(EVERY), "--max-new-tokens", "32", *chains]
     )
     assert result["requests"] == RACES
-    assert result["growth_per_request_kib"] <= GROWTH_PER_RACE_KIB, result
+    rss = [sample["rss_mib"] for sample in result["samples"]]
+    assert len(rss) == RACES // EVERY + 1
+    per_race = sorted((b - a) * 1024 / EVERY for a, b in zip(rss, rss[1:]))
+    assert per_race[len(per_race) // 2] <= GROWTH_PER_RACE_KIB, (per_race, result)
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +61,10 @@ def app(tmp_path_factory):
 
 
 def test_a_session_holds_only_the_pages_components_after_races_and_traces(app):
-    from gradio_client import Client, handle_file
+    from gradio_client import handle_file
 
     demo, image = app
-    client = Client(demo.local_url, verbose=False)
+    client = soak.client(demo.local_url)
     for question in ("Describe the image.", "What colour is it?", "Where is it?"):
         client.predict(**soak.race_arguments(image, question, "tiny-soak", "text-only", 16), api_name="/race")
         client.predict(

@@ -21,9 +21,10 @@ import gradio.utils
 import pytest
 import tiny
 import torch
-from gradio_client import Client, handle_file
+from gradio_client import handle_file
 
 from demo import session
+from demo.bench import soak
 from demo.deploy import space
 from demo.engine.sampling import Sampling
 from demo.models import loader, presets, zerogpu
@@ -239,7 +240,7 @@ def test_the_staged_space_serves_the_page_and_races_the_embedded_models(tmp_path
         text = log.read_text()
         assert text.index("preloaded preset 'embedded'") < text.index(url.rstrip("/"))  # loaded before serving
         example = next((folder / "assets" / "world" / "examples").glob("*.png"))
-        client = Client(url, verbose=False)
+        client = soak.client(url)
         result = client.predict(
             handle_file(str(example)),
             "Describe the image.",
@@ -337,7 +338,7 @@ def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_
         image = tiny.images(1)[0]
         path = two_tiny / "q.png"
         image.save(path)
-        client = Client(app.demo.local_url, verbose=False)
+        client = soak.client(app.demo.local_url)
         result = client.predict(
             handle_file(str(path)),
             "Describe the image.",

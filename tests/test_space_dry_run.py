@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 import real_tokenizers as real
-from gradio_client import Client, handle_file
+from gradio_client import handle_file
 from playwright.sync_api import sync_playwright
 
 from demo.bench import page as page_bench
+from demo.bench import soak
 from demo.bench.page import DRAWN
 
 pytestmark = pytest.mark.slow  # a server and a browser: the full suite only
@@ -70,7 +71,7 @@ def test_the_app_starts_having_preloaded_the_preset_from_the_cache(space):
 
 def test_trace_answers_with_whole_tokens(space):
     url, _ = space
-    client = Client(url, verbose=False)
+    client = soak.client(url)
     args = (handle_file(IMAGE), "What is shown in this image? é 😀 中文", PRESET, DRAFTER, 4, True, 0.8, 0.95, 0, 24)
     result = client.predict(*args, api_name="/trace")
     spd, ar = result["runs"]["speculative"]["trace"], result["runs"]["autoregressive"]["trace"]

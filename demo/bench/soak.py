@@ -39,6 +39,17 @@ EXAMPLES = presets.ASSETS / "examples"
 MIB = 2**20
 
 
+def client(url: str, **kwargs):
+    """A gradio_client Client for `url` that waits up to 300 s for every HTTP answer.
+
+    gradio_client posts uploads with httpx's default 5 s timeout: a server busy with races on a
+    2-core machine can take longer than that to accept a file, which is a wait, not a failure.
+    """
+    from gradio_client import Client
+
+    return Client(url, verbose=False, httpx_kwargs={"timeout": 300}, **kwargs)
+
+
 def rss_bytes(pid: int | str = "self") -> int:
     """Resident set size of process `pid`, from /proc/<pid>/status (Linux)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -127,15 +138,13 @@ def soak(
 
     rss() reads the server's RSS in bytes; cache is its Gradio cache folder (None: not counted).
     """
-    from gradio_client import Client
-
-    client = Client(url, verbose=False)
+    visitor = client(url)
     files = (lambda: count_files(cache)) if cache is not None else (lambda: None)
 
     def one(i: int) -> None:
         if not one_session:
-            client.reset_session()  # a new visitor
-        request(client, mix[i % len(mix)], i, pairs, preset, drafter, max_new_tokens)
+            visitor.reset_session()  # a new visitor
+        request(visitor, mix[i % len(mix)], i, pairs, preset, drafter, max_new_tokens)
 
     for i in range(warmup):
         one(i)
@@ -155,7 +164,7 @@ def soak(
             )
             last = now
     end = rss()
-    client.close()
+    visitor.close()
     return {
         "requests": requests,
         "warmup": warmup,
