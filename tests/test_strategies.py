@@ -90,6 +90,22 @@ def test_every_offered_strategy_has_a_row_in_the_presets_order_each_shown_as_it_
     assert all(r["draft_ms"] > 0 for r in rows if r["alpha"] == r["alpha"])  # each that drafted was timed
 
 
+def test_the_table_processes_the_image_for_the_target_once_for_every_strategy(offering, monkeypatch):
+    image, question = CASES[0]
+    request = request_for("text-partly")
+    traces = session.run_lanes(offering, request, image)
+    made = []
+    inputs = Loaded._inputs
+    monkeypatch.setattr(
+        Loaded, "_inputs", lambda self, processor, *a: made.append(processor) or inputs(self, processor, *a)
+    )
+    rows = list(strategies.compare(request, offering, image, traces["speculative"], traces["autoregressive"], str))
+    assert len(rows) == 6
+    # the target's inputs once, then the image-aware drafter's own for it and its tree (replayed
+    # separately: 6 + 2 calls before the table shared the target's)
+    assert len(made) == 3
+
+
 def test_a_strategy_that_cannot_be_replayed_is_left_out_with_the_reason_and_the_others_stay(offering, monkeypatch):
     # adaptive drafting: the trees are refused, as a race of them would be
     _, shown, rows = table(offering, request_for("text-partly", min_confidence=0.3))

@@ -170,9 +170,13 @@ class Loaded:
         dtype = self.target.model.dtype
         return {k: v.to(self.device, dtype) if v.is_floating_point() else v.to(self.device) for k, v in inputs.items()}
 
-    def prompt(self, image: Image.Image | None, question: str, drafter: str | None = None) -> Prompt:
-        """Inputs for the target, and for the named drafter as its kind dictates."""
-        target_inputs = self._inputs(self.processor, image, question)
+    def prompt(
+        self, image: Image.Image | None, question: str, drafter: str | None = None, *, target_inputs=None
+    ) -> Prompt:
+        """Inputs for the target, and for the named drafter as its kind dictates. `target_inputs`:
+        the target's inputs of this image and question, made already (not processed again)."""
+        if target_inputs is None:
+            target_inputs = self._inputs(self.processor, image, question)
         if drafter is None:
             return Prompt(target_inputs)
         d = self.drafter(drafter)

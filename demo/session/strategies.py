@@ -72,12 +72,19 @@ def compare(
     offered = loaded.preset.drafter_names()
     fits = budget.table_strategies(request, offered)  # the replays that fit the budget beside the race
     own = next((p for p in swept if p.gamma == request.gamma), None)
+    target_inputs = {}  # the image is processed for the target once, for every strategy
+
+    def prompt(name: str):
+        made = loaded.prompt(image, request.question, name, target_inputs=target_inputs.get("made"))
+        target_inputs["made"] = made.target_inputs
+        return made
+
     rows = []
     for name in offered:
         if name not in fits:
             rows.append(_left_out(request, name, OVER_BUDGET))
             continue
-        rows.append(_row(request, loaded, image, answer, name, step_costs, own if name == request.drafter else None))
+        rows.append(_row(request, loaded, prompt, answer, name, step_costs, own if name == request.drafter else None))
         yield show(name)
     return rows
 
@@ -90,9 +97,9 @@ def _left_out(request, name: str, why: str) -> dict:
     )
 
 
-def _row(request, loaded, image: Image.Image, answer: list[int], name: str, step_costs, point=None) -> dict:
+def _row(request, loaded, prompt: Callable, answer: list[int], name: str, step_costs, point=None) -> dict:
     """The record of strategy `name`: its replay's numbers (`point`: that replay, already made), or
-    why it has none."""
+    why it has none. prompt(name) makes the race's prompt for that strategy's drafter."""
     from demo.engine import sweep  # torch: imported on first use
 
     record = {"strategy": name, "raced": name in request.drafters, "gamma": request.gamma}
@@ -104,7 +111,7 @@ def _row(request, loaded, image: Image.Image, answer: list[int], name: str, step
         if point is None:
             point = sweep.replay(
                 drafter,
-                loaded.prompt(image, request.question, name).drafter_inputs,
+                prompt(name).drafter_inputs,
                 answer,
                 gamma=request.gamma,
                 max_new_tokens=request.max_new_tokens,
