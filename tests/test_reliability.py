@@ -39,7 +39,7 @@ from demo.engine import drafters, speculative, sweep
 from demo.engine.events import RoundEvent
 from demo.models import loader, presets
 from demo.page import handlers, runs, server, strategy_table
-from demo.session import offers, validate
+from demo.session import budget, offers, validate
 
 PRESET = "tiny-reliability"
 ROOT = Path(__file__).resolve().parent.parent
@@ -620,6 +620,35 @@ def test_a_budget_that_runs_out_in_the_sweep_keeps_the_finished_race_and_says_th
     assert "· done" in last["spd_panel"] and "· done" in last["ar_panel"]
     assert "were cut" in last["sweep_note"] and "were cut" in last["strategies"]
     assert last["run"].interactive and not last["stop"].interactive and last["json_file"].interactive
+
+
+def test_a_budget_that_runs_out_in_the_sweep_leaves_the_trace_whole_and_says_only_the_sweep_was_cut(
+    app, world, monkeypatch
+):
+    uploads = Path(gradio.utils.get_upload_folder()) / f"trace-budget-{uuid.uuid4().hex}"
+    uploads.mkdir(parents=True)
+    shutil.copy(world / "images" / "0.png", uploads / "0.png")
+    deadlines, replay = [], sweep.replay
+
+    class Kept(budget.Deadline):  # the trace's own limit, kept to run it out
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            deadlines.append(self)
+
+    def replay_then_run_out_at_two(*args, **kwargs):
+        if kwargs["gamma"] == 2:  # the trace's own limit runs out now, while the sweep replays γ 2
+            deadlines[-1].run_for(0.0)
+        return replay(*args, **kwargs)
+
+    monkeypatch.setattr(budget, "Deadline", Kept)
+    monkeypatch.setattr(sweep, "replay", replay_then_run_out_at_two)
+    *_, payload = handlers.trace_api(
+        str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", 4, True, 0.8, 0.95, 0, 24
+    )
+    shutil.rmtree(uploads)
+    assert payload["sweep_cut"] == budget.SWEEP_CUT and "stopped" not in payload  # the race stands, whole
+    assert all(run["trace"]["summary"] for run in payload["runs"].values())
+    assert payload["comparison"]["identical"] and payload["gamma_sweep"] == [] and payload["strategies"] == []
 
 
 def test_a_client_disconnecting_stops_decoding(app, world, probe):

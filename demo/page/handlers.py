@@ -422,7 +422,8 @@ def trace_api(
                 if isinstance(item.event, RoundEvent) and time.perf_counter() - last_yield >= HEARTBEAT_EVERY:
                     yield gr.skip()  # a chance for Gradio to close this handler (see `_frames`)
                     last_yield = time.perf_counter()
-        stopped = {"stopped": budget.OVER_BUDGET} if over else {}
-        yield export.payload(request.settings(), traces, rows, table) | stopped
+        raced = all(t.done for t in traces.values())  # then only the sweep and the table were cut
+        stopped = {"sweep_cut": budget.SWEEP_CUT} if raced else {"stopped": budget.OVER_BUDGET}
+        yield export.payload(request.settings(), traces, rows, table) | (stopped if over else {})
     except Exception as error:
         raise gr.Error(failures.message(error), print_exception=False) from None

@@ -197,6 +197,9 @@ def limit(estimate: Estimate) -> float | None:
 
 
 OVER_BUDGET = "stopped: over budget"
+# A race whose every lane finished, whose budget then ran out while its γ sweep and strategy table
+# were made: the race stands whole; only those are missing.
+SWEEP_CUT = "the budget ran out after the race, while its γ sweep and table of strategies were made"
 
 
 class Deadline(threading.Event):
