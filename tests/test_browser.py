@@ -242,6 +242,36 @@ def test_two_drafters_race_side_by_side_and_a_token_opens_its_round(browser, ser
     page.close()
 
 
+def test_races_in_one_tab_leave_no_dropped_chart_behind(browser, served):
+    """Gradio draws a chart into a new plot element now and then and never purges the old one, whose
+    plotly window-resize listener kept it and its SVG alive (about 45 a race); the page purges them."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Performance.enable")
+    page.goto(served)
+    page.wait_for_selector(DRAWN)
+    page.locator("#examples .thumbnail-item").first.click()
+    page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
+    page.fill("#max-new input[type=number]", "48")
+    page.press("#max-new input[type=number]", "Enter")
+
+    def race() -> tuple[int, float]:
+        page.click("#run")
+        page.wait_for_selector("#run[disabled]", timeout=30_000)
+        page.wait_for_selector("#run:not([disabled])", timeout=120_000)
+        page.wait_for_timeout(600)  # the last plotly redraw
+        window = cdp.send("Runtime.evaluate", {"expression": "window"})["result"]["objectId"]
+        listeners = cdp.send("DOMDebugger.getEventListeners", {"objectId": window})["listeners"]
+        cdp.send("HeapProfiler.collectGarbage")
+        nodes = next(m["value"] for m in cdp.send("Performance.getMetrics")["metrics"] if m["name"] == "Nodes")
+        return sum(listener["type"] == "resize" for listener in listeners), nodes
+
+    first, second, third = race(), race(), race()
+    assert first[0] == second[0] == third[0], (first, second, third)  # one resize listener per live chart
+    assert third[1] < first[1] * 1.1, (first, second, third)  # the DOM, detached nodes included, stays put
+    page.close()
+
+
 def test_a_token_tree_lane_draws_each_rounds_tree_in_its_block_view(browser, served):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(served)

@@ -1,4 +1,4 @@
-"""How quick the page is for a person: `python -m demo.bench.page [--runs 3]`.
+"""How quick the page is for a person: `python -m demo.bench.page [--runs 3] [--races N]`.
 
 Contract: drives Debian's headless Chromium with Playwright (the browser tests' set-up; both are
 test needs, see tests/requirements.txt) against fresh `python app.py` processes on the embedded
@@ -9,6 +9,9 @@ models, and prints, per run and as medians next to the issue's targets:
   1 s. Pressed once the page is usable and the example picked, as fast as a script can, so it
   includes any wait for the background warm-up; `--read-s` waits that long first, a person
   reading the question.
+With `--races N` it also keeps one tab open through N races of the examples in turn, and prints
+the tab's JavaScript heap after each (Chrome's `Performance.getMetrics`, after a forced garbage
+collection): what a visitor's tab holds over a session.
 Timings are of this machine as it is; run it on a quiet one. The tests use `launch_chromium`,
 `open_page` and `first_token` too, but assert no times: targets belong here, not in unit tests.
 """
@@ -109,12 +112,41 @@ def run_once(browser, read_s: float) -> tuple[float, float]:
         page.close()
 
 
+def tab_memory(browser, races: int) -> list[float]:
+    """One tab through `races` races of the examples in turn: its JS heap in MiB after each, collected."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Performance.enable")
+    app, _ = open_page(page)
+    heaps = []
+    try:
+        examples = page.locator("#examples .thumbnail-item")
+        for i in range(races):
+            examples.nth(i % examples.count()).click()
+            page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
+            page.click("#run")
+            page.wait_for_selector("#run[disabled]", timeout=30_000)  # it runs
+            page.wait_for_selector("#run:not([disabled])", timeout=180_000)  # the race, its sweep and table done
+            page.wait_for_selector("#outcome .badge", timeout=30_000)
+            page.wait_for_timeout(600)  # the last plotly redraw
+            cdp.send("HeapProfiler.collectGarbage")
+            metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+            heaps.append(metrics["JSHeapUsedSize"] / 2**20)
+            print(f"race {i + 1}: JS heap {heaps[-1]:.1f} MiB, {metrics['Nodes']:.0f} DOM nodes", flush=True)
+    finally:
+        app.terminate()
+        app.wait()
+        page.close()
+    return heaps
+
+
 def main() -> None:
     from playwright.sync_api import sync_playwright
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="fresh app processes, one after the other")
     parser.add_argument("--read-s", type=float, default=0.0, help="seconds between picking the example and Run")
+    parser.add_argument("--races", type=int, default=0, help="then N races in one tab, its JS heap after each")
     args = parser.parse_args()
     with sync_playwright() as playwright:
         browser = launch_chromium(playwright)
@@ -125,9 +157,14 @@ def main() -> None:
                 f"run {i + 1}: start to usable page {results[-1][0]:.2f} s, first token {results[-1][1]:.2f} s",
                 flush=True,
             )
+        heaps = tab_memory(browser, args.races) if args.races else []
         browser.close()
+    if heaps:
+        print(f"tab JS heap: {heaps[0]:.1f} MiB after the first race, {heaps[-1]:.1f} after race {len(heaps)}")
     for name, k, target in (("start to usable page", 0, START_TARGET_S), ("first token", 1, FIRST_TOKEN_TARGET_S)):
         values = [r[k] for r in results]
+        if not values:  # --runs 0: the tab's memory only
+            break
         median = statistics.median(values)
         verdict = "meets" if median <= target else "MISSES"
         print(

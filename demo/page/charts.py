@@ -102,6 +102,25 @@ def _level(y: float, text: str, colour: str) -> tuple[dict, dict]:
 
 # Per speculative lane, in lane order: colour, line dash, marker and bar fill pattern, so the
 # lanes stay apart without colour too.
+# The page's script for the charts (joined to `text.JS`). Gradio now and then draws a chart into a
+# new plot element and drops the old one without `Plotly.purge`; plotly's window "resize" listener
+# (Gradio sets `responsive`) then holds the dropped element and its whole SVG for good: about 45
+# of them a race, and the tab grew by ~15,000 DOM nodes and 6.7 MiB of JS heap a race
+# (`python -m demo.bench.page --runs 0 --races N`). Each plot element that has left the page is
+# purged, which removes that listener.
+JS = """
+  new MutationObserver((records) => {
+    if (!window.Plotly) return;
+    for (const record of records) {
+      for (const node of record.removedNodes) {
+        if (node.nodeType !== 1) continue;
+        const plots = node.classList.contains("js-plotly-plot") ? [node] : node.getElementsByClassName("js-plotly-plot");
+        for (const plot of Array.from(plots)) if (!plot.isConnected) window.Plotly.purge(plot);
+      }
+    }
+  }).observe(document.body, { childList: true, subtree: true });
+"""
+
 LANE_STYLES = (
     {"color": SPECULATIVE, "dash": "solid", "symbol": "circle", "pattern": ""},
     {"color": SECOND, "dash": "dash", "symbol": "diamond", "pattern": "/"},

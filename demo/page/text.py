@@ -8,7 +8,7 @@ from __future__ import annotations
 import gradio as gr
 
 from demo import ROOT
-from demo.page import attention_view, heatmap
+from demo.page import attention_view, charts, heatmap
 
 # The page's stylesheet (token panels, block views, trees, the Analysis tab): a static asset,
 # read once here.
@@ -53,8 +53,9 @@ JS = (
 """
     + heatmap.JS
     + attention_view.JS
+    + charts.JS
     + "}\n"
-)  # hover, focus or an opened round redraws the lane's heatmap
+)  # hover, focus or an opened round redraws the lane's heatmap; a dropped chart is purged
 
 # The Stop button's click, in the browser before the server hears of it: the button says so at once.
 STOPPING_JS = """
