@@ -185,26 +185,27 @@ READING_BAR = 0.15  # the wall clock and the cost model disagreeing by more than
 
 
 def model_speedup(spd: Trace, ar: Trace) -> float:
-    """The page's headline: the cost model fed with this race's median step costs (T1, T(γ+1), D),
-    over the rounds that ran. A busy machine moves medians far less than it moves wall clocks."""
+    """The page's headline: the cost model fed with this race's step costs (T1, T(γ+1), D), each the
+    lower quartile of its steps (`metrics.STEP_QUANTILE`), over the rounds that ran. A busy machine
+    slows some steps; the fast quarter holds where medians and wall clocks move."""
     c = metrics.costs(spd, ar)
     return math.nan if c is None else metrics.predicted_by_rounds(spd, c)
 
 
 def _clock_hit(spd: Trace, ar: Trace, c: metrics.Costs, faster: bool) -> str:
     """Which lane's clock a busy machine hit: the autoregressive lane's when speculation reads
-    `faster` on the wall clock than on the median costs, else the speculative lane's; with how
-    much longer that lane took than its rounds at their median costs."""
+    `faster` on the wall clock than on the step costs, else the speculative lane's; with how much
+    longer that lane took than its rounds at those costs."""
     if faster:
         ratio = metrics.decode_seconds(ar) / (len(ar.rounds) * c.t1)
         return (
-            f"the autoregressive lane's clock was hit (its steps took {ratio:.1f}× their median cost on average), "
+            f"the autoregressive lane's clock was hit (its steps took {ratio:.1f}× their typical cost on average), "
             "so speculation looks faster than it is"
         )
     steps, _, verify = metrics.round_costs(spd, c)
     ratio = metrics.decode_seconds(spd) / (len(spd.rounds) * (steps * c.t_draft + verify))
     return (
-        f"the speculative lane's clock was hit (its rounds took {ratio:.1f}× their median cost on average), "
+        f"the speculative lane's clock was hit (its rounds took {ratio:.1f}× their typical cost on average), "
         "so speculation looks slower than it is"
     )
 
@@ -228,7 +229,7 @@ def clock_note(spd: Trace, ar: Trace, wall: float) -> str:
     elif abs(wall / model - 1) > READING_BAR:
         text = (
             f"⚠ Timing is noisy: the wall clock reads ×{wall:.2f}, {abs(wall / model - 1) * 100:.0f}% from the "
-            f"×{model:.2f} of the median step costs; {hit}. A rerun will read differently; the headline will not."
+            f"×{model:.2f} of the step costs; {hit}. A rerun will read differently; the headline will not."
         )
     else:
         return ""
@@ -236,7 +237,7 @@ def clock_note(spd: Trace, ar: Trace, wall: float) -> str:
 
 
 def headline_html(spd: Trace, ar: Trace, wall: float, lane: str = "") -> str:
-    """One lane's headline: the cost model's speedup from this race's median step costs, with τ
+    """One lane's headline: the cost model's speedup from this race's step costs, with τ
     and MBSU (none of which a busy machine moves much), and beside it the measured wall-clock
     ratio, labelled as such. `lane`: the lane's name, when a race has several."""
     model = model_speedup(spd, ar)
@@ -245,7 +246,7 @@ def headline_html(spd: Trace, ar: Trace, wall: float, lane: str = "") -> str:
     who = f" {html.escape(lane)}" if lane else ""
     return (
         f'<span class="headline"><b>×{model:.2f}</b>{who} predicted decoding speedup '
-        f"<small>(cost model on this race's median step costs · τ = {metrics.tau(spd):.2f} · "
+        f"<small>(cost model on this race's typical step costs · τ = {metrics.tau(spd):.2f} · "
         f"MBSU = {metrics.mbsu_made(spd):.2f})</small></span>"
         f'<span class="wall">measured wall clock: ×{wall:.2f} ({metrics.tokens_per_second(spd):.1f} vs '
         f"{metrics.tokens_per_second(ar):.1f} tokens/s)</span>"
@@ -270,7 +271,8 @@ def why_html(spd: Trace, ar: Trace, speedup: float, lane: str = "", warn: bool =
         f"of {width:.1f} tokens {verify * 1000:.2f} ms = {round_ms:.1f} ms and yields τ = {tau:.2f} tokens; "
         f"the target alone takes {c.t1 * 1000:.2f} ms a token, so {tau:.2f} × {c.t1 * 1000:.2f} / {round_ms:.1f} "
         f"= ×{model:.2f} predicted (a verify of {c.width or c.gamma + 1} tokens costs {c.t_verify / c.t1:.1f} single "
-        "steps here; each figure is a median over the race's steps). "
+        "steps here; each figure is the lower quartile of the race's steps: its cost when nothing else "
+        "holds the machine). "
         f"Per-round medians give ×{mid:.2f}, ×{low:.2f}–{high:.2f} between the rounds' quartiles."
     )
     warning = clock_note(spd, ar, speedup) if warn else ""
