@@ -238,6 +238,12 @@ def test_two_drafters_race_side_by_side_and_a_token_opens_its_round(browser, ser
     page.wait_for_timeout(600)
     for chart in ("#chart-race", "#chart-tau"):  # one chart a row on a phone, legends whole
         assert page.locator(chart).bounding_box()["width"] > 340, chart
+    # the toolbar is its download button alone (and plotly's logo), clear of the chart's title
+    page.locator("#chart-tau").hover()
+    assert page.locator("#chart-tau .modebar-btn").count() == 2
+    # the table of strategies fits the screen: no sideways scroll hides its predicted speedups
+    page.wait_for_selector("#strategies .strategies-table")
+    assert page.evaluate("(e => e.scrollWidth <= e.clientWidth)(document.querySelector('#strategies .strategies'))")
     shoot(page, "two-lanes-phone.png")
     page.close()
 

@@ -90,7 +90,10 @@ def test_the_table_lists_each_row_by_predicted_speedup_marks_the_race_and_footno
     assert order == sorted(order)  # by predicted speedup, the one without a prediction last
     assert html.count('<tr class="raced"><th scope="row">text-only <span class="raced-mark">(this race)</span>') == 1
     assert html.count("(this race)") == 1 and "×1.90" in html and "1.25" in html and '<td class="num">–</td>' in html
-    assert '<th scope="row">text-only+tree' not in html and "<li>text-only+tree: a tree &lt;too&gt; large</li>" in html
+    assert (
+        '<th scope="row">text-only<wbr>+tree' not in html
+        and "<li>text-only+tree: a tree &lt;too&gt; large</li>" in html
+    )
     assert "τ and α are exact" in html and "this machine's measurement" in html
 
 

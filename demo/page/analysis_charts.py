@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from demo.page.charts import MODEBAR
 from demo.session.rejections import CATEGORIES, is_grounded
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")  # Okabe-Ito
@@ -32,6 +33,7 @@ def _layout(title: str, empty: bool, **extra) -> dict:
         "paper_bgcolor": "white",
         "plot_bgcolor": "white",
         "font": {"size": 11},
+        "modebar": MODEBAR,
         "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.02, "yanchor": "bottom"},
         "yaxis": {
             "title": {"text": "rejected / drafted"},

@@ -34,6 +34,9 @@ HEIGHT = 270
 # charts, and they are redrawn several times a second while the runs go.
 _AXIS = {"gridcolor": "#e6e6e6", "zerolinecolor": "#cccccc", "linecolor": "#bbbbbb", "automargin": True}
 TEMPLATE = go.layout.Template(layout={"paper_bgcolor": "white", "plot_bgcolor": "white"})
+# The charts' toolbar keeps "download plot as a png" and drops the rest: zoom, pan and select are
+# undone by the next redraw of a live chart, and at 420 px the whole bar covered the chart's title.
+MODEBAR = {"remove": ["zoom", "pan", "select", "lasso", "zoomin", "zoomout", "autoscale", "resetscale"]}
 
 
 def _figure(title: str, x_axis: dict, y_axis: dict, data: list, **layout) -> go.Figure:
@@ -48,6 +51,7 @@ def _figure(title: str, x_axis: dict, y_axis: dict, data: list, **layout) -> go.
             "font": {"size": 11},
             "xaxis": _AXIS | x_axis,
             "yaxis": _AXIS | y_axis,
+            "modebar": MODEBAR,
             **layout,
         },
     )

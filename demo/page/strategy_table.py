@@ -51,7 +51,7 @@ def _ranked(rows: list[dict]) -> list[dict]:
 
 
 def _row_html(row: dict) -> str:
-    name = html.escape(row["strategy"])
+    name = html.escape(row["strategy"]).replace("+", "<wbr>+")  # a narrow screen breaks "image-aware+tree" there
     mark = ' <span class="raced-mark">(this race)</span>' if row["raced"] else ""
     cells = (
         _number(row["tau"]),
