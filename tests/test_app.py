@@ -250,7 +250,8 @@ def test_race_endpoint_streams_the_panels_then_offers_the_downloads(client, tiny
         assert json.loads(page[chart]["plot"])["data"], chart
     assert "Rule of thumb for this prompt" in page["sweep_note"]
     offered = loader.PRESETS[TINY].drafter_names()
-    assert all(f'<th scope="row">{name}' in page["strategies"] for name in offered)
+    shown = [name.replace("+", "<wbr>+") for name in offered]  # a name may break before "+tree"
+    assert all(f'<th scope="row">{name}' in page["strategies"] for name in shown)
     assert (
         page["strategies"].count("(this race)") == 1
         and '<tr class="raced"><th scope="row">image-aware' in page["strategies"]
