@@ -5,9 +5,9 @@ session's default settings: greedy, γ = 4, 128 new tokens), raced `--races` tim
 in this process after one warm-up race, exactly as the page races it (`demo.session.lanes` and
 `racing`: compute-fair, each run on its own clock, the device synchronised). Prints each race's
 headline speedup (the page's: the cost model fed with the race's step costs T1, T(γ+1) and D,
-each the lower quartile of its steps, `demo.engine.metrics.costs` and `predicted`), its wall-clock speedup, whether its timing was
-noisy, then the median and the spread around it (largest |speedup - median| / median), against
-the issue's bar of ±15%; ends with one JSON line.
+each the lower quartile of its steps, `demo.engine.metrics.costs` and `predicted`), its
+wall-clock speedup, whether its timing was noisy, then the median and the spread around it
+(largest |speedup - median| / median), against the issue's bar of ±15%; ends with one JSON line.
 
 With `--load N` it races twice: first as the machine is, then while N CPU-bound processes of its
 own (started here, stopped before it returns) share the machine; it prints the loaded races'

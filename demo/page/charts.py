@@ -12,6 +12,7 @@ line or fill pattern of its own, named by its drafter in the legend.
     race                    answer tokens against each run's own compute clock
     round_times             draft and verify time of every round
     gamma_sweep             the first speculative lane's γ sweep
+    JS                      the page's script that frees a plot element Gradio dropped
 """
 
 from __future__ import annotations
@@ -104,8 +105,6 @@ def _level(y: float, text: str, colour: str) -> tuple[dict, dict]:
     return line, label
 
 
-# Per speculative lane, in lane order: colour, line dash, marker and bar fill pattern, so the
-# lanes stay apart without colour too.
 # The page's script for the charts (joined to `text.JS`). Gradio now and then draws a chart into a
 # new plot element and drops the old one without `Plotly.purge`; plotly's window "resize" listener
 # (Gradio sets `responsive`) then holds the dropped element and its whole SVG for good: about 45
@@ -125,6 +124,8 @@ JS = """
   }).observe(document.body, { childList: true, subtree: true });
 """
 
+# Per speculative lane, in lane order: colour, line dash, marker and bar fill pattern, so the
+# lanes stay apart without colour too.
 LANE_STYLES = (
     {"color": SPECULATIVE, "dash": "solid", "symbol": "circle", "pattern": ""},
     {"color": SECOND, "dash": "dash", "symbol": "diamond", "pattern": "/"},
