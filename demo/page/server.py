@@ -18,6 +18,7 @@ the theme, CSS and script at launch, so launch through `launch()` (or pass `text
 
 from __future__ import annotations
 
+import ctypes
 import html
 import inspect
 import logging
@@ -51,6 +52,24 @@ WARM_UP_AFTER_S = 20.0  # launch() warms the default preset up this long after t
 # Gradio's cache (uploads, and each race's two downloads) is swept every 10 minutes of files
 # older than an hour: a page left open that long uploads its image again.
 DELETE_CACHE = (600, 3600)
+
+# glibc raises its mmap threshold each time a large block is freed (up to 32 MiB); tensors of that
+# size then come from the heap, whose pages stay with the process. A server owning its process
+# fixes the mmap and trim thresholds at 1 MiB: the mixed soak's RSS over requests 130-230 grew
+# 0.1 MiB, against 13.1 MiB untuned, and the race kept its speed (docs/soak.md; at 128 KiB the
+# verify slowed by a quarter).
+MALLOC_THRESHOLD = 1 << 20
+
+
+def tune_allocator() -> bool:
+    """Fix glibc's mmap and trim thresholds at MALLOC_THRESHOLD for this process; False where the
+    C library is not glibc (nothing changed)."""
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+    return mallopt(m_mmap_threshold, MALLOC_THRESHOLD) == 1 and mallopt(m_trim_threshold, MALLOC_THRESHOLD) == 1
 
 
 def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dict[str, list[Example]]) -> None:
@@ -315,6 +334,8 @@ def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_siz
     control back.
     """
     block = not kwargs.pop("prevent_thread_lock", False)
+    if block:  # a server that owns its process (app.py, the soak's child), not a test's in-process one
+        tune_allocator()
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     kwargs.setdefault("share", False)
     kwargs.setdefault("enable_monitoring", False)  # Gradio's /monitoring summary is open to anyone
