@@ -10,6 +10,7 @@ from races import CASES, MAX_NEW, spd
 
 import demo.bench
 from demo.bench import benchmark, peer
+from demo.bench.cells import Cell, iqr
 from demo.bench.overhead import ForwardTime
 from demo.engine.decoding import Target
 from demo.models import loader
@@ -112,7 +113,7 @@ def test_bench_all_drafters_names_every_cell_and_counts_greedy_lossless(tiny_pre
     assert all(c["lossless"] == "1/1 identical" for c in cells)
 
 
-def cell(**fields) -> benchmark.Cell:
+def cell(**fields) -> Cell:
     base = dict(task="description", drafter="text-only", drafter_path="lean", gamma=4, decoding="greedy", n=3)
     base.update(tau=3.75, alpha=0.7, acceptance_by_position=[], mbsu=3.0, tok_s_spd=300.0, tok_s_ar=100.0)
     base.update(speedup=3.0, t1_ms=6.0, t_verify_ms=7.5, d_ms=0.24, limit_speedup=3.0, predicted_speedup=2.9)
@@ -122,7 +123,7 @@ def cell(**fields) -> benchmark.Cell:
         t1_iqr_ms=0.3, t_verify_iqr_ms=0.4, d_iqr_ms=0.01, overhead_ms_per_round=1.5, overhead_ms_per_step_ar=0.5
     )
     base.update(fields)
-    return benchmark.Cell(**base)
+    return Cell(**base)
 
 
 def test_goals_read_the_lean_description_cell_at_gamma_4_and_the_peer_block():
@@ -185,8 +186,8 @@ def test_bench_json_is_written_before_the_report_and_without_plotly(tmp_path, mo
 
 
 def test_iqr_is_the_spread_of_the_middle_half():
-    assert benchmark.iqr([1.0, 2.0, 3.0, 4.0, 5.0]) == 2.0  # quartiles 2 and 4
-    assert benchmark.iqr([7.0]) == 0.0
+    assert iqr([1.0, 2.0, 3.0, 4.0, 5.0]) == 2.0  # quartiles 2 and 4
+    assert iqr([7.0]) == 0.0
 
 
 def test_forward_time_counts_each_forward_of_a_run_and_only_inside_the_block(world):

@@ -53,7 +53,7 @@ from transformers import (
 
 from demo import session
 from demo.bench import gpu_goals
-from demo.bench.benchmark import iqr
+from demo.bench.cells import iqr
 from demo.engine import metrics
 from demo.engine.compat import cache_keyword
 from demo.engine.events import Trace

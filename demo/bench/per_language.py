@@ -5,7 +5,7 @@ speedup per language and drafter. This runs that table on the embedded world: fo
 of `--languages`, held-out questions in it (one of each task kind in turn: descriptions,
 captions, multiple choice and the five short questions, the same scenes in every language), and
 for each drafter and gamma, speculative decoding (SPD) against the target alone (AR), greedy,
-each pair back to back in alternating order, through `benchmark.bench_cell`: tau, alpha,
+each pair back to back in alternating order, through `cells.bench_cell`: tau, alpha,
 speedup and lossless counted ("k/n identical"). Every cell carries its "language".
 
 Drafters: every model drafter the preset offers (`--drafters` to choose), or, with `--world DIR`,
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from demo.bench import benchmark
+from demo.bench.cells import bench_cell, drafter_on
 from demo.models import loader, presets
 from demo.world.tasks import LANGUAGE_NAMES, LANGUAGES, TASKS, heldout_examples
 
@@ -54,13 +54,13 @@ def register_world(directory: Path, name: str = "embedded-languages") -> str:
 def language_cells(loaded, languages, drafters, gammas, n: int, seed: int, max_new: int, log=print) -> list[dict]:
     """Every cell of the table: language x drafter x gamma, greedy, on the lean drafting path."""
     started = time.time()
-    on = {d: benchmark.drafter_on(loaded, d, "lean") for d in drafters}
+    on = {d: drafter_on(loaded, d, "lean") for d in drafters}
     rows = []
     for language in languages:
         examples = examples_in(language, n, seed)
         for drafter in drafters:
             for gamma in gammas:
-                cell, _ = benchmark.bench_cell(loaded, "all", on[drafter], gamma, "greedy", examples, max_new)
+                cell, _ = bench_cell(loaded, "all", on[drafter], gamma, "greedy", examples, max_new)
                 rows.append({"language": language} | asdict(cell))
                 log(
                     f"[{time.time() - started:6.1f}s] {language} {drafter} gamma={gamma}: tau {cell.tau:.2f} "
