@@ -6,7 +6,7 @@ import pytest
 import tiny_families
 import torch
 
-from demo.bench import gpu_check
+from demo.bench import gpu_check, gpu_steps
 from demo.engine import metrics
 from demo.models import loader
 
@@ -28,7 +28,7 @@ def test_smoke_mode_prints_a_table_and_ends_with_one_json_line(no_embedded, caps
     assert report["embedded"] == {"skipped": f"Model files missing: {missing.target}, {missing.drafters[0].path}."}
     steps = report["steps"]
     assert steps["image_tokens"] == 16 and steps["context"] == 1 + 16 + 8 + 8
-    assert sorted(steps["verify_ms"]) == list(gpu_check.GAMMAS) and steps["t1_ms"] > 0 and steps["draft_ms"] > 0
+    assert sorted(steps["verify_ms"]) == list(gpu_steps.GAMMAS) and steps["t1_ms"] > 0 and steps["draft_ms"] > 0
     for gamma, row in report["predicted"].items():
         expected = metrics.predicted_speedup(2.5, gamma, steps["t1_ms"], steps["verify_ms"][gamma], steps["draft_ms"])
         assert row["tau=2.5"] == (expected if gamma >= 2 else None)  # tau 2.5 needs at least 2 drafts
@@ -36,7 +36,7 @@ def test_smoke_mode_prints_a_table_and_ends_with_one_json_line(no_embedded, caps
             gamma * steps["draft_ms"] + steps["verify_ms"][gamma]
         )
     part3 = next(i for i, line in enumerate(out) if line.startswith("3. predicted")) + 2  # after its header
-    assert sum(line.strip().startswith(str(g)) for g in gpu_check.GAMMAS for line in out[part3 : part3 + 8]) == 8
+    assert sum(line.strip().startswith(str(g)) for g in gpu_steps.GAMMAS for line in out[part3 : part3 + 8]) == 8
     # 4. the 7B-shaped race and the goals, from this run; "not measured" where a figure is absent.
     race = report["race_7b"]
     assert race["ar_vs_generate"] == pytest.approx(
@@ -57,7 +57,7 @@ def test_embedded_runs_compare_speculative_with_autoregressive(tmp_path, monkeyp
     preset = tiny_families.build("llava", tmp_path / "llava")
     monkeypatch.setitem(loader.PRESETS, preset.name, preset)
     try:
-        runs = gpu_check.embedded_runs(gpu_check.SMOKE, preset=preset.name)
+        runs = gpu_check.embedded_runs(gpu_steps.SMOKE, preset=preset.name)
     finally:
         loader._LOADED.pop(preset.name, None)
     names = preset.drafter_names()  # every drafter the preset offers, at gamma 2 and 4

@@ -1,6 +1,6 @@
 """Issue 41's GPU goals, read from one `python -m demo.bench.gpu_check` run.
 
-    race_7b     at the llava-1.5-7b shape (random weights, `gpu_check.build`): the target's
+    race_7b     at the llava-1.5-7b shape (random weights, `gpu_steps.build`): the target's
                 one-token step T1 through transformers and through the lean target
                 (`demo.engine.lean_target`, forced on, its graphs captured before any clock); our AR against
                 transformers' `generate`, and our SPD against transformers' assisted generation
@@ -71,7 +71,7 @@ def _syncs_per_round(target: Target, drafter, prompt: Prompt) -> float | None:
 
 
 def _t1_ms(target: Target, prompt: Prompt, timer) -> float:
-    """The median one-token decode step of `target` after the prompt (`timer`: gpu_check.median_ms)."""
+    """The median one-token decode step of `target` after the prompt (`timer`: gpu_steps.median_ms)."""
     cache = target.new_cache()
     target.prefill(prompt.target_inputs, cache)
     token = ids_on(target.device, [5])
