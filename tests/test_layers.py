@@ -19,6 +19,7 @@ PACKAGE = ROOT / "demo"
 # training-only for the bench.
 WORLD_TRAINING = (
     "demo.world.train",
+    "demo.world.stage_tools",
     "demo.world.recipe",
     "demo.world.data",
     "demo.world.fit",

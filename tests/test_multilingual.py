@@ -249,7 +249,7 @@ def test_stage_ten_keeps_the_english_targets_right_answers_and_the_worlds_answer
 
     from demo.world.data import ScenePool, encode, sample_items
     from demo.world.multilingual import english_answers
-    from demo.world.train import World
+    from demo.world.stage_tools import World
 
     english, _ = _grown()
     processor = AutoProcessor.from_pretrained(ASSETS / "drafter-image")

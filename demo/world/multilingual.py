@@ -44,9 +44,10 @@ from .generate import greedy
 from .models import build, n_params
 from .recipe import ENGLISH_KEEP, FULL, LANGUAGE_CURRICULUM, QUICK, LanguageDrafter, Recipe, in_languages
 from .scoring import score
+from .stage_tools import Distill, World, set_trainable
 from .tasks import LANGUAGES, Example, corpus, heldout_examples
 from .text import IMAGE_TOKEN, build_processor, extend_tokenizer
-from .train import Distill, World, set_trainable, train
+from .train import train
 
 # A translated word starts a little shorter than its English one: the embeddings are tied, so
 # where the target would write " green" its logit stays the larger, and English answers are

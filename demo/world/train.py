@@ -48,129 +48,23 @@ import json
 import random
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from . import ASSETS
-from .data import ScenePool, batches, collate, drill_batches, encode, fact_batches, sample_items
-from .fit import CellHeads, fit
+from .data import ScenePool, batches, drill_batches, encode, fact_batches, sample_items
+from .fit import fit
 from .gallery import write_examples
 from .generate import greedy
 from .models import build, n_params
 from .probes import slot_probe
 from .recipe import CURRICULUM, FULL, QUICK, Data, Distillation, Drills, Recipe
-from .slots import embeds_with_slots, slot_vectors
+from .stage_tools import Distill, World, align_projector, loss_on, pretrain_tower, set_trainable
 from .tasks import EARLY, corpus
-from .text import IMAGE_TOKEN, build_processor, train_tokenizer
-
-
-def loss_on(model, batch: dict, pool: ScenePool, image_id: int, slots: bool = False) -> torch.Tensor:
-    """LM loss of a batch: on the real image, with slots in place of the image, or with no image."""
-    scenes = batch.pop("scenes", None)
-    if slots:
-        vectors = slot_vectors(model.get_input_embeddings(), pool.slot_ids[scenes], pool.slot_mask[scenes])
-        batch = embeds_with_slots(model, batch, vectors, image_id)
-    return model(**batch).loss
-
-
-def pretrain_tower(tower, pool: ScenePool, steps: int, lr: float, seed: int, desc: str) -> float:
-    """Per-cell attribute pretraining; returns the held-back cell accuracy."""
-    heads = CellHeads(tower.config.hidden_size)
-    g = torch.Generator().manual_seed(seed)
-    n_fit = len(pool.scenes) - min(512, len(pool.scenes) // 8)  # the last scenes are held back
-
-    def loss_of(step):
-        idx = torch.randint(0, n_fit, (64,), generator=g)
-        feats = tower(pixel_values=pool.pixels[idx].float()).last_hidden_state[:, 1:]  # [B, 9, H], CLS dropped
-        return heads.loss(feats, pool.cells[idx])
-
-    fit(list(tower.parameters()) + list(heads.parameters()), steps, lr, loss_of, desc)
-    with torch.no_grad():
-        feats = tower(pixel_values=pool.pixels[n_fit:].float()).last_hidden_state[:, 1:]
-    return heads.accuracy(feats, pool.cells[n_fit:])
-
-
-def align_projector(model, pool: ScenePool, steps: int, lr: float, seed: int, desc: str) -> float:
-    """Regress the projector's outputs onto the slots; returns the held-back R^2."""
-    with torch.no_grad():
-        feats = torch.cat(
-            [
-                model.model.vision_tower(pixel_values=pool.pixels[i : i + 256].float()).last_hidden_state[:, 1:]
-                for i in range(0, len(pool.scenes), 256)
-            ]
-        )  # [S, 9, Hv]
-        targets = slot_vectors(model.get_input_embeddings(), pool.slot_ids, pool.slot_mask)  # [S, 9, H]
-    projector = model.model.multi_modal_projector
-    g = torch.Generator().manual_seed(seed)
-    n_fit = len(pool.scenes) - min(512, len(pool.scenes) // 8)
-
-    def loss_of(step):
-        idx = torch.randint(0, n_fit, (256,), generator=g)
-        return torch.nn.functional.mse_loss(projector(feats[idx]), targets[idx])
-
-    fit(list(projector.parameters()), steps, lr, loss_of, desc, weight_decay=0.0)
-    with torch.no_grad():
-        held = targets[n_fit:]
-        mse = torch.nn.functional.mse_loss(projector(feats[n_fit:]), held)
-        return 1.0 - (mse / held.var(dim=(0, 1)).mean()).item()
-
-
-def set_trainable(model, *modules) -> list[torch.nn.Parameter]:
-    for p in model.parameters():
-        p.requires_grad_(False)
-    params = list(dict.fromkeys(p for m in modules for p in m.parameters()))  # tied weights once
-    for p in params:
-        p.requires_grad_(True)
-    return params
-
-
-@dataclass
-class Distill:
-    """The target's greedy answers: prompt ids (with image tokens), answer ids (+ <|end|>)."""
-
-    scenes: list[int]
-    tasks: list[str]
-    prompts: list[list[int]]
-    answers: list[list[int]]
-
-    def batches(self, pool: ScenePool, tok, tokens: int, rng: random.Random, image: bool):
-        """Endless batches of one task each; with `image`, pixels and pool indices."""
-        pad_id, image_id = tok.pad_token_id, tok.convert_tokens_to_ids(IMAGE_TOKEN)
-        by_task = {t: [i for i, x in enumerate(self.tasks) if x == t] for t in dict.fromkeys(self.tasks)}
-        tasks, weights = list(by_task), [len(v) for v in by_task.values()]
-        while True:
-            group = by_task[rng.choices(tasks, weights)[0]]
-            mean_len = sum(len(self.prompts[i]) + len(self.answers[i]) for i in group) / len(group)
-            idx = rng.sample(group, min(len(group), max(1, int(tokens / mean_len))))
-            rows = []
-            for i in idx:
-                prompt = self.prompts[i] if image else [t for t in self.prompts[i] if t != image_id]
-                rows.append((prompt + self.answers[i], [-100] * len(prompt) + self.answers[i]))
-            batch = collate(rows, pad_id)
-            if image:
-                batch["scenes"] = torch.tensor([self.scenes[i] for i in idx])
-                batch["pixel_values"] = pool.pixels[batch["scenes"]].float()
-            yield batch
-
-
-@dataclass
-class World:
-    """Everything the stages hand on to each other."""
-
-    tok: object
-    processor: object
-    pool: ScenePool
-    target: object = None
-    distill: Distill = None
-    text_drafter: object = None
-    image_drafter: object = None
-
-    @property
-    def image_id(self) -> int:
-        return self.tok.convert_tokens_to_ids(IMAGE_TOKEN)
+from .text import build_processor, train_tokenizer
 
 
 def stage_data(config: Data, seed: int) -> World:

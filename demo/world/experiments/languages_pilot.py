@@ -32,9 +32,9 @@ from ..generate import greedy
 from ..multilingual import grow_embeddings, kept_english_loss, new_rows_only, quiet_directions
 from ..recipe import ENGLISH_KEEP, MIX, SHORT
 from ..scoring import score
+from ..stage_tools import loss_on, set_trainable
 from ..tasks import LANGUAGES, corpus, heldout_examples, in_language
 from ..text import IMAGE_SEQ_LENGTH, IMAGE_TOKEN, build_processor, extend_tokenizer
-from ..train import loss_on, set_trainable
 
 EVAL_TASKS = ("vqa_colour", "vqa_shape", "caption", "multiple_choice")
 MAX_TOKENS = {"vqa_colour": 40, "vqa_shape": 40, "caption": 90, "multiple_choice": 200}
