@@ -20,6 +20,7 @@ PACKAGE = ROOT / "demo"
 WORLD_TRAINING = (
     "demo.world.train",
     "demo.world.stage_tools",
+    "demo.world.new_tokens",
     "demo.world.recipe",
     "demo.world.data",
     "demo.world.fit",

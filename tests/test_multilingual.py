@@ -144,7 +144,7 @@ def test_grown_tokenizer_keeps_english_as_it_was_and_shortens_the_new_languages(
 
 def test_grown_embeddings_start_at_the_mean_of_their_pieces():
     from demo.world.models import build
-    from demo.world.multilingual import grow_embeddings
+    from demo.world.new_tokens import grow_embeddings
 
     english, grown = _grown()
     torch.manual_seed(0)
@@ -175,7 +175,7 @@ def test_language_drafters_are_at_most_a_tenth_of_the_target():
 def test_translated_words_start_from_their_english_rows_each_language_with_its_own_direction():
     from demo.world import translation
     from demo.world.models import build
-    from demo.world.multilingual import TRANSLATED_SCALE, grow_embeddings, token_language
+    from demo.world.new_tokens import TRANSLATED_SCALE, grow_embeddings, token_language
 
     english, grown = _grown()
     lexicons = translation.lexicon("de") | translation.lexicon("zh")
@@ -216,7 +216,7 @@ def test_quiet_directions_leave_every_english_answer_token_the_targets_argmax():
 
     from demo.world import translation
     from demo.world.data import ScenePool, item_batch, sample_items
-    from demo.world.multilingual import grow_embeddings, quiet_directions
+    from demo.world.new_tokens import grow_embeddings, quiet_directions
     from demo.world.recipe import ENGLISH_KEEP
 
     english, grown = _grown()
@@ -291,7 +291,7 @@ def test_lookup_facts_in_other_languages_state_the_scene():
 def test_only_the_new_rows_learn_beside_the_body_at_its_own_rate():
     from demo.world.fit import fit
     from demo.world.models import build
-    from demo.world.multilingual import grow_embeddings, new_rows_only
+    from demo.world.new_tokens import grow_embeddings, new_rows_only
 
     english, grown = _grown()
     torch.manual_seed(0)

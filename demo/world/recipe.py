@@ -67,7 +67,7 @@ def in_languages(mix: dict[str, float], languages: tuple[str, ...]) -> dict[str,
 # batches two of multiple choice, one of it on one-object scenes, and two of stage 5's mix, half
 # of that captions), captions raised from 0.30 after the second run lost English captions (90% ->
 # 86%): the English target's own greedy answers to questions in these shares, its distribution
-# kept (`multilingual.kept_english_loss`). A fourth run with shapes and multiple choice raised
+# kept (`new_tokens.kept_english_loss`). A fourth run with shapes and multiple choice raised
 # here (captions 0.34) and every second batch English in the last phase lost captions (81%) and
 # German and Chinese multiple choice (80%, 69%), and a sixth with captions at 0.44 (from the short
 # questions) won captions back (92%) and lost multiple choice (86%): docs/world-languages.md. Since

@@ -6,7 +6,7 @@ Contract:
   German endings, shapes and their plurals, sizes, places, counts), and with
   `function_words` the few words the answers' layouts are built of ("ist" -> "is", "的" ->
   "of"). Stage 10 starts each new token that spells one of them from its English translation's
-  embedding (`multilingual.grow_embeddings`), so the lookup the target has already writes it.
+  embedding (`new_tokens.grow_embeddings`), so the lookup the target has already writes it.
 - `facts(scene, rng, language, verify)` is `data.facts` in another language: every lookup the
   scene answers ("Kreis ist rot.", "圆形是红色。"), and with `verify` the verification facts
   ("ist der Kreis blau? nein."), as (question, answer) pairs: the loss goes on the answer.

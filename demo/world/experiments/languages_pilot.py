@@ -29,7 +29,7 @@ from ..data import ScenePool, batches, collate, item_batch, sample_items
 from ..evaluate import encode_examples
 from ..fit import fit
 from ..generate import greedy
-from ..multilingual import grow_embeddings, kept_english_loss, new_rows_only, quiet_directions
+from ..new_tokens import grow_embeddings, kept_english_loss, new_rows_only, quiet_directions
 from ..recipe import ENGLISH_KEEP, MIX, SHORT
 from ..scoring import score
 from ..stage_tools import loss_on, set_trainable
