@@ -586,7 +586,8 @@ def test_multiple_choice_checks_the_options_in_order_up_to_the_concluded_one():
 
 def test_brief_multiple_choice_is_the_early_question_with_yes_no_checks():
     from demo.world.scenes import scene_stream
-    from demo.world.tasks import BRIEF, EARLY, qa
+    from demo.world.tasks import qa
+    from demo.world.tasks_en import BRIEF, EARLY
 
     for i, scene in zip(range(40), scene_stream("train", 3)):
         (question, restated), (same, brief) = (qa(t, scene, random.Random(i)) for t in (EARLY, BRIEF))
@@ -602,7 +603,8 @@ def test_brief_multiple_choice_is_the_early_question_with_yes_no_checks():
 def test_final_multiple_choice_counts_by_the_captions_listing_with_count_and_place_options_in_order():
     from demo.world.experiments.diagnose import options_of
     from demo.world.scenes import POSITIONS, scene_stream
-    from demo.world.tasks import EARLY, NUMBERS, qa
+    from demo.world.tasks import qa
+    from demo.world.tasks_en import EARLY, NUMBERS
 
     kinds = Counter()
     for i, scene in zip(range(200), scene_stream("train", 4)):
@@ -635,7 +637,8 @@ def test_final_multiple_choice_counts_by_the_captions_listing_with_count_and_pla
 
 def test_the_lm_stage_and_the_tokenizer_see_only_brief_multiple_choice():
     from demo.world.recipe import CURRICULUM, LM_MIX, MIX, in_form
-    from demo.world.tasks import BRIEF, EARLY, corpus
+    from demo.world.tasks import corpus
+    from demo.world.tasks_en import BRIEF, EARLY
 
     assert list(LM_MIX.values()) == list(MIX.values()) and BRIEF in LM_MIX and "multiple_choice" not in LM_MIX
     early = in_form(MIX, EARLY)

@@ -36,7 +36,8 @@ from dataclasses import asdict, dataclass
 
 from demo.engine.events import RoundEvent, Trace
 from demo.world.scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES, SIZES
-from demo.world.tasks import NUMBERS, heldout_examples, plural
+from demo.world.tasks import heldout_examples
+from demo.world.tasks_en import NUMBERS, plural
 from demo.world.translation import lexicon
 
 FUNCTION_WORDS = set(

@@ -13,7 +13,8 @@ import torch
 from .data import check_row, collate, encode
 from .recipe import SHORT
 from .slots import embeds_with_slots, slot_ids, slot_vectors
-from .tasks import EARLY, examples, image_grounded_words
+from .tasks import examples, image_grounded_words
+from .tasks_en import EARLY
 from .text import word_of_each_token
 
 

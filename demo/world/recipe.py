@@ -10,7 +10,8 @@ imports torch.
 
 from dataclasses import dataclass, replace
 
-from .tasks import BRIEF, EARLY, LANGUAGES, in_language
+from .tasks import LANGUAGES, in_language
+from .tasks_en import BRIEF, EARLY
 
 # Share of batches per task (batches have similar token counts): stage 3's last phase, stage 3b's
 # other batches, the distillation set and the text drafter's pretraining. Captions and multiple
@@ -52,9 +53,9 @@ SHORT = ("vqa_colour", "vqa_shape", "vqa_count", "vqa_position", "vqa_yesno")
 
 
 def in_form(mix: dict[str, float], form: str) -> dict[str, float]:
-    """`mix` with multiple choice in another of its forms (`tasks.BRIEF`, `tasks.EARLY`), in the
-    same order and shares: the LM stage trains the brief form, stages 3b-5d the early one, stage
-    5e on the final one (`tasks.py` says how they differ)."""
+    """`mix` with multiple choice in another of its forms (`tasks_en.BRIEF`, `tasks_en.EARLY`), in
+    the same order and shares: the LM stage trains the brief form, stages 3b-5d the early one,
+    stage 5e on the final one (`tasks_en.py` says how they differ)."""
     return {(form if task == "multiple_choice" else task): share for task, share in mix.items()}
 
 

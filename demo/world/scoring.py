@@ -16,7 +16,8 @@ from collections import Counter
 
 from . import scoring_languages
 from .scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES, Scene
-from .tasks import NUMBERS, Example, plural
+from .tasks import Example
+from .tasks_en import NUMBERS, plural
 
 _COLOUR = "|".join(COLOURS)
 _SHAPE = "|".join(sorted(list(SHAPES) + [plural(s) for s in SHAPES], key=len, reverse=True))

@@ -146,7 +146,7 @@ def _options(correct: str, pool: list[str], rng: random.Random, ordered: bool = 
 
 
 def checks(kind: str, options: list[str], letter: str) -> str:
-    """As `tasks.checks`: "A. Quadrat: ein Kreis ist kein Quadrat. B. Kreis: ein Kreis ist ein Kreis." """
+    """As `tasks_en.checks`: "A. Quadrat: ein Kreis ist kein Quadrat. B. Kreis: ein Kreis ist ein Kreis." """
     said, out = options[LETTERS.index(letter)], []
     for letter_, text in zip(LETTERS, options):
         if kind == "shape":

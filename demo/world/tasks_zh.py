@@ -127,7 +127,7 @@ def _options(correct: str, pool: list[str], rng: random.Random, ordered: bool = 
 
 
 def checks(options: list[str], letter: str) -> str:
-    """As `tasks.checks`: "A. 正方形：圆形不是正方形。B. 圆形：圆形是圆形。" """
+    """As `tasks_en.checks`: "A. 正方形：圆形不是正方形。B. 圆形：圆形是圆形。" """
     said, out = options[LETTERS.index(letter)], []
     for letter_, text in zip(LETTERS, options):
         out.append(f"{letter_}. {text}：{said}{'是' if text == said else '不是'}{text}。")

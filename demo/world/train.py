@@ -21,7 +21,7 @@ aligned to word-embedding "slots", see slots.py):
  5b. target: the same, captions at 70% of the batches, with a fresh schedule
  5c. target: the same mix again, at a third of the learning rate
  5d. target: stage 3b's option drills on real images, alternating with stage 5's mix
- (3b-5d teach multiple choice in its early form, `tasks.EARLY`; the LM stage the brief one)
+ (3b-5d teach multiple choice in its early form, `tasks_en.EARLY`; the LM stage the brief one)
  5e. target: multiple choice in its final form (whole answers; a fifth of the batches on
      one-object scenes), alternating with stage 5's mix
  6. distillation set: the shipped (fp16-rounded) target's greedy answers on training scenes
@@ -63,7 +63,8 @@ from .models import build, n_params
 from .probes import slot_probe
 from .recipe import CURRICULUM, FULL, QUICK, Data, Distillation, Drills, Recipe
 from .stage_tools import Distill, World, align_projector, loss_on, pretrain_tower, set_trainable
-from .tasks import EARLY, corpus
+from .tasks import corpus
+from .tasks_en import EARLY
 from .text import build_processor, train_tokenizer
 
 
@@ -163,7 +164,7 @@ def stage_image_drills(w: World, recipe: Recipe, seed: int, log: dict) -> None:
 
 
 def stage_final_form(w: World, recipe: Recipe, seed: int, log: dict) -> None:
-    """5e. multiple choice in its final form (`tasks.EARLY` says how it differs), whole answers
+    """5e. multiple choice in its final form (`tasks_en.EARLY` says how it differs), whole answers
     (the loss on the explanation too), on real images, with a fresh schedule: in every five
     batches two of multiple choice, two of stage 5's mix and one of multiple choice on
     one-object scenes."""

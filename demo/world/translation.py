@@ -17,7 +17,7 @@ import random
 
 from . import tasks_de, tasks_zh
 from .scenes import COLOURS, POSITIONS, SHAPES, SIZES, Obj, Scene
-from .tasks import NUMBERS, plural
+from .tasks_en import NUMBERS, plural
 
 # The words a German place is made of, and the English they mean.
 GERMAN_PLACE_WORDS = {"oben": "top", "unten": "bottom", "links": "left", "rechts": "right", "mitte": "centre"}

@@ -1,0 +1,330 @@
+"""The world's questions and reference answers in English: every task family of `tasks.py`, and
+multiple choice's earlier forms (`BRIEF`, `EARLY`).
+
+Contract: `qa(task, scene, rng) -> (question, answer) | None`, as `tasks.qa` gives it for
+English. Phrasings vary (drawn from `rng`), the facts never do: every answer is true of the scene.
+The count words and plurals (`NUMBERS`, `plural`) are read by the scorer and the translations
+too; `tasks_de` and `tasks_zh` write multiple choice's checks as `checks` does.
+"""
+
+import random
+
+from .phrasing import LETTERS, cap, listing, unique
+from .scenes import COLOURS, GRID, POSITIONS, SHAPES, Obj, Scene
+
+NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def plural(shape: str) -> str:
+    return shape + ("es" if shape.endswith("s") else "s")
+
+
+def name(o: Obj, size: bool = True) -> str:
+    """'large red circle' (or 'red circle' without the size)."""
+    return f"{o.size} {o.colour} {o.shape}" if size else f"{o.colour} {o.shape}"
+
+
+def article(words: str) -> str:
+    return f"an {words}" if words[0] in "aeiou" else f"a {words}"
+
+
+# --- (a) detailed description -------------------------------------------------------------
+
+DESCRIBE = (
+    "Describe this image in detail.",
+    "What do you see in this picture? Describe it in detail.",
+    "Give a detailed description of the scene.",
+    "Can you describe everything that is in this image?",
+)
+
+
+def _intro(rng: random.Random) -> str:
+    return rng.choice(
+        (
+            "The image is a simple drawing on a plain, light background.",
+            "This picture shows a flat, colourful drawing on a pale, uniform background.",
+            "Here we have a minimal illustration of geometric shapes on a light background.",
+        )
+    )
+
+
+def _object_sentence(o: Obj, rng: random.Random) -> str:
+    """One object, its place first: the words the attributes depend on come just before them."""
+    return rng.choice(
+        (
+            f"{cap(o.position_phrase)}, there is {article(name(o))}.",
+            f"{cap(o.position_phrase)}, we can see {article(name(o))}.",
+            f"{cap(o.position_phrase.removeprefix('in '))} holds {article(name(o))}.",
+        )
+    )
+
+
+def _count_sentence(scene: Scene) -> str:
+    n = len(scene.objects)
+    return (
+        "In total, there is a single shape in the picture."
+        if n == 1
+        else f"In total, there are {NUMBERS[n]} shapes in the picture."
+    )
+
+
+def _size_summary(scene: Scene) -> str:
+    n = len(scene.objects)
+    large = sum(o.size == "large" for o in scene.objects)
+    if n == 1:
+        return f"The shape is {scene.objects[0].size}."
+    if large in (0, n):
+        return f"All {NUMBERS[n]} shapes are {'large' if large else 'small'}."
+    small = n - large
+    verb = lambda k: "is" if k == 1 else "are"  # noqa: E731
+    return f"{cap(NUMBERS[large])} of them {verb(large)} large and {NUMBERS[small]} {verb(small)} small."
+
+
+def _colour_summary(scene: Scene) -> str:
+    colours = list(dict.fromkeys(o.colour for o in scene.objects))
+    if len(scene.objects) == 1:
+        return f"The only colour in the picture is {colours[0]}."
+    if len(colours) == 1:
+        return f"Every shape in the picture is {colours[0]}."
+    return f"The colours in the picture are {listing(colours)}."
+
+
+def _closing(scene: Scene, rng: random.Random) -> str:
+    empty = GRID * GRID - len(scene.objects)
+    return rng.choice(
+        (
+            f"The other {NUMBERS[empty]} places on the grid are empty, so the scene looks simple and tidy.",
+            "Apart from these shapes the background is empty, and the overall scene is simple and uncluttered.",
+            "There is nothing else in the image, which gives it a clean and minimal look.",
+        )
+    )
+
+
+def _description(scene: Scene, rng: random.Random) -> str:
+    parts = [_intro(rng)]
+    parts += [_object_sentence(o, rng) for o in scene.objects]
+    parts += [_count_sentence(scene), _size_summary(scene), _colour_summary(scene), _closing(scene, rng)]
+    return " ".join(parts)
+
+
+# --- (b) short caption ----------------------------------------------------------------------
+
+CAPTION = (
+    "Write a short caption for this image.",
+    "Caption this picture in one sentence.",
+    "Give a brief caption of the image.",
+)
+
+
+def _caption(scene: Scene, rng: random.Random) -> str:
+    """Each object after its place, in reading order: the place is the key its words are read by."""
+    sized = rng.random() < 0.5
+    parts = [f"{o.position_phrase}, {article(name(o, sized))}" for o in scene.objects]
+    things = listing(parts, "; ", "; and ")
+    return cap(f"{rng.choice(('', 'A simple drawing: ', 'On a light background: '))}{things}.")
+
+
+# --- (c) multiple choice with explanation ---------------------------------------------------
+
+
+def _options(correct: str, pool: list[str], rng: random.Random, ordered: bool = False) -> tuple[list[str], str]:
+    """The right option and three others, shuffled; with `ordered`, then put in `pool`'s order."""
+    options = [correct] + rng.sample([p for p in pool if p != correct], 3)
+    rng.shuffle(options)
+    if ordered:
+        options.sort(key=pool.index)
+    return options, LETTERS[options.index(correct)]
+
+
+# Multiple choice has three forms, one question: the LM stage's (`BRIEF`, brief checks), stages
+# 3b-5d's (`EARLY`, restated checks) and the final one (`multiple_choice`: stage 5e on, the
+# distillation set, the evaluation, the app). The final form differs from `EARLY` in the two
+# kinds the target got wrong most (README):
+# - a count is read off the caption's own listing, place by place ("In the centre, a red
+#   circle; and in the top left corner, a blue square, so there are two."), where `EARLY` named
+#   the things alone ("The image contains a circle and a square, ..."). The target lists the
+#   places of a caption exactly (the number of items right in 99 of 100 held-out captions) but
+#   named things twice or left them out, so its count conclusions were right 7 times in 24;
+# - count and position options come in their natural order, as an exam lists them: the counts
+#   one to four, places in reading order. The target copied shuffled ones right 23 and 25 times
+#   in 60 checks (shapes 75 of 80, colours 53 of 53) and wrote its own ("A. five: ... B.
+#   four: ..."); sorted counts drawn from one to five, it counted up from "A. one" whatever
+#   the list began with.
+# `EARLY` also keeps a slip: a position question that falls back to a count (the object is not
+# unique) restated its count with position's article ("the three is not the one"). Stages 3b-5d
+# keep their data: the shipped weights are what the recipe makes with it.
+EARLY = "multiple_choice_early"
+
+
+def _multiple_choice(scene: Scene, rng: random.Random, form: str = "multiple_choice") -> tuple[str, str]:
+    final = form == "multiple_choice"
+    o = rng.choice(scene.objects)
+    kind = rng.choice(("shape", "colour", "position", "count"))
+    # The explanation reads the asked object first (its place or name, then what is there), then
+    # draws the conclusion from its own words: the look-up form the short answers use.
+    if kind == "shape":
+        question = f"Which shape is {o.position_phrase}?"
+        options, letter = _options(o.shape, list(SHAPES), rng)
+        reason = f"The object {o.position_phrase} is {article(name(o))}, so it is a {o.shape}."
+    elif kind == "colour":
+        question = f"What colour is the shape {o.position_phrase}?"
+        options, letter = _options(o.colour, list(COLOURS), rng)
+        reason = f"The shape {o.position_phrase} is {article(name(o))}, so it is {o.colour}."
+    elif kind == "position" and unique(scene, colour=o.colour, shape=o.shape):
+        question = f"Where is the {name(o, False)}?"
+        options, letter = _options(o.position, list(POSITIONS), rng, ordered=final)
+        reason = f"The {name(o, False)} is {o.position_phrase}, so it is at the {o.position}."
+    else:
+        n = len(scene.objects)
+        kind = "count" if final else kind  # `EARLY`'s slip, above
+        question = "How many shapes are in the image?"
+        are = f"there {'is' if n == 1 else 'are'} {NUMBERS[n]}"
+        if final:  # the counts one to four, as an exam lists them; the caption's listing
+            options = list(NUMBERS[1:5])
+            letter = LETTERS[options.index(NUMBERS[n])]
+            listed = listing([f"{x.position_phrase}, {article(name(x, False))}" for x in scene.objects], "; ", "; and ")
+            reason = cap(f"{listed}, so {are}.")
+        else:
+            options, letter = _options(NUMBERS[n], list(NUMBERS[1:6]), rng)
+            reason = f"The image contains {listing([article(name(x, False)) for x in scene.objects])}, so {are}."
+    # The options on one line, so each letter is the same token (" A") as in the answer's checks;
+    # on lines of their own the question's "A" and the answer's " A" were two unrelated tokens.
+    listed = ", ".join(f"{letter_}. {text}" for letter_, text in zip(LETTERS, options))
+    question = f"{question}\nOptions: {listed}.\nExplain briefly, then give the letter of the correct option."
+    said = brief_checks(options, letter) if form == BRIEF else checks(kind, options, letter)
+    return question, f"{reason} {said} The answer is {letter}."
+
+
+# The word each kind's conclusion restates, with its article ("a circle", "the centre", "red").
+ARTICLE = {"shape": "a ", "colour": "", "position": "the ", "count": ""}
+
+
+def checks(kind: str, options: list[str], letter: str) -> str:
+    """The options in order up to the right one, each copied, then compared with the concluded
+    word restated next to it: "A. square: a circle is not a square. B. circle: a circle is a
+    circle." With both words a few tokens back the verdict is a local comparison; checks against
+    the conclusion a sentence earlier ("A. square: no.") were not learnt (README)."""
+    said, a = options[LETTERS.index(letter)], ARTICLE[kind]
+    out = []
+    for letter_, text in zip(LETTERS, options):
+        verdict = "is" if text == said else "is not"
+        out.append(f"{letter_}. {text}: {a}{said} {verdict} {a}{text}.")
+        if text == said:
+            return " ".join(out)
+    raise ValueError(f"{letter} is not among {options}")
+
+
+# The LM stage (train.py, stage 3) and the tokenizer's corpus keep the brief checks, "A. square:
+# no. B. circle: yes.": every run that trained the restated form from the start read its image
+# slots slower (colour 75-87% at the end of the LM stage against 95%, README), before multiple
+# choice was even in its mix. The restated form is taught once the lookups are in place.
+BRIEF = "multiple_choice_brief"
+
+
+def brief_checks(options: list[str], letter: str) -> str:
+    """The options in order up to the right one, each with its verdict: "A. square: no. B. circle: yes." """
+    return " ".join(
+        f"{letter_}. {text}: {'yes' if letter_ == letter else 'no'}."
+        for letter_, text in zip(LETTERS[: LETTERS.index(letter) + 1], options)
+    )
+
+
+# --- short VQA ------------------------------------------------------------------------------
+
+
+# Short answers name their subject, then the looked-up word right after it: "The circle is red."
+# A model trained from scratch learns to read an image token fastest when the key of the lookup
+# (the circle) sits just before the word it looks up, rather than only in the question.
+# Measured with `train.slot_probe` on colour questions (the same 150 one-object steps, then all
+# scenes, lr 1e-3): 0.54 / 0.69 / 0.78 / 0.81 of held-out answers right at steps 100-400 with
+# this form, against 0.41 / 0.41 / 0.50 at steps 100-300 with the colour said first ("Red.").
+# Phrasings vary after the looked-up word, so the lookup itself always reads the same way: lead-ins
+# before the subject ("In this image, the circle is red.") slowed it down, 0.07 / 0.14 / 0.55 / 0.61
+# at steps 100-400 of that probe; in the full curriculum 0.53 / 0.58 at steps 150 / 200 against
+# 0.60 / 0.71 with these tails.
+TAILS = ("", " here", " in this image", " in the picture")
+
+
+def restated(subject: str, rest: str, rng: random.Random) -> str:
+    """'The circle is red here.': the subject, the looked-up words, then a varying tail."""
+    return cap(f"{subject} {rest}{rng.choice(TAILS)}.")
+
+
+def _vqa_colour(scene: Scene, rng: random.Random) -> tuple[str, str]:
+    o = rng.choice(scene.objects)
+    if unique(scene, shape=o.shape) and rng.random() < 0.5:
+        question = rng.choice((f"What colour is the {o.shape}?", f"What is the colour of the {o.shape}?"))
+        return question, restated(f"the {o.shape}", f"is {o.colour}", rng)
+    noun = rng.choice(("shape", "object"))
+    question = rng.choice(
+        (f"What colour is the {noun} {o.position_phrase}?", f"What is the colour of the {noun} {o.position_phrase}?")
+    )
+    return question, restated(f"the {noun} {o.position_phrase}", f"is {o.colour}", rng)
+
+
+def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
+    o = rng.choice(scene.objects)
+    if unique(scene, colour=o.colour) and rng.random() < 0.5:
+        noun = rng.choice(("shape", "object"))
+        question = rng.choice((f"What shape is the {o.colour} {noun}?", f"Which shape is {o.colour}?"))
+        return question, restated(f"the {o.colour} {noun}", f"is a {o.shape}", rng)
+    question = rng.choice((f"What shape is {o.position_phrase}?", f"Which shape can you see {o.position_phrase}?"))
+    return question, restated(f"the shape {o.position_phrase}", f"is a {o.shape}", rng)
+
+
+def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
+    kind = rng.choice(("all", "colour", "shape"))
+    if kind == "all":
+        n, what = len(scene.objects), "shapes"
+    elif kind == "colour":
+        colour = rng.choice([o.colour for o in scene.objects] + list(COLOURS))
+        n, what = sum(o.colour == colour for o in scene.objects), f"{colour} shapes"
+    else:
+        shape = rng.choice([o.shape for o in scene.objects] + list(SHAPES))
+        n, what = sum(o.shape == shape for o in scene.objects), plural(shape)
+    question = rng.choice((f"How many {what} are there?", f"How many {what} are in the image?"))
+    if n == 0:
+        return question, restated("there", f"are no {what}", rng)
+    return question, restated(f"the number of {what}", f"is {NUMBERS[n]}", rng)
+
+
+def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
+    candidates = [o for o in scene.objects if unique(scene, colour=o.colour, shape=o.shape)]
+    if not candidates:
+        return None
+    o = rng.choice(candidates)
+    question = rng.choice((f"Where is the {name(o, False)}?", f"Where in the image is the {name(o, False)}?"))
+    return question, restated(f"the {name(o, False)}", f"is {o.position_phrase}", rng)
+
+
+def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:
+    if rng.random() < 0.5:
+        o = rng.choice(scene.objects)
+        colour, shape = o.colour, o.shape
+    else:
+        colour, shape = rng.choice(list(COLOURS)), rng.choice(SHAPES)
+    thing = article(f"{colour} {shape}")
+    question = rng.choice((f"Is there {thing} in the image?", f"Can you see {thing}?"))
+    hits = [o for o in scene.objects if o.colour == colour and o.shape == shape]
+    if hits:
+        return question, rng.choice(("Yes.", f"Yes, there is {thing} {hits[0].position_phrase}."))
+    return question, rng.choice(("No.", f"No, there is no {colour} {shape}."))
+
+
+def qa(task: str, scene: Scene, rng: random.Random) -> tuple[str, str] | None:
+    """(question, reference answer) in English, or None when the task does not apply to the scene;
+    `task` is one of `tasks.TASKS`, or multiple choice in an earlier form (`BRIEF`, `EARLY`)."""
+    if task == "description":
+        return rng.choice(DESCRIBE), _description(scene, rng)
+    if task == "caption":
+        return rng.choice(CAPTION), _caption(scene, rng)
+    return {
+        "multiple_choice": _multiple_choice,
+        "vqa_colour": _vqa_colour,
+        "vqa_shape": _vqa_shape,
+        "vqa_count": _vqa_count,
+        "vqa_position": _vqa_position,
+        "vqa_yesno": _vqa_yesno,
+        BRIEF: lambda scene, rng: _multiple_choice(scene, rng, BRIEF),
+        EARLY: lambda scene, rng: _multiple_choice(scene, rng, EARLY),
+    }[task](scene, rng)
