@@ -300,11 +300,11 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
     in another process): ("run", i, drafter) before each run, then ("done", i, drafter, trace,
     observations, correct): `demo.session.rejections.observations`, and the answer scored."""
     from demo.engine.sampling import Sampling
-    from demo.models import loader
+    from demo.models import loader, preloading
     from demo.session import image_attention, rejections
     from demo.world.scoring import score
 
-    loader.check_served(preset)  # preloaded deployments (a Space) never load in a request
+    preloading.check_served(preset)  # preloaded deployments (a Space) never load in a request
     loaded = loader.load(preset)
     for i, item in enumerate(items):
         for d in drafters:
