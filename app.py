@@ -25,9 +25,9 @@ PRELOAD = zerogpu.preload_names(presets.DEFAULT_PRESET)
 
 if PRELOAD:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from demo.models import loader
+    from demo.models import preloading
 
-    loader.preload(PRELOAD)
+    preloading.preload(PRELOAD)
 
 demo = server.build_demo()
 

@@ -11,7 +11,8 @@ import tiny  # noqa: E402
 
 from demo.engine.drafters import Drafter  # noqa: E402
 from demo.engine.speculative import Target  # noqa: E402
-from demo.models.loader import Loaded, Preset, image_placeholder_ids, stop_ids_of  # noqa: E402
+from demo.models.loader import Loaded, Preset  # noqa: E402
+from demo.models.vocab import image_placeholder_ids, stop_ids_of  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from test_render import ar_trace, spd_trace
 
 from demo.engine.events import DraftTree, TokenEvent, TreeNode
 from demo.models import presets
-from demo.page import classroom, drafter_notes, handlers, render
+from demo.page import classroom, drafter_notes, handlers, render, stats_tables
 
 
 def race():
@@ -81,7 +81,7 @@ def test_a_tree_lanes_alpha_says_it_counts_the_walked_branch_and_how_many_nodes_
     )
     trace = spd_trace()
     trace.rounds[0] = dataclasses.replace(trace.rounds[0], tree=DraftTree(nodes, (0,)))
-    html = render.speculative_stats_html(trace, speedup=None)
+    html = stats_tables.speculative_stats_html(trace, speedup=None)
     assert (
         "accepted / drafted = 5 / 7, counting each tree's walked branch; the trees proposed 4 nodes (4.0 a round): "
         "per node, 1 / 4 = 0.25" in html

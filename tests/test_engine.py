@@ -16,7 +16,7 @@ from demo.engine.drafters import Drafter
 from demo.engine.events import DrafterInfo, PrefillEvent, RoundEvent, RunStart, RunSummary, TokenEvent, Trace
 from demo.engine.sampling import Sampling
 from demo.engine.speculative import Target, speculative_generate
-from demo.models.loader import VocabMismatch, check_vocab_compatible
+from demo.models.vocab import VocabMismatch, check_vocab_compatible
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ from demo.engine.speculative import Target, autoregressive_generate, speculative
 from demo.engine.trees import keep_path, visibility
 from demo.models import loader
 from demo.models.families import FAMILIES
-from demo.models.loader import Loaded, Preset, image_placeholder_ids, stop_ids_of
+from demo.models.loader import Loaded, Preset
+from demo.models.vocab import image_placeholder_ids, stop_ids_of
 
 GREEDY = Sampling()
 MAX_NEW = 24

@@ -7,7 +7,7 @@ import pytest
 import tiny
 import tiny_families
 
-from demo.models import loader, presets
+from demo.models import loader, presets, vocab
 
 COMMON = ("<|end|>", "<|user|>", "<|assistant|>", "<unk>", "<pad>", "<image>", "<|im_end|>", "<|im_start|>")
 IMAGE = tiny.images(1)[0]
@@ -50,10 +50,10 @@ def test_control_strings_in_a_question_add_no_control_tokens(family_presets, fam
         ids = loaded.prompt(image, question).target_inputs["input_ids"][0].tolist()
         assert added_ids(loaded, ids) == template, string
         # and the question reads as typed (a word joiner, invisible, is the only addition)
-        assert question in tokenizer.decode(ids).replace(loader.WORD_JOINER, ""), string
+        assert question in tokenizer.decode(ids).replace(vocab.WORD_JOINER, ""), string
 
 
 def test_a_question_without_control_strings_is_unchanged():
     tok = tiny.tokenizer()
-    assert loader.as_text("What colour is the circle?", tok) == "What colour is the circle?"
-    assert loader.as_text("a <image> b", tok) == "a <image" + loader.WORD_JOINER + "> b"
+    assert vocab.as_text("What colour is the circle?", tok) == "What colour is the circle?"
+    assert vocab.as_text("a <image> b", tok) == "a <image" + vocab.WORD_JOINER + "> b"

@@ -7,7 +7,7 @@ import pytest
 from demo.engine import metrics
 from demo.engine.events import DrafterInfo, PrefillEvent, Rejection, RoundEvent, RunStart, RunSummary, TokenEvent, Trace
 from demo.engine.sampling import Sampling
-from demo.page import render, teach
+from demo.page import render, stats_tables, teach
 
 pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure functions and tiny models, milliseconds each
 
@@ -153,7 +153,7 @@ def test_greedy_tooltips_name_the_argmax_rule():
 
 def test_speculative_stats_show_the_metrics_beside_their_formulas():
     trace = spd_trace()
-    html = render.speculative_stats_html(trace, speedup=1.5)
+    html = stats_tables.speculative_stats_html(trace, speedup=1.5)
     assert metrics.tau(trace) == 7 / 3
     assert '<td class="num">2.33</td><td class="formula">tokens after prefill / target forwards = 7 / 3</td>' in html
     assert '<td class="num">0.71</td><td class="formula">accepted / drafted = 5 / 7 (drafted: every token' in html
@@ -166,14 +166,14 @@ def test_speculative_stats_show_the_metrics_beside_their_formulas():
 def test_token_breakdown_counts_the_tokens_shown_while_a_round_event_is_still_to_come():
     trace = spd_trace()
     trace.rounds = trace.rounds[:1]  # round 2's tokens have arrived, its round event not yet
-    html = render.speculative_stats_html(trace, speedup=None)
+    html = stats_tables.speculative_stats_html(trace, speedup=None)
     assert '<td class="num">8</td><td class="formula">5 accepted · 1 resampled · 1 bonus · 1 from' in html
 
 
 def test_stats_of_an_empty_trace_show_dashes_not_errors():
-    html = render.speculative_stats_html(Trace(), speedup=None)
+    html = stats_tables.speculative_stats_html(Trace(), speedup=None)
     assert html.count('<td class="num">–</td>') == 5
-    assert "–" in render.autoregressive_stats_html(Trace())
+    assert "–" in stats_tables.autoregressive_stats_html(Trace())
 
 
 SAME = {"identical": True, "first_difference": None, "speedup": 2.0}

@@ -27,7 +27,7 @@ from demo import session
 from demo.bench import soak
 from demo.deploy import space
 from demo.engine.sampling import Sampling
-from demo.models import loader, presets, zerogpu
+from demo.models import loader, preloading, presets, zerogpu
 from demo.page import analysis_tab, layout, server
 from demo.session import offers
 
@@ -319,7 +319,7 @@ def test_the_duration_asked_for_grows_with_the_request_and_is_capped(monkeypatch
 def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_loads_nothing(
     monkeypatch, two_tiny, request
 ):
-    monkeypatch.setattr(loader, "_PRELOADED", None)
+    monkeypatch.setattr(preloading, "_PRELOADED", None)
     monkeypatch.setenv(zerogpu.PRELOAD_ENV, "tiny-a")
     monkeypatch.delitem(sys.modules, "app", raising=False)
     app = importlib.import_module("app")  # module scope: preloads, then builds the page
@@ -327,7 +327,7 @@ def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_
         "text-only",
         "image-aware",
     }
-    assert loader.preloaded() == {"tiny-a": None}
+    assert preloading.preloaded() == {"tiny-a": None}
     selector = next(c for c in app.demo.config["components"] if c["props"].get("elem_id") == "preset")
     assert [choice[0] for choice in selector["props"]["choices"]] == ["tiny-a"] and selector["props"][
         "value"
@@ -359,7 +359,7 @@ def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_
 
 
 def test_a_decorated_handler_asked_for_an_unloaded_preset_refuses_without_loading(monkeypatch, two_tiny, no_loading):
-    monkeypatch.setattr(loader, "_PRELOADED", {"tiny-a": None})
+    monkeypatch.setattr(preloading, "_PRELOADED", {"tiny-a": None})
     request = session.Request("Describe the image.", "tiny-b", "text-only", 4, Sampling(), 8)
     with pytest.raises(loader.Unavailable) as refused:
         next(session.gpu_race(request, None, gradio.utils.get_upload_folder()))
@@ -387,7 +387,7 @@ def _plain(item) -> bool:
 
 
 def test_decorated_functions_yield_plain_data_only(monkeypatch, two_tiny):
-    monkeypatch.setattr(loader, "_PRELOADED", None)
+    monkeypatch.setattr(preloading, "_PRELOADED", None)
     upload = Path(gradio.utils.get_upload_folder()) / "test-space"
     upload.mkdir(parents=True, exist_ok=True)
     tiny.images(1)[0].save(upload / "q.png")
@@ -416,7 +416,7 @@ def test_decorated_functions_yield_plain_data_only(monkeypatch, two_tiny):
 def test_a_preset_that_fails_to_preload_is_named_with_the_reason_and_the_others_are_served(
     monkeypatch, two_tiny, tmp_path
 ):
-    monkeypatch.setattr(loader, "_PRELOADED", None)
+    monkeypatch.setattr(preloading, "_PRELOADED", None)
     monkeypatch.setenv(zerogpu.PRELOAD_ENV, "tiny-a,broken,nonesuch")
     monkeypatch.setitem(
         loader.PRESETS,
@@ -427,7 +427,7 @@ def test_a_preset_that_fails_to_preload_is_named_with_the_reason_and_the_others_
             (loader.DrafterSpec("d", "text-only", "x"),),
         ),
     )
-    outcome = loader.preload(("tiny-a", "broken", "nonesuch"))
+    outcome = preloading.preload(("tiny-a", "broken", "nonesuch"))
     assert outcome == {
         "tiny-a": None,
         "broken": f"Model files missing: {tmp_path / 'gone'}",
@@ -442,14 +442,14 @@ def test_a_preset_that_fails_to_preload_is_named_with_the_reason_and_the_others_
         loader.Unavailable,
         match=r"it failed to load at start-up \(Model files missing: .*\)\. It serves: tiny-a\.$",
     ):
-        loader.check_served("broken")
-    loader.check_served("tiny-a")  # served: no refusal
+        preloading.check_served("broken")
+    preloading.check_served("tiny-a")  # served: no refusal
 
 
 def test_off_a_space_the_selector_offers_the_presets_whose_files_are_here_and_names_the_rest(
     monkeypatch,
 ):
-    monkeypatch.setattr(loader, "_PRELOADED", None)
+    monkeypatch.setattr(preloading, "_PRELOADED", None)
     monkeypatch.delenv("SPACE_ID", raising=False)
     monkeypatch.delenv(zerogpu.PRELOAD_ENV, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 REPLACEMENT = "\ufffd"
 # How the presets' tokenizers spell the tokens that end an answer: the chat templates' end of turn
-# (`demo.models.loader.stop_ids_of` adds their ids to a model's stop ids) and the usual end-of-
+# (`demo.models.vocab.stop_ids_of` adds their ids to a model's stop ids) and the usual end-of-
 # sequence tokens. The page draws each of them as its one "end" marker.
 END_OF_TURN = ("<|end|>", "<|im_end|>", "<end_of_utterance>", "<|eot_id|>")
 END_TOKENS = frozenset((*END_OF_TURN, "</s>", "<|endoftext|>", "<eos>"))

@@ -18,12 +18,14 @@ The API the UI uses:
     load(name, progress=None)       Loaded; progress(fraction, message) is called at each stage;
                                     raises hub.Unavailable or devices.NotEnoughMemory with a message
     is_loaded(name)                 whether load(name) would return at once
-    preload(names)                  load presets and all their drafters now (start-up on a Space);
-                                    from then on only those are served
-    check_served(name)              in preload mode, refuse a preset that did not preload
     Loaded.drafter(name, progress)  a drafter for one run (its model loads on first use)
     Loaded.prompt(image, q, d)      the target's and drafter d's inputs
     Loaded.notes(drafter)           facts about this pairing the UI should state
+
+Preloading (start-up on a Space: `preload(names)`, and from then on only those presets are
+served, `check_served(name)`) is `demo.models.preloading`'s. What the tokenizers' ids mean (stop
+ids, image placeholders, a drafter's ids checked against the target's, a question kept from
+spelling control tokens) is `demo.models.vocab`'s.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ from PIL import Image
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
 from demo.engine import layerskip
-from demo.engine.detokenize import END_OF_TURN
 from demo.engine.drafters import Drafter
 from demo.engine.events import TREE_SHAPE
 from demo.engine.lean import LeanDrafter
@@ -61,71 +62,11 @@ from demo.models.presets import (  # noqa: F401  (re-exported)
     Preset,
     base_name,
 )
+from demo.models.vocab import as_text, check_vocab_compatible, image_placeholder_ids, stop_ids_of
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[float, str], None]  # (fraction done in [0, 1], what is happening)
-
-
-class VocabMismatch(ValueError):
-    """A drafter whose token ids do not mean what the target's ids mean."""
-
-
-def stop_ids_of(tokenizer, model) -> frozenset[int]:
-    """EOS ids from the generation config and tokenizer, plus the chat template's end of turn."""
-    ids = set()
-    eos = model.generation_config.eos_token_id
-    ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    vocab = tokenizer.get_vocab()
-    ids.update(vocab[t] for t in END_OF_TURN if t in vocab)
-    return frozenset(ids)
-
-
-def check_vocab_compatible(target_tokenizer, drafter_tokenizer, drafter_name: str) -> None:
-    """Refuse a drafter whose shared ids spell different tokens than the target's.
-
-    Tokenizer vocabularies are compared, not embedding sizes: those are often padded
-    (Qwen2.5: 151936 rows for about 151665 tokens; LLaVA-1.5: 32064 rows for 32002 tokens).
-    """
-    target_vocab = {i: t for t, i in target_tokenizer.get_vocab().items()}
-    drafter_vocab = {i: t for t, i in drafter_tokenizer.get_vocab().items()}
-    for i in sorted(target_vocab.keys() & drafter_vocab.keys()):
-        if target_vocab[i] != drafter_vocab[i]:
-            raise VocabMismatch(
-                f"drafter {drafter_name!r} cannot assist this target: token id {i} is "
-                f"{drafter_vocab[i]!r} for the drafter but {target_vocab[i]!r} for the target"
-            )
-
-
-def image_placeholder_ids(processor, names: tuple[str, ...] = ()) -> frozenset[int]:
-    """Ids that stand for image content in the target's prompt; a text-only drafter never sees them.
-
-    The processor's image token, plus the family's other structure tokens (`names`) that exist.
-    """
-    tokenizer = processor.tokenizer
-    candidates = {getattr(processor, "image_token", None), getattr(tokenizer, "image_token", None), *names}
-    vocab = tokenizer.get_vocab()
-    return frozenset(vocab[n] for n in candidates if n and n in vocab)
-
-
-WORD_JOINER = "\u2060"  # invisible, and no tokenizer here has an added token containing it
-
-
-def as_text(question: str, tokenizer) -> str:
-    """The question with every added-token string in it (<|end|>, <|user|>, <image>, <pad>...)
-    broken by a word joiner before its last character, so that the tokenizer reads it as the
-    characters typed, never as the control token: a question cannot end its turn, write the
-    assistant's, or add an image placeholder. Only the chat template's markers are tokens.
-    A question without such strings is returned unchanged (and tokenised exactly as before)."""
-    names = sorted(
-        {t.content for t in tokenizer.added_tokens_decoder.values() if len(t.content) > 1}, key=len, reverse=True
-    )
-    for name in names:
-        if name in question:
-            question = question.replace(name, name[:-1] + WORD_JOINER + name[-1])
-    return question
 
 
 def _silent(fraction: float, message: str) -> None:
@@ -393,64 +334,3 @@ def load(name: str = DEFAULT_PRESET, progress: Progress | None = None) -> Loaded
             _LOADED[name] = loaded
         report(1.0, f"{preset.name} ready")
         return loaded
-
-
-# --- preloading (a Space, or DEMO_PRELOAD) ----------------------------------------------------
-
-_PRELOADED: dict[str, str | None] | None = None  # preload mode: preset -> None (loaded) or why it failed
-
-
-def preload(names: tuple[str, ...]) -> dict[str, str | None]:
-    """Load the named presets and every drafter of each, now, in this process.
-
-    On ZeroGPU this runs at start-up in the main process, so that the models sit on the emulated
-    `cuda` before the first request (`demo.models.zerogpu`). From then on the deployment serves exactly
-    the presets that loaded (`check_served`): no request loads anything. A preset that fails
-    (files missing, not enough memory, damaged weights) is recorded with the reason and the
-    others still load. Returns preset -> None (loaded) or the reason, in order.
-    """
-    global _PRELOADED
-    outcome: dict[str, str | None] = {}
-    for name in names:
-        try:
-            loaded = load(name)
-            for spec in loaded.preset.drafters:
-                loaded.drafter(spec.name)
-            outcome[name] = None
-            log.info("preloaded preset %r on %s", name, loaded.plan.summary if loaded.plan else loaded.device)
-        except Exception as error:  # reported on the page; the other presets still load
-            log.error("preloading preset %r failed", name, exc_info=error)
-            outcome[name] = _reason(error)
-    _PRELOADED = outcome
-    return dict(outcome)
-
-
-def _reason(error: Exception) -> str:
-    if isinstance(error, (Unavailable, NotEnoughMemory)):
-        return str(error).rstrip(".")
-    if isinstance(error, KeyError):  # an unknown name in DEMO_PRELOAD
-        return str(error.args[0]) if error.args else "unknown preset"
-    line = (str(error).strip().splitlines() or [""])[0][:160]
-    return f"{type(error).__name__}: {line}"
-
-
-def preloaded() -> dict[str, str | None] | None:
-    """What `preload` did (preset -> None or why it failed), or None in lazy mode."""
-    return None if _PRELOADED is None else dict(_PRELOADED)
-
-
-def served() -> tuple[str, ...] | None:
-    """The presets this deployment serves in preload mode, or None (lazy: any that can load)."""
-    if _PRELOADED is None:
-        return None
-    return tuple(name for name, why in _PRELOADED.items() if why is None)
-
-
-def check_served(name: str) -> None:
-    """In preload mode, refuse (Unavailable) a preset that did not load at start-up; never loads."""
-    if _PRELOADED is None or (name in _PRELOADED and _PRELOADED[name] is None):
-        return
-    serving = ", ".join(served() or ()) or "none"
-    why = _PRELOADED.get(name)
-    reason = f"it failed to load at start-up ({why})" if why else "it was not loaded at start-up"
-    raise Unavailable(f"This deployment does not serve preset {name!r}: {reason}. It serves: {serving}.")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from demo import session
 from demo.engine import export
 from demo.engine.events import Trace
-from demo.page import blocks, charts, render, strategy_table, teach
+from demo.page import blocks, charts, render, stats_tables, strategy_table, teach
 
 SPECULATIVE = ("speculative", session.SECOND)  # the speculative lanes, in lane order
 # lane -> (panel, stats, block view) component names; the block view's name is also its element id
@@ -48,7 +48,7 @@ def empty_second() -> dict:
         "spd2_panel": render.panel_html(
             empty, title(session.SECOND, empty), "a second drafter, raced beside the first"
         ),
-        "spd2_stats": render.speculative_stats_html(empty, None, narrow=True),
+        "spd2_stats": stats_tables.speculative_stats_html(empty, None, narrow=True),
         "blocks2": blocks.blocks_html(empty),
     }
 
@@ -80,13 +80,13 @@ def view(
             lane=LANE_CLASS[lane],
         )
         speedup = comparisons[i]["speedup"] if comparisons else None
-        update[stats] = render.speculative_stats_html(spd, speedup, narrow=len(lanes) > 1)
+        update[stats] = stats_tables.speculative_stats_html(spd, speedup, narrow=len(lanes) > 1)
         update[block_view] = blocks.blocks_html(spd)
     update |= {
         "ar_panel": render.panel_html(
             ar, "Autoregressive (target only)", stopped=stopped and not ar.done, skip_to="spd-stats", lane="lane-ar"
         ),
-        "ar_stats": render.autoregressive_stats_html(ar, narrow=len(lanes) > 1),
+        "ar_stats": stats_tables.autoregressive_stats_html(ar, narrow=len(lanes) > 1),
         "outcome": render.outcome_html(spds, ar, comparisons, facts, reference),
     }
     # The page's heavier views follow the charts' pace; the time chart waits for the race's end.

@@ -14,7 +14,7 @@ import gradio as gr
 from demo import session
 from demo.engine.events import Trace
 from demo.models import presets
-from demo.page import blocks, charts, classroom, drafter_notes, lanes, render, strategy_table
+from demo.page import blocks, charts, classroom, drafter_notes, lanes, render, stats_tables, strategy_table
 from demo.page.examples import EXAMPLES_DIR, Example, load_examples  # noqa: F401 (the page's names)
 from demo.page.handlers import THRESHOLD_DEFAULT
 from demo.page.text import TIMING
@@ -271,7 +271,7 @@ def race_view() -> SimpleNamespace:
                 elem_id="spd-panel",
             )
             v.spd_stats = gr.HTML(
-                render.speculative_stats_html(empty, None),
+                stats_tables.speculative_stats_html(empty, None),
                 js_on_load=None,
                 label="speculative stats",
                 elem_id="spd-stats",
@@ -292,7 +292,7 @@ def race_view() -> SimpleNamespace:
                 elem_id="ar-panel",
             )
             v.ar_stats = gr.HTML(
-                render.autoregressive_stats_html(empty),
+                stats_tables.autoregressive_stats_html(empty),
                 js_on_load=None,
                 label="autoregressive stats",
                 elem_id="ar-stats",

@@ -24,7 +24,9 @@ name and valid range), and then use the calls below:
 What a failed request is told is `failures.message(error)`. Whether a preset and a request's
 lanes can run here at all is `offers`'s to say (`prepare` asks it first, before any work).
 
-The package's other modules: `validate` (every value checked before any work), `offers`,
+The package's other modules: `request` (`Request`, `parse`, `lane_names` and `DEFAULTS`, re-exported
+here), `race_events` (what `gpu_race` yields: Loading, Ready, Lane, Sweeping, Swept, re-exported
+here), `validate` (every value checked before any work), `offers`,
 `failures`, `languages` (a question's language and the drafter it gets), `gamma_sweep` (the γ
 sweep of a finished race), `strategies` (its answer replayed with every drafter of the preset) and
 `rejections` (where drafts are rejected, by word category).
@@ -40,174 +42,29 @@ import queue
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PIL import Image
 
 from demo.engine.race import race
-from demo.models import presets, zerogpu
+from demo.models import zerogpu
 from demo.session import budget, failures, gamma_sweep, offers, validate
+from demo.session.race_events import Lane, Loading, Ready, Sweeping, Swept
+from demo.session.request import (  # noqa: F401  (re-exported: demo.session.X is how every surface knows them)
+    DEFAULTS,
+    LANES,
+    SECOND,
+    Request,
+    lane_names,
+    parse,
+)
 from demo.session.validate import InvalidInput
 
 if TYPE_CHECKING:
     from demo.engine.events import Event, Trace
-    from demo.engine.grounding import ImageAttention
-    from demo.engine.sampling import Sampling
 
 log = logging.getLogger(__name__)
-
-LANES = ("speculative", "autoregressive")  # a race with one drafter
-SECOND = "speculative-2"  # the lane of a request's second drafter, when it names one
-DEFAULTS = {
-    "gamma": 4,
-    "greedy": True,
-    "temperature": 0.8,
-    "top_p": 0.95,
-    "seed": 0,
-    "max_new_tokens": 128,
-    "min_confidence": 0.0,
-}
-THRESHOLD = "threshold (stop drafting below this drafter confidence; min_confidence on /trace; 0 = off)"
-
-
-# --- the request --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Request:
-    """A validated request: everything a run needs besides the image."""
-
-    question: str
-    preset: str
-    drafter: str
-    gamma: int
-    sampling: Sampling
-    max_new_tokens: int
-    min_confidence: float = 0.0  # adaptive draft length: stop drafting below this top probability; 0 = off
-    second_drafter: str | None = None  # the drafter of a second speculative lane (lane SECOND); None: none
-
-    @property
-    def drafters(self) -> tuple[str, ...]:
-        """The speculative lanes' drafters, in lane order."""
-        return (self.drafter,) if self.second_drafter is None else (self.drafter, self.second_drafter)
-
-    def lane_drafter(self, lane: str) -> str | None:
-        """The drafter of lane `lane` (None for the autoregressive lane)."""
-        drafters = {"speculative": self.drafter, SECOND: self.second_drafter, "autoregressive": None}
-        if lane not in drafters or (lane == SECOND and self.second_drafter is None):
-            raise KeyError(f"request has no lane {lane!r} (its lanes: {', '.join(lane_names(self))})")
-        return drafters[lane]
-
-    def settings(self) -> dict:
-        return {
-            "question": self.question,
-            "preset": self.preset,
-            "drafter": self.drafter,
-            "second_drafter": self.second_drafter,
-            "lanes": {lane: self.lane_drafter(lane) for lane in lane_names(self)},
-            "gamma": self.gamma,
-            "sampling": asdict(self.sampling),
-            "max_new_tokens": self.max_new_tokens,
-            "min_confidence": self.min_confidence,
-        }
-
-
-# --- what a race yields (plain data: on ZeroGPU it crosses a process boundary, pickled) ---------
-
-
-@dataclass(frozen=True)
-class Loading:
-    """A preset loading (lazy deployments only): how far, and what it is doing."""
-
-    fraction: float
-    message: str
-
-
-@dataclass(frozen=True)
-class Ready:
-    """Every lane set up: what the page says of the drafters, and notes on the image."""
-
-    facts: tuple[str, ...]
-    notes: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Lane:
-    """One engine event of one lane, in the order the race ran them."""
-
-    name: str
-    event: Event
-
-
-@dataclass(frozen=True)
-class Sweeping:
-    """The γ sweep has replayed the answer at draft length `gamma` (with `strategy`: the table of
-    strategies has replayed it with that drafter, at the race's gamma)."""
-
-    gamma: int
-    strategy: str | None = None
-
-
-@dataclass(frozen=True)
-class Swept:
-    """The γ sweep of the finished race: records by gamma (`gamma_sweep.rows`), or none and why;
-    and each finished lane's image attention (`image_attention.attach`), read after the sweep; and
-    the table of every drafting strategy on this prompt (`strategies.compare`)."""
-
-    rows: tuple[dict, ...]
-    why_not: str | None = None
-    attention: tuple[tuple[str, ImageAttention], ...] = ()
-    strategies: tuple[dict, ...] = ()
-
-
-def lane_names(request: Request) -> tuple[str, ...]:
-    """A request's lanes in race order (ties go to the first): its speculative lanes, then the
-    autoregressive one."""
-    return ("speculative", SECOND, "autoregressive") if request.second_drafter is not None else LANES
-
-
-def parse(
-    *,
-    question,
-    preset,
-    drafter,
-    gamma=DEFAULTS["gamma"],
-    greedy=DEFAULTS["greedy"],
-    temperature=DEFAULTS["temperature"],
-    top_p=DEFAULTS["top_p"],
-    seed=DEFAULTS["seed"],
-    max_new_tokens=DEFAULTS["max_new_tokens"],
-    min_confidence=DEFAULTS["min_confidence"],
-    second_drafter=None,
-    known: dict | None = None,
-) -> Request:
-    """The request from its fields as sent, by name; `known` maps preset names to presets (default
-    `presets.PRESETS`). `second_drafter` (None, "" or "none": no second lane) races a second
-    speculative lane beside the first (`validate.lane_drafters`). Raises InvalidInput naming the
-    first bad value and its valid range."""
-    from demo.engine.sampling import Sampling  # torch: imported on first use
-
-    known = presets.PRESETS if known is None else known
-    text = validate.question(question)
-    preset = validate.choice("model preset", preset, known)
-    offered = known[preset]
-    drafters = validate.lane_drafters(drafter, second_drafter, offered.drafter_names(), offered.unusable(), preset)
-    gamma = validate.integer("gamma (drafts per round)", gamma, *validate.GAMMA_RANGE)
-    max_new_tokens = validate.integer("max new tokens", max_new_tokens, *validate.MAX_NEW_RANGE)
-    greedy = validate.flag("greedy", greedy)
-    temperature = validate.number("temperature", temperature, 0.0, validate.MAX_TEMPERATURE, low_open=True)
-    top_p = validate.number("top-p", top_p, 0.0, 1.0, low_open=True)
-    seed = validate.integer("seed", seed, *validate.SEED_RANGE)  # null refused, as on /analysis
-    min_confidence = validate.number(THRESHOLD, min_confidence, 0.0, 1.0)
-    for name in drafters:  # e.g. a tree too large for one verify, refused before any work
-        refused = offered.refusal(name, gamma, min_confidence)
-        if refused:
-            raise InvalidInput(validate.sentence(refused))
-    sampling = Sampling() if greedy else Sampling(greedy=False, temperature=temperature, top_p=top_p, seed=seed)
-    second = drafters[1] if len(drafters) > 1 else None
-    return Request(text, preset, drafters[0], gamma, sampling, max_new_tokens, min_confidence, second)
 
 
 # --- loading --------------------------------------------------------------------------------------
@@ -443,11 +300,11 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
     in another process): ("run", i, drafter) before each run, then ("done", i, drafter, trace,
     observations, correct): `demo.session.rejections.observations`, and the answer scored."""
     from demo.engine.sampling import Sampling
-    from demo.models import loader
+    from demo.models import loader, preloading
     from demo.session import image_attention, rejections
     from demo.world.scoring import score
 
-    loader.check_served(preset)  # preloaded deployments (a Space) never load in a request
+    preloading.check_served(preset)  # preloaded deployments (a Space) never load in a request
     loaded = loader.load(preset)
     for i, item in enumerate(items):
         for d in drafters:

@@ -27,9 +27,9 @@ log = logging.getLogger(__name__)
 
 def check_available(preset: str) -> None:
     """Refuse (Unavailable, LoadFailed) a preset that is not served here or cannot load."""
-    from demo.models import loader
+    from demo.models import loader, preloading
 
-    loader.check_served(preset)  # preloaded deployments (a Space) never load in a request
+    preloading.check_served(preset)  # preloaded deployments (a Space) never load in a request
     if loader.is_loaded(preset):
         return
     try:
@@ -79,9 +79,9 @@ def offered(default: str) -> tuple[list[str], dict[str, str]]:
     presets whose files are here or may be downloaded (`demo.models.hub`, no torch needed), and
     always `default`, whose own status line says whether it can load."""
     if zerogpu.preload_names(presets.DEFAULT_PRESET) is not None:
-        from demo.models import loader  # already imported: the presets were loaded at start-up
+        from demo.models import preloading  # already imported: the presets were loaded at start-up
 
-        outcome = loader.preloaded()
+        outcome = preloading.preloaded()
         if outcome is not None:
             left = {name: f"it failed to load at start-up: {why}." for name, why in outcome.items() if why}
             left |= {

@@ -1,0 +1,68 @@
+"""What a race yields: `demo.session.gpu_race`'s items, one dataclass for each kind of news.
+
+    Loading    a preset loading (lazy deployments only): how far, and what it is doing
+    Ready      every lane set up: the page's facts about the drafters, notes on the image
+    Lane       one engine event of one lane, in the order the race ran them
+    Sweeping   the γ sweep (or the table of strategies) has replayed one more answer
+    Swept      the γ sweep, each finished lane's image attention and the table of strategies
+
+Plain data only, frozen: on ZeroGPU the race runs in another process and these cross its
+boundary pickled. The session package re-exports them (`demo.session.Ready`, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from demo.engine.events import Event
+    from demo.engine.grounding import ImageAttention
+
+
+# --- what a race yields (plain data: on ZeroGPU it crosses a process boundary, pickled) ---------
+
+
+@dataclass(frozen=True)
+class Loading:
+    """A preset loading (lazy deployments only): how far, and what it is doing."""
+
+    fraction: float
+    message: str
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Every lane set up: what the page says of the drafters, and notes on the image."""
+
+    facts: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One engine event of one lane, in the order the race ran them."""
+
+    name: str
+    event: Event
+
+
+@dataclass(frozen=True)
+class Sweeping:
+    """The γ sweep has replayed the answer at draft length `gamma` (with `strategy`: the table of
+    strategies has replayed it with that drafter, at the race's gamma)."""
+
+    gamma: int
+    strategy: str | None = None
+
+
+@dataclass(frozen=True)
+class Swept:
+    """The γ sweep of the finished race: records by gamma (`gamma_sweep.rows`), or none and why;
+    and each finished lane's image attention (`image_attention.attach`), read after the sweep; and
+    the table of every drafting strategy on this prompt (`strategies.compare`)."""
+
+    rows: tuple[dict, ...]
+    why_not: str | None = None
+    attention: tuple[tuple[str, ImageAttention], ...] = ()
+    strategies: tuple[dict, ...] = ()
