@@ -45,7 +45,7 @@ from demo.engine.events import RoundEvent, TokenEvent, Trace
 from demo.page import classroom, lanes, render, runs, strategy_table
 from demo.page.examples import reference_for
 from demo.page.runs import page_error
-from demo.session import budget, failures, validate
+from demo.session import budget, failures, form, validate
 
 PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the browser keeps up)
 CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
@@ -205,36 +205,13 @@ def _lanes(stream, run: runs.PageRun, timeline: list, swept: list) -> Iterator:
         yield item.name, item.event
 
 
-def page_request(
-    question,
-    preset,
-    drafter,
-    gamma,
-    decoding,
-    temperature,
-    top_p,
-    seed,
-    max_new_tokens,
-    adaptive,
-    threshold,
-    second_drafter=None,
-) -> session.Request:
-    """The page form's values as a session Request: the Decoding radio is `greedy`, the adaptive box and threshold `min_confidence`."""
-    greedy = validate.choice("decoding", decoding, ["greedy", "sampling"]) == "greedy"
-    min_confidence = threshold if validate.flag("adaptive draft length", adaptive) else 0.0
-    return session.parse(
-        question=question,
-        preset=preset,
-        drafter=drafter,
-        gamma=gamma,
-        greedy=greedy,
-        temperature=temperature,
-        top_p=top_p,
-        seed=seed,
-        max_new_tokens=max_new_tokens,
-        min_confidence=min_confidence,
-        second_drafter=second_drafter,
-    )
+def page_request(values: dict) -> session.Request:
+    """The page form's values by name (/race's parameters) as a session Request: the Decoding
+    radio is `greedy`, the adaptive box and threshold `min_confidence`; the rest are the request's
+    own fields (`form.fields`)."""
+    greedy = validate.choice("decoding", values["decoding"], ["greedy", "sampling"]) == "greedy"
+    min_confidence = values["threshold"] if validate.flag("adaptive draft length", values["adaptive"]) else 0.0
+    return session.parse(**form.fields(values), greedy=greedy, min_confidence=min_confidence)
 
 
 @runs.tidy
@@ -257,22 +234,10 @@ def run_race(
     """Stream the race to the page: every lane's panel and stats, the block views and the charts
     as events arrive. A failure is shown where the outcome goes and raised as gr.Error (an API
     caller gets it)."""
+    values = locals()  # the page's form by name (read first: nothing else is bound yet)
     with runs.page_run(page, "race") as run:
         try:
-            request = page_request(
-                question,
-                preset,
-                drafter,
-                gamma,
-                decoding,
-                temperature,
-                top_p,
-                seed,
-                max_new_tokens,
-                adaptive,
-                threshold,
-                second_drafter,
-            )
+            request = page_request(values)
             with closing(session.gpu_race(request, image, uploads())) as stream:
                 loading = session.until_ready(
                     stream, lambda fraction, message: status(render.loading_html(fraction, message), busy=True)
@@ -367,39 +332,16 @@ def replay_race(last, speed: str = classroom.SPEED_DEFAULT, page: gr.Request = N
 
 
 @runs.tidy
-def trace_api(
-    image,
-    question,
-    preset,
-    drafter,
-    gamma,
-    greedy,
-    temperature,
-    top_p,
-    seed,
-    max_new_tokens,
-    min_confidence=0.0,
-    second_drafter="none",
-):
-    """The whole race as one JSON document: settings, every lane's trace and its metrics.
+def trace_api(image, *fields):
+    """/trace: the whole race as one JSON document: settings, every lane's trace and its metrics.
+    Its parameters are the image, then the request's fields (`TRACE`, read off `session.parse`).
 
     A generator, so that a cancelled or disconnected caller stops the decoding within a round;
     its last value is the document, which is what gradio_client's predict() returns.
     """
     try:
-        request = session.parse(
-            question=question,
-            preset=preset,
-            drafter=drafter,
-            gamma=gamma,
-            greedy=greedy,
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-            max_new_tokens=max_new_tokens,
-            min_confidence=min_confidence,
-            second_drafter=second_drafter,
-        )
+        values = TRACE.bind(image, *fields)  # the defaults of those left out are parse's
+        request = session.parse(**form.fields(values.arguments))
         traces = {lane: Trace() for lane in lanes.ordered(session.lane_names(request))}
         rows, table = [], []
         with closing(session.gpu_race(request, image, uploads())) as events:
@@ -427,3 +369,7 @@ def trace_api(
         yield export.payload(request.settings(), traces, rows, table) | (stopped if over else {})
     except Exception as error:
         raise gr.Error(failures.message(error), print_exception=False) from None
+
+
+TRACE = form.signature()
+trace_api.__signature__ = TRACE  # what Gradio reads /trace's parameters and defaults from

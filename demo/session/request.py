@@ -65,17 +65,8 @@ class Request:
         return drafters[lane]
 
     def settings(self) -> dict:
-        return {
-            "question": self.question,
-            "preset": self.preset,
-            "drafter": self.drafter,
-            "second_drafter": self.second_drafter,
-            "lanes": {lane: self.lane_drafter(lane) for lane in lane_names(self)},
-            "gamma": self.gamma,
-            "sampling": asdict(self.sampling),
-            "max_new_tokens": self.max_new_tokens,
-            "min_confidence": self.min_confidence,
-        }
+        """The request as plain data, with its lanes and their drafters (the trace document's settings)."""
+        return asdict(self) | {"lanes": {lane: self.lane_drafter(lane) for lane in lane_names(self)}}
 
 
 def lane_names(request: Request) -> tuple[str, ...]:
@@ -96,11 +87,11 @@ def parse(
     seed=DEFAULTS["seed"],
     max_new_tokens=DEFAULTS["max_new_tokens"],
     min_confidence=DEFAULTS["min_confidence"],
-    second_drafter=None,
+    second_drafter="none",
     known: dict | None = None,
 ) -> Request:
     """The request from its fields as sent, by name; `known` maps preset names to presets (default
-    `presets.PRESETS`). `second_drafter` (None, "" or "none": no second lane) races a second
+    `presets.PRESETS`). `second_drafter` ("none", "" or None: no second lane) races a second
     speculative lane beside the first (`validate.lane_drafters`). Raises InvalidInput naming the
     first bad value and its valid range."""
     from demo.engine.sampling import Sampling  # torch: imported on first use

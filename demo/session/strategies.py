@@ -72,11 +72,12 @@ def compare(
     offered = loaded.preset.drafter_names()
     fits = budget.table_strategies(request, offered)  # the replays that fit the budget beside the race
     own = next((p for p in swept if p.gamma == request.gamma), None)
-    target_inputs = {}  # the image is processed for the target once, for every strategy
+    target_inputs = None  # the image is processed for the target once, for every strategy
 
     def prompt(name: str):
-        made = loaded.prompt(image, request.question, name, target_inputs=target_inputs.get("made"))
-        target_inputs["made"] = made.target_inputs
+        nonlocal target_inputs
+        made = loaded.prompt(image, request.question, name, target_inputs=target_inputs)
+        target_inputs = made.target_inputs
         return made
 
     rows = []

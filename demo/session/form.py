@@ -1,0 +1,34 @@
+"""The request's fields as the endpoints take them, read off `session.parse`, which spells them once.
+
+    signature()     /trace's parameters: the image, then parse's fields in order, with their
+                    defaults (gradio_client fills in what a caller leaves out)
+    fields(values)  the request's fields among an endpoint's values, by name, for `parse`
+
+/race takes the page's own form (its Decoding radio in place of `greedy`, the adaptive box and
+threshold in place of `min_confidence`), spelled once in `demo.page.handlers.run_race`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+
+from demo.session import parse
+
+_OWN = ("known",)  # parse's own keywords, which no endpoint takes
+FIELDS = tuple(name for name in inspect.signature(parse).parameters if name not in _OWN)
+
+
+def signature(first: str = "image") -> inspect.Signature:
+    """An endpoint's signature: `first`, then every field of the request in parse's order, each
+    taken positionally or by name, with parse's default."""
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = inspect.signature(parse).parameters
+    return inspect.Signature(
+        [inspect.Parameter(first, positional), *(params[name].replace(kind=positional) for name in FIELDS)]
+    )
+
+
+def fields(values: Mapping) -> dict:
+    """The request's fields among `values` (an endpoint's arguments by name), for `parse(**...)`."""
+    return {name: values[name] for name in FIELDS if name in values}
