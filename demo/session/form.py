@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 
-from demo.session import parse
+from demo.session.request import parse
 
 _OWN = ("known",)  # parse's own keywords, which no endpoint takes
 FIELDS = tuple(name for name in inspect.signature(parse).parameters if name not in _OWN)
