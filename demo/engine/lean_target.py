@@ -6,9 +6,9 @@ on a GPU that cost is host time the device waits for. This module runs the targe
 forwards, one token (autoregressive), a chain of gamma + 1 (verify) and a token tree (tree
 verify), as one function over a static cache, and on CUDA replays it as a CUDA graph:
 
-    TargetCache   one run's cache: a `StaticCache` (lean.py), the run's rope delta (M-RoPE), and
+    TargetCache   one run's cache: a `StaticCache` (lean_lm.py), the run's rope delta (M-RoPE), and
                   per-layer views so that `trees.keep_path` moves accepted nodes in place
-    TargetLM      `LeanLM` (lean.py: the model's own weights, fused q/k/v) with a forward over n
+    TargetLM      `LeanLM` (lean_lm.py: the model's own weights, fused q/k/v) with a forward over n
                   tokens at explicit rotary positions [A, n] (A = 3 for M-RoPE, else 1) and a
                   visibility mask [n, n] among them: logits [n, V]
     LeanTarget    decides once whether the lean path runs (architecture, then its logits against
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from demo.engine import lean
+from demo.engine import lean_lm
 from demo.engine.events import TREE_SHAPE
-from demo.engine.lean import LeanLM, StaticCache
+from demo.engine.lean_lm import LeanLM, StaticCache
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def unsupported(model) -> str | None:
     """Why TargetLM cannot run this target's language model, or None when it can."""
     config = getattr(model.config, "text_config", None) or model.config
     if config.model_type not in MROPE:
-        return lean.unsupported(model)
+        return lean_lm.unsupported(model)
     rope = config.rope_parameters or {}
     if rope.get("rope_type", "default") != "default" or not rope.get("mrope_section"):
         return f"not covered by the lean path: M-RoPE with rotary {rope!r}"
@@ -111,7 +111,7 @@ class TargetLM(LeanLM):
         self.dims = torch.arange(self.head_dim, device=self.device)[:, None]  # [D, 1]
 
     def new_cache(self, capacity: int) -> TargetCache:
-        capacity = math.ceil(max(capacity, 1) / lean.CHUNK) * lean.CHUNK
+        capacity = math.ceil(max(capacity, 1) / lean_lm.CHUNK) * lean_lm.CHUNK
         return TargetCache(len(self.layers), self.n_kv, self.head_dim, capacity, self.dtype, self.device)
 
     def _rotary(self, positions: torch.Tensor, tables) -> tuple[torch.Tensor, torch.Tensor]:
@@ -165,7 +165,7 @@ class GraphSet:
         self.lock = lock  # one per memory pool: a replay and the copy of its output, enqueued together
         self.keys_ptr = cache.keys.data_ptr()
         device = lm.device
-        self.tables = lm.rope(self.capacity + lean.CHUNK)  # read by address: held as long as the graphs
+        self.tables = lm.rope(self.capacity + lean_lm.CHUNK)  # read by address: held as long as the graphs
         self.start = torch.zeros(1, dtype=torch.long, device=device)
         self.replays = 0  # graph replays so far (the check's included)
         self.graphs: dict[int, tuple] = {}
@@ -276,7 +276,7 @@ class LeanTarget:
         with self._lock:
             slot = self._free.pop() if self._free else None
         if slot is None:
-            return self.lm.new_cache(lean.CHUNK)
+            return self.lm.new_cache(lean_lm.CHUNK)
         keys, values, graphs = slot
         keys.zero_()  # finite values in every slot (a masked slot is multiplied by 0)
         values.zero_()
