@@ -11,9 +11,9 @@ from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRotaryE
 from demo.engine import lean_lm
 from demo.engine.drafters import Drafter
 from demo.engine.events import Trace
-from demo.engine.lean_target import TargetCache, TargetLM
 from demo.engine.sampling import Sampling
 from demo.engine.speculative import Target, autoregressive_generate, speculative_generate
+from demo.engine.target_lm import TargetCache, TargetLM
 from demo.engine.trees import keep_path, visibility
 from demo.models import loader
 from demo.models.families import FAMILIES

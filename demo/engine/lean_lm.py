@@ -15,7 +15,7 @@ forward here does the arithmetic and little else, in the style of gpt-fast's `mo
 It covers Llama-architecture language models (Llama, and Qwen2, which adds q/k/v biases) with
 static rotary embeddings. The lean drafter (`demo.engine.lean`, with its steps in
 `demo.engine.lean_steps`) drafts through it, and the lean target (`demo.engine.lean_target`)
-builds its forward on it.
+builds its forward on it (`TargetLM`, in `demo.engine.target_lm`).
 """
 
 from __future__ import annotations
