@@ -6,9 +6,10 @@ import tiny
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
 
-from demo.engine import lean, lean_steps, speculative
+from demo.engine import lean, lean_lm, lean_steps, speculative
 from demo.engine.drafters import Drafter, DraftState
-from demo.engine.lean import LeanDrafter, LeanLM, StaticCache
+from demo.engine.lean import LeanDrafter
+from demo.engine.lean_lm import LeanLM, StaticCache
 from demo.engine.sampling import Sampling, warp
 from demo.models import loader
 
@@ -75,7 +76,7 @@ def drafter_inputs(world, d: Drafter, image, question) -> dict:
 def test_lean_logits_match_transformers_over_many_steps_with_rollbacks(
     world, drafters, torch_steps, name, step, monkeypatch
 ):
-    monkeypatch.setattr(lean, "CHUNK", 32)  # small capacity steps: the cache grows several times
+    monkeypatch.setattr(lean_lm, "CHUNK", 32)  # small capacity steps: the cache grows several times
     hf, fast = drafters[name]
     fast = fast if step == "lean + NumPy step" else torch_steps[name]
     assert fast.path == step and fast.fallback_reason is None
@@ -223,7 +224,7 @@ def test_fusing_the_weights_leaves_the_transformers_forward_unchanged(tok):
 def test_rotation_matrix_rotates_half_exactly():
     x = torch.randn(5, 3, 32)
     rotated = torch.cat((-x[..., 16:], x[..., :16]), dim=-1)  # transformers' rotate_half
-    assert torch.equal(torch.matmul(x, lean._rotation(32, x.dtype, x.device)), rotated)
+    assert torch.equal(torch.matmul(x, lean_lm._rotation(32, x.dtype, x.device)), rotated)
 
 
 def test_uncovered_architecture_drafts_through_transformers_and_says_so(world, tok, references):

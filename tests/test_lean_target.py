@@ -8,12 +8,12 @@ import torch
 from transformers import Qwen2_5_VLConfig
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRotaryEmbedding
 
-from demo.engine import lean
+from demo.engine import lean_lm
 from demo.engine.drafters import Drafter
 from demo.engine.events import Trace
-from demo.engine.lean_target import TargetCache, TargetLM
 from demo.engine.sampling import Sampling
 from demo.engine.speculative import Target, autoregressive_generate, speculative_generate
+from demo.engine.target_lm import TargetCache, TargetLM
 from demo.engine.trees import keep_path, visibility
 from demo.models import loader
 from demo.models.families import FAMILIES
@@ -109,7 +109,7 @@ def walk(ref: Target, fast: Target, inputs: dict, until: int, tolerance: float =
 @pytest.mark.parametrize("name", ["world", "llava", "qwen2_5_vl", "idefics3"])
 @torch.inference_mode()  # as the engine decodes
 def test_lean_logits_match_transformers_over_chains_trees_and_rollbacks(world, families, name, monkeypatch):
-    monkeypatch.setattr(lean, "CHUNK", 16)  # small capacity steps: the cache grows several times
+    monkeypatch.setattr(lean_lm, "CHUNK", 16)  # small capacity steps: the cache grows several times
     loaded, inputs = case(name, world, families)
     ref, fast = lean_twin(loaded.target, lean=False), lean_twin(loaded.target)
     assert ref.path == "transformers" and fast.path == "lean" and fast.lean.fallback_reason is None

@@ -143,7 +143,7 @@ def test_speculative_sampling_loop_matches_the_target_law_of_the_first_three_tok
 ):
     if accept_everything:  # negative control: a broken rule that accepts every draft
         monkeypatch.setattr(
-            "demo.engine.speculative.verify_sampled",
+            "demo.engine.verification.verify_sampled",
             lambda p, q, drafts, g: (torch.tensor(len(drafts)), torch.multinomial(p[-1], 1, generator=g)[0]),
         )
     n = 3000

@@ -7,7 +7,7 @@ Measures, synchronising every GPU before each clock read:
   2. the per-step costs of a llava-1.5-7b-shaped target (random weights, the device's dtype,
      576 image tokens in the prompt, median over repeats): a 1-token step, a (gamma+1)-token
      verify for gamma 1..8, and one step of a vicuna-68m-shaped drafter on each drafting path:
-     the transformers forward, the lean forward (`demo.engine.lean`), and on CUDA the lean step
+     the transformers forward, the lean forward (`demo.engine.lean_lm`), and on CUDA the lean step
      replayed as a CUDA graph, with the largest logit difference of the lean step from transformers;
   3. from those costs, the wall-clock speedup tau * T1 / (gamma * D + T_{gamma+1})
      (`metrics.predicted_speedup`) for block efficiencies tau in TAUS, with D the fastest drafting

@@ -33,7 +33,7 @@ from transformers import (
 
 from demo.engine import metrics
 from demo.engine.compat import cache_keyword
-from demo.engine.lean import LeanLM
+from demo.engine.lean_lm import LeanLM
 from demo.engine.lean_steps import GraphStep
 from demo.models import devices
 

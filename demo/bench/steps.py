@@ -26,7 +26,7 @@ import torch
 from transformers import DynamicCache
 
 from demo.engine import lean_steps
-from demo.engine.lean import LeanLM
+from demo.engine.lean_lm import LeanLM
 from demo.engine.lean_steps import NumpyStep
 from demo.models import loader
 

@@ -20,7 +20,8 @@ from transformers import DynamicCache
 from demo.engine.compat import cache_keyword
 from demo.engine.detokenize import Detokenizer
 from demo.engine.events import RunStart, Stop
-from demo.engine.lean_target import CAPACITY, WIDTHS, LeanTarget, TargetCache
+from demo.engine.lean_target import CAPACITY, WIDTHS, LeanTarget
+from demo.engine.target_lm import TargetCache
 
 
 class Target:

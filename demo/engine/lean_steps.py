@@ -37,8 +37,9 @@ import math
 import numpy as np
 import torch
 
-# The LeanLM and StaticCache these steps run on (`demo.engine.lean`, which imports this module)
-# are named in docstrings, not imported: the two modules import one way.
+# The LeanLM and StaticCache these steps run on (`demo.engine.lean_lm`) are named in docstrings,
+# not imported: the steps read only their tensors and methods, and `demo.engine.lean`, which picks
+# a step, imports this module.
 
 
 def supported(lm) -> str | None:
