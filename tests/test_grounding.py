@@ -9,7 +9,7 @@ from PIL import Image
 
 from demo import session
 from demo.engine.sampling import Sampling
-from demo.models import grounding, loader
+from demo.models import attention_pass, loader
 from demo.session import rejections as analysis
 from demo.world.scenes import GRID
 from demo.world.tasks import heldout_examples
@@ -37,13 +37,15 @@ def test_image_text_and_own_shares_sum_to_one_for_every_head(world):
     trace, inputs = _answer(world, ex)
     ids = list(trace.summary.token_ids)
     input_ids = inputs["input_ids"][0].tolist()
-    _, _, cells = grounding.layout("llava", input_ids, inputs, world.target.model.config, world.processor.tokenizer)
-    weights = grounding.head_shares(world.target.model, inputs, ids, tuple(range(6)))
-    parts = grounding.partition(weights, [c[0] for c in cells], len(input_ids))  # [6, 6, n, 3]
+    _, _, cells = attention_pass.layout(
+        "llava", input_ids, inputs, world.target.model.config, world.processor.tokenizer
+    )
+    weights = attention_pass.head_shares(world.target.model, inputs, ids, tuple(range(6)))
+    parts = attention_pass.partition(weights, [c[0] for c in cells], len(input_ids))  # [6, 6, n, 3]
     assert parts.shape == (6, 6, len(ids), 3)
     assert (parts >= -1e-6).all()
     assert torch.allclose(parts.sum(-1), torch.ones(6, 6, len(ids)), atol=1e-5)
-    read = grounding.image_attention(world, inputs, ids)
+    read = attention_pass.image_attention(world, inputs, ids)
     for image, text, own, cells_ in zip(read.image, read.text, read.own, read.maps):
         assert image + text + own == pytest.approx(1.0, abs=1e-5)
         assert sum(cells_) == pytest.approx(image, abs=1e-3)  # the map spreads the image share over the grid
@@ -52,7 +54,7 @@ def test_image_text_and_own_shares_sum_to_one_for_every_head(world):
 def test_a_token_copied_from_the_question_looks_at_text_and_a_colour_word_at_the_image(world):
     ex = next(e for e in heldout_examples("vqa_colour", 8, seed=3) if len(e.scene.objects) == 1)
     trace, inputs = _answer(world, ex)
-    read = grounding.image_attention(world, inputs, list(trace.summary.token_ids))
+    read = attention_pass.image_attention(world, inputs, list(trace.summary.token_ids))
     categories = analysis.token_categories(trace, world.target.stop_ids)
     question = ex.question.lower()
     colour = [i for i, (_, c) in enumerate(categories) if c == "colour"]
@@ -70,7 +72,7 @@ def test_a_colour_word_looks_at_the_cell_of_its_object(world):
         if len(ex.scene.objects) != 1:
             continue
         trace, inputs = _answer(world, ex)
-        read = grounding.image_attention(world, inputs, list(trace.summary.token_ids))
+        read = attention_pass.image_attention(world, inputs, list(trace.summary.token_ids))
         assert (read.rows, read.cols) == (GRID, GRID)
         at = next(i for i, (_, c) in enumerate(analysis.token_categories(trace)) if c == "colour")
         cells = read.maps[at]
@@ -83,14 +85,16 @@ def _probe(rows: int, cols: int, cells: list, k: int) -> list[float]:
     """The map of an attention row that puts everything on the k-th image token."""
     attn = torch.zeros(1, max(c[0] for c in cells) + 1)
     attn[0, cells[k][0]] = 1.0
-    return grounding._grid(attn, rows, cols, cells)[0].tolist()
+    return attention_pass._grid(attn, rows, cols, cells)[0].tolist()
 
 
 def test_llava_patches_map_row_major_onto_the_square_grid(world):
     image = Image.new("RGB", (48, 48), (230, 230, 230))
     inputs = world.prompt(image, "What colour is the shape?").target_inputs
     ids = inputs["input_ids"][0].tolist()
-    rows, cols, cells = grounding.layout("llava", ids, inputs, world.target.model.config, world.processor.tokenizer)
+    rows, cols, cells = attention_pass.layout(
+        "llava", ids, inputs, world.target.model.config, world.processor.tokenizer
+    )
     assert (rows, cols, len(cells)) == (3, 3, 9)
     grid = _probe(rows, cols, cells, 5)  # the sixth patch: row 1, column 2
     assert grid == [0, 0, 0, 0, 0, 1, 0, 0, 0]
@@ -115,7 +119,7 @@ def test_qwen_merged_patches_map_through_the_grid_thw(families):
     inputs = loaded.prompt(Image.new("RGB", (64, 32), "white"), "Where is the star?").target_inputs
     t, h, w = inputs["image_grid_thw"][0].tolist()
     ids = inputs["input_ids"][0].tolist()
-    rows, cols, cells = grounding.layout("qwen2_5_vl", ids, inputs, loaded.target.model.config, None)
+    rows, cols, cells = attention_pass.layout("qwen2_5_vl", ids, inputs, loaded.target.model.config, None)
     assert (rows, cols) == (h // 2, w // 2) and rows * cols == len(cells)
     assert rows >= 2 and cols > rows  # wider than tall, as the image
     k = cols + 1  # second row, second column
@@ -128,7 +132,7 @@ def test_idefics3_tiles_map_to_their_row_and_column_and_the_thumbnail_spreads_ov
     inputs = loaded.prompt(Image.new("RGB", (64, 64), "white"), "Where is the star?").target_inputs
     ids = inputs["input_ids"][0].tolist()
     tok = loaded.processor.tokenizer
-    rows, cols, cells = grounding.layout("idefics3", ids, inputs, loaded.target.model.config, tok)
+    rows, cols, cells = attention_pass.layout("idefics3", ids, inputs, loaded.target.model.config, tok)
     assert (rows, cols) == (4, 4)  # 2 x 2 tiles of 2 x 2 tokens each (pixel shuffle 2: 16 patches -> 4)
     assert len(cells) == 4 * 4 + 4  # the tiles' tokens, then the thumbnail's
     first_of_tile_12 = ids.index(tok.convert_tokens_to_ids("<row_1_col_2>")) + 1
@@ -145,7 +149,7 @@ def test_each_hub_family_reads_image_attention_with_maps_on_its_grid(families, f
     image = Image.new("RGB", (64, 48), (40, 90, 200))
     inputs = loaded.prompt(image, "Describe the image.").target_inputs
     answer = [int(i) for i in torch.randint(10, 200, (6,), generator=torch.Generator().manual_seed(0))]
-    read = grounding.image_attention(loaded, inputs, answer)
+    read = attention_pass.image_attention(loaded, inputs, answer)
     assert read.unavailable is None
     assert len(read.image) == len(read.maps) == 6 and all(len(m) == read.rows * read.cols for m in read.maps)
     for image_, text, own, cells in zip(read.image, read.text, read.own, read.maps):
@@ -158,12 +162,12 @@ def test_recorded_weights_are_the_eager_attention_and_the_forward_is_unchanged(f
     model = loaded.target.model
     inputs = loaded.prompt(Image.new("RGB", (32, 32), "red"), "Describe the image.").target_inputs
     answer = [11, 12, 13, 14]
-    recorded = grounding.head_shares(model, inputs, answer, (0, 1))  # [2, H, 4, K]
+    recorded = attention_pass.head_shares(model, inputs, answer, (0, 1))  # [2, H, 4, K]
     ids = torch.cat([inputs["input_ids"], torch.tensor([answer[:-1]])], dim=1)
     full = {**inputs, "input_ids": ids, "attention_mask": torch.ones_like(ids)}
     with torch.no_grad():
         plain = model(**full).logits
-        with grounding.recording([model.model.language_model.layers[0].self_attn], 4):
+        with attention_pass.recording([model.model.language_model.layers[0].self_attn], 4):
             watched = model(**full).logits
         model.set_attn_implementation("eager")
         try:
@@ -182,7 +186,7 @@ def test_a_family_whose_attention_returns_no_weights_is_said_and_nothing_is_read
     saved = config._attn_implementation
     config._attn_implementation = "flash_attention_2"
     try:
-        read = grounding.image_attention(loaded, inputs, [11, 12])
+        read = attention_pass.image_attention(loaded, inputs, [11, 12])
     finally:
         config._attn_implementation = saved
     assert read.image == () and read.maps == ()
@@ -194,7 +198,7 @@ def test_a_family_whose_attention_returns_no_weights_is_said_and_nothing_is_read
 def test_a_question_without_an_image_has_no_map_and_says_why(families):
     loaded = families["llava"]
     inputs = loaded.prompt(None, "Write a short caption.").target_inputs
-    read = grounding.image_attention(loaded, inputs, [11, 12])
+    read = attention_pass.image_attention(loaded, inputs, [11, 12])
     assert read.maps == () and read.unavailable.startswith("There is no image in this question")
 
 
@@ -204,6 +208,6 @@ def test_reading_leaves_no_hook_and_no_recording_behind(families):
     inputs = loaded.prompt(Image.new("RGB", (32, 32), "red"), "Describe the image.").target_inputs
     modules = [layer.self_attn for layer in model.model.language_model.layers]
     hooks = [len(m._forward_hooks) for m in modules]
-    grounding.image_attention(loaded, inputs, [11, 12, 13])
-    assert grounding._state.kept is None
+    attention_pass.image_attention(loaded, inputs, [11, 12, 13])
+    assert attention_pass._state.kept is None
     assert [len(m._forward_hooks) for m in modules] == hooks

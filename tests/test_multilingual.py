@@ -122,7 +122,7 @@ def test_task_keys_name_their_language():
 def _grown():
     from transformers import AutoTokenizer
 
-    from demo.world.text import extend_tokenizer
+    from demo.world.tokenization import extend_tokenizer
 
     english = AutoTokenizer.from_pretrained(ASSETS / "drafter-text")
     texts = corpus(40, 0, "de") + corpus(40, 0, "zh")

@@ -290,7 +290,7 @@ def test_no_world_module_is_over_500_lines():
 def test_lookup_gap_shifts_only_the_positions_after_the_last_image_token():
     import torch
 
-    from demo.world.experiments.lookup import gapped_positions
+    from demo.world.experiments.object_lookup import gapped_positions
 
     image = 7
     ids = torch.tensor([[1, image, image, 4, 5], [image, 3, 4, 5, 0]])
@@ -299,7 +299,7 @@ def test_lookup_gap_shifts_only_the_positions_after_the_last_image_token():
 
 
 def test_lookup_splits_questions_by_key_and_knows_the_chance_of_a_random_object():
-    from demo.world.experiments.lookup import chance, key_of
+    from demo.world.experiments.object_lookup import chance, key_of
     from demo.world.scenes import Obj, Scene
     from demo.world.tasks import Example
 
@@ -320,7 +320,7 @@ def test_lookup_at_gap_zero_is_the_apps_teacher_forced_argmax():
     from transformers import AutoProcessor, LlavaForConditionalGeneration
 
     from demo.world.evaluate import encode_examples
-    from demo.world.experiments.lookup import predictions, probes
+    from demo.world.experiments.object_lookup import predictions, probes
 
     model = LlavaForConditionalGeneration.from_pretrained(ASSETS / "target", dtype=torch.float32)
     processor = AutoProcessor.from_pretrained(ASSETS / "target")
@@ -364,7 +364,7 @@ def test_recall_rows_mark_each_value_right_after_its_key(form):
     import random
 
     from demo.world.experiments.recall import facts, row
-    from demo.world.text import IMAGE_SEQ_LENGTH
+    from demo.world.tokenization import IMAGE_SEQ_LENGTH
 
     tok = _world_tokenizer()
     scene = sample_scenes("heldout", 20, 0)[7]

@@ -2,12 +2,12 @@
 words from template words, on the embedded world.
 
 For n held-out examples per language (the task kinds in turn), the target answers greedily; one
-extra forward over each answer reads every layer's attention (`demo.models.grounding`). Each
+extra forward over each answer reads every layer's attention (`demo.models.attention_pass`). Each
 answer token is tagged with its word's category (`demo.session.rejections.token_categories`). For every
 contiguous range of layers, the image share (mean over heads and the range's layers) of grounded
 words (colour, shape, count) the question does not contain is set against that of template words: the AUC is the chance that
 a grounded token's share beats a template token's (0.5: no separation). The best range is the
-one `demo.models.grounding.LAYERS` names for the embedded preset (docs/grounding.md).
+one `demo.models.attention_pass.LAYERS` names for the embedded preset (docs/grounding.md).
 
 Also measured, for the tests' thresholds: the shares of colour words not in the question, and of
 tokens copied from the question (a word the question contains, any category), at the chosen range.
@@ -26,7 +26,7 @@ import torch
 
 from demo import session
 from demo.engine.sampling import Sampling
-from demo.models import grounding, loader
+from demo.models import attention_pass, loader
 from demo.session import rejections as analysis
 from demo.session.rejections import WORD
 from demo.world.tasks import TASKS
@@ -66,8 +66,8 @@ def measure(n: int, seed: int, languages: tuple[str, ...], max_new_tokens: int) 
         ids = list(trace.summary.token_ids)
         inputs = loaded.prompt(ex.image, ex.question).target_inputs
         input_ids = inputs["input_ids"][0].tolist()
-        _, _, cells = grounding.layout("llava", input_ids, inputs, model.config, loaded.processor.tokenizer)
-        weights = grounding.head_shares(model, inputs, ids, tuple(range(n_layers)))  # [L, H, n, K]
+        _, _, cells = attention_pass.layout("llava", input_ids, inputs, model.config, loaded.processor.tokenizer)
+        weights = attention_pass.head_shares(model, inputs, ids, tuple(range(n_layers)))  # [L, H, n, K]
         shares = weights[..., [c[0] for c in cells]].sum(-1).mean(1)  # [L, n]
         question_words = {w.lower() for w in WORD.findall(ex.question)}
         categories = analysis.token_categories(trace, loaded.target.stop_ids, ex.language)

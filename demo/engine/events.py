@@ -277,7 +277,7 @@ class Trace:
     summary: RunSummary | None = None
     t: float = 0.0  # compute seconds used so far: the latest event's clock
     # the target's attention on the image per answer token, read after the run (off its clock) by
-    # demo.models.grounding; None until then, and for runs nobody asked it of
+    # demo.models.attention_pass; None until then, and for runs nobody asked it of
     image_attention: ImageAttention | None = None
 
     def add(self, event: Event) -> None:

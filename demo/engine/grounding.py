@@ -12,7 +12,7 @@ three shares that sum to 1 for every head:
 layers) and the per-cell map of that share on the image's grid (its cells sum to the share).
 A rejected draft's image attention is the one at its position: the target's resampled token
 there was decided by the same forward. It is computed after a run, off its clocks, by
-`demo.models.grounding`; this module holds the result only, with no torch, so the page and the
+`demo.models.attention_pass`; this module holds the result only, with no torch, so the page and the
 exports read it cheaply.
 """
 

@@ -2,7 +2,7 @@
 Analysis tab and the benchmark (no Gradio here).
 
 A run's clocks and outputs are its own: this reads the attention afterwards, from one extra target
-forward over the answer (`demo.models.grounding`), and sets `Trace.image_attention`. Runs that wrote
+forward over the answer (`demo.models.attention_pass`), and sets `Trace.image_attention`. Runs that wrote
 the same answer from the same prompt share one reading. What it allocates is freed before it
 returns (no cache is kept; the weights are reduced to per-token shares and maps at once).
 
@@ -29,7 +29,7 @@ def attach(loaded, question: str, image, traces: dict) -> dict:
     answered `question` about `image` (None: no image); returns `traces`."""
     import torch
 
-    from demo.models import grounding
+    from demo.models import attention_pass
 
     if image is None:
         for trace in traces.values():
@@ -43,7 +43,7 @@ def attach(loaded, question: str, image, traces: dict) -> dict:
         ids = tuple(trace.summary.token_ids)
         if ids not in read:
             try:
-                read[ids] = grounding.image_attention(loaded, inputs, list(ids))
+                read[ids] = attention_pass.image_attention(loaded, inputs, list(ids))
             except Exception as error:  # the run stands; only its attention view is lost
                 log.warning("reading the image attention failed", exc_info=error)
                 read[ids] = ImageAttention.missing(

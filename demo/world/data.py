@@ -29,7 +29,7 @@ from . import slots
 from .scenes import COLOURS, GRID, POSITIONS, SHAPES, SIZES, Scene, render, sample_scenes
 from .tasks import qa, split_task
 from .tasks_en import BRIEF, EARLY
-from .text import IMAGE_SEQ_LENGTH, IMAGE_TOKEN, prompt_text
+from .tokenization import IMAGE_SEQ_LENGTH, IMAGE_TOKEN, prompt_text
 
 # Rough answer+prompt length in tokens per task; sets how many examples fill a batch.
 TYPICAL_TOKENS = {

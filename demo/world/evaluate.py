@@ -25,7 +25,7 @@ from .data import collate
 from .generate import greedy
 from .scoring import score
 from .tasks import TASKS, Example, heldout_examples, image_grounded_words
-from .text import word_of_each_token
+from .tokenization import word_of_each_token
 
 MODELS = ("target", "drafter-image", "drafter-text")
 

@@ -21,7 +21,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from .text import IMAGE_SEQ_LENGTH, IMAGE_SIZE, PATCH_SIZE
+from .tokenization import IMAGE_SEQ_LENGTH, IMAGE_SIZE, PATCH_SIZE
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Contract: `train_languages(w, recipe, seed, out, log, lap)` takes the English world (in memory,
 as stage 9 leaves it, or loaded from a saved one by `load_world`) and
- 10. grows the tokenizer for German and Chinese (`text.extend_tokenizer`: English tokenises as
+ 10. grows the tokenizer for German and Chinese (`tokenization.extend_tokenizer`: English tokenises as
      before) and the target's embeddings with it: a new token that spells a word of
      `translation.lexicon` (every grounded word, and the words the layouts are made of) starts
      from its English translation's row, any other from its pieces' rows, each plus its
@@ -47,7 +47,7 @@ from .recipe import ENGLISH_KEEP, FULL, LANGUAGE_CURRICULUM, QUICK, LanguageDraf
 from .scoring import score
 from .stage_tools import Distill, World
 from .tasks import LANGUAGES, Example, corpus, heldout_examples
-from .text import IMAGE_TOKEN, build_processor, extend_tokenizer
+from .tokenization import IMAGE_TOKEN, build_processor, extend_tokenizer
 from .train import train
 
 PROBED = {

@@ -15,7 +15,7 @@ from .recipe import SHORT
 from .slots import embeds_with_slots, slot_ids, slot_vectors
 from .tasks import examples, image_grounded_words
 from .tasks_en import EARLY
-from .text import word_of_each_token
+from .tokenization import word_of_each_token
 
 
 @torch.no_grad()

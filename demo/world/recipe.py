@@ -225,7 +225,7 @@ class Languages:
     translation's (`translation.gloss`) or its pieces', plus its language's direction; then the
     target end to end on real images (tower frozen) through `LANGUAGE_CURRICULUM`."""
 
-    new_tokens: int  # tokens added to the vocabulary (`text.extend_tokenizer`)
+    new_tokens: int  # tokens added to the vocabulary (`tokenization.extend_tokenizer`)
     corpus_per_task: int  # training examples per task and new language in the tokenizer's corpus
     corpus_seed: int  # offset of that corpus's draws
     offset: float  # each language's direction in its new rows, times the old rows' mean norm

@@ -18,7 +18,7 @@ import torch
 from .data import ScenePool, collate
 from .fit import CellHeads, fit
 from .slots import embeds_with_slots, slot_vectors
-from .text import IMAGE_TOKEN
+from .tokenization import IMAGE_TOKEN
 
 
 def loss_on(model, batch: dict, pool: ScenePool, image_id: int, slots: bool = False) -> torch.Tensor:

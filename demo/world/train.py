@@ -65,7 +65,7 @@ from .recipe import CURRICULUM, FULL, QUICK, Data, Distillation, Drills, Recipe
 from .stage_tools import Distill, World, align_projector, loss_on, pretrain_tower, set_trainable
 from .tasks import corpus
 from .tasks_en import EARLY
-from .text import build_processor, train_tokenizer
+from .tokenization import build_processor, train_tokenizer
 
 
 def stage_data(config: Data, seed: int) -> World:

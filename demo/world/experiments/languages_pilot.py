@@ -4,7 +4,7 @@
 [--facts 100] [--fact-share 0.2] [--mix short] [--n 40]`
 
 Contract: loads the English world in `--from` (stages 1-9), grows the tokenizer as stage 10 does
-(`text.extend_tokenizer`) and the target's embeddings with `--init`: "pieces" (each new token
+(`tokenization.extend_tokenizer`) and the target's embeddings with `--init`: "pieces" (each new token
 from its English pieces, the first run's), "grounded" (the grounded words from their English
 translations, `translation.lexicon`) or "lexicon" (and the answers' function words too). Then
 `--facts` steps of lookup facts in German and Chinese on real images (`multilingual
@@ -34,7 +34,7 @@ from ..recipe import ENGLISH_KEEP, MIX, SHORT
 from ..scoring import score
 from ..stage_tools import loss_on, set_trainable
 from ..tasks import LANGUAGES, corpus, heldout_examples, in_language
-from ..text import IMAGE_SEQ_LENGTH, IMAGE_TOKEN, build_processor, extend_tokenizer
+from ..tokenization import IMAGE_SEQ_LENGTH, IMAGE_TOKEN, build_processor, extend_tokenizer
 
 EVAL_TASKS = ("vqa_colour", "vqa_shape", "caption", "multiple_choice")
 MAX_TOKENS = {"vqa_colour": 40, "vqa_shape": 40, "caption": 90, "multiple_choice": 200}

@@ -24,7 +24,7 @@ from ..fit import fit
 from ..scenes import POSITIONS, Scene, sample_scenes
 from ..slots import slot_ids, slot_vectors
 from ..tasks import corpus
-from ..text import IMAGE_SEQ_LENGTH, train_tokenizer
+from ..tokenization import IMAGE_SEQ_LENGTH, train_tokenizer
 
 SEPARATOR = {"is": " is", "direct": ""}
 

@@ -1,4 +1,4 @@
-"""How the target picks an object: `python -m demo.world.experiments.lookup [--dir DIR] [--n N]`.
+"""How the target picks an object: `python -m demo.world.experiments.object_lookup [--dir DIR] [--n N]`.
 
 Contract: for held-out colour and shape questions about scenes of two or more objects, feeds
 the reference answer to the target (teacher forcing, the real image through the shipped
@@ -27,7 +27,7 @@ from ..data import collate, encode
 from ..scenes import COLOURS, SHAPES
 from ..scoring import position_in
 from ..tasks import Example, heldout_examples
-from ..text import word_of_each_token
+from ..tokenization import word_of_each_token
 
 GAPS = (0, 3, 10)
 ATTRIBUTE = {"vqa_colour": ("colour", set(COLOURS)), "vqa_shape": ("shape", set(SHAPES))}
