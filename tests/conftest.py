@@ -1,10 +1,23 @@
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# The suite runs in two worker processes (pyproject's `-n 2`, pytest-xdist), one per core of CI's
+# 2-core machine. Each worker, and each server or app it starts, computes on one thread: two
+# workers of torch's default two threads would oversubscribe the cores, and its OpenMP threads
+# spin while they wait (the quick training run took 2.5x as long). Each worker has its own Gradio
+# upload folder, whose size the front door caps and trims. In one process (`-n 0`) nothing changes.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if WORKER:
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"  # child processes: torch reads it when it starts
+    os.environ.setdefault("GRADIO_TEMP_DIR", str(Path(tempfile.gettempdir()) / f"gradio-{WORKER}"))
 
 import races  # noqa: E402
 import tiny  # noqa: E402
@@ -58,3 +71,25 @@ def world(tok):
 def answers(world):
     """The tiny target's own greedy answers (the autoregressive loop) to every case of `races.CASES`."""
     return [races.ar(world, image, question).summary.token_ids for image, question in races.CASES]
+
+
+# The slowest files first, the two with a test of two minutes or more (the soak's memory test, the
+# quick training run) ahead of the rest: the two workers take a file at a time, so they then end
+# together rather than one waiting on the other's last long file (587 s in the other order, idle).
+SLOWEST_FIRST = (
+    "test_soak.py",
+    "test_world.py",
+    "test_browser.py",
+    "test_trees.py",
+    "test_layer_skip.py",
+    "test_prompt_lookup.py",
+    "test_sampling.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        name = item.path.name
+        return SLOWEST_FIRST.index(name) if name in SLOWEST_FIRST else len(SLOWEST_FIRST)
+
+    items.sort(key=rank)  # stable: each file's tests keep their order
