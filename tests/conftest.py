@@ -75,7 +75,8 @@ def answers(world):
 
 # The slowest files first, the two with a test of two minutes or more (the soak's memory test, the
 # quick training run) ahead of the rest: the two workers take a file at a time, so they then end
-# together rather than one waiting on the other's last long file (587 s in the other order, idle).
+# together rather than one waiting on the other's last long file (pyproject turns off xdist's own
+# reordering, which puts the files with the most tests first).
 SLOWEST_FIRST = (
     "test_soak.py",
     "test_world.py",
