@@ -147,6 +147,7 @@ class Slots:
     fact_scenes: int  # scenes per fact batch
     fact_share: float  # after the facts phase, this share of the steps are fact batches
     probe_every: int  # steps between the logged `probes.slot_probe`s (and at each phase's end)
+    probe_n: int  # held-out questions per task in each slot probe (here and after 3b)
 
 
 @dataclass(frozen=True)
@@ -292,6 +293,7 @@ FULL = Recipe(
         fact_scenes=32,
         fact_share=0.15,
         probe_every=200,
+        probe_n=100,
     ),
     drills=Drills(steps=600, lr=5e-4, rows=16, mix=in_form(MIX, EARLY), drill_seed=29, mix_seed=37),
     projector=Fit(steps=400, lr=1e-3, seed=0),
@@ -355,7 +357,7 @@ QUICK = replace(
     FULL,
     data=replace(FULL.data, scenes=64, corpus_per_task=50),
     target_tower=_steps(FULL.target_tower, 3),
-    slots=replace(FULL.slots, phase_steps=(2, 2, 2, 2, 2, 3)),
+    slots=replace(FULL.slots, phase_steps=(2, 2, 2, 2, 2, 3), probe_n=4),
     drills=_steps(FULL.drills, 4),
     projector=_steps(FULL.projector, 2),
     finetune=_steps(FULL.finetune, 3),

@@ -101,14 +101,14 @@ def stage_target(w: World, recipe: Recipe, seed: int, log: dict, lap) -> None:
     def loss_of(step):
         phase = next(k for k, end in enumerate(ends) if step < end)
         if step and (step % c.probe_every == 0 or step in ends):  # progress of the lookup, in the log
-            probes[step] = slot_probe(target, w.tok, w.image_id)
+            probes[step] = slot_probe(target, w.tok, w.image_id, c.probe_n)
             tqdm.write(f"slot probe at step {step} ({CURRICULUM[phase][0]}): {probes[step]}")
         if phase and fact_rng.random() < c.fact_share:  # keep the lookup in practice
             return loss_on(target, next(streams[0]), w.pool, w.image_id, slots=True)
         return loss_on(target, next(streams[phase]), w.pool, w.image_id, slots=True)
 
     log["target_slot_loss"] = fit(params, ends[-1], c.lr, loss_of, "3 target LM on slots")
-    probes[ends[-1]] = slot_probe(target, w.tok, w.image_id)
+    probes[ends[-1]] = slot_probe(target, w.tok, w.image_id, c.probe_n)
     tqdm.write(f"slot probe at the end: {probes[ends[-1]]}")
     lap("3 target LM on slots")
     # 3b. the restated option checks and letter that end multiple choice, once the LM reads its
@@ -116,7 +116,7 @@ def stage_target(w: World, recipe: Recipe, seed: int, log: dict, lap) -> None:
     log["target_drill_loss"] = drill(
         w, recipe.drills, recipe.tokens, seed, params, "3b target option drills", slots=True
     )
-    log["target_drill_probe"] = slot_probe(target, w.tok, w.image_id)
+    log["target_drill_probe"] = slot_probe(target, w.tok, w.image_id, recipe.slots.probe_n)
     tqdm.write(f"slot probe after the drills: {log['target_drill_probe']}")
     lap("3b target option drills")
     # 4. target projector regression onto the slots
