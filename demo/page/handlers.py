@@ -332,7 +332,7 @@ def replay_race(last, speed: str = classroom.SPEED_DEFAULT, page: gr.Request = N
 
 
 @runs.tidy
-def trace_api(image, *fields):
+def trace_api(image, *sent):
     """/trace: the whole race as one JSON document: settings, every lane's trace and its metrics.
     Its parameters are the image, then the request's fields (`TRACE`, read off `session.parse`).
 
@@ -340,7 +340,7 @@ def trace_api(image, *fields):
     its last value is the document, which is what gradio_client's predict() returns.
     """
     try:
-        values = TRACE.bind(image, *fields)  # the defaults of those left out are parse's
+        values = TRACE.bind(image, *sent)  # the defaults of those left out are parse's
         request = session.parse(**form.fields(values.arguments))
         traces = {lane: Trace() for lane in lanes.ordered(session.lane_names(request))}
         rows, table = [], []

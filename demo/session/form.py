@@ -16,16 +16,16 @@ from collections.abc import Mapping
 from demo.session.request import parse
 
 _OWN = ("known",)  # parse's own keywords, which no endpoint takes
-FIELDS = tuple(name for name in inspect.signature(parse).parameters if name not in _OWN)
+_PARAMETERS = inspect.signature(parse).parameters
+FIELDS = tuple(name for name in _PARAMETERS if name not in _OWN)
 
 
 def signature(first: str = "image") -> inspect.Signature:
     """An endpoint's signature: `first`, then every field of the request in parse's order, each
     taken positionally or by name, with parse's default."""
     positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    params = inspect.signature(parse).parameters
     return inspect.Signature(
-        [inspect.Parameter(first, positional), *(params[name].replace(kind=positional) for name in FIELDS)]
+        [inspect.Parameter(first, positional), *(_PARAMETERS[name].replace(kind=positional) for name in FIELDS)]
     )
 
 
