@@ -15,7 +15,9 @@ Analysis tab).
 
 The handlers hold no decoding logic and touch no caches or logits: `demo.session` parses the
 request, loads, builds the lanes, races and closes them; `demo.page.lanes` turns the traces into
-component updates.
+component updates. Between the engine and Gradio a race's events pass through four generators:
+`session.gpu_race` (the accelerator's call), `session.race_until` (until the page's Stop or the
+budget), the handler (`Redraws` paces its redraws) and `positional`'s tuples.
 
 Reliability, as the handlers guarantee it:
 - Both endpoints receive the raw request values (`preprocess=False`), so every malformed value
@@ -24,16 +26,16 @@ Reliability, as the handlers guarantee it:
   API caller's gradio_client raises it. Unexpected errors are logged with their traceback and
   the person sees one sentence with a reference to the log line, never a traceback.
 - A race is closed however it ends (finished, failed, stopped, cancelled, client gone), which
-  frees its KV caches (`session.racing`). An API caller's cancel or a client gone makes Gradio
-  close the handler at its next yield, and the handlers yield after any round that ends
-  HEARTBEAT_EVERY s after their last yield: decoding ends within max(one round, HEARTBEAT_EVERY).
+  frees its KV caches (`session.race_until` closes the call). An API caller's cancel or a client
+  gone makes Gradio close the handler at its next yield, and the handlers yield after any round
+  that ends HEARTBEAT_EVERY s after their last yield: decoding ends within max(one round,
+  HEARTBEAT_EVERY).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import closing
+from collections.abc import Callable
 from pathlib import Path
 
 import gradio as gr
@@ -129,15 +131,16 @@ def stopped_html(run: runs.PageRun) -> str:
 stop_race = runs.stopper("race", lambda: {"stop": gr.Button(interactive=False, value="Stopping…")})
 
 
-def _stopped(run: runs.PageRun) -> Iterator[dict]:
+def _stopped(run: runs.PageRun) -> list[dict]:
     """The last updates of a run its Stop (or its budget) ended: what was decoded, each lane's clock
     stopped, Run on; first without the charts, which a busy machine is slowest to draw, then with them."""
     # timed once: the run has ended here
     said = render.over_budget_html(run.stop.seconds) if run.stop.over else stopped_html(run)
-    for charts_too in (False, True) if run.shown else (False,):
-        traces, facts, reference = run.shown or ({}, (), None)
-        shown = lanes.view(traces, facts, charts_too, reference, stopped=True) if traces else {}
-        yield shown | status(said, False)
+    traces, facts, reference = run.shown or ({}, (), None)
+    return [
+        (lanes.view(traces, facts, charts_too, reference, stopped=True) if traces else {}) | status(said, False)
+        for charts_too in ((False, True) if run.shown else (False,))
+    ]
 
 
 # --- streaming ------------------------------------------------------------------------------------
@@ -150,59 +153,43 @@ SWEEPING = (
 SWEEP_WAIT = '<div class="sweep-note">The γ sweep follows once the race is over (greedy races).</div>'
 
 
-def _frames(
-    timeline, traces: dict[str, Trace], facts: tuple[str, ...], reference: str | None = None
-) -> Iterator[dict | None]:
-    """Feed (lane, event) pairs into `traces` and yield views: at the first token at once, then
-    at most every PANEL_EVERY s (charts every CHART_EVERY s), once every lane is done, and always at the end. In between
-    it yields None (nothing to redraw) after a round that ends HEARTBEAT_EVERY s or more after
-    the last yield, so that Gradio can close the handler for a Stop or a client gone within
-    max(one round, HEARTBEAT_EVERY); a yield per round would cost a few ms of wall time each."""
-    last_panel = last_chart = last_yield = time.perf_counter()
-    shown_tokens = False
-    for lane, event in timeline:
-        traces[lane].add(event)
+class Redraws:
+    """When the page redraws a race whose events arrive one at a time (`add`): at the first token
+    at once, then at most every PANEL_EVERY s (charts every CHART_EVERY s), and once every lane is
+    done. In between, an empty update (nothing to redraw) after a round that ends HEARTBEAT_EVERY s
+    or more after the last update, so that Gradio can close the handler for a Stop or a client gone
+    within max(one round, HEARTBEAT_EVERY); an update per round would cost a few ms of wall time each."""
+
+    def __init__(self, traces: dict[str, Trace], facts: tuple[str, ...], reference: str | None = None):
+        self.traces, self.facts, self.reference = traces, facts, reference
+        self.last_panel = self.last_chart = self.last_update = time.perf_counter()
+        self.shown_tokens = False
+
+    def add(self, lane: str, event) -> dict | None:
+        """`event` added to its lane's trace: the update to send now, or None."""
+        self.traces[lane].add(event)
         now = time.perf_counter()
-        first = not shown_tokens and isinstance(event, TokenEvent)
-        last = not isinstance(event, TokenEvent | RoundEvent) and all(t.done for t in traces.values())
-        if first or last or now - last_panel >= PANEL_EVERY:
-            charts_too = now - last_chart >= CHART_EVERY
-            yield lanes.view(traces, facts, charts_too, reference)
-            shown_tokens = shown_tokens or first
-            last_panel = last_yield = time.perf_counter()
-            last_chart = last_panel if charts_too else last_chart
-        elif isinstance(event, RoundEvent) and now - last_yield >= HEARTBEAT_EVERY:
-            yield None
-            last_yield = time.perf_counter()
-    yield lanes.view(traces, facts, charts_too=True, reference=reference)
+        first = not self.shown_tokens and isinstance(event, TokenEvent)
+        last = not isinstance(event, TokenEvent | RoundEvent) and self.done()
+        if first or last or now - self.last_panel >= PANEL_EVERY:
+            charts_too = now - self.last_chart >= CHART_EVERY
+            update = lanes.view(self.traces, self.facts, charts_too, self.reference)
+            self.shown_tokens = self.shown_tokens or first
+            self.last_panel = self.last_update = time.perf_counter()
+            self.last_chart = self.last_panel if charts_too else self.last_chart
+            return update
+        if isinstance(event, RoundEvent) and now - self.last_update >= HEARTBEAT_EVERY:
+            self.last_update = time.perf_counter()
+            return {}  # nothing to redraw, but a chance for Gradio to close the handler
+        return None
 
+    def done(self) -> bool:
+        """Every lane has ended."""
+        return all(t.done for t in self.traces.values())
 
-def _unless_stopped(loading: Iterator, run: runs.PageRun):
-    """`yield from loading` (`session.until_ready`), ended after a report if the page's Stop was
-    pressed: then it returns None."""
-    while True:
-        try:
-            update = next(loading)
-        except StopIteration as done:
-            return done.value
-        yield update
-        if run.stop.is_set():
-            return None
-
-
-def _lanes(stream, run: runs.PageRun, timeline: list, swept: list) -> Iterator:
-    """The race's (lane, event) pairs from `gpu_race`'s stream, each recorded in `timeline` (for
-    the replay), until the page's Stop (checked before each); its Swept goes into `swept`."""
-    for item in stream:
-        if run.stop.is_set():
-            return
-        if isinstance(item, session.Swept):
-            swept.append(item)
-            continue
-        if isinstance(item, session.Sweeping):  # the γ sweep or table goes on: a Stop is answered between replays
-            continue
-        timeline.append((item.name, item.event))
-        yield item.name, item.event
+    def whole(self) -> dict:
+        """Every lane's view, the charts too."""
+        return lanes.view(self.traces, self.facts, charts_too=True, reference=self.reference)
 
 
 def page_request(values: dict) -> session.Request:
@@ -214,7 +201,6 @@ def page_request(values: dict) -> session.Request:
     return session.parse(**form.fields(values), greedy=greedy, min_confidence=min_confidence)
 
 
-@runs.tidy
 def run_race(
     image,
     question,
@@ -233,24 +219,33 @@ def run_race(
 ):
     """Stream the race to the page: every lane's panel and stats, the block views and the charts
     as events arrive. A failure is shown where the outcome goes and raised as gr.Error (an API
-    caller gets it)."""
+    caller gets it). The race's items come from `session.race_until`, which ends them once the
+    page's Stop (or the race's budget) sets `run.stop`."""
     values = locals()  # the page's form by name (read first: nothing else is bound yet)
     with runs.page_run(page, "race") as run:
         try:
             request = page_request(values)
-            with closing(session.gpu_race(request, image, uploads())) as stream:
-                loading = session.until_ready(
-                    stream, lambda fraction, message: status(render.loading_html(fraction, message), busy=True)
-                )
-                ready = yield from _unless_stopped(loading, run)
-                run.stop.run_for(budget.limit(budget.race(request)))  # the race's own limit, from its start
-                if run.stop.is_set():  # stopped while the preset loaded
-                    yield from _stopped(run)
-                    return
-                for note in ready.notes:
-                    gr.Info(note)
-                reference = _reference(image, request.question)
-                yield from _race_to_page(request, ready.facts, stream, run, reference)
+            traces = {lane: Trace() for lane in lanes.ordered(session.lane_names(request))}
+            timeline, swept, redraws = [], None, None  # the race in the order it ran (the replay's), its sweep
+            for item in session.race_until(run.stop, request, image, uploads()):
+                if isinstance(item, session.Loading):
+                    yield status(render.loading_html(item.fraction, item.message), busy=True)
+                elif isinstance(item, session.Ready):
+                    run.stop.run_for(budget.limit(budget.race(request)))  # the race's own limit, from its start
+                    redraws = Redraws(traces, item.facts, _reference(image, request.question))
+                    run.shown = (traces, item.facts, redraws.reference)
+                    for note in item.notes:
+                        gr.Info(note)
+                    yield _started(request, redraws)
+                elif isinstance(item, session.Lane):
+                    timeline.append((item.name, item.event))
+                    update = redraws.add(item.name, item.event)
+                    if update is not None:  # the race's last redraw says the sweep is under way
+                        yield update | ({"sweep_note": SWEEPING} if redraws.done() else {})
+                elif isinstance(item, session.Swept):
+                    swept = item
+                # a Sweeping: the γ sweep or the table goes on (a Stop is answered between its replays)
+            yield from _ended(request, run, redraws, swept, timeline)
         except Exception as error:  # Gradio closing the handler is a GeneratorExit: not caught, not an error
             message = failures.message(error)
             # Before this race's first view the panels still show the last race: they are cleared.
@@ -266,48 +261,42 @@ def _reference(image, question) -> str | None:
         return None
 
 
-def _race_to_page(
-    request: session.Request, facts: tuple[str, ...], stream, run: runs.PageRun, reference: str | None
-) -> Iterator[dict]:
-    traces = {lane: Trace() for lane in lanes.ordered(session.lane_names(request))}
-    timeline, swept = [], []  # the race in the order it ran, for the replay; its γ sweep
-    run.shown = (traces, facts, reference)
-    # The charts wait for the first redraw after the first token: drawing four plots costs the
-    # browser more than the first tokens do.
-    last_view = lanes.view(traces, facts, charts_too=False, reference=reference)
+def _started(request: session.Request, redraws: Redraws) -> dict:
+    """The race's first view, once every lane is set up: empty panels, Run off and Stop on. The
+    charts wait for the first redraw after the first token: drawing four plots costs the browser
+    more than the first tokens do."""
     waiting = {"sweep_note": SWEEP_WAIT, "strategies": strategy_table.NOTE}
-    yield last_view | NO_DOWNLOADS | buttons(busy=True) | lanes.sweep_view([], request) | waiting
-    raced = False  # every lane done: the sweep replays the answer (Stop stays on: it ends the sweep too)
-    for frame in _frames(_lanes(stream, run, timeline, swept), traces, facts, reference):
-        last_view = frame or last_view
-        if not raced and all(t.done for t in traces.values()):
-            raced, frame = True, (frame or {}) | {"sweep_note": SWEEPING}
-        yield frame or {}
-    cut = raced and not swept and run.stop.over  # the budget ran out in the sweep or the table: the race stands
+    empty = lanes.view(redraws.traces, redraws.facts, charts_too=False, reference=redraws.reference)
+    return empty | NO_DOWNLOADS | buttons(busy=True) | lanes.sweep_view([], request) | waiting
+
+
+def _ended(request: session.Request, run: runs.PageRun, redraws: Redraws | None, swept, timeline: list) -> list[dict]:
+    """The race's last updates, once its items stopped coming: the whole page (the γ sweep, the
+    table of strategies, the downloads, the replay's record); the finished race with its sweep cut,
+    when the budget ran out in the sweep or the table; or the stopped page."""
+    if redraws is None:  # stopped while the preset loaded
+        if not run.stop.is_set():
+            raise RuntimeError("the race ended before it started")
+        return _stopped(run)
+    cut = redraws.done() and swept is None and run.stop.over  # out of budget in the sweep: the race stands
     if cut:
-        stream.close()
-        swept.append(session.Swept((), render.sweep_cut_note(run.stop.seconds)))
-    elif run.stop.is_set() or not swept:
-        stream.close()  # the runs closed (their caches freed) before the stopped page is drawn
-        for update in _stopped(run):  # the race's own table was not made
-            yield update | {"strategies": strategy_table.STOPPED}
-        return
-    rows, why_not, table = list(swept[0].rows), swept[0].why_not, swept[0].strategies
-    for lane, attention in swept[0].attention:  # read after the sweep, in the race's own call
-        traces[lane].image_attention = attention
-    last_view |= lanes.view(traces, facts, True, reference)
-    # The last update repeats the final view, so that an API client's result is the whole page.
-    yield (
-        last_view
-        | lanes.sweep_view(rows, request, why_not, table)
-        | ({"strategies": f'<div class="sweep-note">{why_not}</div>'} if cut else {})
-        | downloads(traces, request, rows, list(table))
+        swept = session.Swept((), render.sweep_cut_note(run.stop.seconds))
+    elif run.stop.is_set() or swept is None:  # the race's own table was not made
+        return [update | {"strategies": strategy_table.STOPPED} for update in _stopped(run)]
+    rows, table = list(swept.rows), list(swept.strategies)
+    for lane, attention in swept.attention:  # read after the sweep, in the race's own call
+        redraws.traces[lane].image_attention = attention
+    # The last update repeats the whole view, so that an API client's result is the whole page.
+    return [
+        redraws.whole()
+        | lanes.sweep_view(rows, request, swept.why_not, table)
+        | ({"strategies": f'<div class="sweep-note">{swept.why_not}</div>'} if cut else {})
+        | downloads(redraws.traces, request, rows, table)
         | buttons(busy=False)
-        | {"last": (facts, timeline)}
-    )
+        | {"last": (redraws.facts, timeline)}
+    ]
 
 
-@runs.tidy
 def replay_race(last, speed: str = classroom.SPEED_DEFAULT, page: gr.Request = None):
     """Show the last race again at `speed` (¼×: four times slower than it ran); the clocks,
     numbers and order are the measured ones."""
@@ -317,21 +306,17 @@ def replay_race(last, speed: str = classroom.SPEED_DEFAULT, page: gr.Request = N
     facts, timeline = last
     slowdown = classroom.slowdown(speed)
     facts = facts + (f"Replay: the measured race shown {slowdown}× slower than it ran.",)
-    traces = {lane: Trace() for lane in lanes.ordered({lane for lane, _ in timeline})}
-    last_view = lanes.view(traces, facts, charts_too=True)
-    yield last_view | buttons(busy=True)
+    redraws = Redraws({lane: Trace() for lane in lanes.ordered({lane for lane, _ in timeline})}, facts)
+    yield redraws.whole() | buttons(busy=True)
     with runs.page_run(page, "race") as run:
-        run.shown = (traces, facts, None)
-        for frame in _frames(session.paced(timeline, slowdown, run.stop), traces, facts):
-            last_view = frame or last_view
-            yield frame or {}
-        if run.stop.is_set():
-            yield from _stopped(run)
-        else:
-            yield last_view | buttons(busy=False)
+        run.shown = (redraws.traces, facts, None)
+        for lane, event in session.paced(timeline, slowdown, run.stop):
+            update = redraws.add(lane, event)
+            if update is not None:
+                yield update
+        yield from _stopped(run) if run.stop.is_set() else [redraws.whole() | buttons(busy=False)]
 
 
-@runs.tidy
 def trace_api(image, *sent):
     """/trace: the whole race as one JSON document: settings, every lane's trace and its metrics.
     Its parameters are the image, then the request's fields (`TRACE`, read off `session.parse`).
@@ -343,32 +328,34 @@ def trace_api(image, *sent):
         values = TRACE.bind(image, *sent)  # the defaults of those left out are parse's
         request = session.parse(**form.fields(values.arguments))
         traces = {lane: Trace() for lane in lanes.ordered(session.lane_names(request))}
-        rows, table = [], []
-        with closing(session.gpu_race(request, image, uploads())) as events:
-            yield from session.until_ready(events, lambda fraction, message: gr.skip())
-            deadline = budget.Deadline(budget.limit(budget.race(request)))  # from the race's start (models loaded)
-            last_yield = time.perf_counter()
-            over = False
-            for item in events:
-                over = deadline.is_set()  # over budget: what was decoded, said so, and no sweep
-                if over:
-                    break
-                if isinstance(item, session.Sweeping):
-                    continue
-                if isinstance(item, session.Swept):
-                    rows, table = list(item.rows), list(item.strategies)
-                    for lane, attention in item.attention:
-                        traces[lane].image_attention = attention
-                    continue
+        swept = None  # the γ sweep and the table, once made
+        deadline = budget.Deadline()  # the race's own limit, from its start (models loaded)
+        last_yield = time.perf_counter()
+        for item in session.race_until(deadline, request, image, uploads()):
+            if isinstance(item, session.Ready):
+                deadline.run_for(budget.limit(budget.race(request)))
+            elif isinstance(item, session.Lane):
                 traces[item.name].add(item.event)
-                if isinstance(item.event, RoundEvent) and time.perf_counter() - last_yield >= HEARTBEAT_EVERY:
-                    yield gr.skip()  # a chance for Gradio to close this handler (see `_frames`)
-                    last_yield = time.perf_counter()
+            elif isinstance(item, session.Swept):
+                swept = item
+                for lane, attention in item.attention:
+                    traces[lane].image_attention = attention
+            round_ended = isinstance(item, session.Lane) and isinstance(item.event, RoundEvent)
+            if isinstance(item, session.Loading | session.Sweeping) or (
+                round_ended and time.perf_counter() - last_yield >= HEARTBEAT_EVERY
+            ):
+                yield gr.skip()  # a chance for Gradio to close this handler (see `Redraws`)
+                last_yield = time.perf_counter()
+        over = deadline.is_set() and swept is None  # over budget: what was decoded, said so, and no sweep
         raced = all(t.done for t in traces.values())  # then only the sweep and the table were cut
         stopped = {"sweep_cut": budget.SWEEP_CUT} if raced else {"stopped": budget.OVER_BUDGET}
-        yield export.payload(request.settings(), traces, rows, table) | (stopped if over else {})
+        swept = swept or session.Swept(())
+        document = export.payload(request.settings(), traces, list(swept.rows), list(swept.strategies))
+        yield document | (stopped if over else {})
     except Exception as error:
         raise gr.Error(failures.message(error), print_exception=False) from None
+    finally:
+        runs.forget_stale_copies()  # after the last yield, however it ends
 
 
 TRACE = form.signature()

@@ -2,13 +2,13 @@
 end, one folder for the downloads, and the per-visitor copies Gradio leaves behind.
 
     positional(handler, names)   `handler`'s dicts keyed by component name, as the tuples Gradio
-                                 expects in `names` order (gr.skip() for a name left out)
+                                 expects in `names` order (gr.skip() for a name left out); a
+                                 generator handler is followed by `forget_stale_copies()`
     page_run(page)               register a run (a race, a replay, an analysis) where the page's
                                  Stop finds it; `stop(page)` asks it to end after the event at hand
     stopper(tab, answer)         a tab's Stop handler: stop(page, tab), then the Stop's own update
     page_error(message)          the gr.Error a handler raises, shown as typed
     export_dir()                 the one folder per process the downloads are written to
-    tidy(handler)                a generator handler followed by `forget_stale_copies()`
 
 No decoding here and nothing of either tab's layout: the Race tab's handlers are
 `demo.page.handlers`, the Analysis tab's `demo.page.analysis_tab`.
@@ -21,7 +21,7 @@ import html
 import inspect
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import gradio as gr
@@ -31,7 +31,8 @@ from demo.session import budget
 
 def positional(handler: Callable, names: tuple[str, ...]) -> Callable:
     """`handler`, its dicts turned into tuples in `names` order (gr.skip() for a name left out).
-    Keeps the handler's signature (Gradio reads it to pass the page's gr.Request)."""
+    Keeps the handler's signature (Gradio reads it to pass the page's gr.Request). A generator
+    handler is followed by `forget_stale_copies()` however it ends."""
 
     def as_tuple(update: dict) -> tuple:
         return tuple(update.get(name, gr.skip()) for name in names)
@@ -40,8 +41,11 @@ def positional(handler: Callable, names: tuple[str, ...]) -> Callable:
 
         @functools.wraps(handler)
         def tuples(*args, **kwargs):
-            for update in handler(*args, **kwargs):
-                yield as_tuple(update)
+            try:
+                for update in handler(*args, **kwargs):
+                    yield as_tuple(update)
+            finally:
+                forget_stale_copies()
 
         return tuples
 
@@ -155,16 +159,3 @@ def forget_stale_copies() -> None:
     for key in [k for k in data.blocks_config.blocks if k not in known]:
         del data.blocks_config.blocks[key]
         data.config_values.pop(key, None)
-
-
-def tidy(handler: Callable[..., Iterator]) -> Callable[..., Iterator]:
-    """The generator handler `handler`, followed by `forget_stale_copies()` however it ends."""
-
-    @functools.wraps(handler)
-    def tidied(*args, **kwargs):
-        try:
-            yield from handler(*args, **kwargs)
-        finally:
-            forget_stale_copies()
-
-    return tidied

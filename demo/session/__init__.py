@@ -18,6 +18,7 @@ name and valid range), and then use the calls below:
                                    accelerator call, yielding Loading / Ready / Lane / Sweeping /
                                    Swept (plain data: the part a Space runs on its GPU, in another
                                    process)
+    race_until(stop, request, image)  gpu_race's items until `stop` is set, the call closed then
     run(loaded, request, image)    one lane decoded whole -> Trace (benchmark, Analysis tab)
     warm_up(preset)                load and decode a few tokens with each drafter
     paced(timeline, slowdown)      a recorded race again, each event at its measured time x slowdown
@@ -41,7 +42,7 @@ import logging
 import queue
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -279,13 +280,16 @@ def gpu_race(
     yield Swept(rows, why_not, tuple((lane, trace.image_attention) for lane, trace in done.items()), tuple(table))
 
 
-def until_ready(stream: Iterator, show) -> Iterator:
-    """Yield show(fraction, message) for `gpu_race`'s Loading reports; returns its Ready."""
-    for item in stream:
-        if isinstance(item, Ready):
-            return item
-        yield show(item.fraction, item.message)
-    raise RuntimeError("the race ended before it started")
+def race_until(stop: threading.Event, request: Request, image_payload, uploads: str | Path) -> Iterator:
+    """`gpu_race(request, image_payload, uploads)`'s items as they come, until `stop` is set (a
+    page's Stop, a request's budget): it is checked before each next item is asked for, while the
+    preset loads, between the race's events and between the sweep's replays, so a stop costs at most
+    the item at hand. The accelerator call is closed however this ends, its runs with it."""
+    with closing(gpu_race(request, image_payload, uploads)) as items:
+        for item in items:
+            yield item
+            if stop.is_set():
+                return
 
 
 def _examples_duration(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int) -> int:
