@@ -144,6 +144,6 @@ def test_layer_skip_sampling_matches_the_target_law(tok, monkeypatch, broken):
     prompt = type(world.prompt)(world.prompt.target_inputs, world.prompt.target_inputs)  # it reads the target's
     if broken:
         monkeypatch.setattr("demo.engine.verification.verify_sampled", accept_every_draft)
-    distance, bound, traces = law.law_distance(world, d, prompt, n=3000, gamma=2)
+    distance, bound, traces = law.law_distance(world, d, prompt, n=law.RUNS[2], gamma=2)
     assert sum(metrics.accepted(t) for t in traces) > 1000
     assert (distance > bound) == broken, (distance, bound)

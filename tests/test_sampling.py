@@ -5,7 +5,8 @@ distance. The bound comes from the L1 deviation inequality for an empirical dist
 outcomes from N draws (Weissman et al. 2003):
     P(||p_hat - p||_1 >= eps) <= (2^k - 2) exp(-N eps^2 / 2),
 so with probability at least 1 - delta, TV = ||p_hat - p||_1 / 2 <= sqrt(2 (k ln 2 + ln(1/delta)) / N) / 2.
-Every draw is seeded, so a check that passes once passes always; the negative controls show
+The whole loop's law is checked with a bound that uses the exact law, as tight with fewer runs
+(`tests/law.py`). Every draw is seeded, so a check that passes once passes always; the negative controls show
 the same check fails when the rule is wrong.
 """
 
@@ -146,7 +147,7 @@ def test_speculative_sampling_loop_matches_the_target_law_of_the_first_three_tok
             "demo.engine.verification.verify_sampled",
             lambda p, q, drafts, g: (torch.tensor(len(drafts)), torch.multinomial(p[-1], 1, generator=g)[0]),
         )
-    n = 3000
+    n = law.RUNS[1]
     w = small_world
     distance, bound, traces = law.law_distance(w, w.drafter, w.prompt, n=n, gamma=2, min_confidence=min_confidence)
     short_rounds = sum(len(trace.rounds[0].drafted_ids) < 2 for trace in traces)
