@@ -409,7 +409,7 @@ def test_decorated_functions_yield_plain_data_only(monkeypatch, two_tiny):
     assert [r["strategy"] for r in items[-1].strategies] == list(offered)
     assert all(_plain(item) for item in items)
     steps = list(session.decode_examples("tiny-a", ["text-only"], analysis_tab.examples_for("vqa", 2, 0), 3, 8))
-    assert [s[0] for s in steps] == ["run", "done", "run", "done"]
+    assert [type(s).__name__ for s in steps] == ["Running", "Decoded", "Running", "Decoded"]
     assert all(_plain(step) for step in steps)
 
 

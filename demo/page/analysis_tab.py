@@ -178,18 +178,18 @@ def _analyze(request: AnalysisRequest, run, items: list) -> dict:
     try:
         with closing(session.decode_examples(r.preset, list(r.drafters), items, r.gamma, r.max_new_tokens)) as steps:
             for step in steps:
-                if step[0] == "run":
+                if isinstance(step, session.Running):
                     if run.stop.is_set():  # the run at hand has finished and is kept
                         break
-                    _, i, d = step
-                    note = f"example {i + 1}/{len(items)} · {d} drafter · {items[i].task.replace('_', ' ')}"
-                    if items[i].language != "en":
-                        note += f" · {LANGUAGE_NAMES[items[i].language]}"
+                    item = items[step.example]
+                    note = f"example {step.example + 1}/{len(items)} · {step.drafter} drafter · "
+                    note += item.task.replace("_", " ")
+                    if item.language != "en":
+                        note += f" · {LANGUAGE_NAMES[item.language]}"
                     yield _view(batch, status_html(note, len(batch.runs) / total), busy=True)
                     continue
-                _, i, d, trace, obs, correct = step
-                item = items[i]
-                batch.runs.append(Run(len(batch.runs) + 1, i, item, d, trace, obs, correct, item.language))
+                item, kept = items[step.example], (step.trace, step.observations, step.correct)  # a Decoded
+                batch.runs.append(Run(len(batch.runs) + 1, step.example, item, step.drafter, *kept, item.language))
     except Exception as error:  # models that will not load, a failed run: what finished stays on the page
         message = f"Stopped: {failures.message(error)}"
         yield _view(batch, status_html(message, error=True), busy=False)

@@ -26,8 +26,8 @@ What a failed request is told is `failures.message(error)`. Whether a preset and
 lanes can run here at all is `offers`'s to say (`prepare` asks it first, before any work).
 
 The package's other modules: `request` (`Request`, `parse`, `lane_names` and `DEFAULTS`, re-exported
-here), `race_events` (what `gpu_race` yields: Loading, Ready, Lane, Sweeping, Swept, re-exported
-here), `validate` (every value checked before any work), `offers`,
+here), `race_events` (what `gpu_race` yields: Loading, Ready, Lane, Sweeping, Swept; and
+`decode_examples`: Running, Decoded; re-exported here), `validate` (every value checked before any work), `offers`,
 `failures`, `languages` (a question's language and the drafter it gets), `gamma_sweep` (the γ
 sweep of a finished race), `strategies` (its answer replayed with every drafter of the preset) and
 `rejections` (where drafts are rejected, by word category).
@@ -51,7 +51,7 @@ from PIL import Image
 from demo.engine.race import race
 from demo.models import zerogpu
 from demo.session import budget, failures, gamma_sweep, offers, validate
-from demo.session.race_events import Lane, Loading, Ready, Sweeping, Swept
+from demo.session.race_events import Decoded, Lane, Loading, Ready, Running, Sweeping, Swept
 from demo.session.request import (  # noqa: F401  (re-exported: demo.session.X is how every surface knows them)
     DEFAULTS,
     LANES,
@@ -301,8 +301,8 @@ def _examples_duration(preset: str, drafters: list[str], items: list, gamma: int
 def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int):
     """Speculative decoding, greedy, of each example (`.image`, `.question`, `.language`, and what
     `demo.world.scoring.score` reads) with each drafter, yielding plain data only (on ZeroGPU it runs
-    in another process): ("run", i, drafter) before each run, then ("done", i, drafter, trace,
-    observations, correct): `demo.session.rejections.observations`, and the answer scored."""
+    in another process): Running(i, drafter) before each run, then Decoded(i, drafter, trace,
+    observations, correct)."""
     from demo.engine.sampling import Sampling
     from demo.models import loader, preloading
     from demo.session import image_attention, rejections
@@ -312,11 +312,11 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
     loaded = loader.load(preset)
     for i, item in enumerate(items):
         for d in drafters:
-            yield "run", i, d
+            yield Running(i, d)
             trace = run(loaded, Request(item.question, preset, d, gamma, Sampling(), max_new_tokens), item.image)
             image_attention.attach(loaded, item.question, item.image, {d: trace})  # after the run, off its clock
             observations = rejections.observations(trace, i, loaded.target.stop_ids, item.language)
-            yield "done", i, d, trace, observations, score(item.task, item, trace.summary.text)
+            yield Decoded(i, d, trace, observations, score(item.task, item, trace.summary.text))
 
 
 def warm_up(preset: str) -> None:

@@ -1,10 +1,14 @@
-"""What a race yields: `demo.session.gpu_race`'s items, one dataclass for each kind of news.
+"""What a race and an analysis yield: `demo.session.gpu_race`'s and `decode_examples`' items, one
+dataclass for each kind of news.
 
     Loading    a preset loading (lazy deployments only): how far, and what it is doing
     Ready      every lane set up: the page's facts about the drafters, notes on the image
     Lane       one engine event of one lane, in the order the race ran them
     Sweeping   the γ sweep (or the table of strategies) has replayed one more answer
     Swept      the γ sweep, each finished lane's image attention and the table of strategies
+
+    Running    an analysis is about to decode one example with one drafter
+    Decoded    that run's trace, where its drafts were rejected, and whether its answer is right
 
 Plain data only, frozen: on ZeroGPU the race runs in another process and these cross its
 boundary pickled. The session package re-exports them (`demo.session.Ready`, ...).
@@ -16,8 +20,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from demo.engine.events import Event
+    from demo.engine.events import Event, Trace
     from demo.engine.grounding import ImageAttention
+    from demo.session.rejections import Observation
 
 
 # --- what a race yields (plain data: on ZeroGPU it crosses a process boundary, pickled) ---------
@@ -66,3 +71,26 @@ class Swept:
     why_not: str | None = None
     attention: tuple[tuple[str, ImageAttention], ...] = ()
     strategies: tuple[dict, ...] = ()
+
+
+# --- what an analysis yields ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Running:
+    """The analysis is about to decode example `example` (its index) with drafter `drafter`."""
+
+    example: int
+    drafter: str
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """Example `example` decoded with `drafter`: its trace, its rejections by word category
+    (`demo.session.rejections.observations`) and whether the answer is right (`world.scoring.score`)."""
+
+    example: int
+    drafter: str
+    trace: Trace
+    observations: list[Observation]
+    correct: bool
