@@ -486,15 +486,16 @@ def test_cancelling_stops_decoding_within_a_round_and_frees_the_caches(client, w
     last_event = max(probe.events)
     time.sleep(0.2)
     stop_s, close_s = last_event - arrived, probe.closed[0] - arrived
+    heartbeat = handlers.TRACE_HEARTBEAT_EVERY if endpoint == "/trace" else handlers.HEARTBEAT_EVERY
     print(
         f"\n{endpoint}: cancel received -> last event {stop_s * 1000:.0f} ms, -> runs closed {close_s * 1000:.0f} ms "
-        f"(a round: {round_seconds(probe.rounds) * 1000:.1f} ms, heartbeat {handlers.HEARTBEAT_EVERY * 1000:.0f} ms)"
+        f"(a round: {round_seconds(probe.rounds) * 1000:.1f} ms, heartbeat {heartbeat * 1000:.0f} ms)"
     )
     assert len(probe.events) < 600  # the whole race would make over 1,000 events
     # Within max(one round, HEARTBEAT_EVERY) of the cancel, counted in rounds rather than seconds
     # (a busy machine makes rounds slower, not more): the round at hand, the heartbeat's worth, one more.
     after = [t for lane, t in probe.rounds if lane == "speculative" and t > arrived]
-    assert len(after) <= 2 + handlers.HEARTBEAT_EVERY / round_seconds(probe.rounds)
+    assert len(after) <= 2 + heartbeat / round_seconds(probe.rounds)
     assert probe.closed[0] >= last_event and max(probe.events) == last_event  # nothing decoded after the close
     assert len(probe.caches) == 3 and all(ref() is None for ref in probe.caches)  # target x2, drafter
     after = client.predict(*args(world), api_name="/trace")

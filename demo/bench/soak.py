@@ -7,11 +7,14 @@ chain race, a tree race, a two-lane race, a sampled race, and every tenth reques
 Each request comes from a new visitor (a new Gradio session), as on a public Space; `--one-session`
 sends them all from one. It prints the server's resident memory (RSS, from /proc) after the warm-up
 requests and after every `--every` requests, with the number of files in the server's Gradio
-cache, and ends with one JSON line.
+cache and the server's CPU seconds per request (user + system, from /proc), and ends with one JSON
+line.
 
     python -m demo.bench.soak --requests 500 --warmup 30   the figure docs/soak.md quotes
     python -m demo.bench.soak --requests 60 --every 20     a quick look
     python -m demo.bench.soak --mix chain --one-session    the soak as it was before the mix
+    python -m demo.bench.soak --requests 12 --warmup 3 --every 12 --mix chain --one-session
+                                                           a race's server CPU, quickly
 
 The growth figure is RSS at the end minus RSS after the warm-up: allocator noise and lazily
 built caches settle during the warm-up, so what grows afterwards is memory the server keeps.
@@ -56,6 +59,12 @@ def rss_bytes(pid: int | str = "self") -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+
+
+def cpu_seconds(pid: int | str = "self") -> float:
+    """User + system CPU seconds process `pid` has used, from /proc/<pid>/stat (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def count_files(folder: str | Path) -> int:
@@ -132,14 +141,17 @@ def soak(
     mix: tuple[str, ...] = MIX,
     one_session: bool = False,
     report: Callable[[str], None] = print,
+    cpu: Callable[[], float] | None = None,
 ) -> dict:
     """Drive `requests` requests (after `warmup` more) against the app at `url`, cycling through
     `mix` (keys of KINDS), each from a new session unless `one_session`; returns the figures.
 
-    rss() reads the server's RSS in bytes; cache is its Gradio cache folder (None: not counted).
+    rss() reads the server's RSS in bytes, cpu() its CPU seconds (None: not read); cache is its
+    Gradio cache folder (None: not counted).
     """
     visitor = client(url)
     files = (lambda: count_files(cache)) if cache is not None else (lambda: None)
+    cpu = cpu or (lambda: float("nan"))
 
     def one(i: int) -> None:
         if not one_session:
@@ -150,19 +162,22 @@ def soak(
         one(i)
     base = rss()
     samples = [{"requests": 0, "rss_mib": round(base / MIB, 1), "cache_files": files()}]
-    report(f"{'requests':>8} {'RSS MiB':>9} {'growth MiB':>11} {'cache files':>12} {'s/req':>7}")
+    report(f"{'requests':>8} {'RSS MiB':>9} {'growth MiB':>11} {'cache files':>12} {'s/req':>7} {'CPU s/req':>10}")
     report(f"{0:>8} {base / MIB:>9.1f} {0.0:>11.1f} {samples[0]['cache_files'] or 0:>12}")
     started = last = time.perf_counter()
+    first_cpu = last_cpu = cpu()
     for i in range(1, requests + 1):
         one(warmup + i)
         if i % every == 0 or i == requests:
-            now, r = time.perf_counter(), rss()
-            per = (now - last) / (i - samples[-1]["requests"])
+            now, r, used = time.perf_counter(), rss(), cpu()
+            done = i - samples[-1]["requests"]
+            per, cpu_per = (now - last) / done, (used - last_cpu) / done
             samples.append({"requests": i, "rss_mib": round(r / MIB, 1), "cache_files": files()})
             report(
                 f"{i:>8} {r / MIB:>9.1f} {(r - base) / MIB:>11.1f} {samples[-1]['cache_files'] or 0:>12} {per:>7.2f}"
+                f" {cpu_per:>10.2f}"
             )
-            last = now
+            last, last_cpu = now, used
     end = rss()
     visitor.close()
     return {
@@ -179,6 +194,7 @@ def soak(
         "growth_per_request_kib": round((end - base) / requests / 1024, 1),
         "cache_files": files(),
         "seconds": round(time.perf_counter() - started, 1),
+        "server_cpu_s_per_request": round((cpu() - first_cpu) / requests, 3),
         "samples": samples,
     }
 
@@ -240,6 +256,7 @@ def main(argv: list[str] | None = None) -> dict:
                 url,
                 lambda: rss_bytes(server.pid),
                 Path(cache),
+                cpu=lambda: cpu_seconds(server.pid),
                 requests=args.requests,
                 warmup=args.warmup,
                 every=args.every,

@@ -28,8 +28,8 @@ Reliability, as the handlers guarantee it:
 - A race is closed however it ends (finished, failed, stopped, cancelled, client gone), which
   frees its KV caches (`session.race_until` closes the call). An API caller's cancel or a client
   gone makes Gradio close the handler at its next yield, and the handlers yield after any round
-  that ends HEARTBEAT_EVERY s after their last yield: decoding ends within max(one round,
-  HEARTBEAT_EVERY).
+  that ends HEARTBEAT_EVERY s (/trace: TRACE_HEARTBEAT_EVERY s) after their last yield: decoding
+  ends within max(one round, that heartbeat).
 """
 
 from __future__ import annotations
@@ -51,7 +51,15 @@ from demo.session import budget, failures, form, validate
 
 PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the browser keeps up)
 CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
-HEARTBEAT_EVERY = 0.02  # seconds: a handler yields after a round once this much time has passed since its last yield
+# Seconds: a handler yields after a round once this much time has passed since its last yield. A
+# yield costs Gradio a whole update even when nothing changed: each output left out is a gr.skip(),
+# which Gradio 6 turns into a fresh component and its config (14 ms for the Race tab's 24 outputs).
+# At 0.02 s those heartbeats were a third of the server's CPU per 32-token race on the embedded
+# models: 1.48-1.51 s, against 1.04-1.14 s at 0.1 s (`python -m demo.bench.soak --requests 12
+# --warmup 3 --every 12 --mix chain --one-session`, run twice each, interleaved). While the lanes
+# decode the page's redraws (every PANEL_EVERY s) come first anyway.
+HEARTBEAT_EVERY = 0.1
+TRACE_HEARTBEAT_EVERY = 0.02  # /trace has one output: its heartbeat costs Gradio one component, not 24
 THRESHOLD_DEFAULT = 0.5  # the page's adaptive-drafting threshold slider starts here
 
 # The API's outputs keep their places: what issue 26 added comes after the downloads, the second
@@ -158,7 +166,7 @@ class Redraws:
     at once, then at most every PANEL_EVERY s (charts every CHART_EVERY s), and once every lane is
     done. In between, an empty update (nothing to redraw) after a round that ends HEARTBEAT_EVERY s
     or more after the last update, so that Gradio can close the handler for a Stop or a client gone
-    within max(one round, HEARTBEAT_EVERY); an update per round would cost a few ms of wall time each."""
+    within max(one round, HEARTBEAT_EVERY); an update per round would cost Gradio milliseconds each."""
 
     def __init__(self, traces: dict[str, Trace], facts: tuple[str, ...], reference: str | None = None):
         self.traces, self.facts, self.reference = traces, facts, reference
@@ -342,7 +350,7 @@ def trace_api(image, *sent):
                     traces[lane].image_attention = attention
             round_ended = isinstance(item, session.Lane) and isinstance(item.event, RoundEvent)
             if isinstance(item, session.Loading | session.Sweeping) or (
-                round_ended and time.perf_counter() - last_yield >= HEARTBEAT_EVERY
+                round_ended and time.perf_counter() - last_yield >= TRACE_HEARTBEAT_EVERY
             ):
                 yield gr.skip()  # a chance for Gradio to close this handler (see `Redraws`)
                 last_yield = time.perf_counter()
