@@ -357,13 +357,13 @@ QUICK = replace(
     FULL,
     data=replace(FULL.data, scenes=64, corpus_per_task=50),
     target_tower=_steps(FULL.target_tower, 3),
-    slots=replace(FULL.slots, phase_steps=(2, 2, 2, 2, 2, 3), probe_n=4),
-    drills=_steps(FULL.drills, 4),
+    slots=replace(FULL.slots, phase_steps=(1, 1, 1, 1, 1, 1), probe_n=4),  # a step of every phase
+    drills=_steps(FULL.drills, 2),  # a drill batch, then a mix batch
     projector=_steps(FULL.projector, 2),
     finetune=_steps(FULL.finetune, 3),
     captions=_steps(FULL.captions, 2),
     gentle=_steps(FULL.gentle, 2),
-    image_drills=_steps(FULL.image_drills, 3),
+    image_drills=_steps(FULL.image_drills, 2),
     final_form=_steps(FULL.final_form, 3),
     distill=replace(FULL.distill, items=16, max_new_tokens=8),
     text_drafter=replace(
@@ -378,7 +378,7 @@ QUICK = replace(
     ),
     tokens=300,
     drafter_tokens=300,
-    languages=replace(FULL.languages, corpus_per_task=50, phase_steps=(2, 2, 2), english_items=8, probe_n=2),
+    languages=replace(FULL.languages, corpus_per_task=50, phase_steps=(1, 1, 1), english_items=8, probe_n=2),
     language_distill={k: replace(c, items=16, max_new_tokens=8) for k, c in FULL.language_distill.items()},
     language_drafters={
         k: replace(c, pretrain=_steps(c.pretrain, 3), distill=_steps(c.distill, 3))
