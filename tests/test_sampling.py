@@ -147,7 +147,8 @@ def test_speculative_sampling_loop_matches_the_target_law_of_the_first_three_tok
             "demo.engine.verification.verify_sampled",
             lambda p, q, drafts, g: (torch.tensor(len(drafts)), torch.multinomial(p[-1], 1, generator=g)[0]),
         )
-    n = law.RUNS[1]
+    # The broken rule's law is far off (TV 0.56 at 2650 runs): 400 runs show it over their bound of 0.27.
+    n = 400 if accept_everything else law.RUNS[1]
     w = small_world
     distance, bound, traces = law.law_distance(w, w.drafter, w.prompt, n=n, gamma=2, min_confidence=min_confidence)
     short_rounds = sum(len(trace.rounds[0].drafted_ids) < 2 for trace in traces)
