@@ -244,6 +244,7 @@ def test_quick_recipe_is_the_full_one_with_fewer_steps_and_smaller_batches():
         "drafter_tokens",
         "probe_n",
         "english_items",
+        "rows",
     }
 
     def differences(full, quick, path=""):

@@ -358,12 +358,12 @@ QUICK = replace(
     data=replace(FULL.data, scenes=64, corpus_per_task=50),
     target_tower=_steps(FULL.target_tower, 3),
     slots=replace(FULL.slots, phase_steps=(1, 1, 1, 1, 1, 1), probe_n=4),  # a step of every phase
-    drills=_steps(FULL.drills, 2),  # a drill batch, then a mix batch
+    drills=replace(FULL.drills, steps=2, rows=4),  # a drill batch, then a mix batch
     projector=_steps(FULL.projector, 2),
     finetune=_steps(FULL.finetune, 3),
     captions=_steps(FULL.captions, 2),
     gentle=_steps(FULL.gentle, 2),
-    image_drills=_steps(FULL.image_drills, 2),
+    image_drills=replace(FULL.image_drills, steps=2, rows=4),
     final_form=_steps(FULL.final_form, 3),
     distill=replace(FULL.distill, items=16, max_new_tokens=8),
     text_drafter=replace(
