@@ -73,17 +73,18 @@ def answers(world):
     return [races.ar(world, image, question).summary.token_ids for image, question in races.CASES]
 
 
-# The files that take longest first, as measured with two workers on this 2-core machine (soak
-# 153 s, browser 149, trees 148, world 94, layer skip 85, prompt lookup 82, sampling 56): the two
-# workers take a file at a time, so they then end together rather than one waiting on the other's
-# last long file (pyproject turns off xdist's own reordering, which puts the files with the most
-# tests first).
+# The files that take longest first, so that the two workers (each takes a file at a time) end
+# together rather than one waiting on the other's last long file (pyproject turns off xdist's own
+# reordering, which puts the files with the most tests first). The soak and the browser tests each
+# run a server beside their client or browser, and beside each other they slowed each other most:
+# with soak then browser first the soak took 153-174 s and the suite 486 s; with trees and layer
+# skip (one process of arithmetic each) beside the soak instead, 115 s and 472 s (2026-12-05).
 SLOWEST_FIRST = (
     "test_soak.py",
-    "test_browser.py",
     "test_trees.py",
-    "test_world.py",
     "test_layer_skip.py",
+    "test_browser.py",
+    "test_world.py",
     "test_prompt_lookup.py",
     "test_sampling.py",
 )
