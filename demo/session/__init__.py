@@ -26,11 +26,11 @@ What a failed request is told is `failures.message(error)`. Whether a preset and
 lanes can run here at all is `offers`'s to say (`prepare` asks it first, before any work).
 
 The package's other modules: `request` (`Request`, `parse`, `lane_names` and `DEFAULTS`, re-exported
-here), `race_events` (what `gpu_race` yields: Loading, Ready, Lane, Sweeping, Swept; and
-`decode_examples`: Running, Decoded; re-exported here), `validate` (every value checked before any work), `offers`,
-`failures`, `languages` (a question's language and the drafter it gets), `gamma_sweep` (the γ
-sweep of a finished race), `strategies` (its answer replayed with every drafter of the preset) and
-`rejections` (where drafts are rejected, by word category).
+here), `race_events` (what `gpu_race` yields: Loading, Ready, Lane, Sweeping, Swept; and what
+`decode_examples` yields: Running, Decoded; re-exported here), `validate` (every value checked
+before any work), `offers`, `failures`, `languages` (a question's language and the drafter it
+gets), `gamma_sweep` (the γ sweep of a finished race), `strategies` (its answer replayed with every
+drafter of the preset) and `rejections` (where drafts are rejected, by word category).
 
 Torch and transformers are imported on first use, so a page can import this module and be
 usable before they are.
