@@ -5,6 +5,7 @@ import dataclasses
 import re
 
 import pytest
+from cycles import left_in_cycles
 from test_render import spd_trace
 
 from demo.engine.events import DraftTree, RoundEvent, TokenEvent, Trace, TreeNode
@@ -113,6 +114,11 @@ def test_tree_layout_puts_nodes_in_columns_by_depth_and_chains_on_one_row():
     red = edges[2]  # " red" hangs off " the": from its box's right edge to its own column
     assert int(red[1]) == blocks.ROOT_W + blocks.BOX_W and int(red[4]) == blocks.ROOT_W + blocks.COL
     assert ">top</text>" in html  # the answer's last token before the round, where depth 1 hangs
+
+
+def test_drawing_a_tree_leaves_nothing_to_the_cyclic_collector():
+    r = tree_trace().rounds[-1]  # a tree lane's block view is drawn again at every redraw
+    assert left_in_cycles(lambda: blocks.tree_html(r, " top")) == []
 
 
 def test_a_tree_with_a_long_token_shortens_its_face_but_not_its_label():

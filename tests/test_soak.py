@@ -15,6 +15,7 @@ import sys
 import pytest
 import tiny
 import torch
+from cycles import left_in_cycles, tensors
 
 from demo import ROOT
 from demo.bench import soak
@@ -87,3 +88,18 @@ def test_a_session_holds_only_the_pages_components_after_races_and_traces(app):
     for session in sessions:
         assert set(session.blocks_config.blocks) == page
         assert set(session.config_values) <= page
+
+
+def test_served_races_of_every_kind_leave_no_tensor_to_the_cyclic_collector(app):
+    demo, image = app
+    client = soak.client(demo.local_url)
+
+    def races():
+        for kind in ("chain", "tree", "two-lane", "sampled"):  # a greedy race replays every strategy too
+            change = soak.KINDS[kind]
+            arguments = soak.race_arguments(image, "Describe the image.", "tiny-soak", "text-only", 16) | change
+            client.predict(**arguments, api_name="/race")
+
+    left = left_in_cycles(races)
+    client.close()
+    assert tensors(left) == []

@@ -142,7 +142,10 @@ def draft_tree(
                 grow(node, state.extend(token, base + depth - 1), depth + 1)
                 state.rollback(base + depth - 1)  # forget this node (and what grew below it)
 
-    grow(-1, state.catch_up(answer), 1)
+    try:
+        grow(-1, state.catch_up(answer), 1)
+    finally:  # `grow` calls itself, so it sits in its own closure: a reference cycle that would hold
+        grow = None  # the state and its KV cache until Python's rare full collection (docs/soak.md)
     return tree
 
 

@@ -145,6 +145,7 @@ def layout(tree: DraftTree) -> list[int]:
 
     for root in children.get(-1, []):
         place(root)
+    place = None  # it calls itself, so it sits in its own closure: a cycle left to the rare full collection
     return rows
 
 
