@@ -36,6 +36,10 @@ SAMPLING = Sampling(greedy=False, temperature=1.0, seed=0)
 
 
 RUNS = {1: 2650, 2: 2200}  # runs of the loop per law test, by the target's layers (see above)
+# Runs of a negative control (a wrong rule): fewer runs only loosen the bound (0.134 at 1300), and
+# each wrong rule measured well over it there: no residual between tree siblings TV 0.239,
+# layer-skip accepting every draft 0.177, prompt lookup resampling from p 0.198 (2026-12-05).
+BROKEN_RUNS = 1300
 
 
 def tv_bound(k: int, n: int) -> float:

@@ -144,6 +144,7 @@ def test_layer_skip_sampling_matches_the_target_law(tok, monkeypatch, broken):
     prompt = type(world.prompt)(world.prompt.target_inputs, world.prompt.target_inputs)  # it reads the target's
     if broken:
         monkeypatch.setattr("demo.engine.verification.verify_sampled", accept_every_draft)
-    distance, bound, traces = law.law_distance(world, d, prompt, n=law.RUNS[2], gamma=2)
+    n = law.BROKEN_RUNS if broken else law.RUNS[2]
+    distance, bound, traces = law.law_distance(world, d, prompt, n=n, gamma=2)
     assert sum(metrics.accepted(t) for t in traces) > 1000
     assert (distance > bound) == broken, (distance, bound)

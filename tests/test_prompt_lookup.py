@@ -112,6 +112,7 @@ def test_prompt_lookup_sampling_matches_the_target_law(tok, monkeypatch, broken)
     )
     if broken:  # negative control: at a rejection, resample from p, not from p with the draft removed
         monkeypatch.setattr("demo.engine.verification.verify_sampled", resample_from_p)
-    distance, bound, traces = law.law_distance(world, drafter, world.prompt, n=law.RUNS[2], gamma=2)
+    n = law.BROKEN_RUNS if broken else law.RUNS[2]
+    distance, bound, traces = law.law_distance(world, drafter, world.prompt, n=n, gamma=2)
     assert sum(metrics.drafted(t) for t in traces) > 1000  # lookup did draft, and drafts were judged
     assert (distance > bound) == broken, (distance, bound)

@@ -224,7 +224,7 @@ def test_tree_sampling_matches_the_target_law(tok, monkeypatch, broken):
     if broken:  # negative control: every sibling judged against p, as if its elders were never tried
         monkeypatch.setattr(trees, "residual", lambda r, q: r)
     drafter = TreeDrafter(world.drafter, TREE_SHAPE, name="d+tree")
-    n = 1300 if broken else law.RUNS[2]  # without the residual: TV 0.23 at 2200 runs, over 1300 runs' bound of 0.134
+    n = law.BROKEN_RUNS if broken else law.RUNS[2]
     distance, bound, traces = law.law_distance(world, drafter, world.prompt, n=n, gamma=2)
     later = 0  # rounds whose path starts at a later sibling: the first child was tried and rejected
     for r in (r for t in traces for r in t.rounds if r.tree and r.tree.path):
