@@ -9,6 +9,7 @@ torch runs on one thread here: on this shared two-core machine two threads were 
 """
 
 import json
+import math
 import os
 import shutil
 import statistics
@@ -494,8 +495,13 @@ def test_cancelling_stops_decoding_within_a_round_and_frees_the_caches(client, w
     assert len(probe.events) < 600  # the whole race would make over 1,000 events
     # Within max(one round, HEARTBEAT_EVERY) of the cancel, counted in rounds rather than seconds
     # (a busy machine makes rounds slower, not more): the round at hand, the heartbeat's worth, one more.
-    after = [t for lane, t in probe.rounds if lane == "speculative" and t > arrived]
-    assert len(after) <= 2 + heartbeat / round_seconds(probe.rounds)
+    # The heartbeat's worth is counted at the pace the rounds ran around the cancel where that was
+    # faster than the run's median (a neighbour's load can lift: 3-6 ms rounds after a median of 12).
+    ends = [t for lane, t in probe.rounds if lane == "speculative"]
+    after = [t for t in ends if t > arrived]
+    around = [b - a for a, b in zip(ends[-len(after) - 1 :], ends[-len(after) :])] if after else []
+    pace = min(round_seconds(probe.rounds), statistics.median(around) if around else math.inf)
+    assert len(after) <= 2 + heartbeat / pace, (after, pace)
     assert probe.closed[0] >= last_event and max(probe.events) == last_event  # nothing decoded after the close
     assert len(probe.caches) == 3 and all(ref() is None for ref in probe.caches)  # target x2, drafter
     after = client.predict(*args(world), api_name="/trace")
