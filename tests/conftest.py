@@ -78,7 +78,8 @@ def answers(world):
 # reordering, which puts the files with the most tests first). The soak and the browser tests each
 # run a server beside their client or browser, and beside each other they slowed each other most:
 # with soak then browser first the soak took 153-174 s and the suite 486 s; with trees and layer
-# skip (one process of arithmetic each) beside the soak instead, 115 s and 472 s (2026-12-05).
+# skip (one process of arithmetic each) beside the soak instead, 115 s and 472 s (2026-12-05). The soak
+# has since been cut to about 65 s (30 races), and the suite to 421-451 s.
 SLOWEST_FIRST = (
     "test_soak.py",
     "test_trees.py",
