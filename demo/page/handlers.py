@@ -292,8 +292,7 @@ def _ended(request: session.Request, run: runs.PageRun, redraws: Redraws | None,
     elif run.stop.is_set() or swept is None:  # the race's own table was not made
         return [update | {"strategies": strategy_table.STOPPED} for update in _stopped(run)]
     rows, table = list(swept.rows), list(swept.strategies)
-    for lane, attention in swept.attention:  # read after the sweep, in the race's own call
-        redraws.traces[lane].image_attention = attention
+    swept.attach_attention(redraws.traces)  # read after the sweep, in the race's own call
     # The last update repeats the whole view, so that an API client's result is the whole page.
     return [
         redraws.whole()
@@ -346,8 +345,7 @@ def trace_api(image, *sent):
                 traces[item.name].add(item.event)
             elif isinstance(item, session.Swept):
                 swept = item
-                for lane, attention in item.attention:
-                    traces[lane].image_attention = attention
+                item.attach_attention(traces)
             round_ended = isinstance(item, session.Lane) and isinstance(item.event, RoundEvent)
             if isinstance(item, session.Loading | session.Sweeping) or (
                 round_ended and time.perf_counter() - last_yield >= TRACE_HEARTBEAT_EVERY

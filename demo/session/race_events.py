@@ -72,6 +72,11 @@ class Swept:
     attention: tuple[tuple[str, ImageAttention], ...] = ()
     strategies: tuple[dict, ...] = ()
 
+    def attach_attention(self, traces: dict[str, Trace]) -> None:
+        """Give each finished lane's trace in `traces` its image attention, read in the race's call."""
+        for lane, attention in self.attention:
+            traces[lane].image_attention = attention
+
 
 # --- what an analysis yields ---------------------------------------------------------------------
 
