@@ -97,9 +97,7 @@ def test_served_races_of_every_kind_leave_no_tensor_to_the_cyclic_collector(app)
 
     def races():
         for kind in ("chain", "tree", "two-lane", "sampled"):  # a greedy race replays every strategy too
-            change = soak.KINDS[kind]
-            arguments = soak.race_arguments(image, "Describe the image.", "tiny-soak", "text-only", 16) | change
-            client.predict(**arguments, api_name="/race")
+            soak.request(client, kind, 0, [(image, "Describe the image.")], "tiny-soak", "text-only", 16)
 
     left = left_in_cycles(races)
     client.close()
