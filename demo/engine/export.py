@@ -12,6 +12,8 @@ second drafter's lane, when there is one) and "autoregressive"; every lane is ex
     to_json(payload) -> str
     tokens_csv(traces) -> str                    run, index, text, kind, round, p, q, ... t, drafter,
                                                  image_attention
+    engine_names(trace) -> dict                  a speculative lane's counts under the names SGLang
+                                                 and vLLM report them by (docs/api.md maps them)
 """
 
 from __future__ import annotations
@@ -71,6 +73,42 @@ def comparison(spd: Trace, ar: Trace) -> dict:
     }
 
 
+def engine_names(trace: Trace) -> dict:
+    """A speculative lane's numbers as the serving engines name them, so they can be set beside theirs.
+
+    SGLang (per request, `meta_info`): `spec_verify_ct` target verify forwards; `spec_num_proposed_drafts`
+    and `spec_num_correct_drafts` drafts made and accepted (no bonus); `spec_accept_rate` their ratio;
+    `spec_accept_length` = completion_tokens / spec_verify_ct, the bonus and the prefill's token
+    included (so it is tau + 1 / spec_verify_ct: tau counts decoding only); `spec_accept_histogram`
+    [k] = rounds that accepted exactly k drafts. vLLM (its spec-decode counters): `num_drafts` rounds
+    that drafted, `num_draft_tokens`, `num_accepted_tokens`, `num_accepted_tokens_per_pos` [i] = rounds
+    whose draft i+1 was accepted; `acceptance_rate_per_pos` = that / num_drafts (unconditional, as vLLM
+    prints it); `mean_acceptance_length` = 1 + num_accepted_tokens / num_drafts. A token tree's drafts
+    are its walked path, as tau and alpha read them; `verified_nodes` counts every node it verified."""
+    rounds = trace.rounds
+    verify_ct = len(rounds)
+    proposed = metrics.drafted(trace)
+    correct = metrics.accepted(trace)
+    completion = len(trace.tokens)
+    drafting = [r for r in rounds if r.drafted_ids]
+    per_pos = [sum(r.n_accepted > i for r in drafting) for i in range(trace.gamma)]
+    return {
+        "spec_verify_ct": verify_ct,
+        "spec_num_proposed_drafts": proposed,
+        "spec_num_correct_drafts": correct,
+        "spec_accept_rate": correct / proposed if proposed else math.nan,
+        "spec_accept_length": completion / verify_ct if verify_ct else math.nan,
+        "spec_accept_histogram": metrics.accept_length_histogram(trace),
+        "num_drafts": len(drafting),
+        "num_draft_tokens": proposed,
+        "num_accepted_tokens": correct,
+        "num_accepted_tokens_per_pos": per_pos,
+        "acceptance_rate_per_pos": [n / len(drafting) if drafting else math.nan for n in per_pos],
+        "mean_acceptance_length": 1 + correct / len(drafting) if drafting else math.nan,
+        "verified_nodes": sum(metrics.verify_width(r) - 1 for r in rounds),
+    }
+
+
 def payload(
     settings: dict,
     traces: dict[str, Trace],
@@ -79,9 +117,13 @@ def payload(
 ) -> dict:
     """The whole race: settings, and for each run its full event trace and its metrics; once every
     run is done, "comparisons": each speculative lane against "autoregressive", by lane, and
-    "comparison": the first lane's (as before there were two); with `gamma_sweep`
+    "comparison": the first lane's (as before there were two); each speculative run has
+    "engine_names" (`engine_names`); with `gamma_sweep`
     (`demo.session.gamma_sweep.rows`' records) and `strategies` (`demo.session.strategies`'), those too."""
     runs = {name: {"metrics": metrics.summary(trace), "trace": trace.to_dict()} for name, trace in traces.items()}
+    for name, trace in traces.items():
+        if trace.start is not None and trace.start.mode == "speculative":
+            runs[name]["engine_names"] = engine_names(trace)
     out = {"settings": settings, "runs": runs}
     if all(t.done for t in traces.values()) and {"speculative", "autoregressive"} <= traces.keys():
         ar = traces["autoregressive"]
