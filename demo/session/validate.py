@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -176,8 +177,9 @@ def unusable_path(error: Exception | None = None) -> str:
     `ValueError: embedded null byte`), or any other `ValueError` or `OSError` on the way."""
     if error is None or "null byte" in str(error):
         why = "it holds a NUL byte (\\x00), which no file name may hold"
-    else:
-        detail = (str(error).splitlines() or ["no detail"])[0][:80]
+    else:  # the error's reason, never the path it quotes (a server folder's, too)
+        reason = f"[Errno {error.errno}] {error.strerror}" if isinstance(error, OSError) and error.strerror else ""
+        detail = reason or re.sub(r"'[^']*'|\"[^\"]*\"|/\S*", "…", (str(error).splitlines() or ["no detail"])[0])[:80]
         why = f"it could not be resolved ({type(error).__name__}: {detail})"
     return f"The image's path cannot be used: {why}. {NOT_UPLOADED}"
 
