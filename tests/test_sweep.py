@@ -94,6 +94,22 @@ def test_sweep_rows_give_mbsu_from_the_drafts_made_and_the_cost_model_from_measu
     assert metrics.sweep_rows([point], c=0.1, step_costs=None)[0]["predicted_speedup"] is None
 
 
+def test_sweep_rows_price_each_gamma_at_the_papers_ratios_whatever_the_measured_costs():
+    point = metrics.SweepPoint(gamma=3, rounds=((3, 3, 4), (2, 0, 1)))
+    # rounds of 3 and 2 drafts: drafter steps at 0.011 T1, verifies of 4 and 3 tokens at the H200's
+    # 22.39 / 20.67 and 22.62 / 20.67 T1
+    cost = (5 * 0.011 + 22.39 / 20.67 + 22.62 / 20.67) / 2
+    slow = metrics.Costs(t1=0.010, t_verify=0.030, t_draft=0.004, gamma=3, t1_spread=0.1, verify_spread=0.1)
+    fast = metrics.Costs(t1=0.010, t_verify=0.011, t_draft=0.001, gamma=3, t1_spread=0.1, verify_spread=0.1)
+    rows = [metrics.sweep_rows([point], c=0.1, step_costs=costs)[0] for costs in (slow, fast, None)]
+    assert [row["scaled_speedup"] for row in rows] == [pytest.approx(2.5 / cost)] * 3
+    # prompt lookup drafts with no forward; layer-skip's step is the share of the target it runs
+    lookup = metrics.sweep_rows([point], c=0.0, step_costs=None)[0]["scaled_speedup"]
+    assert lookup == pytest.approx(2.5 / ((22.39 + 22.62) / 20.67 / 2))
+    layers = metrics.sweep_rows([point], c=0.5, step_costs=None, kind="self")[0]["scaled_speedup"]
+    assert layers == pytest.approx(2.5 / ((5 * 0.5 + (22.39 + 22.62) / 20.67) / 2))
+
+
 def test_a_replay_times_each_rounds_drafting_and_prices_a_step_as_the_race_does():
     # the lower quartile over the rounds that drafted of seconds / drafter steps (1 and 2 ms: 1.25 ms);
     # a round that drafted nothing is left out

@@ -95,14 +95,50 @@ def test_reference_badge_is_exact_in_german_and_chinese_too():
     assert "differs" in teach.reference_badge(answer("Ein großer roter Kreis."), "Ein kleiner roter Kreis.")
 
 
-def test_why_line_is_the_cost_model_on_this_runs_lower_quartile_costs():
+def test_why_line_prices_the_rounds_at_the_papers_ratios_then_at_this_runs_lower_quartile_costs():
     spd, ar = spd_trace(), ar_trace()
-    # T1 10 ms; the verifies of 4 tokens 15 and 20 ms: lower quartile 16.25 ms; D 3.33 ms. A round:
-    # 2.33 x 3.33 + (16.25 + 16.25 + 12.08) / 3 = 22.64 ms for τ 2.33: ×1.03
+    # The paper's scale: rounds of 3, 3 and 1 drafts at 0.011 T1 a step, verifies of 4, 4 and 2 tokens
+    # at 22.39 / 20.67 and 22.17 / 20.67 T1: (7 × 0.011 + 2 × 1.0832 + 1.0726) / 3 = 1.1053 T1 a round
+    # for τ 7/3: ×2.11.
+    assert metrics.scaled_speedup(spd) == pytest.approx((7 / 3) / 1.10533, abs=1e-4)
+    # This machine: T1 10 ms; the verifies of 4 tokens 15 and 20 ms: lower quartile 16.25 ms; D 3.33 ms.
+    # A round: 2.33 x 3.33 + (16.25 + 16.25 + 12.08) / 3 = 22.64 ms for τ 2.33: ×1.03
     calm = teach.why_html(spd, ar, 0.9)  # 13% from the model's ×1.03: nothing to warn about
-    assert "noisy" not in calm and "a verify of 4 tokens costs 1.6 single steps here" in calm
-    assert "Why ×1.03: a round here costs 2.3 drafter steps × 3.33 ms" in calm
+    assert "Why ×2.11 at the paper&#x27;s scale: a round here makes 2.3 drafter steps at 0.011 T1" in calm
+    assert "1.11 T1 in all, and yields τ = 2.33 tokens" in calm
+    assert "noisy" not in calm and "a verify of 4 tokens costs 1.6 single steps on a CPU" in calm
+    assert "On this machine the same round costs 2.3 × 3.33 ms" in calm and "so ×1.03" in calm
     assert "each figure is the lower quartile of the race&#x27;s steps" in calm
+
+
+def test_the_headline_leads_with_what_the_race_decides_and_is_the_same_whatever_the_clocks_read():
+    spd, ar = spd_trace(), ar_trace()
+    first = teach.headline_html(spd, ar, 0.9)
+    slowed = dataclasses.replace(spd.rounds[0], verify_seconds=0.5)  # a busy machine hits one round's clock
+    busy = spd_trace()
+    busy.rounds[0] = slowed
+    again = teach.headline_html(busy, ar, 0.3)
+    lead = first.split('<span class="wall">')[0]
+    assert lead == again.split('<span class="wall">')[0]  # the headline: counted, not timed
+    assert "<b>×2.11</b> at the paper's scale · τ = 2.33 · α = 0.71 · MBSU = 1.89 <small>(exact:" in lead
+    assert "a llava-1.5-7b-shaped target with a 68M drafter on an H200" in lead
+    assert "a verify of 4 tokens costs 1.08 T1 and a drafter step 0.011 T1" in lead
+    assert "shared/notes/gpu-2026-12-04.md" in lead
+    # second: this machine's range over the rounds, ×0.85–1.04 here, which crosses 1
+    assert "measured on this machine: ×0.85–1.04 over the race's rounds, inconclusive: the range crosses 1" in first
+
+
+def test_the_measured_range_is_inconclusive_where_a_clock_was_hit_even_if_it_stays_above_1():
+    spd, ar = spd_trace(), ar_trace()
+    for i in range(len(ar.rounds)):  # single steps at 100 ms: every round of speculation far faster
+        ar.rounds[i] = dataclasses.replace(ar.rounds[i], verify_seconds=0.1)
+    low, high, inconclusive = teach.measured_range(spd, ar, 20.0)  # a wall clock past what the costs allow
+    assert low > 1 and inconclusive
+    assert "inconclusive: a clock was hit" in teach.headline_html(spd, ar, 20.0)
+    model = metrics.predicted_by_rounds(spd, metrics.costs(spd, ar))  # a wall clock that agrees with the costs
+    low, high, inconclusive = teach.measured_range(spd, ar, model)
+    assert low > 1 and not inconclusive
+    assert "faster in every quartile of its rounds" in teach.headline_html(spd, ar, model)
 
 
 def test_the_noisy_warning_shows_only_where_the_wall_clock_and_the_model_disagree():
@@ -126,18 +162,19 @@ def test_a_wall_clock_above_the_cost_models_limit_is_flagged_with_the_lane_whose
     assert teach.clock_note(spd, ar, 1.0) == ""  # 3% from the model's ×1.03, under the limit
 
 
-def test_rule_of_thumb_is_read_off_the_sweep():
+def test_rule_of_thumb_takes_the_best_gamma_from_the_exact_tau_at_the_papers_ratios():
     rows = [
-        {"gamma": 1, "tau": 1.8, "alpha": 0.8, "mbsu": 1.7, "predicted_speedup": 1.2},
-        {"gamma": 2, "tau": 2.4, "alpha": 0.7, "mbsu": 2.2, "predicted_speedup": 1.4},
-        {"gamma": 3, "tau": 2.7, "alpha": 0.6, "mbsu": 2.4, "predicted_speedup": 1.35},
+        {"gamma": 1, "tau": 1.8, "alpha": 0.8, "mbsu": 1.7, "scaled_speedup": 1.6, "predicted_speedup": 1.5},
+        {"gamma": 2, "tau": 2.4, "alpha": 0.7, "mbsu": 2.2, "scaled_speedup": 2.1, "predicted_speedup": 1.0},
+        {"gamma": 3, "tau": 2.7, "alpha": 0.6, "mbsu": 2.4, "scaled_speedup": 2.05, "predicted_speedup": 1.35},
     ]
-    text = teach.rule_of_thumb(rows, race_gamma=3)
-    assert "peaks at γ = 2 (×1.40), and γ = 2–3 is within 5% of it" in text
-    assert "τ goes 1.80 → 2.70 while α goes 0.80 → 0.60" in text and "used γ = 3: ×1.35 predicted" in text
+    text = teach.rule_of_thumb(rows, race_gamma=3)  # this machine's costs would have picked γ = 1
+    assert "at the paper&#x27;s scale the speedup peaks at γ = 2 (×2.10), and γ = 2–3 is within 5% of it" in text
+    assert "τ goes 1.80 → 2.70 while α goes 0.80 → 0.60" in text
+    assert "used γ = 3: ×2.05 at the paper&#x27;s scale, ×1.35 at this race&#x27;s measured step costs" in text
     figure = charts.gamma_sweep(rows, 3)
-    assert [t.name for t in figure.data] == ["τ", "MBSU", "predicted speedup", "α"]
-    assert list(figure.data[2].y) == [1.2, 1.4, 1.35] and figure.layout.shapes[0].x0 == 3
+    assert [t.name for t in figure.data] == ["τ", "MBSU", "speedup, paper's scale", "speedup, this machine", "α"]
+    assert list(figure.data[2].y) == [1.6, 2.1, 2.05] and figure.layout.shapes[0].x0 == 3
 
 
 def test_the_export_of_a_round_leaves_the_inspector_detail_out():

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from demo.engine import scale
 from demo.engine.events import RoundEvent, Trace
 
 
@@ -351,12 +352,33 @@ class SweepPoint:
         return counts
 
 
-def sweep_rows(points: list[SweepPoint], c: float, step_costs: Costs | None) -> list[dict]:
-    """The sweep as records: gamma, tau, alpha, MBSU (from the drafts made) and the cost model's
-    predicted speedup (None without the race's measured costs)."""
+def scaled_speedup(trace: Trace) -> float:
+    """The race's speedup at the paper's fixed step-cost ratios (`demo.engine.scale`): τ over a
+    round's cost in target steps, each round priced at its own drafter steps and verify width.
+    A function of the trace's counts alone, so a rerun of the same race reads the same."""
+    if not trace.rounds or trace.start is None:
+        return math.nan
+    drafter = trace.start.drafter
+    d = scale.draft_ratio(drafter.kind if drafter else None, param_ratio(trace))
+    return tau(trace) / scale.rounds_cost([(drafter_steps(r), verify_width(r)) for r in trace.rounds], d)
+
+
+def sweep_rows(points: list[SweepPoint], c: float, step_costs: Costs | None, kind: str | None = None) -> list[dict]:
+    """The sweep as records: gamma, tau, alpha, MBSU (from the drafts made), the speedup at the
+    paper's ratios (`scaled_speedup`, for a drafter of this `kind`: None prices a drafter model's
+    steps, or none where c = 0) and the cost model's predicted speedup from this race's measured
+    costs (None without them)."""
+    d = scale.draft_ratio(kind or ("prompt-lookup" if c == 0 else None), c)
     rows = []
     for pt in points:
-        row = {"gamma": pt.gamma, "tau": pt.tau, "alpha": pt.alpha, "mbsu": pt.tau / (1 + pt.drafts_per_round * c)}
+        pairs = list(pt.tree_costs) or [(made, made + 1) for made, _, _ in pt.rounds]
+        row = {
+            "gamma": pt.gamma,
+            "tau": pt.tau,
+            "alpha": pt.alpha,
+            "mbsu": pt.tau / (1 + pt.drafts_per_round * c),
+            "scaled_speedup": pt.tau / scale.rounds_cost(pairs, d) if pairs else math.nan,
+        }
         if not step_costs:
             row["predicted_speedup"] = None
         elif pt.tree_costs:  # each round's own drafter steps and verify width

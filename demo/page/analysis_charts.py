@@ -44,7 +44,8 @@ def _layout(title: str, empty: bool, **extra) -> dict:
         },
         **extra,
     }
-    if empty:
+    if empty:  # no axes to read: plotly would draw its default −1…6 for an empty category axis
+        layout["xaxis"] = layout["yaxis"] = {"visible": False}
         layout["annotations"] = [
             {
                 "text": "no drafts checked yet",

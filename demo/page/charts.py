@@ -293,7 +293,18 @@ def round_times(spds: list[Trace], ar: Trace) -> go.Figure:
             ),
         ]
     steps = sorted(r.verify_seconds for r in ar.rounds)
-    levels = [_level(steps[len(steps) // 2] * 1000, "target alone: 1 step", AUTOREGRESSIVE)] if steps else []
+    if steps:  # a legend entry, not a label over the bars: the target alone's median step, across every round
+        ends = [min(r.index for s in spds for r in s.rounds) - 0.5, max(r.index for s in spds for r in s.rounds) + 0.5]
+        bars.append(
+            go.Scatter(
+                x=ends,
+                y=[steps[len(steps) // 2] * 1000] * 2,
+                mode="lines",
+                name="target alone: 1 step (median)",
+                line={"dash": "dot", "color": AUTOREGRESSIVE, "width": 1.5},
+                hoverinfo="skip",
+            )
+        )
     return _figure(
         "Time per round: draft + verify",
         {"title": {"text": "round"}},
@@ -301,14 +312,12 @@ def round_times(spds: list[Trace], ar: Trace) -> go.Figure:
         bars,
         barmode="group",
         **(_legend_below(len(bars)) if _several(spds) else {"showlegend": True, "legend": TOP_LEFT}),
-        shapes=[line for line, _ in levels],
-        annotations=[label for _, label in levels],
     )
 
 
 def gamma_sweep(rows: list[dict], race_gamma: int) -> go.Figure:
-    """The γ sweep of this prompt: τ, MBSU and the cost model's predicted speedup against γ (left
-    axis), α (right axis), the race's γ marked."""
+    """The γ sweep of this prompt: τ, MBSU, the speedup at the paper's fixed ratios and the cost
+    model's from this race's measured costs against γ (left axis), α (right axis), the race's γ marked."""
     if not rows:
         return _empty("γ sweep for this prompt (greedy races)")
     gammas = [r["gamma"] for r in rows]
@@ -319,10 +328,17 @@ def gamma_sweep(rows: list[dict], race_gamma: int) -> go.Figure:
         ),
         go.Scatter(
             x=gammas,
-            y=[r["predicted_speedup"] for r in rows],
-            name="predicted speedup",
+            y=[r["scaled_speedup"] for r in rows],
+            name="speedup, paper's scale",
             mode="lines+markers",
             line={"color": DRAFT, "width": 2.5},
+        ),
+        go.Scatter(
+            x=gammas,
+            y=[r["predicted_speedup"] for r in rows],
+            name="speedup, this machine",
+            mode="lines",
+            line={"color": DRAFT, "width": 1, "dash": "dot"},
         ),
         go.Scatter(
             x=gammas,

@@ -11,7 +11,7 @@ import html
 import math
 import re
 
-from demo.engine import metrics
+from demo.engine import metrics, scale
 from demo.engine.detokenize import END_TOKENS
 from demo.engine.events import RoundEvent, Trace
 
@@ -229,50 +229,74 @@ def clock_note(spd: Trace, ar: Trace, wall: float) -> str:
     elif abs(wall / model - 1) > READING_BAR:
         text = (
             f"⚠ Timing is noisy: the wall clock reads ×{wall:.2f}, {abs(wall / model - 1) * 100:.0f}% from the "
-            f"×{model:.2f} of the step costs; {hit}. A rerun will read differently; the headline will not."
+            f"×{model:.2f} of the step costs; {hit}. A rerun will measure differently; the headline above will not: it is counted, not timed."
         )
     else:
         return ""
     return f'<span class="noisy" role="note">{html.escape(text)}</span>'
 
 
+def measured_range(spd: Trace, ar: Trace, wall: float) -> tuple[float, float, bool]:
+    """The speedup measured on this machine as a range over the race's rounds (the per-round
+    quartiles, `metrics.round_speedups`), and whether it is inconclusive: the range crosses 1, or
+    a lane's clock was hit (`clock_note` has something to say)."""
+    _, low, high = metrics.round_speedups(spd, ar)
+    hit = bool(clock_note(spd, ar, wall))
+    return low, high, hit or math.isnan(low) or low <= 1 <= high
+
+
 def headline_html(spd: Trace, ar: Trace, wall: float, lane: str = "") -> str:
-    """One lane's headline: the cost model's speedup from this race's step costs, with τ
-    and MBSU (none of which a busy machine moves much), and beside it the measured wall-clock
-    ratio, labelled as such. `lane`: the lane's name, when a race has several."""
-    model = model_speedup(spd, ar)
-    if math.isnan(model):
+    """One lane's headline. First what the race decides exactly, counted from its tokens: the
+    speedup at the paper's fixed step-cost ratios (`metrics.scaled_speedup`, a function of the
+    rounds alone), τ, α and MBSU; a rerun of the same race reads the same. Second, the speedup
+    measured on this machine, as a range over the race's rounds, called inconclusive where the
+    range crosses 1 or a clock was hit. `lane`: the lane's name, when a race has several."""
+    scaled = metrics.scaled_speedup(spd)
+    if math.isnan(scaled):
         return ""
     who = f" {html.escape(lane)}" if lane else ""
+    low, high, inconclusive = measured_range(spd, ar, wall)
+    verdict = (
+        "inconclusive: " + ("a clock was hit (below)" if clock_note(spd, ar, wall) else "the range crosses 1")
+        if inconclusive
+        else ("faster" if low > 1 else "slower") + " in every quartile of its rounds"
+    )
     return (
-        f'<span class="headline"><b>×{model:.2f}</b>{who} predicted decoding speedup '
-        f"<small>(cost model on this race's typical step costs · τ = {metrics.tau(spd):.2f} · "
-        f"MBSU = {metrics.mbsu_made(spd):.2f})</small></span>"
-        f'<span class="wall">measured wall clock: ×{wall:.2f} ({metrics.tokens_per_second(spd):.1f} vs '
+        f'<span class="headline"><b>×{scaled:.2f}</b>{who} at the paper\'s scale · τ = {metrics.tau(spd):.2f} · '
+        f"α = {metrics.alpha(spd):.2f} · MBSU = {metrics.mbsu_made(spd):.2f} "
+        f"<small>(exact: counted from the race's tokens, the same on every rerun; the speedup prices its rounds "
+        f"at the fixed step-cost ratios of {scale.SETTING}, {html.escape(scale.ratios_text(spd.gamma))}, "
+        f"measured on {html.escape(scale.SOURCE)})</small></span>"
+        f'<span class="wall">measured on this machine: ×{low:.2f}–{high:.2f} over the race\'s rounds, '
+        f"{verdict} (wall clock ×{wall:.2f}: {metrics.tokens_per_second(spd):.1f} vs "
         f"{metrics.tokens_per_second(ar):.1f} tokens/s)</span>"
     )
 
 
 def why_html(spd: Trace, ar: Trace, speedup: float, lane: str = "", warn: bool = True) -> str:
-    """The cost model's figure explained from this race's step costs, the spread of the per-round
-    estimate, and (with `warn`) `clock_note`. `lane`: the lane's name, said first, when a race has
-    several."""
+    """The paper-scale figure explained round by round, then this machine's: the cost model from
+    this race's own step costs and the spread of the per-round estimate, and (with `warn`)
+    `clock_note`. `lane`: the lane's name, said first, when a race has several."""
     c = metrics.costs(spd, ar)
     if c is None or math.isnan(speedup):
         return ""
     tau = metrics.tau(spd)
     # a round on average: drafter steps, verify width (a token tree's verify scores all its nodes) and cost
     steps, width, verify = metrics.round_costs(spd, c)
+    drafter = spd.start.drafter
+    d = scale.draft_ratio(drafter.kind if drafter else None, metrics.param_ratio(spd))
+    scaled_round = tau / metrics.scaled_speedup(spd)  # a round's cost in T1 at the paper's ratios
     round_ms = (steps * c.t_draft + verify) * 1000
     model = tau * c.t1 * 1000 / round_ms  # metrics.predicted_by_rounds, from the figures the sentence shows
     mid, low, high = metrics.round_speedups(spd, ar)
     text = lane + (
-        f"Why ×{model:.2f}: a round here costs {steps:.1f} drafter steps × {c.t_draft * 1000:.2f} ms + a verify "
-        f"of {width:.1f} tokens {verify * 1000:.2f} ms = {round_ms:.1f} ms and yields τ = {tau:.2f} tokens; "
-        f"the target alone takes {c.t1 * 1000:.2f} ms a token, so {tau:.2f} × {c.t1 * 1000:.2f} / {round_ms:.1f} "
-        f"= ×{model:.2f} predicted (a verify of {c.width or c.gamma + 1} tokens costs {c.t_verify / c.t1:.1f} single "
-        "steps here; each figure is the lower quartile of the race's steps: its cost when nothing else "
-        "holds the machine). "
+        f"Why ×{tau / scaled_round:.2f} at the paper's scale: a round here makes {steps:.1f} drafter steps at "
+        f"{d:.3g} T1 and verifies {width:.1f} tokens, {scaled_round:.2f} T1 in all, and yields τ = {tau:.2f} "
+        f"tokens, where the target alone writes one token per T1: {tau:.2f} / {scaled_round:.2f}. "
+        f"On this machine the same round costs {steps:.1f} × {c.t_draft * 1000:.2f} ms + a verify "
+        f"{verify * 1000:.2f} ms = {round_ms:.1f} ms against {c.t1 * 1000:.2f} ms a token alone, so ×{model:.2f} "
+        f"(a verify of {c.width or c.gamma + 1} tokens costs {c.t_verify / c.t1:.1f} single steps on a CPU; "
+        "each figure is the lower quartile of the race's steps). "
         f"Per-round medians give ×{mid:.2f}, ×{low:.2f}–{high:.2f} between the rounds' quartiles."
     )
     warning = clock_note(spd, ar, speedup) if warn else ""
@@ -295,17 +319,19 @@ def sampling_note_html(spd: Trace) -> str:
 
 
 def rule_of_thumb(rows: list[dict], race_gamma: int, whose: str = "") -> str:
-    """One sentence read off the sweep: the γ the cost model prefers, and how τ and α move
-    (`whose`: which lane's sweep it is, when a race has several)."""
-    scored = [r for r in rows if r["predicted_speedup"] is not None]
+    """One sentence read off the sweep: the γ that the speedup at the paper's fixed ratios prefers
+    (from the sweep's exact τ, so a rerun cannot move it), and how τ and α move (`whose`: which
+    lane's sweep it is, when a race has several)."""
+    scored = [r for r in rows if not math.isnan(r.get("scaled_speedup", math.nan))]
     if not scored:
         return ""
-    best = max(scored, key=lambda r: r["predicted_speedup"])
-    near = [r["gamma"] for r in scored if r["predicted_speedup"] >= 0.95 * best["predicted_speedup"]]
+    best = max(scored, key=lambda r: r["scaled_speedup"])
+    near = [r["gamma"] for r in scored if r["scaled_speedup"] >= 0.95 * best["scaled_speedup"]]
     first, last = rows[0], rows[-1]
     here = next((r for r in scored if r["gamma"] == race_gamma), None)
     text = (
-        f"Rule of thumb for this prompt{whose}: the cost model peaks at γ = {best['gamma']} (×{best['predicted_speedup']:.2f}), "
+        f"Rule of thumb for this prompt{whose}: at the paper's scale the speedup peaks at γ = {best['gamma']} "
+        f"(×{best['scaled_speedup']:.2f}), "
         + (
             f"and γ = {min(near)}–{max(near)} is within 5% of it. "
             if len(near) > 1
@@ -315,7 +341,9 @@ def rule_of_thumb(rows: list[dict], race_gamma: int, whose: str = "") -> str:
         f"{first['tau']:.2f} → {last['tau']:.2f} while α goes {first['alpha']:.2f} → {last['alpha']:.2f}."
     )
     if here is not None:
-        text += f" This race used γ = {race_gamma}: ×{here['predicted_speedup']:.2f} predicted."
+        text += f" This race used γ = {race_gamma}: ×{here['scaled_speedup']:.2f} at the paper's scale"
+        measured = here.get("predicted_speedup")
+        text += f", ×{measured:.2f} at this race's measured step costs." if measured is not None else "."
     return f'<div class="sweep-note">{html.escape(text)}</div>'
 
 

@@ -108,11 +108,19 @@ drafts where it is unsure; verification is unchanged, so the output is exactly t
 then checked it or not. A token tree proposes several branches a round: its τ and α count the branch
 the target walked (as a chain would), and its stats say how many nodes it proposed and α per node.
 
+**The headline.** It leads with what the race decides exactly, counted from its tokens: τ, α, MBSU,
+and the speedup at the paper's scale, which prices every round at fixed step-cost ratios measured for
+the paper's setting (a llava-1.5-7b-shaped target with a 68M drafter on an NVIDIA H200, 2026-12-04: a
+verify of γ+1 tokens costs 1.07–1.26 single target steps T1 for γ = 1 … 8, a drafter step 0.011 T1;
+prompt lookup's step costs nothing, layer-skip's the share of the target it runs). Every lane is
+priced on that one basis, and a rerun of the same race reads the same.
+
 **CPU versus GPU.** On a GPU a forward over γ+1 tokens costs about as much as over one (decoding is
 memory-bound), so the speedup approaches MBSU. On a CPU a wider forward costs more, and the
-drafter's steps are not free either; the line under the headline says what a verify and a drafter
-step cost in this very race, and what speedup the cost model predicts from them. When the race's own
-step costs vary widely (a busy machine), the page says the timing is noisy.
+drafter's steps are not free either. The headline's second line is what this machine measured: the
+speedup as a range over the race's rounds (their quartiles), called inconclusive where the range
+crosses 1 or a lane's clock was hit by other work; the line under it says what a verify and a
+drafter step cost in this very race. A busy machine moves these figures from one rerun to the next.
 
 **Sampling.** Temperature divides the logits (lower: more deterministic), top-p keeps the smallest set of
 tokens whose probability reaches p, and both warp p and q the same way. The seed fixes the random
@@ -124,7 +132,9 @@ probabilities. Open a round in the block view to see p, q, min(1, p/q), the draw
 
 **The γ sweep.** After a greedy race the drafter replays the target's answer at γ = 1 … 10 (no target
 forward: in greedy mode the target's verdicts are read off its own answer), giving τ, α and MBSU for each
-γ, exact at the race's own γ, and the cost model's predicted speedup from this race's measured costs.
+γ, exact at the race's own γ, the speedup at the paper's scale (whose peak is the rule of thumb's best
+γ: from exact counts, so it does not move between reruns) and, dotted, the cost model's from this
+race's measured costs. A sampled race has no sweep.
 Under it, a table replays the same answer at the race's γ with every drafting strategy the preset offers
 (each model drafter, its token tree, prompt lookup, layer-skip): τ and α exact, each drafter step timed in
 its replay, c, MBSU and the predicted speedup, sorted by the last; the race's own row is marked.
