@@ -56,6 +56,9 @@ def replays(request, loaded, image: Image.Image, spd: Trace, ar: Trace) -> Itera
 
 
 def rows(points: list[SweepPoint], spd: Trace, ar: Trace) -> list[dict]:
-    """The sweep's records by gamma: tau, alpha, MBSU and the predicted speedup from this race's
-    measured step costs."""
-    return metrics.sweep_rows(points, metrics.param_ratio(spd), metrics.costs(spd, ar)) if points else []
+    """The sweep's records by gamma: tau, alpha, MBSU, the speedup at the paper's fixed ratios and
+    the predicted speedup from this race's measured step costs."""
+    if not points:
+        return []
+    kind = spd.start.drafter.kind if spd.start and spd.start.drafter else None
+    return metrics.sweep_rows(points, metrics.param_ratio(spd), metrics.costs(spd, ar), kind=kind)
