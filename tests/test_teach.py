@@ -11,6 +11,7 @@ from test_render import ar_trace, spd_trace
 
 from demo.engine import metrics
 from demo.engine.events import Position, RoundDetail, Trace
+from demo.engine.grounding import ImageAttention
 from demo.engine.sampling import Sampling
 from demo.engine.speculative import speculative_generate
 from demo.page import charts, teach
@@ -43,6 +44,55 @@ def test_the_annotated_round_is_one_that_accepted_then_rejected_told_with_its_nu
     assert "the text-only drafter cannot see the image" in html
     assert "‘ circle’ p = 0.05, the drafter q = 0.90; ‘ square’ had p = 0.70" in html
     assert teach.CAUSAL in html
+
+
+def rejected_at_round_1(draft: str, own: str, share: float | None = None, kind: str = "text-only") -> Trace:
+    """`spd_trace` with round 1's rejection changed: the drafter proposed `draft` at answer position 2,
+    the target wrote `own` there; with `share`, the target's image share at every position."""
+    trace = spd_trace(drafter=kind)
+    tok = trace.tokens[2]
+    trace.tokens[2] = dataclasses.replace(tok, text=own, rejection=dataclasses.replace(tok.rejection, text=draft))
+    r = trace.rounds[0]
+    trace.rounds[0] = dataclasses.replace(r, drafted_texts=(r.drafted_texts[0], draft, r.drafted_texts[2]))
+    if kind != "text-only":
+        trace.start = dataclasses.replace(trace.start, drafter=dataclasses.replace(trace.start.drafter, kind=kind))
+    if share is not None:
+        n = len(trace.tokens)
+        trace.image_attention = ImageAttention((3,), 1, 1, (share,) * n, (0.0,) * n, (0.0,) * n, ((share,),) * n)
+    return trace
+
+
+def test_a_punctuation_swap_is_never_blamed_on_the_image():
+    for kind in ("text-only", "image-aware"):
+        told = teach.annotated_round_html(rejected_at_round_1(";", ".", share=0.6, kind=kind))
+        assert "rejected ‘;’ and wrote ‘.’ instead" in told
+        assert "a punctuation or spacing choice: the drafter put ‘;’ where the target puts ‘.’" in told
+        assert "image, " not in told.split("instead")[1].split('class="causal"')[0].replace("in the image", "")
+        assert "cannot see the image" not in told
+
+
+def test_a_grounded_word_is_explained_by_the_image_and_the_targets_attention_on_it():
+    looked = teach.annotated_round_html(rejected_at_round_1(" blue", " green", share=0.45))
+    assert "‘ green’ is a colour word, knowable only from the image, and the text-only drafter cannot see" in looked
+    assert "the target put 45% of its attention on the image there, so the image decided it" in looked
+    barely = teach.annotated_round_html(rejected_at_round_1(" blue", " green", share=0.1, kind="image-aware"))
+    assert "the image-aware drafter sees the image, but it is a far smaller model" in barely
+    assert "10% of its attention on the image there, so the words before it weighed as much" in barely
+    counted = teach.annotated_round_html(rejected_at_round_1(" two", " three"))
+    assert "‘ three’ is a count word" in counted and "attention" not in counted.split("count word")[1][:120]
+
+
+def test_phrasing_and_the_end_are_explained_as_phrasing():
+    phrasing = teach.annotated_round_html(rejected_at_round_1(" picture", " image", share=0.2))
+    assert (
+        "a phrasing word: the drafter&#x27;s sentence pattern" not in phrasing
+    )  # the page's text is not escaped twice
+    assert "a phrasing word: the drafter's sentence pattern differs from the target's here" in phrasing
+    assert "(20% of the target's attention was on the image there)" in phrasing
+    function = teach.why_rejected("text-only", "function", None, " a", " the")
+    assert function.startswith("a function word") and "image" not in function
+    end = teach.why_rejected("text-only", "end", 0.5, "<|end|>", ".")
+    assert "whether to stop here, not on the image" in end
 
 
 def test_before_a_run_the_top_says_what_a_round_is_and_why_one_forward_checks_all_drafts():

@@ -14,6 +14,7 @@ import re
 from demo.engine import metrics, scale
 from demo.engine.detokenize import END_TOKENS
 from demo.engine.events import RoundEvent, Trace
+from demo.session import rejections
 
 CAUSAL = (
     "Why one forward checks every draft: the target reads the last token and the γ drafts together, and "
@@ -58,14 +59,59 @@ def _pick(trace: Trace, index: int | None = None) -> RoundEvent | None:
     return None
 
 
-def _why_rejected(kind: str) -> str:
-    if kind == "text-only":
-        return "the text-only drafter cannot see the image, so it guesses what the picture shows from the words alone"
+LOOKED = 0.3  # the share of the target's attention on the image above which the image decided a token
+
+
+def _share(share: float | None) -> str:
+    return "" if share is None else f" ({share:.0%} of the target's attention was on the image there)"
+
+
+def why_rejected(kind: str, category: str, share: float | None, draft: str, own: str) -> str:
+    """Why the target rejected a draft, from what the token is: its word's category (the target's
+    answer there, `demo.session.rejections.at_rejection`) and the target's image-attention share
+    there. Punctuation, the end of the answer and the phrasing are never blamed on the image;
+    only an image-grounded word (colour, shape, size, count, position, yes/no, an option letter) is."""
+    if category == "punctuation" or (not draft.strip() and not own.strip()):
+        return (
+            f"a punctuation or spacing choice: the drafter put {_t(draft)} where the target puts {_t(own)}, "
+            "which is how the two learned to phrase an answer, not something either reads in the image"
+        )
+    if category == "end" or draft in END_TOKENS or own in END_TOKENS:
+        return (
+            "where the answer ends is a matter of phrasing: the two disagreed on whether to stop here, not on the image"
+        )
+    if category in ("function", "template"):
+        return (
+            f"a {'function' if category == 'function' else 'phrasing'} word: the drafter's sentence pattern differs "
+            "from the target's here, a matter of the words around it" + _share(share)
+        )
     if kind == "prompt-lookup":
-        return "prompt lookup only copies what followed the same words earlier in the question or the answer"
-    if kind == "self":
-        return "the layer-skip drafter is the target itself with some of its layers left out, so it sees the image but thinks less"
-    return "the image-aware drafter sees the image, but it is a far smaller model than the target"
+        what = "prompt lookup only copies what followed the same words earlier in the question or the answer"
+    elif kind == "self":
+        what = "the layer-skip drafter is the target with some of its layers left out, so it sees the image but reads it less well"
+    elif kind == "text-only":
+        what = "the text-only drafter cannot see the image, so it guessed from the words alone"
+    else:
+        what = (
+            f"the {kind} drafter sees the image, but it is a far smaller model than the target and reads it less well"
+        )
+    said = "an option letter, which follows from what the image shows" if category == "letter" else f"a {category} word"
+    looked = (
+        ""
+        if share is None
+        else f"; the target put {share:.0%} of its attention on the image there"
+        + (", so the image decided it" if share >= LOOKED else ", so the words before it weighed as much as the image")
+    )
+    return f"{_t(own)} is {said}, knowable only from the image, and {what}{looked}"
+
+
+def _reason(spd: Trace, r: RoundEvent, rejected: str, own) -> str:
+    """`why_rejected` for the rejection of round `r`, whose target token is `own` (None: not shown yet)."""
+    kind = spd.start.drafter.kind
+    if own is None:
+        return why_rejected(kind, "template", None, rejected, "")
+    _, category = rejections.at_rejection(spd, own.index)
+    return why_rejected(kind, category, spd.image_share(own.index), rejected, own.text)
 
 
 def annotated_round_html(spd: Trace, several: bool = False, index: int | None = None) -> str:
@@ -108,7 +154,7 @@ def annotated_round_html(spd: Trace, several: bool = False, index: int | None = 
                 if unchecked > 0
                 else ""
             )
-            + f": {_why_rejected(drafter.kind)}."
+            + f": {_reason(spd, r, rejected, own)}."
         )
         if own is not None and own.rejection is not None:
             told += (

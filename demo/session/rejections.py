@@ -34,6 +34,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 
+from demo.engine.detokenize import END_TOKENS
 from demo.engine.events import RoundEvent, Trace
 from demo.world.scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES, SIZES
 from demo.world.tasks import heldout_examples
@@ -182,6 +183,30 @@ def token_categories(
         (word, category(word, tok.token_id in stop_ids, after, language))
         for tok, (word, _, after) in zip(trace.tokens, _token_words(trace))
     ]
+
+
+GERMAN = re.compile(r"[äöüß]|\b(?:ist|der|die|das|ein|eine|einen|und|nicht|auf|im|ja|nein)\b", re.IGNORECASE)
+
+
+def language_of(text: str) -> str:
+    """The world's language an answer is written in, read off its text: Chinese where it has Han
+    characters, German where it has German letters or function words, else English."""
+    if re.search(f"[{HAN}]", text):
+        return "zh"
+    return "de" if GERMAN.search(text) else "en"
+
+
+def at_rejection(trace: Trace, index: int) -> tuple[str, str]:
+    """(word, category) of the target's answer at position `index`: what a rejection there is
+    about. The answer's language is read off its text (`language_of`); a token that ends the
+    answer (an end spelling, or the empty last token of an answer that ended) is the end."""
+    last = len(trace.tokens) - 1
+    ended = trace.summary is not None and trace.summary.stop == "eos"
+    stops = frozenset(
+        t.token_id for i, t in enumerate(trace.tokens) if t.text in END_TOKENS or (ended and i == last and not t.text)
+    )
+    language = language_of("".join(t.text for t in trace.tokens))
+    return token_categories(trace, stops, language)[index]
 
 
 def _drafter_word(prefix: str, drafts: tuple[str, ...], first_is_end: bool) -> str:
