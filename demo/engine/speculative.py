@@ -178,7 +178,9 @@ def speculative_round(state: Decoding, drafting: Drafting, index: int) -> tuple[
             )
             if state.stop:
                 break
-        drafted_texts = tuple(target.tokenizer.decode([d]) for d in drafts)
+        drafted_texts = (lambda s: tuple(b[len(a) :] for a, b in zip(s, s[1:])))(
+            ["", *(target.tokenizer.decode(drafts[: j + 1]).replace("\ufffd", "") for j in range(len(drafts)))]
+        )  # whole characters, a split one on its last draft
     draft_s, verify_s = laps.seconds()
     detail = round_detail(drafts, v, target.tokenizer)  # off the clock: display only
     events = [TokenEvent(**fields, t=clock.total) for fields in tokens]

@@ -331,7 +331,9 @@ def tree_round(state: Decoding, drafting: DraftState, index: int) -> tuple[list[
     return [TokenEvent(**fields, t=clock.total) for fields in tokens], RoundEvent(
         index=index,
         drafted_ids=tuple(drafts),
-        drafted_texts=tuple(target.tokenizer.decode([d]) for d in drafts),
+        drafted_texts=(lambda s: tuple(b[len(a) :] for a, b in zip(s, s[1:])))(
+            ["", *(target.tokenizer.decode(drafts[: j + 1]).replace("\ufffd", "") for j in range(len(drafts)))]
+        ),  # whole characters, as in speculative_round
         n_accepted=len(v.path),
         target_id=v.token,
         n_emitted=len(tokens),
