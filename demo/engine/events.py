@@ -38,8 +38,9 @@ Stop = Literal["eos", "max_new_tokens"]
 TOKEN_KINDS: tuple[TokenKind, ...] = get_args(TokenKind)
 
 
-DrafterKind = Literal["text-only", "image-aware", "prompt-lookup", "self"]
-DRAFTER_KINDS: tuple[DrafterKind, ...] = get_args(DrafterKind)
+# A drafter's kind: the name of a registered kind (`demo.models.drafter_kinds`), such as "text-only",
+# "image-aware", "prompt-lookup" or "self". The registry, not this module, lists them.
+DrafterKind = str
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,8 @@ def tree_refusal(shape: TreeShape, gamma: int, min_confidence: float = 0.0) -> s
 @dataclass(frozen=True)
 class DrafterInfo:
     name: str
-    # "text-only" / "image-aware": a drafter model without or with the image; "prompt-lookup": no
-    # model, copies from the prompt and answer; "self": the target drafting with layers skipped
+    # a registered kind (`demo.models.drafter_kinds`): "text-only" / "image-aware", a drafter model
+    # without or with the image; "prompt-lookup", no model; "self", the target with layers skipped; ...
     kind: DrafterKind
     params: int  # parameter count (prompt lookup: 0; self: the parameters of the layers it runs)
     min_confidence: float  # adaptive draft length: stop drafting below this top probability; 0 = off
@@ -239,6 +240,9 @@ class RoundEvent:
     # tree rounds only: every drafted node, and the accepted path (None for chain rounds, and for a
     # tree round that drafted nothing: the token budget's last token)
     tree: DraftTree | None = None
+    # staged drafting only (`demo.engine.staged`): the drafter's own second stage this round, as
+    # (tokens it guessed, tokens the drafter confirmed); None for every other drafter
+    stages: tuple[int, int] | None = None
 
     def to_dict(self) -> dict:
         """The exported record: every field but the inspector's detail (a tree as nested dicts)."""
