@@ -66,8 +66,13 @@ def test_an_image_path_the_file_system_cannot_resolve_gets_a_sentence(tmp_path):
     ):
         validate.image_path(str(tmp_path / "a"), tmp_path)
     long = str(tmp_path / ("x" * 300))
-    with pytest.raises(InvalidInput, match=r"could not be resolved \(OSError: \[Errno 36\] File name too long"):
+    with pytest.raises(
+        InvalidInput, match=r"could not be resolved \(OSError: \[Errno 36\] File name too long\)\."
+    ) as refused:
         validate.image_path(long, tmp_path)
+    assert str(tmp_path) not in str(refused.value) and "xxx" not in str(refused.value)  # no server path echoed
+    looped = validate.unusable_path(RuntimeError(f"Symlink loop from '{tmp_path / 'a'}'"))
+    assert str(tmp_path) not in looped and "(RuntimeError: Symlink loop from …)" in looped
 
 
 def test_a_queue_join_naming_no_function_is_refused_with_422(app):
@@ -93,8 +98,62 @@ def test_a_direct_call_with_the_wrong_number_of_values_is_refused_with_422(app):
     assert httpx.post(base + "trace", json={"data": ["x"]}).status_code == 422
     missing = httpx.post(base + "nothing-here", json={"data": []})
     assert missing.status_code == 404 and missing.json()["detail"].startswith("There is no endpoint /nothing-here;")
+    calls = app.local_url.rstrip("/") + "/gradio_api/call/race"
     for body in ({}, {"data": None}, {"data": "x"}):
-        assert httpx.post(base + "race", json=body).status_code == 422  # Gradio's own check of the body
+        assert httpx.post(calls, json=body).status_code == 422  # Gradio's own check of the body
+
+
+def test_a_direct_run_of_a_queued_endpoint_is_refused_with_the_way_into_the_queue(app, world):
+    """A direct /run would skip the queue, and every visitor's share of it (issue 54): a valid call,
+    one with a bad value and one naming the race by fn_index all get 403 and the way in."""
+    image = uploaded(app, world / "images" / "0.png")
+    good = [image, *args(world)[1:]]
+    bad = list(good)
+    bad[4] = "x"  # gamma
+    base = app.local_url.rstrip("/") + "/gradio_api/run/"
+    race = next(i for i, fn in app.fns.items() if fn.api_name == "race")
+    for url, body in (
+        (base + "trace", {"data": good}),
+        (base + "trace", {"data": bad}),
+        (base + "predict", {"data": page_args(image), "fn_index": race, "session_hash": "h"}),
+    ):
+        response = httpx.post(url, json=body)
+        assert response.status_code == 403, response.text
+        name = "race" if "predict" in url else "trace"
+        assert response.json()["detail"] == (
+            f"/{name} runs in the queue, one request at a time, so that every visitor gets a turn: call it "
+            f"through the queue (gradio_client, or POST /gradio_api/call/{name} and then GET its result), "
+            "not as a direct /run call."
+        )
+
+
+def test_a_direct_call_of_a_small_event_that_fails_on_its_values_gets_422_not_500(app):
+    """The page's unqueued events are direct calls; Gradio answers any failure of one 500."""
+    fns = {getattr(fn.fn, "__name__", ""): i for i, fn in app.fns.items() if not fn.queue}
+    url = app.local_url.rstrip("/") + "/gradio_api/run/predict"
+    response = httpx.post(url, json={"data": ["x", 8], "fn_index": fns["on_preset"], "session_hash": "h"})
+    assert response.status_code == 422, response.text  # the value Gradio refused, in its own words
+    assert response.json()["detail"].startswith("Value: x is not in the list of choices: [")
+    response = httpx.post(url, json={"data": [None], "fn_index": fns["on_example"], "session_hash": "h"})
+    assert response.status_code == 422, response.text  # a failure without a sentence: the guard's
+    assert response.json() == {"detail": "These values cannot be used by this function."}
+
+
+def test_a_deeply_nested_body_and_fn_index_true_get_4xx_with_a_sentence(app):
+    base = app.local_url.rstrip("/") + "/gradio_api/"
+    nested = b"[" * 10_000 + b"]" * 10_000
+    for path in ("queue/join", "run/trace", "call/trace"):
+        response = httpx.post(base + path, content=nested, headers={"content-type": "application/json"})
+        assert response.status_code == 400, (path, response.text)
+        assert response.json()["detail"] == (
+            "The body is nested too deeply: send an object with the call's values as a list under 'data'."
+        )
+    inside = b'{"data": ' + nested + b', "fn_index": 1, "session_hash": "h"}'  # deep within an object
+    assert httpx.post(base + "queue/join", content=inside).status_code == 400
+    for fn_index in (True, False, 1.0):
+        response = httpx.post(base + "queue/join", json={"data": [], "fn_index": fn_index, "session_hash": "h"})
+        assert response.status_code == 422, fn_index
+        assert response.json()["detail"].startswith(f"No function has fn_index {fn_index!r}; the API's are ")
 
 
 def test_the_pages_own_unqueued_events_pass_the_guard_by_fn_index(app):
@@ -129,23 +188,6 @@ def test_the_public_url_is_the_spaces_on_a_space_and_unknown_on_every_interface(
 
 
 # --- uploads ----------------------------------------------------------------------------------
-
-
-def test_trimming_deletes_the_oldest_deletable_files_until_the_folder_fits(tmp_path):
-    paths = []
-    for i in range(5):
-        path = tmp_path / f"sha{i}" / f"{i}.bin"
-        path.parent.mkdir()
-        path.write_bytes(b"x" * 1000)
-        os.utime(path, (1000 + i, 1000 + i))
-        paths.append(str(path))
-    kept = tmp_path / "example.png"  # not Gradio's to sweep: an example of the gallery
-    kept.write_bytes(b"x" * 1000)
-    os.utime(kept, (1, 1))
-    deleted = guard.trim(tmp_path, 3000, set(paths))
-    assert deleted == set(paths[:3])
-    assert sorted(str(p) for p in tmp_path.rglob("*.*")) == sorted([*paths[3:], str(kept)])
-    assert guard.trim(tmp_path, 0, set(paths)) == set(paths[3:]) and kept.exists()
 
 
 def test_the_rate_limit_admits_a_clients_bytes_per_minute_and_says_when_more_fit():

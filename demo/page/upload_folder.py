@@ -1,0 +1,164 @@
+"""The upload folder's ledger: whose files it holds, kept as uploads come and go, and the trim that
+makes room for the next upload without crowding any visitor out.
+
+    Ledger.start(files)           the files already there at the first upload (one walk, once)
+    Ledger.add(paths, visitor)    an upload Gradio has stored: each file's size (one stat a file)
+    Ledger.make_room(size, v)     the files to delete so that `size` more bytes fit the cap, or None
+                                  when only other visitors' reserved images could make room
+    Ledger.raced(data)            a call's images have been used (they leave their visitor's reserve)
+    Ledger.evicted_in(data)       the sentence for a call naming an image the trim removed, or None
+
+No upload walks the folder: the ledger knows the total and each visitor's files, so an upload
+costs the same with 30,000 files in the folder as with 10 (docs/reliability.md). Files leave the
+ledger when the trim deletes them, and once older than MAX_AGE_S, by when Gradio's own sweep
+(`demo.page.server.DELETE_CACHE`: files older than an hour, every 10 minutes) has deleted them.
+What the ledger counts is the uploads; the copies of each race's downloads are not uploads and
+are not counted (two small files a race, and races are one at a time per visitor).
+
+Whose files go first: the uploading visitor's own, oldest first; then other visitors', the one
+holding the most bytes first, oldest first. A visitor's RESERVE_FILES newest images, uploaded less
+than RESERVE_S ago and not raced yet, are reserved: no other visitor's upload deletes them. An
+upload that only reserved images could make room for is refused (the folder is full of images
+visitors are about to race), never served by evicting one.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from itertools import islice
+
+RESERVE_FILES = 2  # a visitor's newest images that another visitor's upload cannot evict...
+RESERVE_S = 600.0  # ...while younger than this and not raced
+MAX_AGE_S = 3600.0 + 600.0  # Gradio's sweep deletes files older than an hour, every 10 minutes
+EVICTED_KEPT = 20_000  # evicted paths remembered, to tell a race naming one what happened
+EVICTED = "Your image was removed to make room for other uploads; upload it again, then run."
+
+
+@dataclass
+class Upload:
+    path: str
+    size: int
+    visitor: str
+    at: float  # time.monotonic() when stored
+    raced: bool = False
+
+
+def _paths(data) -> list[str]:
+    """The file paths a call's values name (Gradio file values {"path": ...}, at the top level)."""
+    values = data if isinstance(data, list) else []
+    return [v["path"] for v in values if isinstance(v, dict) and isinstance(v.get("path"), str)]
+
+
+class Ledger:
+    """The upload folder's files and their visitors (see the module docstring); `cap` in bytes."""
+
+    def __init__(self, cap: int, reserve_files: int = RESERVE_FILES, reserve_s: float = RESERVE_S):
+        self.cap, self.reserve_files, self.reserve_s = cap, reserve_files, reserve_s
+        self.files: OrderedDict[str, Upload] = OrderedDict()  # oldest first
+        self.by_visitor: dict[str, OrderedDict[str, Upload]] = {}
+        self.held: dict[str, int] = {}  # bytes per visitor
+        self.total = 0
+        self.evicted: OrderedDict[str, float] = OrderedDict()
+        self.started = False
+        self.lock = threading.RLock()
+
+    def start(self, files: list[str]) -> None:
+        """Record the files already in the folder (those Gradio's sweep may delete), as nobody's."""
+        with self.lock:
+            if not self.started:
+                self.started = True
+                self.add(files, "?")
+
+    def add(self, paths: list[str], visitor: str, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            for path in paths:
+                try:
+                    size = os.stat(path).st_size
+                except OSError:
+                    continue
+                self._drop(path)
+                upload = Upload(path, size, visitor, now)
+                self.files[path] = upload
+                self.by_visitor.setdefault(visitor, OrderedDict())[path] = upload
+                self.held[visitor] = self.held.get(visitor, 0) + size
+                self.total += size
+
+    def _drop(self, path: str) -> Upload | None:
+        upload = self.files.pop(path, None)
+        if upload is not None:
+            mine = self.by_visitor[upload.visitor]
+            del mine[path]
+            self.held[upload.visitor] -= upload.size
+            if not mine:
+                del self.by_visitor[upload.visitor], self.held[upload.visitor]
+            self.total -= upload.size
+        return upload
+
+    def reserved(self, upload: Upload, now: float) -> bool:
+        """Whether `upload` is in its visitor's reserve (see the module docstring)."""
+        if upload.raced or now - upload.at >= self.reserve_s or upload.visitor == "?":
+            return False
+        newest = islice(reversed(self.by_visitor[upload.visitor].values()), self.reserve_files)
+        return any(upload is mine for mine in newest)
+
+    def _expire(self, now: float) -> None:
+        while self.files:
+            upload = next(iter(self.files.values()))
+            if now - upload.at < MAX_AGE_S:
+                break
+            self._drop(upload.path)
+
+    def make_room(self, size: int, visitor: str, now: float | None = None) -> list[str] | None:
+        """Delete files until `size` more bytes fit the cap (see the module docstring for which);
+        returns the paths deleted, or None (nothing deleted) when only reserved images would do."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            self._expire(now)
+            need = self.total + size - self.cap
+            if need <= 0:
+                return []
+            plan: list[Upload] = []
+            others = sorted((v for v in self.by_visitor if v != visitor), key=lambda v: -self.held[v])
+            for owner in (visitor, *others):
+                for upload in self.by_visitor.get(owner, {}).values():  # oldest first, until enough
+                    if need <= 0:
+                        break
+                    if owner == visitor or not self.reserved(upload, now):
+                        plan.append(upload)
+                        need -= upload.size
+                if need <= 0:
+                    break
+            if need > 0:
+                return None
+            for upload in plan:
+                try:
+                    os.remove(upload.path)
+                except OSError:
+                    pass  # gone already (Gradio's sweep): its bytes are free all the same
+                self._drop(upload.path)
+                self.evicted[upload.path] = now
+            while len(self.evicted) > EVICTED_KEPT:
+                self.evicted.popitem(last=False)
+            return [upload.path for upload in plan]
+
+    def retry_after(self, now: float | None = None) -> float:
+        """Seconds until the oldest reserved image leaves its reserve."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            ages = [now - u.at for u in self.files.values() if self.reserved(u, now)]
+        return max(1.0, self.reserve_s - max(ages)) if ages else 1.0
+
+    def raced(self, data) -> None:
+        with self.lock:
+            for path in _paths(data):
+                if path in self.files:
+                    self.files[path].raced = True
+
+    def evicted_in(self, data) -> str | None:
+        with self.lock:
+            return EVICTED if any(path in self.evicted for path in _paths(data)) else None

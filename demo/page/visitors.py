@@ -1,0 +1,177 @@
+"""Who a request comes from, and each visitor's share of the queues.
+
+    visitor_of(scope)        the visitor an ASGI request comes from: its address (see below)
+    Share.refusal(...)       the sentence refusing a queue join that would give its visitor more
+                             than one running and one waiting request in that queue, or None
+    Share.joining(...)       a context in which an admitted join reaches Gradio's queue, counted
+                             meanwhile; afterwards the queue is put back in visitor order (`fair`)
+
+**A visitor** is a client address; on a Space, a request's socket address is the hub's proxy, and
+the visitor's address is the one that proxy wrote into X-Forwarded-For. Each proxy appends the
+address it received the connection from, so the header reads
+
+    X-Forwarded-For: <whatever the client sent>, <address proxy 1 saw>, ..., <address proxy N saw>
+
+and only the last PROXY_HOPS entries (DEMO_PROXY_HOPS, 1 by default on a Space: the hub's proxy)
+were written by proxies the app trusts. The entry PROXY_HOPS from the right is the visitor. A
+forged header only adds entries on the left, which are never read: a caller cannot pose as another
+visitor, nor escape its own share by sending a new header each time. Off a Space the header is
+not read at all (anyone could send it); the socket address is the visitor. An IPv6 visitor is its
+/64 network (one household or machine usually holds a whole /64, so counting single addresses
+would give it 2^64 shares). What it cannot tell apart: people behind one address (a school's NAT)
+share one visitor's share.
+
+A request also belongs to the visitor of its session hash (Gradio's per-page id): a page counts
+as one visitor wherever it comes from.
+
+**The share.** Races (`/race`, `/trace`) and analyses (`/analysis`) each have one queue run one
+request at a time (`concurrency_id` "race" and "analysis"). Each visitor may hold at most
+RUNNING_AND_WAITING (2) requests in each, a running one and a waiting one; a third is refused at
+once, before it queues, with a sentence. And the waiting requests are ordered by visitor, round
+robin: a visitor's second request waits behind every other visitor's first (`fair`), so a
+visitor whose first request arrives while another's runs starts after that run, whatever that
+other visitor has waiting. With the work budget bounding each run (`demo.session.budget`), any
+visitor's request starts within about (visitors ahead) x the budget.
+
+Part of the page layer: it reads Gradio's queue (`blocks._queue`, Gradio 6.31) and changes only
+the order of its waiting list.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections import Counter
+from contextlib import contextmanager
+
+from demo.models import zerogpu
+
+PROXY_HOPS_ENV = "DEMO_PROXY_HOPS"  # proxies in front of the app that append to X-Forwarded-For
+RUNNING_AND_WAITING = 2  # a visitor's requests in one queue: one running and one waiting
+NAMES = {"race": "race", "analysis": "analysis"}  # what a queue's requests are called in the sentence
+
+
+def proxy_hops() -> int:
+    """The proxies whose X-Forwarded-For entries are trusted: DEMO_PROXY_HOPS, or 1 on a Space
+    and 0 elsewhere."""
+    value = os.environ.get(PROXY_HOPS_ENV, "").strip()
+    if value.isdigit():
+        return int(value)
+    return 1 if zerogpu.on_space() else 0
+
+
+def _network(address: str) -> str:
+    """An address as a visitor: IPv4 as it is, IPv6 as its /64 network, anything else unchanged."""
+    try:
+        ip = ipaddress.ip_address(address.strip().strip("[]"))
+    except ValueError:
+        return address.strip()
+    if ip.version == 6:
+        if ip.ipv4_mapped is not None:  # ::ffff:a.b.c.d is the IPv4 visitor a.b.c.d
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
+def visitor_of(scope) -> str:
+    """The visitor an ASGI request (its scope) comes from (see the module docstring)."""
+    hops = proxy_hops()
+    if hops:
+        forwarded = b",".join(value for name, value in scope.get("headers") or [] if name == b"x-forwarded-for")
+        entries = [entry.strip() for entry in forwarded.decode("latin-1").split(",") if entry.strip()]
+        if len(entries) >= hops:
+            return _network(entries[-hops])
+    client = scope.get("client")
+    return _network(client[0]) if client else "?"
+
+
+def _held(queue, concurrency_id: str, visitor: str, session: str | None) -> tuple[int, int]:
+    """(running, waiting) requests of `visitor` (or its session) in Gradio's queue `concurrency_id`."""
+
+    def theirs(event) -> bool:
+        request = getattr(event, "request", None)
+        return (session is not None and event.session_hash == session) or (
+            request is not None and visitor_of(request.scope) == visitor
+        )
+
+    running = sum(
+        theirs(event)
+        for job in list(queue.active_jobs)
+        if job
+        for event in job
+        if event.concurrency_id == concurrency_id
+    )
+    waiting_list = queue.event_queue_per_concurrency_id.get(concurrency_id)
+    waiting = sum(theirs(event) for event in list(waiting_list.queue)) if waiting_list else 0
+    return running, waiting
+
+
+def fair(queue, concurrency_id: str) -> None:
+    """Put the waiting list of `concurrency_id` in visitor order, round robin (stable): a request
+    waits behind the others' requests that have fewer of their visitor's running or ahead of them."""
+    waiting_list = queue.event_queue_per_concurrency_id.get(concurrency_id)
+    if not waiting_list or len(waiting_list.queue) < 2:
+        return
+    ahead = Counter(
+        visitor_of(event.request.scope)
+        for job in list(queue.active_jobs)
+        if job
+        for event in job
+        if event.concurrency_id == concurrency_id and getattr(event, "request", None) is not None
+    )
+    ranked = []
+    for position, event in enumerate(waiting_list.queue):
+        visitor = visitor_of(event.request.scope) if getattr(event, "request", None) is not None else event._id
+        ranked.append((ahead[visitor], position, event))
+        ahead[visitor] += 1
+    waiting_list.queue[:] = [event for _, _, event in sorted(ranked, key=lambda r: r[:2])]
+
+
+def _held_words(name: str, running: int, waiting: int) -> str:
+    """E.g. "a race running and one waiting", "two analyses waiting"."""
+    plural = name[:-2] + "es" if name.endswith("is") else name + "s"
+    words = {1: "one", 2: "two", 3: "three"}
+
+    def count(n: int) -> str:
+        return words.get(n, str(n))
+
+    if running and waiting:
+        lead = f"a {name}" if running == 1 else f"{count(running)} {plural}"
+        return f"{lead} running and {count(waiting)} waiting"
+    n = running + waiting
+    lead = f"a {name}" if n == 1 else f"{count(n)} {plural}"
+    return f"{lead} {'running' if running else 'waiting'}"
+
+
+class Share:
+    """Each visitor's share of each queue (see the module docstring). Joins on their way into
+    Gradio's queue are counted here, so that two sent at once cannot both pass."""
+
+    def __init__(self, most: int = RUNNING_AND_WAITING):
+        self.most = most
+        self.joining_now: Counter[tuple[str, str]] = Counter()  # (queue, visitor) -> joins in flight
+
+    def refusal(self, queue, concurrency_id: str, visitor: str, session: str | None) -> str | None:
+        """The sentence refusing one more request of `visitor` in queue `concurrency_id`, or None."""
+        running, waiting = _held(queue, concurrency_id, visitor, session)
+        waiting += self.joining_now[(concurrency_id, visitor)]
+        if running + waiting < self.most:
+            return None
+        name = NAMES.get(concurrency_id, "request")
+        return (
+            f"You have {_held_words(name, running, waiting)}; each visitor may have one {name} running and one "
+            f"waiting, so that everyone gets a turn. Wait for one to finish (or stop it), then send this one again."
+        )
+
+    @contextmanager
+    def joining(self, queue, concurrency_id: str, visitor: str):
+        """Count a join of `visitor` while it reaches Gradio's queue; then order that queue fairly."""
+        key = (concurrency_id, visitor)
+        self.joining_now[key] += 1
+        try:
+            yield
+        finally:
+            self.joining_now[key] -= 1
+            if self.joining_now[key] <= 0:
+                del self.joining_now[key]
+            fair(queue, concurrency_id)
