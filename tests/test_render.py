@@ -239,6 +239,17 @@ def test_legend_lists_every_kind_with_its_non_colour_cue():
     html = render.legend_html()
     for kind, cue in render.KIND_CUES.items():
         assert f'<span class="tok tok-{kind}">' in html and cue in html
+    # the two marks a panel draws that are no kind: a token of spaces alone, and the end of the answer
+    assert '<span class="nl">␣</span> a token of spaces alone' in html
+    assert f"{teach.END_MARK} the token that ends the answer" in html
+
+
+def test_each_lane_says_how_large_its_models_are():
+    assert render.settings_line(spd_trace()) == (
+        "text-only drafter (100 parameters, 1/10.0 of the 1K target, transformers forward) · γ = 3 · greedy"
+    )
+    assert render.settings_line(ar_trace()) == "the target (1K parameters), one forward per token · greedy"
+    assert [render.params(n) for n in (16_260_864, 656_000, 7_060_000_000, 12)] == ["16.3M", "656K", "7.06B", "12"]
 
 
 def test_outcome_states_the_presets_facts_about_the_pairing():

@@ -99,7 +99,7 @@ def section_html(trace: Trace) -> str:
         f'<div class="hm-text"><p class="hm-caption" aria-live="polite">{html.escape(captions[shown])}</p>'
         f"{legend_html()}"
         '<p class="hm-how">Where the target looked when it wrote the token: hover or focus a token, or open '
-        f"its round, to see its map (mean over heads of layers {layers}; a {attention.rows} × {attention.cols} "
+        f"its round, to see its map (mean over heads of layer{'s' if len(attention.layers) > 1 else ''} {layers}; a {attention.rows} × {attention.cols} "
         "grid over the image).</p></div></div>"
     )
 

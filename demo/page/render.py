@@ -176,10 +176,26 @@ def settings_line(trace: Trace) -> str:
     s = start.sampling
     mode = "greedy" if s.greedy else f"sampling T={s.temperature}, top-p={s.top_p}"
     if start.drafter is None:
-        return f"one target forward per token · {mode}"
+        return f"the target ({params(start.target_params)} parameters), one forward per token · {mode}"
     threshold = start.drafter.min_confidence
     drafts = f"γ ≤ {start.gamma}, adaptive below {threshold:g}" if threshold else f"γ = {start.gamma}"
-    return f"{start.drafter.name} drafter ({start.drafter.path} forward) · {drafts} · {mode}"
+    return f"{start.drafter.name} drafter ({_size(start.drafter.params, start.target_params)}, {start.drafter.path} forward) · {drafts} · {mode}"
+
+
+def params(n: int) -> str:
+    """A parameter count as the page says it: 16.3M, 656K, 7.06B."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
+
+
+def _size(drafter: int, target: int) -> str:
+    """A drafter's size against its target's: "656K parameters, 1/24.8 of the 16.3M target"; a
+    drafter without weights of its own (prompt lookup) says so."""
+    if drafter <= 0 or target <= 0:
+        return "no parameters of its own"
+    return f"{params(drafter)} parameters, 1/{target / drafter:.1f} of the {params(target)} target"
 
 
 def panel_html(
@@ -217,7 +233,11 @@ def legend_html() -> str:
         '<span class="legend-item">block view: <span class="chip chip-ok">✓ accepted</span>'
         '<span class="chip chip-no">✗ rejected</span><span class="chip chip-skip">never checked</span></span>'
     )
-    return f'<div class="legend" role="list" aria-label="token colours">{items}{chips}</div>'
+    marks = (
+        '<span class="legend-item"><span class="nl">␣</span> a token of spaces alone</span>'
+        f'<span class="legend-item">{teach.END_MARK} the token that ends the answer</span>'
+    )
+    return f'<div class="legend" role="list" aria-label="token colours">{items}{chips}{marks}</div>'
 
 
 NOISY = 'class="noisy"'  # the mark of teach.why_html's warning that the timing is noisy
