@@ -117,7 +117,7 @@ def test_the_table_of_strategies_replays_what_fits_beside_the_race_its_own_draft
     short = race(max_new_tokens=128)
     assert budget.table_strategies(short) == names  # a default race has room for every strategy
     fixed, per_token = budget._race_alone(short)
-    table = sum(budget.replay_step(name) for name in names)  # each strategy: its drafter steps, a token
+    table = sum(budget.replay_step(name, "embedded") for name in names)  # each strategy: its drafter steps, a token
     assert budget.race(short).steps == pytest.approx(fixed + (per_token + table) * 128)
     long = race(drafter="image-aware", gamma=10, max_new_tokens=512)
     fits = budget.table_strategies(long)

@@ -83,12 +83,14 @@ def test_probe_reads_this_machine():
 def test_load_refuses_a_preset_that_does_not_fit_before_loading_any_weights(tmp_path, monkeypatch):
     import tiny_families
 
-    from demo.models import loader
+    from demo.models import drafter_loaders, loader
 
     preset = tiny_families.build("llava", tmp_path / "llava")
     monkeypatch.setitem(loader.PRESETS, preset.name, preset)
     monkeypatch.setattr(devices, "probe", lambda: Memory((), 1000))
-    monkeypatch.setattr(loader, "_load_model", lambda *a, **k: pytest.fail("weights loaded despite the refusal"))
+    monkeypatch.setattr(
+        drafter_loaders, "load_model", lambda *a, **k: pytest.fail("weights loaded despite the refusal")
+    )
     with pytest.raises(
         NotEnoughMemory,
         match=r"^preset 'tiny-llava' needs about 0\.0 GiB of RAM in float32 on CPU, "

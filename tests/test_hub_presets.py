@@ -13,7 +13,7 @@ import torch
 from demo.engine.events import Trace
 from demo.engine.sampling import Sampling
 from demo.engine.speculative import Prompt, Target, autoregressive_generate, speculative_generate
-from demo.models import loader
+from demo.models import drafter_loaders, loader
 from demo.models.families import FAMILIES, MRopeTarget
 
 GREEDY = Sampling()
@@ -243,13 +243,13 @@ def test_switching_drafter_does_not_reload_the_target(family_presets, monkeypatc
         (loader.DrafterSpec("a", spec.kind, spec.path), loader.DrafterSpec("b", spec.kind, spec.path)),
     )
     calls = []
-    load_model = loader._load_model
+    load_model = drafter_loaders.load_model
 
     def counting(auto_class, path, plan, *, drafter):
         calls.append("drafter" if drafter else "target")
         return load_model(auto_class, path, plan, drafter=drafter)
 
-    monkeypatch.setattr(loader, "_load_model", counting)
+    monkeypatch.setattr(drafter_loaders, "load_model", counting)
     monkeypatch.setitem(loader.PRESETS, preset.name, preset)
     try:
         loaded = loader.load(preset.name)

@@ -27,7 +27,7 @@ from demo import session
 from demo.bench import soak
 from demo.deploy import space
 from demo.engine.sampling import Sampling
-from demo.models import loader, preloading, presets, zerogpu
+from demo.models import drafter_loaders, loader, preloading, presets, zerogpu
 from demo.page import analysis_tab, layout, server
 from demo.session import offers
 
@@ -286,8 +286,7 @@ def no_loading(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(loader, "_load_model", refuse)
-    monkeypatch.setattr(loader.Loaded, "_load_drafter", refuse)
+    monkeypatch.setattr(drafter_loaders, "load_model", refuse)  # every model, target or drafter, loads here
 
 
 def test_preload_names_follow_the_space_and_the_variable(monkeypatch):

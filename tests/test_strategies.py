@@ -142,9 +142,9 @@ def test_a_sampling_race_has_no_table(offering):
 def test_strategies_past_the_budget_beside_the_race_are_left_out_and_the_races_own_is_replayed(offering, monkeypatch):
     request = request_for("text-partly")
     fixed, per_token = budget._race_alone(request)
-    own = budget.replay_step("text-partly") * request.max_new_tokens
+    own = budget.replay_step("text-partly", request.preset) * request.max_new_tokens
     # a budget with room for the race and its own strategy's replay, and not one more
-    steps = fixed + per_token * request.max_new_tokens + own + 0.5 * budget.replay_step(PROMPT_LOOKUP)
+    steps = fixed + per_token * request.max_new_tokens + own + 0.5 * budget.replay_step(PROMPT_LOOKUP, request.preset)
     monkeypatch.setenv(budget.BUDGET_ENV, str(steps * budget.step_seconds(request.preset)))
     assert budget.table_strategies(request, offering.preset.drafter_names()) == ("text-partly",)
     spd, shown, rows = table(offering, request)

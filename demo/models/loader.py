@@ -34,20 +34,16 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from PIL import Image
-from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+from transformers import AutoModelForImageTextToText
 
-from demo.engine import layerskip
 from demo.engine.drafters import Drafter
 from demo.engine.events import TREE_SHAPE
-from demo.engine.lean import LeanDrafter
-from demo.engine.lookup import PromptLookup
 from demo.engine.speculative import Prompt, Target
 from demo.engine.trees import TreeDrafter
-from demo.models import devices, hub
+from demo.models import devices, drafter_kinds, drafter_loaders, hub
 from demo.models.devices import NotEnoughMemory  # noqa: F401  (re-exported: load() raises it)
 from demo.models.families import FAMILIES
 from demo.models.hub import Availability, Unavailable  # noqa: F401  (re-exported: load() raises Unavailable)
@@ -62,7 +58,7 @@ from demo.models.presets import (  # noqa: F401  (re-exported)
     Preset,
     base_name,
 )
-from demo.models.vocab import as_text, check_vocab_compatible, image_placeholder_ids, stop_ids_of
+from demo.models.vocab import as_text, image_placeholder_ids, stop_ids_of
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +67,6 @@ Progress = Callable[[float, str], None]  # (fraction done in [0, 1], what is hap
 
 def _silent(fraction: float, message: str) -> None:
     pass
-
-
-def _load_model(auto_class, path: Path, plan: devices.Plan, *, drafter: bool):
-    """One model from a local directory, placed as the plan says."""
-    kwargs = devices.load_kwargs(plan, drafter=drafter)
-    model = auto_class.from_pretrained(path, local_files_only=True, trust_remote_code=False, **kwargs)
-    if "device_map" not in kwargs:
-        model.to(plan.device)
-    return model.eval()
 
 
 @dataclass
@@ -121,12 +108,13 @@ class Loaded:
         if drafter is None:
             return Prompt(target_inputs)
         d = self.drafter(drafter)
-        if d.kind == "image-aware":
+        reads = drafter_kinds.of(d.kind).reads
+        if reads == "image":
             drafter_inputs = self._inputs(self.drafter_processors[base_name(drafter)], image, question)
-        elif d.kind == "self":  # the target drafting for itself reads the target's own inputs
+        elif reads == "target":  # e.g. the target drafting for itself reads the target's own inputs
             drafter_inputs = target_inputs
         else:
-            # The text-only drafter and prompt lookup read the same conversation minus the image
+            # "text" (the text-only drafter, prompt lookup): the same conversation minus the image
             # placeholders (and minus any id the drafter lacks).
             ids = [i for i in target_inputs["input_ids"][0].tolist() if d.feedable(i)]
             drafter_inputs = {"input_ids": torch.tensor([ids], device=self.device)}
@@ -143,77 +131,23 @@ class Loaded:
         return self.drafters[name]
 
     def _make_drafter(self, name: str, progress: Progress):
-        """A drafter of any name `Preset.drafter_names` gives: a drafter model (loaded), the same
-        model drafting trees, or one built on what is loaded already (prompt lookup)."""
+        """A drafter of any name `Preset.drafter_names` gives, by its kind's registered loader
+        (`demo.models.drafter_kinds`); a "+tree" name is its base drafter drafting trees."""
         if name.endswith(TREE):
             return TreeDrafter(self._drafter(base_name(name), progress), TREE_SHAPE, name=name)
-        if name == LAYER_SKIP and self.preset.skip_layers is not None:
-            why = layerskip.unsupported(self.target.model)
-            if why:
-                raise KeyError(f"drafter {name!r} is not offered for preset {self.preset.name!r}: {why}")
-            return layerskip.LayerSkipDrafter(
-                self.target.model,
-                skip=self.preset.skip_layers,
-                name=name,
-                target_vocab_size=self.target.vocab_size,
-                stop_ids=self.target.stop_ids,
-                blocked_ids=self.placeholder_ids(),
-            )
-        if name == PROMPT_LOOKUP:
-            return PromptLookup(
-                name=name,
-                target_vocab_size=self.target.vocab_size,
-                stop_ids=self.target.stop_ids,
-                blocked_ids=self.placeholder_ids(),
-                device=self.device,
-            )
+        why = self.preset.unusable().get(name)
+        if why:
+            raise KeyError(f"drafter {name!r} is not offered for preset {self.preset.name!r}: {why}")
         spec = next((s for s in self.preset.drafters if s.name == name), None)
-        if spec is None:
-            why = self.preset.unusable().get(name)
-            if why:
-                raise KeyError(f"drafter {name!r} is not offered for preset {self.preset.name!r}: {why}")
+        kind = drafter_kinds.named().get(name) or (drafter_kinds.KINDS.get(spec.kind) if spec else None)
+        if kind is None:
             known = ", ".join(self.preset.drafter_names())
             raise KeyError(f"unknown drafter {name!r} for preset {self.preset.name!r} (known: {known})")
-        return self._load_drafter(spec, progress)
+        return kind.loader()(self, name, spec, progress)
 
     def placeholder_ids(self) -> frozenset[int]:
         """The target prompt's image placeholder ids, which no drafter reads or proposes."""
         return image_placeholder_ids(self.processor, FAMILIES[self.preset.family].placeholder_tokens)
-
-    def _load_drafter(self, spec: DrafterSpec, progress: Progress) -> Drafter:
-        progress(0.0, f"finding the drafter {spec.path}")
-        path = hub.resolve(spec.path)
-        params = hub.count_params(path) or spec.params
-        free = devices.probe()
-        memory = devices.Memory(free.gpus[:1], free.cpu, free.bf16)  # drafters live on the first device
-        devices.plan(params, 0, memory, what=f"drafter {spec.name!r}")
-        progress(0.2, f"loading the drafter {spec.name} ({params / 1e6:.0f}M parameters)")
-        plan = self.plan or devices.Plan(self.device, self.target.model.dtype, False, None, 0, 0)
-        if spec.kind == "image-aware":
-            model = _load_model(AutoModelForImageTextToText, path, plan, drafter=True)
-            processor = AutoProcessor.from_pretrained(path, local_files_only=True, trust_remote_code=False)
-            tokenizer = processor.tokenizer
-            self.drafter_processors[spec.name] = processor
-        else:
-            model = _load_model(AutoModelForCausalLM, path, plan, drafter=True)
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
-        progress(0.9, "checking that the drafter's token ids mean what the target's mean")
-        check_vocab_compatible(self.target.tokenizer, tokenizer, spec.name)
-        # Embedding rows past the drafter's tokenizer are no token at all (Qwen2.5: 151,936 rows for
-        # 151,665 tokens): never drafted, as the image placeholders are not.
-        no_token = frozenset(range(len(tokenizer), model.get_output_embeddings().weight.shape[0]))
-        # Lean where the architecture allows (checked against transformers at first use), else
-        # the transformers forward; `drafter.path` says which.
-        drafter = LeanDrafter(
-            model,
-            name=spec.name,
-            kind=spec.kind,
-            target_vocab_size=self.target.vocab_size,
-            stop_ids=self.target.stop_ids,
-            blocked_ids=self.placeholder_ids() | no_token,
-        )
-        progress(1.0, f"drafter {spec.name} ready")
-        return drafter
 
     def notes(self, drafter: str) -> tuple[str, ...]:
         """Facts about this target-drafter pairing that the UI should state (loads the drafter)."""
@@ -323,7 +257,7 @@ def load(name: str = DEFAULT_PRESET, progress: Progress | None = None) -> Loaded
         report(0.05, "checking memory")
         plan = devices.plan(target_params, drafter_params, devices.probe(), what=f"preset {name!r}")
         report(0.1, f"loading the target {preset.target} ({target_params / 1e9:.2f}B parameters; {plan.summary})")
-        model = _load_model(AutoModelForImageTextToText, path, plan, drafter=False)
+        model = drafter_loaders.load_model(AutoModelForImageTextToText, path, plan, drafter=False)
         report(0.85, "loading the processor")
         processor = family.processor(path)
         target = family.target_class(

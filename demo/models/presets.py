@@ -11,6 +11,8 @@ from pathlib import Path
 
 from demo import ASSETS
 from demo.engine.events import TREE_SHAPE, tree_refusal
+from demo.models import drafter_kinds
+from demo.models.drafter_kinds import TREE
 
 SECONDS_PER_TOKEN = 0.1  # the default per-token budget of a run on ZeroGPU (see Preset.seconds_per_token)
 CPU_SECONDS_PER_TOKEN = 0.25  # and on a CPU: a 0.5B target's step on 2 cores (see Preset.cpu_seconds_per_token)
@@ -19,12 +21,11 @@ CPU_SECONDS_PER_TOKEN = 0.25  # and on a CPU: a 0.5B target's step on 2 cores (s
 @dataclass(frozen=True)
 class DrafterSpec:
     name: str  # shown in the UI
-    kind: str  # "text-only" | "image-aware"
+    kind: str  # a registered kind that presets name (`demo.models.drafter_kinds`): "text-only", "image-aware"
     path: str  # local directory or hub id
     params: int = 0  # parameter count, for the memory check before the files are here (0: count them)
 
 
-TREE = "+tree"  # a model drafter's name + TREE: the same drafter, drafting a token tree
 PROMPT_LOOKUP = "prompt-lookup"  # drafts by copying from the prompt and answer: no model
 LAYER_SKIP = "layer-skip"  # the target drafting for itself with some decoder layers skipped
 
@@ -58,10 +59,18 @@ class Preset:
     max_new_tokens: int = 512
 
     def drafter_names(self) -> tuple[str, ...]:
-        """Every drafter a race on this preset may name, in display order: each model drafter and
-        its tree option, then prompt lookup, then layer-skip self-drafting where a search is stored."""
-        names = [n for s in self.drafters for n in (s.name, s.name + TREE)] + [PROMPT_LOOKUP]
-        return tuple(names + ([LAYER_SKIP] if self.skip_layers is not None else []))
+        """Every drafter a race on this preset may name, in display order: each model drafter
+        (with its tree option where its kind has one), then the registered kinds with a name of
+        their own that this preset can offer (`demo.models.drafter_kinds`): prompt lookup, then
+        layer-skip self-drafting where a search is stored, then any kind registered after."""
+        names = []
+        for spec in self.drafters:
+            tree = drafter_kinds.KINDS[spec.kind].tree if spec.kind in drafter_kinds.KINDS else False
+            names += [spec.name] + ([spec.name + TREE] if tree else [])
+        for name, kind in drafter_kinds.named().items():
+            if kind.why_not(self) is None:
+                names += [name] + ([name + TREE] if kind.tree else [])
+        return tuple(names)
 
     def refusal(self, drafter: str, gamma: int, min_confidence: float = 0.0) -> str | None:
         """Why this preset cannot race `drafter`, one of the names it offers (a name it does not
@@ -74,9 +83,8 @@ class Preset:
 
     def unusable(self) -> dict[str, str]:
         """Drafters this preset cannot offer, each with the reason (shown where drafters are picked)."""
-        if self.skip_layers is None:
-            return {LAYER_SKIP: "no search for the layers to skip is stored for this preset's target"}
-        return {}
+        reasons = {name: kind.why_not(self) for name, kind in drafter_kinds.named().items()}
+        return {name: why for name, why in reasons.items() if why}
 
 
 # An embedded world's drafters, by the name a preset gives them (`demo.session.languages.SPECIALISED`), their

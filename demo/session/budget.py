@@ -37,7 +37,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from demo.models import presets, zerogpu
+from demo.models import drafter_kinds, presets, zerogpu
 from demo.session.validate import InvalidInput
 
 BUDGET_ENV = "DEMO_BUDGET_SECONDS"
@@ -52,8 +52,7 @@ LIMIT_SLACK = 2.0  # a request may run this many times its worst-case estimate, 
 # 6.66 ms, a verify of 5 tokens 7.44 ms, a text-only drafter step 0.96 ms (transformers path).
 CHAIN_BASE = 1.1  # the verify's first token and the round's own bookkeeping, in target steps
 VERIFY_PER_DRAFT = 0.03  # each drafted token's share of the verify: (7.44 - 6.66) / 4 / 6.66
-DRAFTER_STEP = 0.15  # a model drafter's step: 0.96 / 6.66
-DRAFTER_STEPS = {presets.LAYER_SKIP: 0.7, presets.PROMPT_LOOKUP: 0.02}  # the target's own layers; a lookup
+# A drafter step's cost is its kind's (`demo.models.drafter_kinds.Kind.step`).
 TREE_FACTOR = 2.0
 SAMPLING_FACTOR = 1.25
 SETUP_STEPS = 20.0  # image processing and a prefill of ~40 tokens with the image (33 ms on the CPU)
@@ -103,17 +102,19 @@ class Estimate:
         return max(0, int((seconds / step_seconds(self.preset) - self.fixed) // self.per_unit))
 
 
-def drafter_step(drafter: str) -> float:
-    """A drafter's step, in target steps."""
-    return DRAFTER_STEPS.get(presets.base_name(drafter), DRAFTER_STEP)
+def drafter_step(drafter: str, preset: str) -> float:
+    """A drafter's step, in target steps: its registered kind's (`demo.models.drafter_kinds`); a
+    drafter of no registered kind costs a text-only drafter's."""
+    kind = drafter_kinds.kind_of(presets.PRESETS.get(preset), drafter)
+    return (kind or drafter_kinds.of("text-only")).step
 
 
-def token_steps(drafter: str | None, gamma: int, greedy: bool) -> float:
+def token_steps(drafter: str | None, gamma: int, greedy: bool, preset: str) -> float:
     """Worst-case target steps per new token of one lane (None: the autoregressive lane)."""
     if drafter is None:
         steps = 1.0
     else:
-        steps = CHAIN_BASE + gamma * (drafter_step(drafter) + VERIFY_PER_DRAFT)
+        steps = CHAIN_BASE + gamma * (drafter_step(drafter, preset) + VERIFY_PER_DRAFT)
         steps *= TREE_FACTOR if drafter.endswith(presets.TREE) else 1.0
     return steps * (1.0 if greedy else SAMPLING_FACTOR)
 
@@ -121,9 +122,9 @@ def token_steps(drafter: str | None, gamma: int, greedy: bool) -> float:
 def _race_alone(request) -> tuple[float, float]:
     """(fixed, per new token) target steps of a race's lanes and, when greedy, its γ sweep."""
     lanes = (*request.drafters, None)
-    per_token = sum(token_steps(d, request.gamma, request.sampling.greedy) for d in lanes)
+    per_token = sum(token_steps(d, request.gamma, request.sampling.greedy, request.preset) for d in lanes)
     if request.sampling.greedy:
-        per_token += SWEEP_GAMMAS * replay_step(request.drafter)
+        per_token += SWEEP_GAMMAS * replay_step(request.drafter, request.preset)
     return len(lanes) * SETUP_STEPS, per_token
 
 
@@ -131,7 +132,7 @@ def race(request) -> Estimate:
     """The worst case of a race (`demo.session.Request`): every lane, and the γ sweep and the table
     of strategies of a greedy one."""
     fixed, per_token = _race_alone(request)
-    per_token += sum(replay_step(name) for name in table_strategies(request))
+    per_token += sum(replay_step(name, request.preset) for name in table_strategies(request))
     mode = "greedy" if request.sampling.greedy else "sampling"
     lanes = len(request.drafters) + 1
     asked = (
@@ -142,10 +143,10 @@ def race(request) -> Estimate:
     return Estimate(request.preset, fixed, per_token, request.max_new_tokens, "max new tokens", asked, advice)
 
 
-def replay_step(drafter: str) -> float:
+def replay_step(drafter: str, preset: str) -> float:
     """Target steps per new token of one replay of a greedy answer with `drafter` (the γ sweep's
     per draft length, the table of strategies' per strategy): its drafter steps only."""
-    return drafter_step(drafter) * (TREE_FACTOR if drafter.endswith(presets.TREE) else 1)
+    return drafter_step(drafter, preset) * (TREE_FACTOR if drafter.endswith(presets.TREE) else 1)
 
 
 def table_strategies(request, offered: tuple[str, ...] | None = None) -> tuple[str, ...]:
@@ -161,7 +162,7 @@ def table_strategies(request, offered: tuple[str, ...] | None = None) -> tuple[s
     used = fixed + per_token * request.max_new_tokens
     chosen = []
     for name in sorted(offered, key=lambda name: name not in request.drafters):
-        cost = replay_step(name) * request.max_new_tokens
+        cost = replay_step(name, request.preset) * request.max_new_tokens
         if used + cost <= allowed:
             chosen.append(name)
             used += cost
@@ -171,7 +172,7 @@ def table_strategies(request, offered: tuple[str, ...] | None = None) -> tuple[s
 def analysis(preset: str, drafters: list[str], n: int, runs: int, gamma: int, max_new_tokens: int) -> Estimate:
     """The worst case of an analysis of N = `n` asked: `runs` examples (N in each language asked),
     each decoded greedily with every drafter."""
-    per_run = max_new_tokens * max(token_steps(d, gamma, True) for d in drafters) + SETUP_STEPS
+    per_run = max_new_tokens * max(token_steps(d, gamma, True, preset) for d in drafters) + SETUP_STEPS
     asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} x {max_new_tokens} new tokens"
     per_example = per_run * len(drafters) * runs / max(n, 1)
     return Estimate(preset, 0.0, per_example, n, "N examples", asked, "pick one drafter or one language")

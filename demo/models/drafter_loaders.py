@@ -1,0 +1,89 @@
+"""The built-in drafter kinds' loaders (`demo.models.drafter_kinds`): each is
+`function(loaded, name, spec, progress) -> drafter`, imported at a drafter's first use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+
+from demo.engine import layerskip
+from demo.engine.lean import LeanDrafter
+from demo.engine.lookup import PromptLookup
+from demo.models import devices, drafter_kinds, hub
+from demo.models.vocab import check_vocab_compatible
+
+
+def load_model(auto_class, path: Path, plan: devices.Plan, *, drafter: bool):
+    """One model from a local directory, placed as the plan says."""
+    kwargs = devices.load_kwargs(plan, drafter=drafter)
+    model = auto_class.from_pretrained(path, local_files_only=True, trust_remote_code=False, **kwargs)
+    if "device_map" not in kwargs:
+        model.to(plan.device)
+    return model.eval()
+
+
+def model(loaded, name: str, spec, progress):
+    """A drafter model of the preset's (`spec`), with its processor when it reads the image."""
+    progress(0.0, f"finding the drafter {spec.path}")
+    path = hub.resolve(spec.path)
+    params = hub.count_params(path) or spec.params
+    free = devices.probe()
+    memory = devices.Memory(free.gpus[:1], free.cpu, free.bf16)  # drafters live on the first device
+    devices.plan(params, 0, memory, what=f"drafter {spec.name!r}")
+    progress(0.2, f"loading the drafter {spec.name} ({params / 1e6:.0f}M parameters)")
+    target = loaded.target
+    plan = loaded.plan or devices.Plan(loaded.device, target.model.dtype, False, None, 0, 0)
+    if drafter_kinds.of(spec.kind).reads == "image":  # it reads the image through a processor of its own
+        drafter_model = load_model(AutoModelForImageTextToText, path, plan, drafter=True)
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+        tokenizer = processor.tokenizer
+        loaded.drafter_processors[spec.name] = processor
+    else:
+        drafter_model = load_model(AutoModelForCausalLM, path, plan, drafter=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    progress(0.9, "checking that the drafter's token ids mean what the target's mean")
+    check_vocab_compatible(target.tokenizer, tokenizer, spec.name)
+    # Embedding rows past the drafter's tokenizer are no token at all (Qwen2.5: 151,936 rows for
+    # 151,665 tokens): never drafted, as the image placeholders are not.
+    no_token = frozenset(range(len(tokenizer), drafter_model.get_output_embeddings().weight.shape[0]))
+    # Lean where the architecture allows (checked against transformers at first use), else
+    # the transformers forward; `drafter.path` says which.
+    drafter = LeanDrafter(
+        drafter_model,
+        name=spec.name,
+        kind=spec.kind,
+        target_vocab_size=target.vocab_size,
+        stop_ids=target.stop_ids,
+        blocked_ids=loaded.placeholder_ids() | no_token,
+    )
+    progress(1.0, f"drafter {spec.name} ready")
+    return drafter
+
+
+def prompt_lookup(loaded, name: str, spec, progress) -> PromptLookup:
+    """Prompt lookup: built on what is loaded already (no model)."""
+    target = loaded.target
+    return PromptLookup(
+        name=name,
+        target_vocab_size=target.vocab_size,
+        stop_ids=target.stop_ids,
+        blocked_ids=loaded.placeholder_ids(),
+        device=loaded.device,
+    )
+
+
+def layer_skip(loaded, name: str, spec, progress) -> layerskip.LayerSkipDrafter:
+    """The target drafting for itself with the preset's searched layers skipped."""
+    target = loaded.target
+    why = layerskip.unsupported(target.model)
+    if why:
+        raise KeyError(f"drafter {name!r} is not offered for preset {loaded.preset.name!r}: {why}")
+    return layerskip.LayerSkipDrafter(
+        target.model,
+        skip=loaded.preset.skip_layers,
+        name=name,
+        target_vocab_size=target.vocab_size,
+        stop_ids=target.stop_ids,
+        blocked_ids=loaded.placeholder_ids(),
+    )
