@@ -1,0 +1,307 @@
+"""The sampling law, checked live: does a speculative lane write the target's own law on this prompt?
+
+Greedy exactness is seen token for token; sampling's is a statement about a law, so it is shown as
+one: the first k answer tokens (k = 1 to 3) are drawn N times three ways from this prompt and image,
+
+    target       the target alone: p, warped, sampled token by token (the draws that share a
+                 prefix share its forward)
+    speculative  the lane's own rounds (`speculative_round`, or `tree_round` for a token tree)
+    broken       the same drafter and target with a wrong rule: every draft accepted, then a bonus
+
+and each way's histogram is set against the target's exact law p of those k tokens, enumerated with
+target forwards. The statistic is the total-variation distance TV = ||p_hat - p||_1 / 2; its
+p-value is read off its null law, drawn by Monte Carlo from p itself (`MC_DRAWS` samples of N), so
+it is exact for the outcome table whatever its size. A way passes when its p-value is above
+`ALPHA`; `tv_bound` gives the TV it stays under with probability 1 - ALPHA (McDiarmid, as
+`tests/law.py` derives it).
+
+What is checked. Both ways share one prefill (the image encoded once) and its first token, which is
+the target's own in every lane; so the law checked is that of the k tokens after it, given prompt +
+that token. The joint law over sequences of k tokens is checked, not each position's marginal: it
+is the stronger statement (marginals follow from it), it is what a user reads ("these three words
+come out as often as the target would write them"), and it is what `tests/law.py` checks offline.
+A sequence may end early at a stop token. Sequences whose exact probability is under `FLOOR` are
+pooled into one outcome, "other", whose probability is exactly the rest: a fixed coarsening, chosen
+before any draw, keeps the test exact.
+
+How it stays cheap: the prefill runs once; every draw then runs on the same state and is rolled
+back after it (the target cache cropped to the prompt, the drafter's state rolled back to the first
+token): no copy of a cache is made, so memory stays flat. It runs after the race, off its clocks.
+
+    check(loaded, prompt, drafter, gamma=, sampling=, k=, n=, seed=, budget_s=) -> LawCheck
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+ALPHA = 1e-3  # a way fails when its p-value is below this: one seeded check in a thousand would by chance
+MC_DRAWS = 4000  # Monte Carlo draws of the TV's null law (the smallest p-value is 1 / 4001)
+BUDGET_S = 10.0  # seconds of the lane's and the broken rule's draws at most (the embedded world: ~25 ms a draw)
+FLOOR = 1e-3  # sequences less likely than this are pooled into "other"
+WAYS = ("target", "speculative", "broken")
+OTHER = "other"
+
+
+@dataclass(frozen=True)
+class LawCheck:
+    """One check: the outcome table, the exact law, and each way's counts, TV and p-value."""
+
+    k: int  # tokens after the first one
+    n: int  # draws per way
+    gamma: int
+    drafter: str
+    context: str  # the first answer token, shared by every draw (its text)
+    outcomes: tuple[tuple[int, ...], ...]  # token sequences (the last entry () stands for "other")
+    labels: tuple[str, ...]  # each outcome as text
+    law: tuple[float, ...]  # the target's exact probability of each outcome
+    counts: dict[str, tuple[int, ...]]  # way -> draws per outcome
+    tv: dict[str, float]
+    p_value: dict[str, float]
+    tv_bound: float  # the TV a draw of n from the law stays under with probability 1 - ALPHA
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time of each way, and of the law
+
+    def passed(self, way: str) -> bool:
+        return self.p_value[way] > ALPHA
+
+    def to_dict(self) -> dict:
+        return {
+            "k": self.k,
+            "n": self.n,
+            "gamma": self.gamma,
+            "drafter": self.drafter,
+            "context": self.context,
+            "outcomes": [list(o) for o in self.outcomes],
+            "labels": list(self.labels),
+            "law": list(self.law),
+            "counts": {w: list(c) for w, c in self.counts.items()},
+            "tv": self.tv,
+            "p_value": self.p_value,
+            "alpha": ALPHA,
+            "tv_bound": self.tv_bound,
+            "passed": {w: self.passed(w) for w in self.counts},
+            "seconds": self.seconds,
+        }
+
+
+# --- statistics ----------------------------------------------------------------------------------
+
+
+def tv_distance(counts, law) -> float:
+    n = sum(counts)
+    return sum(abs(c / n - p) for c, p in zip(counts, law, strict=True)) / 2
+
+
+def tv_bound(law, n: int, delta: float = ALPHA) -> float:
+    """With probability 1 - delta, the TV of n draws from `law` is under this (tests/law.py)."""
+    spread = sum(math.sqrt(p * (1 - p)) for p in law)
+    return (spread + math.sqrt(2 * math.log(1 / delta))) / (2 * math.sqrt(n))
+
+
+def p_value(tv: float, law, n: int, draws: int = MC_DRAWS, seed: int = 0) -> float:
+    """P(TV >= tv) for n draws from `law`, by Monte Carlo: (1 + hits) / (1 + draws)."""
+    probs = torch.tensor(law, dtype=torch.float64)
+    g = torch.Generator().manual_seed(seed)
+    samples = torch.multinomial(probs.expand(draws, -1), n, replacement=True, generator=g)  # [draws, n]
+    counts = torch.zeros(draws, len(law), dtype=torch.float64).scatter_add_(
+        1, samples, torch.ones_like(samples, dtype=torch.float64)
+    )
+    null = (counts / n - probs).abs().sum(-1) / 2
+    return (1 + int((null >= tv - 1e-12).sum())) / (1 + draws)
+
+
+# --- the three ways, on one prefilled state --------------------------------------------------------
+
+
+class _Bench:
+    """One prefill, and every draw run on it and rolled back."""
+
+    def __init__(self, target, drafter, prompt, gamma: int, sampling, k: int, seed: int):
+        from demo.engine import speculative, trees
+        from demo.engine.detokenize import Detokenizer
+
+        self.target, self.drafter, self.k = target, drafter, k
+        self.generator = torch.Generator(device=target.device).manual_seed(seed)
+        # A budget of k + 2 tokens: a round then drafts min(gamma, k) tokens. Drafts past the k-th
+        # never touch the first k tokens' law (draft i is drawn from q given drafts < i, and decided
+        # by its own uniform draw), so the law checked is the raced lane's, at a fraction of its cost.
+        start = speculative.run_start(target, drafter, gamma=gamma, sampling=sampling, max_new_tokens=k + 2)
+        self.state, self.drafting, _, _ = speculative._prefill(target, prompt, start, self.generator, drafter)
+        self.play = trees.tree_round if drafter.tree is not None else speculative.speculative_round
+        self.first = list(self.state.answer)  # the prefill's token: the target's, in every lane
+        self.prompt_len = self.state.cache.get_seq_length()
+        self._detok = lambda: Detokenizer(target.tokenizer)
+
+    def reset(self) -> None:
+        state = self.state
+        extra = state.cache.get_seq_length() - self.prompt_len
+        if extra:
+            state.cache.crop(-extra)
+        self.drafting.rollback(len(self.first))
+        state.answer[:] = self.first
+        state.stop = None
+        state.detok = self._detok()
+
+    def _taken(self) -> tuple[int, ...]:
+        return tuple(self.state.answer[len(self.first) : len(self.first) + self.k])
+
+    def _done(self) -> bool:
+        return self.state.stop is not None or len(self.state.answer) >= len(self.first) + self.k
+
+    def speculative(self) -> tuple[int, ...]:
+        """The lane's own rounds until k tokens follow the first."""
+        self.reset()
+        n_round = 0
+        while not self._done():
+            n_round += 1
+            self.play(self.state, self.drafting, n_round)
+        return self._taken()
+
+    def target_alone(self, n: int) -> list[tuple[int, ...]]:
+        """n draws of the target alone, position by position: the draws that share a prefix share
+        its forward (one per distinct prefix), and each draws its next token from p, warped."""
+        from demo.engine.drafters import ids_on
+        from demo.engine.sampling import warp
+
+        self.reset()
+        sampling, stops = self.state.start.sampling, self.target.stop_ids
+        done: list[tuple[int, ...]] = []
+        groups = {(): n}
+        for _ in range(self.k):
+            grown: dict[tuple[int, ...], int] = {}
+            for prefix, count in groups.items():
+                fed = ids_on(self.target.device, [self.first[-1], *prefix])
+                logits = self.target.forward(fed, self.state.cache)[-1]
+                self.state.cache.crop(-len(fed))
+                p = warp(logits, sampling)
+                for token in torch.multinomial(p, count, replacement=True, generator=self.generator).tolist():
+                    seq = (*prefix, token)
+                    if token in stops:
+                        done.append(seq)
+                    else:
+                        grown[seq] = grown.get(seq, 0) + 1
+            groups = grown
+        return done + [seq for seq, count in groups.items() for _ in range(count)]
+
+    def broken(self) -> tuple[int, ...]:
+        """The wrong rule: every draft accepted (cut after a stop), then the target's bonus token."""
+        from demo.engine.drafters import cut_after_stop, ids_on
+        from demo.engine.sampling import sample, warp
+
+        self.reset()
+        state, sampling = self.state, self.state.start.sampling
+        while not self._done():
+            answer = state.answer
+            n = min(state.start.gamma, state.start.max_new_tokens - len(answer) - 1)
+            drafts, _ = self.drafting.propose(answer, n, sampling, self.generator)
+            ids = drafts.tolist()
+            ids = ids[: cut_after_stop(ids, self.target.stop_ids)]
+            logits = self.target.forward(torch.cat([ids_on(self.target.device, [answer[-1]]), drafts]), state.cache)
+            bonus = int(sample(warp(logits[len(ids)], sampling), self.generator))
+            if len(ids) < drafts.shape[0]:  # forget the drafts past a stop
+                state.cache.crop(-(drafts.shape[0] - len(ids)))
+            self.drafting.rollback(len(answer) + len(ids))
+            for token in ids + [bonus]:
+                state.append(token)
+                if state.stop:
+                    break
+        return self._taken()
+
+    def law(self, floor: float) -> dict[tuple[int, ...], float]:
+        """The target's exact law of the next k tokens (sequences ending at a stop end there), with
+        every sequence under `floor` left out: their mass is "other"'s."""
+        from demo.engine.drafters import ids_on
+        from demo.engine.sampling import warp
+
+        self.reset()
+        sampling, stops = self.state.start.sampling, self.target.stop_ids
+        law: dict[tuple[int, ...], float] = {}
+        frontier = [((), 1.0)]
+        for depth in range(self.k):
+            grown = []
+            for prefix, mass in frontier:
+                fed = ids_on(self.target.device, [self.first[-1], *prefix])
+                logits = self.target.forward(fed, self.state.cache)[-1]
+                self.state.cache.crop(-len(fed))
+                p = warp(logits, sampling).double()
+                ids = torch.nonzero(p * mass >= floor).flatten().tolist()
+                for token in ids:
+                    seq, prob = (*prefix, token), mass * float(p[token])
+                    if token in stops or depth == self.k - 1:
+                        law[seq] = prob
+                    else:
+                        grown.append((seq, prob))
+            frontier = grown
+        return law
+
+
+def check(
+    loaded,
+    prompt,
+    drafter,
+    *,
+    gamma: int,
+    sampling,
+    k: int = 2,
+    n: int = 200,
+    seed: int = 0,
+    budget_s: float | None = BUDGET_S,
+) -> LawCheck:
+    """Draw the k tokens after the first n times each way (fewer where `budget_s` seconds of draws
+    ran out first: every way then draws as many), and test each histogram against the target's
+    exact law. `sampling` must sample (greedy=False); `drafter` is a loaded `Drafter`."""
+    assert not sampling.greedy, "the law of a sampled answer is checked; greedy is checked token for token"
+    assert 1 <= k <= 3 and n >= 1
+    target = loaded.target
+    seconds: dict[str, float] = {}
+    with torch.inference_mode():
+        bench = _Bench(target, drafter, prompt, gamma, sampling, k, seed)
+        began = time.perf_counter()
+        exact = bench.law(FLOOR)
+        seconds["law"] = time.perf_counter() - began
+        outcomes = sorted(exact, key=lambda s: -exact[s])
+        index = {seq: i for i, seq in enumerate(outcomes)}
+        total = sum(exact.values())  # p is float32: the listed sequences may sum past 1 by ~1e-7
+        law = [exact[s] / max(total, 1.0) for s in outcomes] + [max(0.0, 1.0 - total)]
+        counts: dict[str, list[int]] = {}
+        # The lane's and the broken rule's draws in turn, until n of each or the time budget.
+        drawn: dict[str, list] = {"speculative": [], "broken": []}
+        seconds.update(speculative=0.0, broken=0.0)
+        began = time.perf_counter()
+        while len(drawn["broken"]) < n and (budget_s is None or time.perf_counter() - began < budget_s):
+            for way, draw in (("speculative", bench.speculative), ("broken", bench.broken)):
+                lap = time.perf_counter()
+                drawn[way].append(draw())
+                seconds[way] += time.perf_counter() - lap
+        n = len(drawn["broken"])
+        lap = time.perf_counter()
+        drawn = {"target": bench.target_alone(n), **drawn}
+        seconds["target"] = time.perf_counter() - lap
+        for way, seqs in drawn.items():
+            tally = [0] * len(law)
+            for seq in seqs:
+                tally[index.get(seq, len(outcomes))] += 1
+            counts[way] = tally
+        bench.reset()
+    tokenizer = target.tokenizer
+    labels = tuple(repr(tokenizer.decode(list(s)))[1:-1] or "∅" for s in outcomes) + (OTHER,)
+    tv = {w: tv_distance(c, law) for w, c in counts.items()}
+    return LawCheck(
+        k=k,
+        n=n,
+        gamma=gamma,
+        drafter=drafter.name,
+        context=tokenizer.decode(bench.first),
+        outcomes=tuple(outcomes) + ((),),
+        labels=labels,
+        law=tuple(law),
+        counts={w: tuple(c) for w, c in counts.items()},
+        tv=tv,
+        p_value={w: p_value(tv[w], law, n, seed=seed + 1) for w in counts},
+        tv_bound=tv_bound(law, n),
+        seconds=seconds,
+    )
