@@ -109,7 +109,7 @@ def test_trace_gives_the_gamma_sweep_exact_at_the_race_gamma_and_none_for_sampli
     result = client.predict(*trace_args(tiny_world, gamma=3, max_new=40), api_name="/trace")
     sweep = result["gamma_sweep"]
     assert [row["gamma"] for row in sweep] == list(range(1, 11))
-    assert all(set(row) == {"gamma", "tau", "alpha", "mbsu", "predicted_speedup"} for row in sweep)
+    assert all(set(row) == {"gamma", "tau", "alpha", "mbsu", "scaled_speedup", "predicted_speedup"} for row in sweep)
     spd = result["runs"]["speculative"]["metrics"]
     assert sweep[2]["tau"] == spd["tau"] and sweep[2]["alpha"] == spd["alpha"]  # exactly: the race's rounds
     assert sweep[2]["mbsu"] == pytest.approx(spd["mbsu_made"])

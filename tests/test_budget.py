@@ -99,16 +99,20 @@ def test_the_zerogpu_duration_comes_from_the_same_estimate(monkeypatch):
 
 
 def test_a_deadline_ends_a_run_when_its_time_is_up_and_says_it_was_the_budget():
-    deadline = budget.Deadline(0.2)
-    assert not deadline.is_set() and not deadline.over
-    assert deadline.wait(5.0)  # returns once the time is up, not after 5 s
-    assert deadline.is_set() and deadline.over
-    stopped = budget.Deadline(None)
-    stopped.set()
-    assert stopped.is_set() and not stopped.over  # a Stop, not the budget
-    unlimited = budget.Deadline(None)
+    deadline = budget.Deadline()
+    deadline.arm(0.2)
+    assert not deadline.ended and not deadline.over
     started = time.monotonic()
-    assert not unlimited.wait(0.05) and time.monotonic() - started >= 0.05
+    assert deadline.wait(5.0)  # returns once the time is up, not after 5 s
+    assert 0.2 <= time.monotonic() - started < 5.0
+    assert deadline.ended and deadline.over and not deadline.stopped and deadline.seconds == 0.2
+    stopped = budget.Deadline()
+    stopped.arm(60.0)
+    stopped.stop()
+    assert stopped.wait(5.0) and stopped.ended and not stopped.over  # a Stop, not the budget
+    unlimited = budget.Deadline()
+    started = time.monotonic()
+    assert not unlimited.wait(0.05) and time.monotonic() - started >= 0.05 and not unlimited.ended
 
 
 def test_the_table_of_strategies_replays_what_fits_beside_the_race_its_own_drafter_first(monkeypatch):

@@ -26,7 +26,14 @@ def world():
 
 
 def _answer(world, ex, max_new=48):
-    request = session.Request(ex.question, "embedded", "text-only", 4, Sampling(), max_new)
+    request = session.Request(
+        question=ex.question,
+        preset="embedded",
+        drafter="text-only",
+        gamma=4,
+        sampling=Sampling(),
+        max_new_tokens=max_new,
+    )
     trace = session.run(world, request, ex.image, lane="autoregressive")
     inputs = world.prompt(ex.image, ex.question).target_inputs
     return trace, inputs

@@ -98,7 +98,9 @@ def test_the_table_lists_each_row_by_predicted_speedup_marks_the_race_and_footno
 
 
 def test_the_sweep_view_puts_the_table_under_the_sweep_and_says_why_a_sampling_race_has_none():
-    request = session.Request("q", "embedded", "text-only", 4, Sampling(), 24)
+    request = session.Request(
+        question="q", preset="embedded", drafter="text-only", gamma=4, sampling=Sampling(), max_new_tokens=24
+    )
     rows = [
         dict(
             strategy="text-only",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -28,7 +27,15 @@ PRESETS = {"p": Preset("p", "t", (DrafterSpec("text-only", "text-only", "d"),))}
 @pytest.mark.fast
 def test_a_request_is_built_by_name_with_the_documented_defaults():
     request = session.parse(question=" What is this? ", preset="p", drafter="text-only", known=PRESETS)
-    assert request == session.Request("What is this?", "p", "text-only", 4, Sampling(), 128, 0.0)
+    assert request == session.Request(
+        question="What is this?",
+        preset="p",
+        drafter="text-only",
+        gamma=4,
+        sampling=Sampling(),
+        max_new_tokens=128,
+        min_confidence=0.0,
+    )
     sampled = session.parse(
         question="q", preset="p", drafter="text-only", greedy=False, temperature=0.5, seed=7, known=PRESETS
     )
@@ -59,7 +66,14 @@ def test_every_bad_field_is_refused_with_its_name():
 
 def test_a_run_is_one_lane_decoded_whole_and_greedy_speculative_equals_autoregressive(world):
     image = tiny.images(1)[0]
-    request = session.Request("Describe the image.", "tiny", "text-partly", 3, Sampling(), 24)
+    request = session.Request(
+        question="Describe the image.",
+        preset="tiny",
+        drafter="text-partly",
+        gamma=3,
+        sampling=Sampling(),
+        max_new_tokens=24,
+    )
     spd = session.run(world, request, image)
     ar = session.run(world, request, image, "autoregressive")
     assert spd.start.mode == "speculative" and spd.start.gamma == 3 and spd.start.drafter.name == "text-partly"
@@ -139,7 +153,16 @@ def test_a_lane_configuration_the_race_cannot_take_is_refused_with_its_limit(sec
 
 def test_two_lanes_race_beside_autoregressive_decoding_each_as_it_decodes_alone(world):
     image = tiny.images(1)[0]
-    request = session.Request("Describe the image.", "tiny", "text-partly", 3, Sampling(), 24, 0.0, "image-partly")
+    request = session.Request(
+        question="Describe the image.",
+        preset="tiny",
+        drafter="text-partly",
+        gamma=3,
+        sampling=Sampling(),
+        max_new_tokens=24,
+        min_confidence=0.0,
+        second_drafter="image-partly",
+    )
     raced = {lane: Trace() for lane in session.lane_names(request)}
     with session.racing(session.lanes(world, request, image)) as events:
         for lane, event in events:
@@ -161,7 +184,14 @@ def test_two_lanes_race_beside_autoregressive_decoding_each_as_it_decodes_alone(
 @pytest.mark.fast
 def test_two_lanes_ask_zerogpu_for_three_runs_of_time_and_a_greedy_race_for_its_sweep_too(monkeypatch):
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")  # the work budget's estimate at the preset's ZeroGPU seconds a step
-    one = session.Request("q", "embedded", "text-only", 4, Sampling(greedy=False), 100)
+    one = session.Request(
+        question="q",
+        preset="embedded",
+        drafter="text-only",
+        gamma=4,
+        sampling=Sampling(greedy=False),
+        max_new_tokens=100,
+    )
     two = dataclasses.replace(one, second_drafter="image-aware")
     assert session._race_duration(two, None) > session._race_duration(one, None)
     # 100 tokens x (1.82 + 1.82 + 1) steps x 1.25 (sampling) + 3 set-ups of 20, at 0.05 s a step
@@ -189,7 +219,16 @@ def test_two_drafter_models_that_do_not_fit_together_are_refused_before_anything
     monkeypatch.setattr(devices, "probe", lambda: devices.Memory((), 2**30))
     monkeypatch.setattr(loader, "availability", lambda name: Availability(True, True, "here"))
     monkeypatch.setattr(loader, "load", lambda *a, **k: pytest.fail("loaded before the lanes were checked"))
-    request = session.Request("q", "big", "a", 4, Sampling(), 8, 0.0, "b")
+    request = session.Request(
+        question="q",
+        preset="big",
+        drafter="a",
+        gamma=4,
+        sampling=Sampling(),
+        max_new_tokens=8,
+        min_confidence=0.0,
+        second_drafter="b",
+    )
     with pytest.raises(devices.NotEnoughMemory) as refused:
         next(session.prepare(request, None, "/nowhere", lambda *a: None))
     assert str(refused.value) == (
@@ -203,7 +242,14 @@ def test_two_drafter_models_that_do_not_fit_together_are_refused_before_anything
 
 @pytest.mark.fast
 def test_leaving_a_race_early_closes_every_lane(world):
-    request = session.Request("Describe the image.", "tiny", "text-partly", 3, Sampling(), 24)
+    request = session.Request(
+        question="Describe the image.",
+        preset="tiny",
+        drafter="text-partly",
+        gamma=3,
+        sampling=Sampling(),
+        max_new_tokens=24,
+    )
     runs = session.lanes(world, request, tiny.images(1)[0])
     with session.racing(runs) as events:
         next(events)
@@ -217,22 +263,22 @@ def test_a_recorded_race_is_paced_at_its_measured_times_and_ends_before_the_next
     now = [100.0]
     waits = []
 
-    class Clock:
-        """A stop event that never fires, whose waits advance a virtual clock."""
-
-        def wait(self, timeout):
-            waits.append(round(timeout, 9))
-            now[0] += timeout
-            return False
+    def wait(timeout):
+        """A stop that never comes, whose waits advance a virtual clock."""
+        waits.append(round(timeout, 9))
+        now[0] += timeout
+        return False
 
     monkeypatch.setattr(time, "perf_counter", lambda: now[0])
     timeline = [("a", _event(t)) for t in (0.5, 1.0, 1.0, 2.5)]
-    shown = [(lane, round(now[0] - 100.0, 9)) for lane, _ in session.paced(timeline, 4.0, Clock())]
+    replay = session.Replay(timeline, 4.0)
+    monkeypatch.setattr(replay.deadline, "wait", wait)
+    shown = [(lane, round(now[0] - 100.0, 9)) for lane, _ in replay.events()]
     assert shown == [("a", 2.0), ("a", 4.0), ("a", 4.0), ("a", 10.0)]  # t x 4
     assert waits == [2.0, 2.0, 0.0, 6.0]
-    stop = threading.Event()
-    stop.set()
-    assert list(session.paced(timeline, 4.0, stop)) == []
+    stopped = session.Replay(timeline, 4.0)
+    stopped.stop()
+    assert list(stopped.events()) == [] and stopped.stopped
 
 
 def _event(t: float):

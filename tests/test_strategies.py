@@ -42,16 +42,25 @@ def offering(world):
 
 
 def request_for(drafter, gamma=3, sampling=GREEDY, min_confidence=0.0, question=CASES[0][1]):
-    return session.Request(question, "tiny-strategies", drafter, gamma, sampling, 24, min_confidence)
+    return session.Request(
+        question=question,
+        preset="tiny-strategies",
+        drafter=drafter,
+        gamma=gamma,
+        sampling=sampling,
+        max_new_tokens=24,
+        min_confidence=min_confidence,
+    )
 
 
 def table(loaded, request, image=CASES[0][0], swept=False):
     """The race of `request`, then its table (with `swept`, given the γ sweep's points, as
     `gpu_race` gives them): (the race's traces, the names shown, the records)."""
-    traces = session.run_lanes(loaded, request, image)
+    prompts = session.Prompts(loaded, request.question, image)
+    traces = session.run_lanes(loaded, request, image, prompts=prompts)
     spd, ar = traces["speculative"], traces["autoregressive"]
-    points = list(gamma_sweep.replays(request, loaded, image, spd, ar)) if swept else []
-    shown, stream = [], strategies.compare(request, loaded, image, spd, ar, lambda name: name, points)
+    points = list(gamma_sweep.replays(request, prompts, spd, ar)) if swept else []
+    shown, stream = [], strategies.compare(request, prompts, spd, ar, lambda name: name, points)
     while True:
         try:
             shown.append(next(stream))
@@ -90,7 +99,7 @@ def test_every_offered_strategy_has_a_row_in_the_presets_order_each_shown_as_it_
     assert all(r["draft_ms"] > 0 for r in rows if r["alpha"] == r["alpha"])  # each that drafted was timed
 
 
-def test_the_table_processes_the_image_for_the_target_once_for_every_strategy(offering, monkeypatch):
+def test_the_table_processes_the_image_once_for_the_target_and_once_per_drafter_that_reads_it(offering, monkeypatch):
     image, question = CASES[0]
     request = request_for("text-partly")
     traces = session.run_lanes(offering, request, image)
@@ -99,11 +108,12 @@ def test_the_table_processes_the_image_for_the_target_once_for_every_strategy(of
     monkeypatch.setattr(
         Loaded, "_inputs", lambda self, processor, *a: made.append(processor) or inputs(self, processor, *a)
     )
-    rows = list(strategies.compare(request, offering, image, traces["speculative"], traces["autoregressive"], str))
+    prompts = session.Prompts(offering, question, image)
+    rows = list(strategies.compare(request, prompts, traces["speculative"], traces["autoregressive"], str))
     assert len(rows) == 6
-    # the target's inputs once, then the image-aware drafter's own for it and its tree (replayed
-    # separately: 6 + 2 calls before the table shared the target's)
-    assert len(made) == 3
+    # the target's inputs once, then the image-aware drafter's own once, for it and its tree (6 + 2
+    # calls before the table shared the target's, 3 before its tree shared its drafter's)
+    assert made == [offering.processor, offering.drafter_processors["image-partly"]]
 
 
 def test_a_strategy_that_cannot_be_replayed_is_left_out_with_the_reason_and_the_others_stay(offering, monkeypatch):

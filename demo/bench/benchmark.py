@@ -54,7 +54,7 @@ from demo.bench.cells import Cell, bench_cell, drafter_on
 from demo.bench.peer import peer
 from demo.engine.events import tree_refusal
 from demo.models import loader
-from demo.session import image_attention
+from demo.session import image_attention, lane_runs
 from demo.session import rejections as analysis
 
 PAPER_TASKS = {  # bench task -> world tasks it draws from (vqa mixes the five short kinds)
@@ -262,7 +262,9 @@ def main(argv: list[str] | None = None) -> dict:
                         cells.append(cell)
                         if decoding == "greedy" and gamma == int(args.gammas.split(",")[-1]) and path == paths[0]:
                             for i, (t, ex) in enumerate(zip(spds, examples)):
-                                image_attention.attach(loaded, ex.question, ex.image, {"spd": t})  # off the clocks
+                                image_attention.attach(
+                                    lane_runs.Prompts(loaded, ex.question, ex.image), {"spd": t}
+                                )  # off the clocks
                                 o = analysis.observations(t, i, loaded.target.stop_ids, ex.language)
                                 obs[drafter] += o
                                 obs_by_language.setdefault((ex.language, drafter), []).extend(o)

@@ -61,8 +61,8 @@ from demo.page.analysis_view import (
     words_table,
 )
 from demo.page.runs import export_dir, page_error, page_run, positional, stopper
-from demo.session import batches, budget, failures, offers, validate
-from demo.session.batches import AnalysisRequest, drafter_choices, spoken
+from demo.session import batches, failures, validate
+from demo.session.batches import drafter_choices, spoken
 from demo.world.tasks import LANGUAGE_NAMES
 
 # The runs table's column widths, one per column of `run_columns(multilingual)`: the language
@@ -133,7 +133,7 @@ def stopped(batch: Batch, over: bool = False) -> dict:
     """The last update of an analysis its Stop (or its budget, `over`) ended: the runs that finished
     stay, and can be downloaded."""
     runs = len(batch.runs)
-    why = f"{budget.OVER_BUDGET[0].upper()}{budget.OVER_BUDGET[1:]}" if over else "Stopped"
+    why = "Stopped: over budget" if over else "Stopped"
     status = status_html(f"{why} after {runs} run{'s' * (runs != 1)}; the charts and tables show those.")
     return _view(batch, status, busy=False, files=_downloads(batch) if runs else None)
 
@@ -156,31 +156,24 @@ def analyze(preset, task, drafter, gamma, n, seed, language="en", page: gr.Reque
         request = batches.parse_analysis(
             preset=preset, task=task, drafter=drafter, gamma=gamma, n=n, seed=seed, language=language
         )
-        offers.check_available(request.preset)  # not served here, or cannot load: said before any work
         items = examples_for(request.task, request.n, request.seed, request.languages)
-        estimate = budget.analysis(
-            request.preset, list(request.drafters), request.n, len(items), request.gamma, request.max_new_tokens
-        )
-        budget.check(estimate)  # what exceeds the budget is refused, with what would fit
+        analysis = session.Analysis(request, items)  # refuses what is not served or exceeds the budget
     except Exception as error:
         raise page_error(failures.message(error)) from None
     with page_run(page, "analysis") as run:
-        run.stop.run_for(budget.limit(estimate))  # from now: past its limit, it ends after the run at hand
-        yield from _analyze(request, run, items)
+        yield from _analyze(run.holds(analysis))
 
 
-def _analyze(request: AnalysisRequest, run, items: list) -> dict:
-    r = request
+def _analyze(analysis: session.Analysis) -> dict:
+    r, items = analysis.request, analysis.items
     batch = Batch(r.preset, r.task, list(r.drafters), r.gamma, r.n, r.seed, r.max_new_tokens, language=r.language)
     yield _view(batch, status_html("Loading the models…", 0.0), busy=True)
     started = time.perf_counter()
     total = len(items) * len(r.drafters)
     try:
-        with closing(session.decode_examples(r.preset, list(r.drafters), items, r.gamma, r.max_new_tokens)) as steps:
+        with closing(analysis.events()) as steps:
             for step in steps:
                 if isinstance(step, session.Running):
-                    if run.stop.is_set():  # the run at hand has finished and is kept
-                        break
                     item = items[step.example]
                     note = f"example {step.example + 1}/{len(items)} · {step.drafter} drafter · "
                     note += item.task.replace("_", " ")
@@ -194,8 +187,8 @@ def _analyze(request: AnalysisRequest, run, items: list) -> dict:
         message = f"Stopped: {failures.message(error)}"
         yield _view(batch, status_html(message, error=True), busy=False)
         raise page_error(message) from None
-    if run.stop.is_set():
-        yield stopped(batch, over=run.stop.over)
+    if analysis.ending != "finished":  # the run at hand finished and is kept
+        yield stopped(batch, over=analysis.ending == "over budget")
         return
     batch.seconds = time.perf_counter() - started
     done = (

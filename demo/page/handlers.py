@@ -15,9 +15,9 @@ Analysis tab).
 
 The handlers hold no decoding logic and touch no caches or logits: `demo.session` parses the
 request, loads, builds the lanes, races and closes them; `demo.page.lanes` turns the traces into
-component updates. Between the engine and Gradio a race's events pass through four generators:
-`session.gpu_race` (the accelerator's call), `session.race_until` (until the page's Stop or the
-budget), the handler (`Redraws` paces its redraws) and `positional`'s tuples.
+component updates. Both endpoints consume one `session.Race`: its `events()` (the accelerator's
+call, ended by the page's Stop or the race's own budget), its `traces`, and the `RaceResult`
+that ends them, whose `ending` says how; the handler paces its redraws (`Redraws`).
 
 Reliability, as the handlers guarantee it:
 - Both endpoints receive the raw request values (`preprocess=False`), so every malformed value
@@ -26,7 +26,7 @@ Reliability, as the handlers guarantee it:
   API caller's gradio_client raises it. Unexpected errors are logged with their traceback and
   the person sees one sentence with a reference to the log line, never a traceback.
 - A race is closed however it ends (finished, failed, stopped, cancelled, client gone), which
-  frees its KV caches (`session.race_until` closes the call). An API caller's cancel or a client
+  frees its KV caches (`Race.events` closes the call). An API caller's cancel or a client
   gone makes Gradio close the handler at its next yield, and the handlers yield after any round
   that ends HEARTBEAT_EVERY s (/trace: TRACE_HEARTBEAT_EVERY s) after their last yield: decoding
   ends within max(one round, that heartbeat).
@@ -47,7 +47,7 @@ from demo.engine.events import RoundEvent, TokenEvent, Trace
 from demo.page import classroom, lanes, render, runs, strategy_table
 from demo.page.examples import reference_for
 from demo.page.runs import page_error
-from demo.session import budget, failures, form, validate
+from demo.session import failures, form, validate
 
 PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the browser keeps up)
 CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
@@ -139,11 +139,12 @@ def stopped_html(run: runs.PageRun) -> str:
 stop_race = runs.stopper("race", lambda: {"stop": gr.Button(interactive=False, value="Stopping…")})
 
 
-def _stopped(run: runs.PageRun) -> list[dict]:
-    """The last updates of a run its Stop (or its budget) ended: what was decoded, each lane's clock
-    stopped, Run on; first without the charts, which a busy machine is slowest to draw, then with them."""
-    # timed once: the run has ended here
-    said = render.over_budget_html(run.stop.seconds) if run.stop.over else stopped_html(run)
+def _stopped(run: runs.PageRun, result: session.RaceResult | None = None) -> list[dict]:
+    """The last updates of a run its Stop (or its budget: `result`'s ending) ended: what was decoded,
+    each lane's clock stopped, Run on; first without the charts, which a busy machine is slowest to
+    draw, then with them."""
+    over = result is not None and result.ending == "over budget"
+    said = render.over_budget_html(result.limit) if over else stopped_html(run)  # timed once: it has ended here
     traces, facts, reference = run.shown or ({}, (), None)
     return [
         (lanes.view(traces, facts, charts_too, reference, stopped=True) if traces else {}) | status(said, False)
@@ -174,8 +175,7 @@ class Redraws:
         self.shown_tokens = False
 
     def add(self, lane: str, event) -> dict | None:
-        """`event` added to its lane's trace: the update to send now, or None."""
-        self.traces[lane].add(event)
+        """`event`, just added to its lane's trace: the update to send now, or None."""
         now = time.perf_counter()
         first = not self.shown_tokens and isinstance(event, TokenEvent)
         last = not isinstance(event, TokenEvent | RoundEvent) and self.done()
@@ -227,33 +227,29 @@ def run_race(
 ):
     """Stream the race to the page: every lane's panel and stats, the block views and the charts
     as events arrive. A failure is shown where the outcome goes and raised as gr.Error (an API
-    caller gets it). The race's items come from `session.race_until`, which ends them once the
-    page's Stop (or the race's budget) sets `run.stop`."""
+    caller gets it). The race (`session.Race`) is what the page's Stop ends."""
     values = locals()  # the page's form by name (read first: nothing else is bound yet)
     with runs.page_run(page, "race") as run:
         try:
             request = page_request(values)
-            traces = {lane: Trace() for lane in lanes.ordered(session.lane_names(request))}
-            timeline, swept, redraws = [], None, None  # the race in the order it ran (the replay's), its sweep
-            for item in session.race_until(run.stop, request, image, uploads()):
+            race = run.holds(session.Race(request, image, uploads()))
+            redraws = None
+            for item in race.events():
                 if isinstance(item, session.Loading):
                     yield status(render.loading_html(item.fraction, item.message), busy=True)
                 elif isinstance(item, session.Ready):
-                    run.stop.run_for(budget.limit(budget.race(request)))  # the race's own limit, from its start
-                    redraws = Redraws(traces, item.facts, _reference(image, request.question))
-                    run.shown = (traces, item.facts, redraws.reference)
+                    redraws = Redraws(race.traces, item.facts, _reference(image, request.question))
+                    run.shown = (race.traces, item.facts, redraws.reference)
                     for note in item.notes:
                         gr.Info(note)
                     yield _started(request, redraws)
                 elif isinstance(item, session.Lane):
-                    timeline.append((item.name, item.event))
                     update = redraws.add(item.name, item.event)
                     if update is not None:  # the race's last redraw says the sweep is under way
                         yield update | ({"sweep_note": SWEEPING} if redraws.done() else {})
-                elif isinstance(item, session.Swept):
-                    swept = item
+                elif isinstance(item, session.RaceResult):
+                    yield from _ended(request, run, redraws, item)
                 # a Sweeping: the γ sweep or the table goes on (a Stop is answered between its replays)
-            yield from _ended(request, run, redraws, swept, timeline)
         except Exception as error:  # Gradio closing the handler is a GeneratorExit: not caught, not an error
             message = failures.message(error)
             # Before this race's first view the panels still show the last race: they are cleared.
@@ -278,29 +274,25 @@ def _started(request: session.Request, redraws: Redraws) -> dict:
     return empty | NO_DOWNLOADS | buttons(busy=True) | lanes.sweep_view([], request) | waiting
 
 
-def _ended(request: session.Request, run: runs.PageRun, redraws: Redraws | None, swept, timeline: list) -> list[dict]:
-    """The race's last updates, once its items stopped coming: the whole page (the γ sweep, the
-    table of strategies, the downloads, the replay's record); the finished race with its sweep cut,
-    when the budget ran out in the sweep or the table; or the stopped page."""
+def _ended(request: session.Request, run: runs.PageRun, redraws: Redraws | None, result) -> list[dict]:
+    """The race's last updates, by how it ended (`result.ending`): the whole page (the γ sweep, the
+    table of strategies, the downloads, the replay's record); the finished race with its sweep cut;
+    or the stopped page."""
     if redraws is None:  # stopped while the preset loaded
-        if not run.stop.is_set():
-            raise RuntimeError("the race ended before it started")
-        return _stopped(run)
-    cut = redraws.done() and swept is None and run.stop.over  # out of budget in the sweep: the race stands
-    if cut:
-        swept = session.Swept((), render.sweep_cut_note(run.stop.seconds))
-    elif run.stop.is_set() or swept is None:  # the race's own table was not made
-        return [update | {"strategies": strategy_table.STOPPED} for update in _stopped(run)]
-    rows, table = list(swept.rows), list(swept.strategies)
-    swept.attach_attention(redraws.traces)  # read after the sweep, in the race's own call
+        return _stopped(run, result)
+    cut = result.ending == "sweep cut"  # out of budget in the sweep: the race stands
+    if result.ending in ("stopped", "over budget"):  # the race's own table was not made
+        return [update | {"strategies": strategy_table.STOPPED} for update in _stopped(run, result)]
+    rows, table = list(result.rows), list(result.strategies)
+    why_not = render.sweep_cut_note(result.limit) if cut else result.why_not
     # The last update repeats the whole view, so that an API client's result is the whole page.
     return [
         redraws.whole()
-        | lanes.sweep_view(rows, request, swept.why_not, table)
-        | ({"strategies": f'<div class="sweep-note">{swept.why_not}</div>'} if cut else {})
+        | lanes.sweep_view(rows, request, why_not, table)
+        | ({"strategies": f'<div class="sweep-note">{why_not}</div>'} if cut else {})
         | downloads(redraws.traces, request, rows, table)
         | buttons(busy=False)
-        | {"last": (redraws.facts, timeline)}
+        | {"last": (redraws.facts, result.timeline)}
     ]
 
 
@@ -317,11 +309,13 @@ def replay_race(last, speed: str = classroom.SPEED_DEFAULT, page: gr.Request = N
     yield redraws.whole() | buttons(busy=True)
     with runs.page_run(page, "race") as run:
         run.shown = (redraws.traces, facts, None)
-        for lane, event in session.paced(timeline, slowdown, run.stop):
+        replay = run.holds(session.Replay(timeline, slowdown))
+        for lane, event in replay.events():
+            redraws.traces[lane].add(event)
             update = redraws.add(lane, event)
             if update is not None:
                 yield update
-        yield from _stopped(run) if run.stop.is_set() else [redraws.whole() | buttons(busy=False)]
+        yield from _stopped(run) if replay.stopped else [redraws.whole() | buttons(busy=False)]
 
 
 def trace_api(image, *sent):
@@ -334,30 +328,19 @@ def trace_api(image, *sent):
     try:
         values = TRACE.bind(image, *sent)  # the defaults of those left out are parse's
         request = session.parse(**form.fields(values.arguments))
-        traces = {lane: Trace() for lane in lanes.ordered(session.lane_names(request))}
-        swept = None  # the γ sweep and the table, once made
-        deadline = budget.Deadline()  # the race's own limit, from its start (models loaded)
+        race = session.Race(request, image, uploads())
         last_yield = time.perf_counter()
-        for item in session.race_until(deadline, request, image, uploads()):
-            if isinstance(item, session.Ready):
-                deadline.run_for(budget.limit(budget.race(request)))
-            elif isinstance(item, session.Lane):
-                traces[item.name].add(item.event)
-            elif isinstance(item, session.Swept):
-                swept = item
-                item.attach_attention(traces)
+        for item in race.events():
+            if isinstance(item, session.RaceResult):
+                rows, table = list(item.rows), list(item.strategies)
+                yield export.payload(request.settings(), race.traces, rows, table) | item.said()
+                return
             round_ended = isinstance(item, session.Lane) and isinstance(item.event, RoundEvent)
             if isinstance(item, session.Loading | session.Sweeping) or (
                 round_ended and time.perf_counter() - last_yield >= TRACE_HEARTBEAT_EVERY
             ):
                 yield gr.skip()  # a chance for Gradio to close this handler (see `Redraws`)
                 last_yield = time.perf_counter()
-        over = deadline.is_set() and swept is None  # over budget: what was decoded, said so, and no sweep
-        raced = all(t.done for t in traces.values())  # then only the sweep and the table were cut
-        stopped = {"sweep_cut": budget.SWEEP_CUT} if raced else {"stopped": budget.OVER_BUDGET}
-        swept = swept or session.Swept(())
-        document = export.payload(request.settings(), traces, list(swept.rows), list(swept.strategies))
-        yield document | (stopped if over else {})
     except Exception as error:
         raise gr.Error(failures.message(error), print_exception=False) from None
     finally:

@@ -26,8 +26,6 @@ from contextlib import contextmanager
 
 import gradio as gr
 
-from demo.session import budget
-
 
 def positional(handler: Callable, names: tuple[str, ...]) -> Callable:
     """`handler`, its dicts turned into tuples in `names` order (gr.skip() for a name left out).
@@ -61,12 +59,25 @@ def positional(handler: Callable, names: tuple[str, ...]) -> Callable:
 
 class PageRun:
     """A run on one page (a race, a replay, an analysis), which its Stop button can end: `stop`
-    asks it to end after the event at hand, and the run then says so in its own last update."""
+    asks what runs (a `session.Race`, `Replay` or `Analysis`, held by `holds`) to end after the
+    event at hand, and the run then says so in its own last update."""
 
     def __init__(self):
-        self.stop = budget.Deadline()  # also set once the run outlives its budget (`run_for`)
+        self.running = None  # what runs: anything with a stop()
         self.asked_at: float | None = None  # time.perf_counter() when its Stop reached the server
         self.shown = None  # what the run has on show, for its stopped view (the Race tab's: traces, facts, reference)
+
+    def holds(self, running):
+        """`running` is what this run's Stop ends (at once, if the Stop came first); returns it."""
+        self.running = running
+        if self.asked_at is not None:
+            running.stop()
+        return running
+
+    def stop(self) -> None:
+        self.asked_at = time.perf_counter()
+        if self.running is not None:
+            self.running.stop()
 
 
 # The one registry, by (the page's session, tab): each tab of a page runs one thing at a time, and
@@ -99,8 +110,7 @@ def stop(page: gr.Request | None, tab: str) -> None:
     Stop is only on while the run streams, so there is no queued run to cancel."""
     run = _PAGE_RUNS.get((getattr(page, "session_hash", None), tab))
     if run is not None:
-        run.asked_at = time.perf_counter()
-        run.stop.set()
+        run.stop()
 
 
 def stopper(tab: str, answer: Callable[[], object]) -> Callable:

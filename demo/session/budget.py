@@ -6,9 +6,9 @@
                                             an analysis: examples x drafters greedy runs
     check(estimate)                         refuses (InvalidInput) what exceeds the budget, saying
                                             what was asked, what is allowed and how to get it
-    Deadline(seconds)                       a stop (a threading.Event) that also sets itself once a
-                                            request has run for its own limit, `limit(estimate)`
-                                            (a race's from its start, once its models are loaded)
+    Deadline()                              a request's end: a Stop (`stop()`), or its own limit,
+                                            `limit(estimate)`, once armed (`arm(seconds)`: a race
+                                            arms it at its start, once its models are loaded)
 
 The estimate counts target steps (one forward of the target for one token), for the worst case:
 every draft rejected, so each round yields one token, and every lane runs to max new tokens.
@@ -203,28 +203,38 @@ OVER_BUDGET = "stopped: over budget"
 SWEEP_CUT = "the budget ran out after the race, while its γ sweep and table of strategies were made"
 
 
-class Deadline(threading.Event):
-    """A request's stop: set by a Stop (`set()`), and set by itself once `seconds` have passed since it
-    was made (None: never). `over` says whether the time ran out rather than a Stop ended it."""
+class Deadline:
+    """A request's end: a Stop (`stop()`), or its limit running out once armed (`arm(seconds)`,
+    from then). `over` says the limit ran out (and no Stop came first); `ended`, either."""
 
-    def __init__(self, seconds: float | None = None):
-        super().__init__()
-        self.run_for(seconds)
+    def __init__(self):
+        self._stopped = threading.Event()  # set by a Stop; `wait` wakes on it at once
+        self.seconds: float | None = None  # the limit armed (None: none)
+        self.ends: float | None = None  # time.monotonic() when it runs out
 
-    def run_for(self, seconds: float | None) -> None:
-        """From now, set itself after `seconds` (None: never)."""
+    def arm(self, seconds: float | None) -> None:
+        """From now, run out after `seconds` (None: never)."""
         self.seconds = seconds
         self.ends = None if seconds is None else time.monotonic() + seconds
 
+    def stop(self) -> None:
+        self._stopped.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
     @property
     def over(self) -> bool:
-        return self.ends is not None and time.monotonic() >= self.ends and not super().is_set()
+        return not self.stopped and self.ends is not None and time.monotonic() >= self.ends
 
-    def is_set(self) -> bool:
-        return super().is_set() or (self.ends is not None and time.monotonic() >= self.ends)
+    @property
+    def ended(self) -> bool:
+        return self.stopped or self.over
 
-    def wait(self, timeout: float | None = None) -> bool:
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for a Stop or the limit; whether it has ended."""
         if self.ends is not None:
-            left = max(0.0, self.ends - time.monotonic())
-            timeout = left if timeout is None else min(timeout, left)
-        return super().wait(timeout) or self.is_set()
+            timeout = min(timeout, max(0.0, self.ends - time.monotonic()))
+        self._stopped.wait(timeout)
+        return self.ended

@@ -1,10 +1,10 @@
 """The gamma sweep of a finished greedy race, for the page and /trace (session layer, no Gradio).
 
-    replays(request, loaded, image, spd, ar) -> Iterator[SweepPoint]   one per gamma
+    replays(request, prompts, spd, ar) -> Iterator[SweepPoint]   one per gamma
     rows(points, spd, ar) -> list[dict]
 
-are called by `demo.session.gpu_race` right after the race, in the same accelerator call, with
-the models and image the race used; it replays the race's own greedy answer with the drafter at
+are called by `demo.session.race.gpu_race` right after the race, in the same accelerator call, with
+the race's own prompts (`lane_runs.Prompts`: its models, and its image processed once); it replays the race's own greedy answer with the drafter at
 gamma = 1..10 (`demo.engine.sweep`: drafter forwards only, no target forward) and returns one record per gamma: tau, alpha, MBSU
 from the drafts made, and the cost model's predicted speedup from this race's measured step
 costs (`demo.engine.metrics.costs`). Sampling races have no sweep (an empty list): their
@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING
 from demo.engine import metrics
 
 if TYPE_CHECKING:
-    from PIL import Image
-
     from demo.engine.events import Trace
     from demo.engine.metrics import SweepPoint
 
@@ -34,19 +32,19 @@ def unsweepable(request) -> str | None:
     return None
 
 
-def replays(request, loaded, image: Image.Image, spd: Trace, ar: Trace) -> Iterator[SweepPoint]:
+def replays(request, prompts, spd: Trace, ar: Trace) -> Iterator[SweepPoint]:
     """The sweep of the finished greedy race (spd, ar) of `request`, one point per gamma as each
-    replay ends (so that a caller can stop between them), from the models (`loaded`) and the image
-    the race used (`demo.session.gpu_race` calls it in the race's own accelerator call)."""
+    replay ends (so that a caller can stop between them), from the race's own prompts
+    (`lane_runs.Prompts`: `gpu_race` calls it in the race's own accelerator call)."""
     from demo.engine import sweep  # torch: imported on first use
 
     if unsweepable(request) or not (spd.done and ar.done):
         return
-    prompt = loaded.prompt(image, request.question, request.drafter)
+    prompt = prompts(request.drafter)
     answer = list(spd.summary.token_ids)
     for gamma in sweep.GAMMAS:
         yield sweep.replay(
-            loaded.drafter(request.drafter),
+            prompts.loaded.drafter(request.drafter),
             prompt.drafter_inputs,
             answer,
             gamma=gamma,

@@ -6,11 +6,12 @@ forward over the answer (`demo.models.attention_pass`), and sets `Trace.image_at
 the same answer from the same prompt share one reading. What it allocates is freed before it
 returns (no cache is kept; the weights are reduced to per-token shares and maps at once).
 
-    attach(loaded, question, image, traces)  set image_attention on each finished trace; a failed
-                                             reading costs only its heatmap, and says why
+    attach(prompts, traces)  set image_attention on each finished trace of the runs that read
+                             `prompts` (`lane_runs.Prompts`: the target's inputs made once); a
+                             failed reading costs only its heatmap, and says why
 
-A race reads it at the end of its own accelerator call, after the γ sweep (`session.gpu_race`,
-which hands it on in its `Swept` event); an analysis after each run (`decode_examples`).
+A race reads it at the end of its own accelerator call, after the γ sweep (`race.gpu_race`,
+which hands it on in its `Swept` event); an analysis after each run (`analysis.decode_examples`).
 """
 
 from __future__ import annotations
@@ -24,18 +25,18 @@ log = logging.getLogger(__name__)
 NO_IMAGE = "There is no image in this question, so there is no attention on it to show."
 
 
-def attach(loaded, question: str, image, traces: dict) -> dict:
+def attach(prompts, traces: dict) -> dict:
     """Set `image_attention` on each finished trace of `traces` (lane -> Trace), whose runs
-    answered `question` about `image` (None: no image); returns `traces`."""
+    read `prompts` (its image None: no image); returns `traces`."""
     import torch
 
     from demo.models import attention_pass
 
-    if image is None:
+    if prompts.image is None:
         for trace in traces.values():
             trace.image_attention = ImageAttention.missing(NO_IMAGE)
         return traces
-    inputs = loaded.prompt(image, question).target_inputs
+    loaded, inputs = prompts.loaded, prompts.target_inputs
     read: dict[tuple[int, ...], ImageAttention] = {}
     for trace in traces.values():
         if trace.summary is None:
@@ -50,7 +51,7 @@ def attach(loaded, question: str, image, traces: dict) -> dict:
                     f"The target's attention could not be read ({type(error).__name__}: {str(error)[:120]})."
                 )
         trace.image_attention = read[ids]
-    del inputs
+    del inputs  # the prompts keep theirs for the race: only this reading's are dropped
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return traces

@@ -1,4 +1,4 @@
-"""What a race and an analysis yield: `demo.session.gpu_race`'s and `decode_examples`' items, one
+"""What a race and an analysis yield: `demo.session.race.gpu_race`'s and `analysis.decode_examples`' items, one
 dataclass for each kind of news.
 
     Loading    a preset loading (lazy deployments only): how far, and what it is doing
@@ -71,11 +71,6 @@ class Swept:
     why_not: str | None = None
     attention: tuple[tuple[str, ImageAttention], ...] = ()
     strategies: tuple[dict, ...] = ()
-
-    def attach_attention(self, traces: dict[str, Trace]) -> None:
-        """Give each finished lane's trace in `traces` its image attention, read in the race's call."""
-        for lane, attention in self.attention:
-            traces[lane].image_attention = attention
 
 
 # --- what an analysis yields ---------------------------------------------------------------------

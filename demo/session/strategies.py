@@ -1,10 +1,10 @@
 """Every drafting strategy the preset offers, on this prompt: the table after a greedy race
 (session layer, no Gradio; torch is imported on first use).
 
-    compare(request, loaded, image, spd, ar, show, swept) -> Iterator[show(name)], returning list[dict]
+    compare(request, prompts, spd, ar, show, swept) -> Iterator[show(name)], returning list[dict]
 
-`demo.session.gpu_race` calls it after the γ sweep, in the race's own accelerator call, with the
-models and image the race used. It replays the race's greedy answer at the race's gamma with each
+`demo.session.race.gpu_race` calls it after the γ sweep, in the race's own accelerator call, with
+the race's own prompts (`lane_runs.Prompts`: its models, the image processed once per drafter). It replays the race's greedy answer at the race's gamma with each
 drafter of `Preset.drafter_names()` (`demo.engine.sweep.replay`: drafter forwards only, the
 target's verdicts read off its own answer), yields show(name) after each replay (so that a caller
 can stop between strategies), and returns one record per strategy, in the preset's order. The race's
@@ -42,8 +42,6 @@ from demo.models import presets
 from demo.session import budget, failures, gamma_sweep
 
 if TYPE_CHECKING:
-    from PIL import Image
-
     from demo.engine.events import Trace
     from demo.engine.metrics import SweepPoint
 
@@ -55,8 +53,7 @@ NUMBERS = ("tau", "alpha", "mbsu", "predicted_speedup", "c", "draft_ms")  # None
 
 def compare(
     request,
-    loaded,
-    image: Image.Image,
+    prompts,
     spd: Trace,
     ar: Trace,
     show: Callable[[str], object],
@@ -69,23 +66,16 @@ def compare(
         return []
     answer = list(spd.summary.token_ids)
     step_costs = metrics.costs(spd, ar)
+    loaded = prompts.loaded
     offered = loaded.preset.drafter_names()
     fits = budget.table_strategies(request, offered)  # the replays that fit the budget beside the race
     own = next((p for p in swept if p.gamma == request.gamma), None)
-    target_inputs = None  # the image is processed for the target once, for every strategy
-
-    def prompt(name: str):
-        nonlocal target_inputs
-        made = loaded.prompt(image, request.question, name, target_inputs=target_inputs)
-        target_inputs = made.target_inputs
-        return made
-
     rows = []
     for name in offered:
         if name not in fits:
             rows.append(_left_out(request, name, OVER_BUDGET))
             continue
-        rows.append(_row(request, loaded, prompt, answer, name, step_costs, own if name == request.drafter else None))
+        rows.append(_row(request, loaded, prompts, answer, name, step_costs, own if name == request.drafter else None))
         yield show(name)
     return rows
 

@@ -1,0 +1,89 @@
+"""An analysis, as one object: what the Analysis tab consumes (session layer, no Gradio).
+
+    analysis = Analysis(request, items)   refuses (InvalidInput, Unavailable) what exceeds the
+                                          budget or is not served here, before any work
+    analysis.events()                     Running / Decoded items as they come (`decode_examples`);
+                                          the limit is armed as they start, and checked before
+                                          each run, so a stop costs at most the run at hand
+    analysis.stop()                       ends it before the next run (the page's Stop)
+    analysis.ending                       once `events()` is over: "finished", "stopped" or
+                                          "over budget" (as a race's, `demo.session.race`)
+
+`decode_examples` is its accelerator call: each example's image processed once for all its
+drafters (`lane_runs.Prompts`), each run's image attention read after it, off its clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import closing
+
+from demo.models import zerogpu
+from demo.session import budget, image_attention, lane_runs, offers
+from demo.session.race_events import Decoded, Running
+from demo.session.request import Request
+
+
+def _examples_duration(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int) -> int:
+    """Seconds an analysis asks ZeroGPU for: the work budget's estimate of it (`budget.analysis`), capped."""
+    return zerogpu.clamp(budget.analysis(preset, drafters, len(items), len(items), gamma, max_new_tokens).seconds)
+
+
+@zerogpu.GPU(duration=_examples_duration)
+def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int):
+    """Speculative decoding, greedy, of each example (`.image`, `.question`, `.language`, and what
+    `demo.world.scoring.score` reads) with each drafter, yielding plain data only (on ZeroGPU it runs
+    in another process): Running(i, drafter) before each run, then Decoded(i, drafter, trace,
+    observations, correct)."""
+    from demo.engine.sampling import Sampling
+    from demo.models import loader, preloading
+    from demo.session import rejections
+    from demo.world.scoring import score
+
+    preloading.check_served(preset)  # preloaded deployments (a Space) never load in a request
+    loaded = loader.load(preset)
+    for i, item in enumerate(items):
+        prompts = lane_runs.Prompts(loaded, item.question, item.image)  # one per example, for every drafter
+        for d in drafters:
+            yield Running(i, d)
+            request = Request(
+                question=item.question,
+                preset=preset,
+                drafter=d,
+                gamma=gamma,
+                sampling=Sampling(),
+                max_new_tokens=max_new_tokens,
+            )
+            trace = lane_runs.run(loaded, request, item.image, prompts=prompts)
+            image_attention.attach(prompts, {d: trace})  # after the run, off its clock
+            observations = rejections.observations(trace, i, loaded.target.stop_ids, item.language)
+            yield Decoded(i, d, trace, observations, score(item.task, item, trace.summary.text))
+
+
+class Analysis:
+    """One analysis (`demo.session.batches.AnalysisRequest` over `items`, the examples it runs):
+    its budget, its stop, its events (see the module's docstring)."""
+
+    def __init__(self, request, items: list):
+        offers.check_available(request.preset)  # not served here, or cannot load: said before any work
+        self.request, self.items = request, items
+        self.estimate = budget.analysis(
+            request.preset, list(request.drafters), request.n, len(items), request.gamma, request.max_new_tokens
+        )
+        budget.check(self.estimate)  # what exceeds the budget is refused, with what would fit
+        self.deadline = budget.Deadline()
+        self.ending: str | None = None
+
+    def stop(self) -> None:
+        """End the analysis before its next run (the run at hand finishes and is kept)."""
+        self.deadline.stop()
+
+    def events(self) -> Iterator[Running | Decoded]:
+        r = self.request
+        self.deadline.arm(budget.limit(self.estimate))  # from now: past its limit, it ends after the run at hand
+        with closing(decode_examples(r.preset, list(r.drafters), self.items, r.gamma, r.max_new_tokens)) as steps:
+            for step in steps:
+                if isinstance(step, Running) and self.deadline.ended:
+                    break
+                yield step
+        self.ending = "over budget" if self.deadline.over else "stopped" if self.deadline.stopped else "finished"

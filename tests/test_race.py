@@ -1,0 +1,94 @@
+"""A race as one object (`session.Race`): its events and the one RaceResult that ends them, its
+traces as the one accumulator, its own budget armed at Ready, its stop, and its image processed
+once per drafter however many lanes, replays, strategies and attention readings read it."""
+
+from __future__ import annotations
+
+import pytest
+import tiny
+
+from demo import session
+from demo.engine.sampling import Sampling
+from demo.models import loader
+from demo.session import budget
+
+QUESTION = "Describe the image."
+
+
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory):
+    """A tiny preset on disk (the real loading path) and an uploaded image."""
+    root = tmp_path_factory.mktemp("race")
+    tiny.save_preset(root / "preset", "tiny-race")
+    uploads = root / "uploads"
+    uploads.mkdir()
+    tiny.images(1)[0].save(uploads / "q.png")
+    yield uploads
+    loader.PRESETS.pop("tiny-race", None)
+    loader._LOADED.pop("tiny-race", None)
+
+
+def request(**changes) -> session.Request:
+    fields = dict(question=QUESTION, preset="tiny-race", drafter="image-aware", gamma=3, sampling=Sampling())
+    return session.Request(**(fields | dict(max_new_tokens=16) | changes))
+
+
+def test_a_race_processes_its_image_once_for_the_target_and_once_per_drafter_that_reads_it(counted, monkeypatch):
+    monkeypatch.setenv(budget.BUDGET_ENV, "0")  # every strategy of the table replays
+    processed = []
+    inputs = loader.Loaded._inputs
+
+    def counting(self, processor, image, question):
+        processed.append("target" if processor is self.processor else "drafter")
+        return inputs(self, processor, image, question)
+
+    monkeypatch.setattr(loader.Loaded, "_inputs", counting)
+    race = session.Race(request(second_drafter="text-only"), str(counted / "q.png"), counted)
+    items = list(race.events())
+    result = items[-1]
+    assert isinstance(result, session.RaceResult) and result.ending == "finished"
+    # the lanes (3), the γ sweep (10 replays), the table (every strategy of the preset) and the
+    # attention pass all read the same prompts: the target's image once, the image-aware drafter's once
+    assert sorted(processed) == ["drafter", "target"]
+    assert len(result.rows) == 10 and [r["strategy"] for r in result.strategies] == list(
+        loader.PRESETS["tiny-race"].drafter_names()
+    )
+    assert result.traces is race.traces and all(t.done and t.image_attention for t in race.traces.values())
+    lanes = [item for item in items if isinstance(item, session.Lane)]
+    assert [(lane.name, lane.event) for lane in lanes] == list(result.timeline)  # the one accumulator's order
+    assert race.traces["speculative"].summary.token_ids == race.traces["autoregressive"].summary.token_ids
+
+
+def test_a_race_arms_its_own_budget_at_ready_and_ends_over_budget_while_decoding(counted, monkeypatch):
+    monkeypatch.setattr(budget, "limit", lambda estimate: 0.0)  # runs out as soon as it is armed
+    race = session.Race(request(max_new_tokens=64), str(counted / "q.png"), counted)
+    items = list(race.events())
+    kinds = [type(item).__name__ for item in items]
+    assert kinds[-2:] == ["Ready", "RaceResult"] and "Lane" not in kinds  # armed at Ready, over at once
+    result = items[-1]
+    assert result.ending == "over budget" and result.limit == 0.0 and not race.traces["speculative"].done
+    assert result.said() == {"stopped": budget.OVER_BUDGET}
+
+
+def test_a_budget_running_out_after_every_lane_finished_cuts_only_the_sweep(counted, monkeypatch):
+    race = session.Race(request(), str(counted / "q.png"), counted)
+    items = []
+    for item in race.events():
+        items.append(item)
+        if isinstance(item, session.Sweeping):
+            race.deadline.arm(0.0)  # the race's own limit runs out in its sweep
+    result = items[-1]
+    assert result.ending == "sweep cut" and result.rows == () and result.strategies == ()
+    assert all(trace.done for trace in result.traces.values())
+    assert result.said() == {"sweep_cut": budget.SWEEP_CUT}
+
+
+def test_a_stop_ends_the_race_after_the_item_at_hand(counted):
+    race = session.Race(request(max_new_tokens=64), str(counted / "q.png"), counted)
+    items = []
+    for item in race.events():
+        items.append(item)
+        if isinstance(item, session.Lane):
+            race.stop()
+    assert [type(item).__name__ for item in items][-2:] == ["Lane", "RaceResult"]
+    assert items[-1].ending == "stopped" and not race.deadline.over
