@@ -12,12 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 import tiny
-import torch
 from test_reliability import PRESET, args, page_args, raw_call, serve, uploaded
 
 from demo import session
 from demo.bench import soak
-from demo.models import loader, presets
+from demo.models import presets
 from demo.page import guard, server
 from demo.session import budget, validate
 from demo.session.validate import InvalidInput
@@ -28,16 +27,7 @@ MIB = 2**20
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """The tiny preset saved to disk, and two images (as `test_reliability`'s)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("hardening")
-    tiny.save_preset(root / "preset", PRESET)
-    (root / "images").mkdir()
-    for i, image in enumerate(tiny.images(2)):
-        image.save(root / "images" / f"{i}.png")
-    yield root
-    loader.PRESETS.pop(PRESET, None)
-    torch.set_num_threads(threads)
+    yield from tiny.saved_world(tmp_path_factory, "hardening", PRESET)
 
 
 @pytest.fixture(scope="module")

@@ -34,13 +34,12 @@ from gradio_client.utils import QueueError
 from PIL import Image
 from test_validate import png_bytes
 
-from demo import session
 from demo.bench import soak
 from demo.engine import drafters, speculative, sweep
 from demo.engine.events import RoundEvent
 from demo.models import loader, presets
 from demo.page import handlers, runs, server, strategy_table
-from demo.session import budget, offers, validate
+from demo.session import budget, lane_runs, offers, validate
 
 PRESET = "tiny-reliability"
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,16 +48,8 @@ QUESTIONS = ("Describe the image.", "What colour is the circle?")
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("reliability")
-    tiny.save_preset(root / "preset", PRESET)
-    (root / "images").mkdir()
-    for i, image in enumerate(tiny.images(2)):
-        image.save(root / "images" / f"{i}.png")
-    yield root
-    loader.PRESETS.pop(PRESET, None)
-    torch.set_num_threads(threads)
+    """The tiny preset saved to disk, and two images."""
+    yield from tiny.saved_world(tmp_path_factory, "reliability", PRESET)
 
 
 def serve(queue_size: int = server.QUEUE_SIZE):
@@ -372,14 +363,14 @@ def gate(monkeypatch):
     """Hold every race at its start until `gate.open` is set; `gate.entered` says one is held."""
     held = threading.Event()
     release = threading.Event()
-    race = session.race
+    race = lane_runs.race
 
     def gated(lanes):
         held.set()
         release.wait(30)
         yield from race(lanes)
 
-    monkeypatch.setattr(session, "race", gated)
+    monkeypatch.setattr(lane_runs, "race", gated)
     yield type("Gate", (), {"entered": held, "open": release})
     release.set()
 
@@ -424,7 +415,7 @@ def probe(monkeypatch):
     end, `done`) and of every cancel request the server received; weak references to every KV
     cache made."""
     seen = type("Probe", (), {"events": [], "rounds": [], "closed": [], "done": [], "cancels": [], "caches": []})()
-    race, close, cancel_tasks = session.race, session.close, gradio.routes.cancel_tasks
+    race, close, cancel_tasks = lane_runs.race, lane_runs.close, gradio.routes.cancel_tasks
     new_cache, start = speculative.Target.new_cache, drafters.Drafter.start
 
     def timed_race(lanes):
@@ -453,8 +444,8 @@ def probe(monkeypatch):
         seen.caches.append(weakref.ref(state.cache))
         return state
 
-    monkeypatch.setattr(session, "race", timed_race)
-    monkeypatch.setattr(session, "close", timed_close)
+    monkeypatch.setattr(lane_runs, "race", timed_race)
+    monkeypatch.setattr(lane_runs, "close", timed_close)
     monkeypatch.setattr(gradio.routes, "cancel_tasks", timed_cancel)
     monkeypatch.setattr(speculative.Target, "new_cache", watched_cache)
     monkeypatch.setattr(drafters.Drafter, "start", watched_start)
@@ -614,7 +605,7 @@ def test_a_budget_that_runs_out_in_the_sweep_keeps_the_finished_race_and_says_th
 
     def replay_then_run_out_at_two(*args, **kwargs):
         if kwargs["gamma"] == 2:  # the race's own limit runs out now, while the sweep replays γ 2
-            runs._PAGE_RUNS[(page.session_hash, "race")].stop.run_for(0.0)
+            runs._PAGE_RUNS[(page.session_hash, "race")].running.deadline.arm(0.0)
         return replay(*args, **kwargs)
 
     monkeypatch.setattr(sweep, "replay", replay_then_run_out_at_two)
@@ -644,7 +635,7 @@ def test_a_budget_that_runs_out_in_the_sweep_leaves_the_trace_whole_and_says_onl
 
     def replay_then_run_out_at_two(*args, **kwargs):
         if kwargs["gamma"] == 2:  # the trace's own limit runs out now, while the sweep replays γ 2
-            deadlines[-1].run_for(0.0)
+            deadlines[-1].arm(0.0)
         return replay(*args, **kwargs)
 
     monkeypatch.setattr(budget, "Deadline", Kept)
@@ -791,10 +782,10 @@ def test_the_server_listens_on_localhost_without_a_share_link_by_default(app):
 
 
 def test_unexpected_errors_go_to_the_log_and_the_caller_gets_a_reference(client, world, monkeypatch, caplog):
-    def broken(*_):
+    def broken(*_, **__):
         raise RuntimeError("secret internal detail at /srv/app/internal.py")
 
-    monkeypatch.setattr(session, "lanes", broken)
+    monkeypatch.setattr(lane_runs, "lanes", broken)
     text = refusal(client, *args(world))
     assert text.startswith("Something went wrong on the server (reference ")
     assert "secret" not in text and "Traceback" not in text

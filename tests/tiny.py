@@ -202,3 +202,23 @@ def save_preset(directory, name: str = "tiny"):
     )
     presets.PRESETS[name] = preset
     return preset
+
+
+def saved_world(tmp_path_factory, label: str, name: str):
+    """For a module's server fixture (`yield from`): the tiny preset saved to disk and registered
+    as `name`, two images beside it; torch on one thread while the module runs (the app runs in
+    the test's process). Yields the folder; unregisters the preset after."""
+    import torch
+
+    from demo.models import loader as presets
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp(label)
+    save_preset(root / "preset", name)
+    (root / "images").mkdir()
+    for i, image in enumerate(images(2)):
+        image.save(root / "images" / f"{i}.png")
+    yield root
+    presets.PRESETS.pop(name, None)
+    torch.set_num_threads(threads)
