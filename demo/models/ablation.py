@@ -1,0 +1,125 @@
+"""Did the target use the image? One more target pass over the answer with the image blanked.
+
+Attention (`demo.models.attention_pass`) says where the target looked; this says whether its answer
+needed the picture. After a run, off its clocks, the target scores the run's answer twice, teacher
+forced, in one forward each (no cache, no gradient): once with the image and once with a blank one
+of the same size (uniform grey, `BLANK`), so the prompt keeps every position, the image's tokens
+included, and only what they show is gone. For every answer token it gives
+
+    p_with      the target's probability of that token with the image (softmax at temperature 1)
+    p_without   the same with the blank image
+    flips       the target's own choice there (its argmax) changes when the image is blanked
+    dependent   the image makes the token at least RATIO times likelier (log p_with - log p_without
+                >= log RATIO): the answer needed the picture there
+
+RATIO comes from `python -m demo.bench.ablation_agreement` (docs/grounding.md): on the embedded
+world's held-out answers in three languages, doubling separates the colour, shape and count words
+the question does not give (56% dependent) from the template words (1%). A flip alone is not
+enough: the target's near ties ("in the" / "in this", 0.51 against 0.49) flip on nothing.
+
+    ablate(loaded, image, question, answer_ids) -> Ablation
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from PIL import Image
+
+BLANK = (128, 128, 128)  # the blank image's colour: mid grey, which each family's normalisation sends near 0
+RATIO = 2.0  # the image at least doubles the token's probability: it depended on it (docs/grounding.md)
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """The target's answer scored with and without the image, token by token (empty: `unavailable`)."""
+
+    p_with: tuple[float, ...] = ()
+    p_without: tuple[float, ...] = ()
+    choice_without: tuple[int, ...] = ()  # the target's argmax at each position, image blanked
+    flips: tuple[bool, ...] = ()
+    unavailable: str | None = None
+
+    @property
+    def log_ratio(self) -> tuple[float, ...]:
+        """log p_with - log p_without per token (how much likelier the image made it)."""
+        tiny = 1e-30
+        return tuple(math.log(max(a, tiny)) - math.log(max(b, tiny)) for a, b in zip(self.p_with, self.p_without))
+
+    @property
+    def dependent(self) -> tuple[bool, ...]:
+        limit = math.log(RATIO)
+        return tuple(r >= limit for r in self.log_ratio)
+
+    def to_dict(self) -> dict:
+        return {
+            "p_with": list(self.p_with),
+            "p_without": list(self.p_without),
+            "choice_without": list(self.choice_without),
+            "flips": list(self.flips),
+            "dependent": list(self.dependent),
+            "ratio": RATIO,
+            "unavailable": self.unavailable,
+        }
+
+    @classmethod
+    def missing(cls, why: str) -> Ablation:
+        return cls(unavailable=why)
+
+
+def blank_like(image: Image.Image) -> Image.Image:
+    return Image.new("RGB", image.size, BLANK)
+
+
+def answer_logits(loaded, inputs: dict, answer_ids: list[int]) -> torch.Tensor:
+    """The target's logits deciding each answer token, teacher forced: [n, V] (row i decided token
+    i: the forward at the token before it). One forward over prompt + answer[:-1], no cache."""
+    model = loaded.target.model
+    n = len(answer_ids)
+    device = inputs["input_ids"].device
+    tail = torch.tensor([answer_ids[:-1]], device=device, dtype=torch.long)
+    full = {**inputs, "input_ids": torch.cat([inputs["input_ids"], tail], dim=1)}
+    for name, value in inputs.items():  # per-token inputs grow with the answer: attended, text
+        if name != "input_ids" and torch.is_tensor(value) and value.shape == inputs["input_ids"].shape:
+            fill = torch.ones if name == "attention_mask" else torch.zeros
+            full[name] = torch.cat([value, fill((1, n - 1), dtype=value.dtype, device=device)], dim=1)
+    if loaded.preset.family == "qwen2_5_vl":  # M-RoPE: the full sequence's positions, by the model's own rule
+        spec = {k: v for k, v in full.items() if k != "attention_mask"}
+        full["position_ids"], _ = loaded.target.prompt_positions(spec)
+    with torch.no_grad():
+        return model(**full, use_cache=False, logits_to_keep=n).logits[0].float()  # [n, V]
+
+
+def ablate(loaded, image: Image.Image | None, question: str, answer_ids: list[int]) -> Ablation:
+    """Score `answer_ids` (the target's answer to `question` about `image`) with the image and with
+    a blank one; `Ablation.missing` says why where it cannot."""
+    if image is None:
+        return Ablation.missing("There is no image in this question, so nothing depends on it.")
+    if not answer_ids:
+        return Ablation.missing("The answer is empty.")
+    with_image = loaded.prompt(image, question).target_inputs
+    blank = loaded.prompt(blank_like(image), question).target_inputs
+    if not torch.equal(with_image["input_ids"], blank["input_ids"]):
+        return Ablation.missing(
+            "A blank image of the same size gave this model a different prompt, so the two cannot be compared."
+        )
+    ids = torch.tensor(answer_ids, device=with_image["input_ids"].device)
+    rows = torch.arange(len(answer_ids), device=ids.device)
+    seen = answer_logits(loaded, with_image, answer_ids)
+    p_with = seen.softmax(-1)[rows, ids]
+    choice_with = seen.argmax(-1)
+    del seen
+    unseen = answer_logits(loaded, blank, answer_ids)
+    p_without = unseen.softmax(-1)[rows, ids]
+    choice_without = unseen.argmax(-1)
+    del unseen
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return Ablation(
+        p_with=tuple(p_with.tolist()),
+        p_without=tuple(p_without.tolist()),
+        choice_without=tuple(choice_without.tolist()),
+        flips=tuple((choice_with != choice_without).tolist()),
+    )
