@@ -96,9 +96,10 @@ def args(world, image="0.png", question=QUESTIONS[0], preset=PRESET, drafter="te
 
 
 def page_args(image, question=QUESTIONS[0], drafter="text-only") -> list:
-    """The /race (the page's) arguments: image, question, preset, drafter, gamma, decoding,
-    temperature, top_p, seed, max_new_tokens, adaptive, threshold."""
-    return [image, question, PRESET, drafter, 4, "greedy", 0.8, 0.95, 0, 8, False, 0.5]
+    """The /race (the page's) arguments: /trace's (image, question, preset, drafter, gamma, greedy,
+    temperature, top_p, seed, max_new_tokens, min_confidence), then second_drafter and the page-only
+    adaptive."""
+    return [image, question, PRESET, drafter, 4, True, 0.8, 0.95, 0, 8, 0.5, "none", False]
 
 
 def token_ids(result: dict) -> dict:
@@ -161,7 +162,7 @@ def test_bad_image_files_are_refused_through_the_api(client, world, tmp_path, na
 
 def test_no_image_is_refused_on_both_endpoints(client, world):
     assert refusal(client, *args(world, image=None)) == validate.NO_IMAGE
-    job = client.submit(None, QUESTIONS[0], PRESET, "text-only", 4, "greedy", 0.8, 0.95, 0, 8, api_name="/race")
+    job = client.submit(None, QUESTIONS[0], PRESET, "text-only", 4, True, 0.8, 0.95, 0, 8, api_name="/race")
     with pytest.raises(AppError, match="^Add an image first"):
         job.result()
     assert "Add an image first" in job.outputs()[-1][4]  # shown where the outcome goes, too
@@ -243,9 +244,9 @@ def test_wrongly_typed_values_get_a_message_naming_the_value(client, world, posi
     assert refusal(client, *call).startswith(message)
 
 
-def test_the_pages_endpoint_names_its_decoding_modes(client, world):
+def test_the_pages_endpoint_takes_greedy_as_trace_does(client, world):
     call = (*args(world)[:5], "beam", *args(world)[6:10])
-    with pytest.raises(AppError, match=r"^Unknown decoding: 'beam'. Choose one of: greedy, sampling.$"):
+    with pytest.raises(AppError, match=r"^greedy must be true or false; got 'beam'\.$"):
         client.predict(*call, api_name="/race")
 
 
@@ -313,7 +314,7 @@ def test_a_call_written_before_the_second_drafter_existed_still_races_one_lane(a
     image = uploaded(app, world / "images" / "0.png")
     done = raw_call(app, "trace", [image, *args(world)[1:]])  # 11 values, as /trace took them
     assert done["success"] and list(done["output"]["data"][0]["runs"]) == ["speculative", "autoregressive"]
-    done = raw_call(app, "race", page_args(image))  # 12 values, as /race took them
+    done = raw_call(app, "race", page_args(image))  # every value /race takes
     assert done["success"]
 
 
@@ -331,7 +332,11 @@ def test_uploads_over_the_size_limit_are_refused(app, client, world, tmp_path):
 
 
 @pytest.mark.slow
-def test_sixteen_concurrent_clients_each_get_the_solo_result(app, client, world):
+@pytest.mark.parametrize("n", [16, 40])
+def test_concurrent_clients_each_get_the_solo_result_or_a_full_queue_at_once(app, client, world, monkeypatch, n):
+    """`n` visitors at once, each from its own address (as a Space's proxy reports them: each visitor
+    may hold only one running and one waiting race, `demo.page.visitors`): each gets the result it
+    gets alone, token for token, or (beyond the queue's QUEUE_SIZE) is told at once that it is full."""
     requests = [
         args(
             world,
@@ -343,19 +348,31 @@ def test_sixteen_concurrent_clients_each_get_the_solo_result(app, client, world)
         for i in range(4)
     ]
     solo = [token_ids(client.predict(*r, api_name="/trace")) for r in requests]
+    monkeypatch.setenv("SPACE_ID", "someone/spd")
 
-    def one(i: int) -> dict:
-        # Sixteen at once keep the server's threads busy: a call may wait longer than httpx's default
+    def one(i: int) -> tuple[dict | None, float]:
+        # Many at once keep the server's threads busy: a call may wait longer than httpx's default
         # for its answer (each race also replays every strategy for its table), which is not a failure.
-        patient = soak.client(app.local_url)
-        return token_ids(patient.predict(*requests[i % 4], api_name="/trace"))
+        patient = soak.client(app.local_url, headers={"X-Forwarded-For": f"198.51.100.{i + 1}"})
+        started = time.perf_counter()
+        try:
+            return token_ids(patient.predict(*requests[i % 4], api_name="/trace")), time.perf_counter() - started
+        except QueueError:
+            return None, time.perf_counter() - started
 
     started = time.perf_counter()
-    with ThreadPoolExecutor(16) as pool:
-        results = list(pool.map(one, range(16)))
-    print(f"\n16 concurrent clients: all complete in {time.perf_counter() - started:.1f} s")
-    assert results == [solo[i % 4] for i in range(16)]
-    assert all(r["speculative"] == r["autoregressive"] for r in results)  # greedy: lossless
+    with ThreadPoolExecutor(n) as pool:
+        results = list(pool.map(one, range(n)))
+    served = [i for i, (result, _) in enumerate(results) if result is not None]
+    full = [took for result, took in results if result is None]
+    print(
+        f"\n{n} concurrent clients: {len(served)} served, all in {time.perf_counter() - started:.1f} s; "
+        f"{len(full)} told the queue is full" + (f" in {max(full):.2f} s at most" if full else "")
+    )
+    assert [results[i][0] for i in served] == [solo[i % 4] for i in served]
+    assert all(results[i][0]["speculative"] == results[i][0]["autoregressive"] for i in served)  # greedy: lossless
+    assert len(served) >= min(n, server.QUEUE_SIZE)
+    assert all(took < 10 for took in full)  # told at once, not after a wait
 
 
 @pytest.fixture
@@ -378,6 +395,10 @@ def gate(monkeypatch):
 @pytest.mark.slow
 def test_beyond_the_queue_bound_callers_are_told_at_once_that_it_is_full(world, gate):
     demo = serve(queue_size=2)
+    layer = demo.app.middleware_stack  # one client sends them all: lift its visitor's share of the queue
+    while not hasattr(layer, "share"):
+        layer = layer.app
+    layer.share.most = 10
     try:
         client = soak.client(demo.local_url)
         running = client.submit(*args(world), api_name="/trace")
@@ -468,8 +489,6 @@ def round_seconds(rounds: list[tuple[str, float]]) -> float:
 @pytest.mark.parametrize("endpoint", ["/trace", "/race"])
 def test_cancelling_stops_decoding_within_a_round_and_frees_the_caches(client, world, probe, endpoint):
     call = list(args(world, max_new=400))
-    if endpoint == "/race":  # the page's endpoint: decoding is "greedy" or "sampling", adaptive is off
-        call = call[:5] + ["greedy"] + call[6:10]
     job = client.submit(*call, api_name=endpoint)
     wait_for(lambda: len(probe.events) > 50)
     job.cancel()
@@ -504,9 +523,7 @@ def test_the_stop_button_ends_its_pages_race_within_an_event_and_frees_the_cache
     uploads.mkdir(parents=True)
     shutil.copy(world / "images" / "0.png", uploads / "0.png")
     page, other = SimpleNamespace(session_hash="page"), SimpleNamespace(session_hash="another page")
-    race = handlers.run_race(
-        str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", 4, "greedy", 0.8, 0.95, 0, 400, False, 0.5, page=page
-    )
+    race = handlers.run_race(str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", max_new_tokens=400, page=page)
     updates = []
     consumer = threading.Thread(target=lambda: updates.extend(race))
     consumer.start()
@@ -550,9 +567,7 @@ def test_the_stop_button_ends_the_gamma_sweep_between_its_draft_lengths(app, wor
         return replay(*args, **kwargs)
 
     monkeypatch.setattr(sweep, "replay", replay_then_press_stop_at_two)
-    race = handlers.run_race(
-        str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", 4, "greedy", 0.8, 0.95, 0, 24, False, 0.5, page=page
-    )
+    race = handlers.run_race(str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", max_new_tokens=24, page=page)
     updates = list(race)
     shutil.rmtree(uploads)
     assert replayed == [1, 2]  # the sweep went no further than the draft length at hand
@@ -581,9 +596,7 @@ def test_the_stop_button_ends_the_table_of_strategies_between_its_strategies(app
         return replay(drafter, *args, **kwargs)
 
     monkeypatch.setattr(sweep, "replay", replay_then_press_stop_at_the_second_strategy)
-    race = handlers.run_race(
-        str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", 4, "greedy", 0.8, 0.95, 0, 24, False, 0.5, page=page
-    )
+    race = handlers.run_race(str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", max_new_tokens=24, page=page)
     updates = list(race)
     shutil.rmtree(uploads)
     # the table reuses the sweep's replay of the race's own drafter, then replays the others in turn:
@@ -609,9 +622,7 @@ def test_a_budget_that_runs_out_in_the_sweep_keeps_the_finished_race_and_says_th
         return replay(*args, **kwargs)
 
     monkeypatch.setattr(sweep, "replay", replay_then_run_out_at_two)
-    race = handlers.run_race(
-        str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", 4, "greedy", 0.8, 0.95, 0, 24, False, 0.5, page=page
-    )
+    race = handlers.run_race(str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", max_new_tokens=24, page=page)
     last = list(race)[-1]
     shutil.rmtree(uploads)
     assert "lossless ✓" in last["outcome"] and "over budget" not in last["outcome"]  # the race stands, whole
