@@ -1,0 +1,250 @@
+"""Proof on the page (issue 56): where the time went, the sampling law checked, and whether the
+target used the image. Pure functions of traces and of the session's results (plain dicts): plotly
+figures and HTML. No Gradio, no model, no tensor here.
+
+    time_split(spd, ar) -> dict        each round of a speculative lane split into drafting (γ·D),
+                                       verification (T(γ+1)) and everything else (the host's part)
+    time_sentence(split) -> str        which part ate the speedup, in numbers from the race
+    time_figure(split, spd) -> Figure  the split per round, beside τ and acceptance by position
+    law_figure(check) -> Figure        `demo.session.exactness.LawCheck.to_dict()`: each way's
+                                       histogram against the target's exact law, side by side
+    law_summary(check) -> str          the three verdicts as HTML
+    dependence_html(trace, ablation)   the answer with its image-dependent tokens marked, and how
+                                       the attention's reading agrees (`demo.models.ablation`)
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from demo.engine import metrics
+from demo.engine.events import Trace
+
+DRAFT, VERIFY, OTHER = "#E69F00", "#0072B2", "#999999"  # Okabe-Ito orange and blue, grey
+PASS, FAIL, LAW = "#009E73", "#D55E00", "#000000"
+LOOKED = 0.35  # the attention share above which the target was looking at the image (docs/grounding.md)
+HEIGHT = 300
+
+
+# --- where the time goes ---------------------------------------------------------------------------
+
+
+def time_split(spd: Trace, ar: Trace) -> dict:
+    """Every round of `spd` split into drafting, verification and everything else, in seconds.
+
+    A round's drafting and verification are the run's own laps (`RoundEvent.draft_seconds`,
+    `verify_seconds`); everything else is the rest of the round's clock: the transfer, the rollback,
+    detokenising, the events (what the benchmark's `overhead_ms_per_round` counts outside the models).
+    One single target step (`t1`) is the autoregressive run's, read as the cost model reads it."""
+    start = spd.tokens[0].t if spd.tokens else (spd.prefill.t if spd.prefill else 0.0)
+    rounds, before = [], start
+    for r in spd.rounds:
+        wall = r.t - before
+        rounds.append(
+            {
+                "draft": r.draft_seconds,
+                "verify": r.verify_seconds,
+                "other": max(0.0, wall - r.draft_seconds - r.verify_seconds),
+            }
+        )
+        before = r.t
+    costs = metrics.costs(spd, ar)
+    steps = [r.verify_seconds for r in ar.rounds]
+    n = len(rounds)
+    mean = {part: sum(r[part] for r in rounds) / n if n else math.nan for part in ("draft", "verify", "other")}
+    tree = spd.start.drafter.tree if spd.start and spd.start.drafter else None
+    return {
+        "rounds": rounds,
+        "mean": mean,
+        "clock": metrics.decode_seconds(spd),
+        "t1": costs.t1 if costs else (metrics._quantile(steps, metrics.STEP_QUANTILE) if steps else math.nan),
+        "tau": metrics.tau(spd),
+        "alpha": metrics.alpha(spd),
+        "gamma": spd.gamma,
+        "by_position": metrics.acceptance_by_position(spd),
+        "width": sum(metrics.verify_width(r) for r in spd.rounds) / n if n else math.nan,
+        "drafter_steps": sum(metrics.drafter_steps(r) for r in spd.rounds) / n if n else math.nan,
+        "tree": tree is not None,
+        "drafter": spd.start.drafter.name if spd.start and spd.start.drafter else "",
+        "speedup": metrics.speedup(spd, ar),
+    }
+
+
+def time_sentence(split: dict) -> str:
+    """One sentence from the race: what a round costs in single target steps, what τ buys with it,
+    and which part ate the speedup (the largest cost beyond the one step τ is measured against)."""
+    t1, tau, mean = split["t1"], split["tau"], split["mean"]
+    if not split["rounds"] or not t1 or not (t1 > 0) or math.isnan(tau):
+        return "The race has no timed rounds to split yet."
+    draft, verify, other = (mean[p] / t1 for p in ("draft", "verify", "other"))
+
+    def steps(x: float) -> str:  # a small part keeps a second digit rather than reading 0.0
+        return f"{x:.1f}" if abs(x) >= 0.1 else f"{x:.2f}"
+
+    cost = draft + verify + other
+    buys = tau / cost
+    what = (
+        f"the tree verifies {split['width'] - 1:.0f} nodes a round"
+        if split["tree"]
+        else f"each round verifies {split['width']:.1f} tokens"
+    )
+    eaten = {
+        "verification": verify - 1,  # the one step every round pays anyway is not eaten
+        "drafting": draft,
+        "everything else (the host's part)": other,
+    }
+    worst = max(eaten, key=eaten.get)
+    measured = split["speedup"]
+    tail = f" (the clocks measured ×{measured:.2f})" if measured == measured else ""
+    return (
+        f"{split['drafter']}: {what}: verification costs {steps(verify)} single steps, drafting "
+        f"({split['drafter_steps']:.1f} drafter steps) {steps(draft)} and everything else {steps(other)}, "
+        f"so τ {tau:.1f} at α {split['alpha']:.0%} buys ×{buys:.1f}{tail}; {worst} ate the most of the ×{tau:.1f}."
+    )
+
+
+def time_figure(split: dict) -> go.Figure:
+    """Left: each round's time, stacked drafting, verification, everything else (ms), with the
+    single target step as a line. Right: acceptance by draft position, τ and α in its title."""
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.66, 0.34], horizontal_spacing=0.12)
+    xs = list(range(1, len(split["rounds"]) + 1))
+    for part, colour, name in (
+        ("draft", DRAFT, "drafting (γ·D)"),
+        ("verify", VERIFY, "verification (T(γ+1))"),
+        ("other", OTHER, "everything else"),
+    ):
+        fig.add_trace(
+            go.Bar(x=xs, y=[r[part] * 1e3 for r in split["rounds"]], name=name, marker_color=colour), row=1, col=1
+        )
+    if split["t1"] == split["t1"]:
+        fig.add_hline(y=split["t1"] * 1e3, line_dash="dot", line_color="#333333", row=1, col=1)
+    positions = list(range(1, len(split["by_position"]) + 1))
+    rates = [None if v != v else v for v in split["by_position"]]
+    fig.add_trace(
+        go.Bar(x=positions, y=rates, name="accepted at position", marker_color=PASS, showlegend=False), row=1, col=2
+    )
+    fig.update_layout(
+        barmode="stack",
+        height=HEIGHT,
+        margin={"l": 50, "r": 12, "t": 40, "b": 40},
+        paper_bgcolor="white",
+        plot_bgcolor="white",
+        font={"size": 11},
+        title={"text": f"Where the time goes: {split['drafter']}", "font": {"size": 14}, "x": 0.02},
+        legend={"orientation": "h", "y": -0.22},
+    )
+    fig.update_xaxes(title_text="round (dotted: one target step)", row=1, col=1)
+    fig.update_yaxes(title_text="ms", row=1, col=1)
+    fig.update_xaxes(title_text=f"draft position (τ {split['tau']:.2f}, α {split['alpha']:.0%})", row=1, col=2)
+    fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=2)
+    return fig
+
+
+# --- the sampling law ----------------------------------------------------------------------------------
+
+WAY_NAMES = {
+    "target": "the target alone",
+    "speculative": "the speculative lane",
+    "broken": "a broken rule (accept every draft)",
+}
+
+
+def law_figure(check: dict) -> go.Figure:
+    """One panel per way: its share of the n draws per outcome (bars, green where the way passed,
+    red where it failed), the target's exact law as black markers on every panel."""
+    ways = [w for w in WAY_NAMES if w in check["counts"]]
+    titles = [f"{WAY_NAMES[w]}: TV {check['tv'][w]:.3f}, p {check['p_value'][w]:.3g}" for w in ways]
+    fig = make_subplots(rows=1, cols=len(ways), shared_yaxes=True, subplot_titles=titles, horizontal_spacing=0.04)
+    labels = [f"{i + 1}. {label}" for i, label in enumerate(check["labels"])]
+    n = check["n"]
+    for col, way in enumerate(ways, start=1):
+        colour = PASS if check["passed"][way] else FAIL
+        fig.add_trace(
+            go.Bar(x=labels, y=[c / n for c in check["counts"][way]], marker_color=colour, name=WAY_NAMES[way]),
+            row=1,
+            col=col,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=labels,
+                y=check["law"],
+                mode="markers",
+                marker={"color": LAW, "symbol": "line-ew-open", "size": 18, "line": {"width": 3}},
+                name="target's exact p",
+                showlegend=col == 1,
+            ),
+            row=1,
+            col=col,
+        )
+    fig.update_layout(
+        height=HEIGHT + 40,
+        margin={"l": 50, "r": 12, "t": 60, "b": 80},
+        paper_bgcolor="white",
+        plot_bgcolor="white",
+        font={"size": 11},
+        showlegend=False,
+        title={
+            "text": f"The first {check['k']} tokens after “{check['context']}”, {n} draws each way",
+            "font": {"size": 14},
+            "x": 0.02,
+        },
+    )
+    fig.update_annotations(font_size=11)
+    fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=1)
+    return fig
+
+
+def law_summary(check: dict) -> str:
+    """The verdicts: each way passes when its p-value is above the bound, with the TV against the
+    TV a draw of n from the law stays under."""
+    items = []
+    for way in WAY_NAMES:
+        if way not in check["counts"]:
+            continue
+        ok = check["passed"][way]
+        verdict = "writes the target's law" if ok else "does not write the target's law"
+        items.append(
+            f"<li class='{'law-pass' if ok else 'law-fail'}'><b>{html.escape(WAY_NAMES[way])}</b> {verdict}: "
+            f"TV {check['tv'][way]:.3f} (bound {check['tv_bound']:.3f}), p-value {check['p_value'][way]:.3g} "
+            f"({'above' if ok else 'below'} {check['alpha']:g}).</li>"
+        )
+    return (
+        f"<div class='law-check'><p>{check['n']} draws each way of the {check['k']} tokens after "
+        f"“{html.escape(check['context'])}”, drafter {html.escape(check['drafter'])}, γ {check['gamma']}.</p>"
+        f"<ul>{''.join(items)}</ul></div>"
+    )
+
+
+# --- did the target use the image --------------------------------------------------------------------
+
+
+def dependence_html(trace: Trace, ablation: dict) -> str:
+    """The answer with each token that needed the image marked (`ablation`: `Ablation.to_dict()`),
+    its p with and without the image in its tooltip, and one line on how the two readings agree:
+    attention (a share above 35%: the target looked at the image) and ablation (it needed it)."""
+    if ablation.get("unavailable"):
+        return f"<p class='ablation-none'>{html.escape(ablation['unavailable'])}</p>"
+    shares = [trace.image_share(t.index) for t in trace.tokens]
+    spans, both, looked_only, needed_only = [], 0, 0, 0
+    for i, tok in enumerate(trace.tokens):
+        dep = ablation["dependent"][i]
+        looked = shares[i] is not None and shares[i] >= LOOKED
+        both += dep and looked
+        looked_only += looked and not dep
+        needed_only += dep and not looked
+        tip = f"p with the image {ablation['p_with'][i]:.2f}, without {ablation['p_without'][i]:.2f}"
+        if ablation["flips"][i]:
+            tip += "; without it the target would write another token"
+        cls = "img-dep" if dep else "img-indep"
+        spans.append(f"<span class='{cls}' title='{html.escape(tip)}'>{html.escape(tok.text)}</span>")
+    n_dep = sum(ablation["dependent"])
+    line = (
+        f"{n_dep} of {len(trace.tokens)} tokens needed the image (underlined: blanking it made them at least "
+        f"{ablation['ratio']:g} times less likely). Attention and ablation agree on {both}; "
+        f"{looked_only} drew attention to the image without needing it, {needed_only} needed it with little attention."
+    )
+    return f"<div class='image-dependence'><p>{''.join(spans)}</p><p>{line}</p></div>"
