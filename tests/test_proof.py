@@ -5,7 +5,6 @@ import embedded
 import pytest
 import races
 
-from demo.engine.sampling import Sampling
 from demo.page import proof
 from demo.world.tasks import heldout_examples
 
@@ -32,3 +31,64 @@ def test_the_time_split_sums_to_the_lanes_clock(drafter):
     fig = proof.time_figure(split)
     assert [t.name for t in fig.data][:3] == ["drafting (γ·D)", "verification (T(γ+1))", "everything else"]
     assert len(fig.data[0].y) == len(spd.rounds)
+
+
+CHECK = {
+    "k": 2,
+    "n": 100,
+    "gamma": 4,
+    "drafter": "text-only",
+    "context": "Y",
+    "labels": ["es,", "es.", "other"],
+    "law": [0.76, 0.24, 0.0],
+    "counts": {"target": [75, 25, 0], "speculative": [77, 23, 0], "broken": [52, 10, 38]},
+    "tv": {"target": 0.01, "speculative": 0.01, "broken": 0.38},
+    "p_value": {"target": 0.8, "speculative": 0.7, "broken": 0.00025},
+    "alpha": 0.001,
+    "tv_bound": 0.16,
+    "passed": {"target": True, "speculative": True, "broken": False},
+}
+
+
+@pytest.mark.fast
+def test_the_law_panels_show_each_way_against_the_exact_law_and_colour_the_broken_rule_failing():
+    fig = proof.law_figure(CHECK)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert [b.name for b in bars] == list(proof.WAY_NAMES.values())
+    assert [b.marker.color for b in bars] == [proof.PASS, proof.PASS, proof.FAIL]
+    assert list(bars[2].y) == [0.52, 0.10, 0.38]
+    assert all(list(t.y) == CHECK["law"] for t in fig.data if t.type == "scatter")
+    summary = proof.law_summary(CHECK)
+    assert summary.count("law-pass") == 2 and summary.count("law-fail") == 1
+    assert "does not write the target's law" in summary and "below 0.001" in summary
+
+
+@pytest.mark.fast
+def test_the_image_dependent_tokens_are_marked_and_the_two_readings_compared():
+    from demo.engine.events import TokenEvent, Trace
+    from demo.engine.grounding import ImageAttention
+
+    trace = Trace()
+    for i, text in enumerate(["The", " shape", " is", " red"]):
+        trace.tokens.append(TokenEvent(index=i, token_id=i, text=text, kind="target", round=i, p=1.0, t=0.0))
+    trace.image_attention = ImageAttention(
+        layers=(1,),
+        rows=1,
+        cols=1,
+        image=(0.0, 0.5, 0.1, 0.8),
+        text=(1, 0.5, 0.9, 0.2),
+        own=(0, 0, 0, 0),
+        maps=((0.0,), (0.5,), (0.1,), (0.8,)),
+    )
+    ablation = {
+        "p_with": [1.0, 1.0, 1.0, 0.99],
+        "p_without": [1.0, 1.0, 1.0, 0.05],
+        "flips": [False, False, False, True],
+        "dependent": [False, False, False, True],
+        "ratio": 2.0,
+        "unavailable": None,
+    }
+    page = proof.dependence_html(trace, ablation)
+    assert page.count("class='img-dep'") == 1 and "'img-dep' title='p with the image 0.99, without 0.05" in page
+    assert "Attention and ablation agree on 1; 1 drew attention to the image without needing it, 0 needed it" in page
+    assert proof.dependence_html(trace, {"unavailable": "No image."}) == "<p class='ablation-none'>No image.</p>"
