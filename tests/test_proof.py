@@ -89,6 +89,6 @@ def test_the_image_dependent_tokens_are_marked_and_the_two_readings_compared():
         "unavailable": None,
     }
     page = proof.dependence_html(trace, ablation)
-    assert page.count("class='img-dep'") == 1 and "'img-dep' title='p with the image 0.99, without 0.05" in page
+    assert page.count("class='img-dep'") == 1 and "title='p with the image 0.99, without 0.05" in page
     assert "Attention and ablation agree on 1; 1 drew attention to the image without needing it, 0 needed it" in page
     assert proof.dependence_html(trace, {"unavailable": "No image."}) == "<p class='ablation-none'>No image.</p>"

@@ -228,7 +228,8 @@ def dependence_html(trace: Trace, ablation: dict) -> str:
     attention (a share above 35%: the target looked at the image) and ablation (it needed it)."""
     if ablation.get("unavailable"):
         return f"<p class='ablation-none'>{html.escape(ablation['unavailable'])}</p>"
-    shares = [trace.image_share(t.index) for t in trace.tokens]
+    read = ablation.get("attention")  # the shares read beside the ablation, else the trace's own
+    shares = list(read) if read else [trace.image_share(t.index) for t in trace.tokens]
     spans, both, looked_only, needed_only = [], 0, 0, 0
     for i, tok in enumerate(trace.tokens):
         dep = ablation["dependent"][i]
@@ -239,8 +240,8 @@ def dependence_html(trace: Trace, ablation: dict) -> str:
         tip = f"p with the image {ablation['p_with'][i]:.2f}, without {ablation['p_without'][i]:.2f}"
         if ablation["flips"][i]:
             tip += "; without it the target would write another token"
-        cls = "img-dep" if dep else "img-indep"
-        spans.append(f"<span class='{cls}' title='{html.escape(tip)}'>{html.escape(tok.text)}</span>")
+        cls, style = ("img-dep", f" style='text-decoration: underline 3px {FAIL}'") if dep else ("img-indep", "")
+        spans.append(f"<span class='{cls}'{style} title='{html.escape(tip)}'>{html.escape(tok.text)}</span>")
     n_dep = sum(ablation["dependent"])
     line = (
         f"{n_dep} of {len(trace.tokens)} tokens needed the image (underlined: blanking it made them at least "

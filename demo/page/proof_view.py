@@ -1,0 +1,135 @@
+"""The page's proof section (issue 56), built and wired in one place: after every race, where each
+speculative lane's time went (chart and sentence) and which answer tokens needed the image; on
+demand, "Check exactness": the sampling law checked live, also the /exactness endpoint.
+
+    section()                      the components, in the current Blocks context
+    wire(p, last, image, fields)   after a race (`last` changes): the time split, then the image
+                                   ablation; the button and /exactness: the law check
+
+The views are `demo.page.proof`'s; the work that needs the models is `demo.session.proof_runs`'s.
+"""
+
+from __future__ import annotations
+
+import html
+from types import SimpleNamespace
+
+import gradio as gr
+
+from demo import session
+from demo.engine.events import Trace
+from demo.page import proof, runs
+from demo.session import failures, proof_runs
+from demo.session.proof_runs import K_MAX
+
+INTRO = (
+    "<p class='proof-intro'>After each race: where each speculative lane's time went, and which answer tokens "
+    "needed the image. <b>Check exactness</b> draws the first tokens many times with the lane, with the target "
+    "alone and with a broken rule that accepts every draft, and tests each against the target's exact law.</p>"
+)
+
+
+def section() -> SimpleNamespace:
+    p = SimpleNamespace()
+    with gr.Accordion("Proof: where the time went, the sampling law, the image", open=True, elem_id="proof"):
+        gr.HTML(INTRO)
+        p.time_note = gr.HTML(elem_id="time-note")
+        p.time_chart = gr.Plot(show_label=False, elem_id="time-split-chart")
+        p.time_chart2 = gr.Plot(show_label=False, visible=False, elem_id="time-split-chart-2")
+        p.dependence = gr.HTML(elem_id="image-dependence")
+        with gr.Row():
+            p.k = gr.Radio(list(range(1, K_MAX + 1)), value=2, label="Tokens checked (k)", elem_id="law-k", scale=2)
+            p.check = gr.Button("Check exactness", elem_id="check-exactness", scale=1, min_width=140)
+        p.law_note = gr.HTML(elem_id="law-note")
+        p.law_chart = gr.Plot(show_label=False, elem_id="law-chart")
+        p.law_json = gr.JSON(visible=False, label="law")
+    return p
+
+
+def _traces(timeline) -> dict[str, Trace]:
+    traces: dict[str, Trace] = {}
+    for lane, event in timeline:
+        traces.setdefault(lane, Trace()).add(event)
+    return traces
+
+
+def on_race(last, image, question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new):
+    """The race just ended: first each lane's time split (no model), then the ablation."""
+    if not last:
+        yield [gr.skip()] * 4
+        return
+    _, timeline = last
+    traces = _traces(timeline)
+    ar = traces.get("autoregressive")
+    spds = [t for t in traces.values() if t.start is not None and t.start.mode == "speculative" and t.done]
+    if ar is None or not spds:
+        yield [gr.skip()] * 4
+        return
+    splits = [proof.time_split(spd, ar) for spd in spds]
+    note = "".join(f"<p class='time-sentence'>{html.escape(proof.time_sentence(s))}</p>" for s in splits)
+    second = proof.time_figure(splits[1]) if len(splits) > 1 else None
+    yield note, proof.time_figure(splits[0]), gr.update(value=second, visible=second is not None), gr.skip()
+    try:
+        request = session.parse(
+            question=question,
+            preset=preset,
+            drafter=drafter,
+            gamma=gamma,
+            greedy=greedy,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            max_new_tokens=max_new,
+        )
+        answers = {lane: list(t.summary.token_ids) for lane, t in traces.items() if t.done}
+        read = proof_runs.ablate(request, image, runs_uploads(), answers)
+        lane = "speculative" if "speculative" in read else next(iter(read))
+        yield gr.skip(), gr.skip(), gr.skip(), proof.dependence_html(traces[lane], read[lane])
+    except Exception as error:  # the race stands; only this reading is lost
+        yield gr.skip(), gr.skip(), gr.skip(), f"<p class='ablation-none'>{html.escape(failures.message(error))}</p>"
+
+
+def runs_uploads():
+    from demo.page.handlers import uploads
+
+    return uploads()
+
+
+def on_check(image, question, preset, drafter, gamma, temperature, top_p, seed, k):
+    """The law check of this prompt and image with the drafter chosen, at the form's sampling settings."""
+    try:
+        request = session.parse(
+            question=question,
+            preset=preset,
+            drafter=drafter,
+            gamma=gamma,
+            greedy=False,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            max_new_tokens=K_MAX + 2,
+        )
+        result = proof_runs.check_law(request, image, runs_uploads(), k=int(k))
+    except Exception as error:
+        message = failures.message(error)
+        raise runs.page_error(message) from None
+    return proof.law_summary(result), proof.law_figure(result), result
+
+
+def wire(p: SimpleNamespace, last, image, fields: list) -> None:
+    """`fields`: the race's question, preset, drafter, gamma, decoding, temperature, top_p, seed,
+    max_new components, in that order."""
+    outputs = [p.time_note, p.time_chart, p.time_chart2, p.dependence]
+    last.change(
+        on_race, [last, image, *fields], outputs, api_visibility="private", show_progress="hidden", preprocess=False
+    )
+    question, preset, drafter, gamma, _, temperature, top_p, seed, _ = fields
+    p.check.click(
+        on_check,
+        [image, question, preset, drafter, gamma, temperature, top_p, seed, p.k],
+        [p.law_note, p.law_chart, p.law_json],
+        api_name="exactness",
+        concurrency_limit=1,
+        concurrency_id="race",
+        preprocess=False,
+    )

@@ -1,0 +1,85 @@
+"""The proofs that need the models, for every surface (no Gradio here): the sampling law checked
+live (`demo.session.exactness`) and the image ablation of a finished race's answers
+(`demo.models.ablation`). Each prepares like a race (the image checked and opened, the preset
+loaded, `race.prepare`), runs off every race's clock, and returns plain data; each is one
+accelerator call on ZeroGPU.
+
+    check_law(request, image_payload, uploads, k=, n=) -> dict    `LawCheck.to_dict()`
+    ablate(request, image_payload, uploads, answers) -> dict      lane -> `Ablation.to_dict()`, with
+                                                                  "attention": the image share per token
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from demo.models import zerogpu
+from demo.session.request import Request
+
+K_MAX = 3
+LAW_SECONDS = 10  # `exactness.BUDGET_S`: read here without importing torch (the page imports this module)
+
+
+def _prompts(request: Request, image_payload, uploads):
+    """The race's preparation, run to its end (its loading messages dropped): the `Prompts`."""
+    from demo.session.race import prepare
+
+    steps = prepare(request, image_payload, uploads, lambda fraction, message: None)
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return done.value[2]
+
+
+def _law_duration(request: Request, image_payload, uploads, k: int = 2, n: int = 200) -> int:
+    return zerogpu.clamp(LAW_SECONDS + 20)
+
+
+@zerogpu.GPU(duration=_law_duration)
+def check_law(request: Request, image_payload, uploads: str | Path, k: int = 2, n: int = 200) -> dict:
+    """The law of the k tokens after the first, drawn n times each way (at most `exactness.BUDGET_S`
+    seconds of draws) with the request's first drafter, γ and sampling settings; a greedy request's
+    temperature and top-p are used to sample."""
+    from dataclasses import replace
+
+    from demo.session import exactness
+
+    if not 1 <= k <= K_MAX:
+        raise ValueError(f"k must be 1 to {K_MAX}")
+    prompts = _prompts(request, image_payload, uploads)
+    loaded = prompts.loaded
+    drafter = loaded.drafter(request.drafter)
+    prompt = prompts.checked(request.drafter, K_MAX + 2)
+    sampling = replace(request.sampling, greedy=False)
+    result = exactness.check(
+        loaded, prompt, drafter, gamma=request.gamma, sampling=sampling, k=k, n=n, seed=request.sampling.seed
+    )
+    return result.to_dict()
+
+
+def _ablate_duration(request: Request, image_payload, uploads, answers) -> int:
+    return zerogpu.clamp(30)
+
+
+@zerogpu.GPU(duration=_ablate_duration)
+def ablate(request: Request, image_payload, uploads: str | Path, answers: dict[str, list[int]]) -> dict:
+    """Each lane's answer (lane -> token ids) scored with the image and with a blank one; lanes
+    with the same answer share one reading."""
+    from demo.models import ablation, attention_pass
+
+    prompts = _prompts(request, image_payload, uploads)
+    read: dict[tuple[int, ...], dict] = {}
+    out = {}
+    for lane, ids in answers.items():
+        key = tuple(ids)
+        if key not in read:
+            record = ablation.ablate(prompts.loaded, prompts.image, request.question, list(ids)).to_dict()
+            try:  # the attention share beside it, to compare the two readings (None: not readable)
+                shares = attention_pass.image_attention(prompts.loaded, prompts.target_inputs, list(ids)).image
+            except Exception:
+                shares = ()
+            record["attention"] = list(shares) or None
+            read[key] = record
+        out[lane] = read[key]
+    return out
