@@ -12,6 +12,7 @@ import gradio as gr
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: the repository's demo/
 
 from demo.models import presets  # noqa: E402
+from demo.page import layout  # noqa: E402
 from demo.page.analysis_tab import RaceControls, analysis_tab  # noqa: E402
 
 
@@ -31,16 +32,14 @@ def build_standalone(default_preset: str = presets.DEFAULT_PRESET) -> gr.Blocks:
                         )
                         drafter = gr.Dropdown(names, value=names[0], label="Drafter", elem_id="drafter")
                         gamma = gr.Slider(1, 10, value=4, step=1, label="γ", elem_id="gamma")
-                        decoding = gr.Radio(
-                            ["greedy", "sampling"], value="sampling", label="Decoding", elem_id="decoding"
-                        )
+                        decoding = gr.Radio(layout.DECODING, value=False, label="Decoding", elem_id="decoding")
                         max_new = gr.Slider(1, 512, value=128, step=1, label="Max new tokens", elem_id="max-new")
                         adaptive = gr.Checkbox(True, label="Adaptive draft length", elem_id="adaptive")
                         run = gr.Button("Run the race", variant="primary", elem_id="run")
                 said = gr.Markdown(elem_id="raced")
                 run.click(
                     lambda im, q, p, d, g, dec, m, a: (
-                        f"Raced: {q!r} with {p}/{d}, γ = {g}, {dec}, {m} tokens, "
+                        f"Raced: {q!r} with {p}/{d}, γ = {g}, {'greedy' if dec else 'sampling'}, {m} tokens, "
                         f"adaptive {'on' if a else 'off'}, image {'given' if im is not None else 'missing'}."
                     ),
                     [image, question, preset, drafter, gamma, decoding, max_new, adaptive],

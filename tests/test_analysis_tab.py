@@ -22,7 +22,7 @@ from test_rejections import STOPS, shapes_trace, yes_trace
 from demo.bench import soak
 from demo.bench.page import launch_chromium
 from demo.models import loader, presets
-from demo.page import analysis_tab, text
+from demo.page import analysis_tab, layout, text
 from demo.page.analysis_tab import Batch, Run
 from demo.page.runs import positional
 from demo.session import batches, rejections, validate
@@ -170,7 +170,7 @@ def test_racing_a_run_fills_the_race_tab_inputs_and_selects_it():
             gr.Dropdown([PRESET]),
             gr.Dropdown(["text-only", "image-aware"]),
             gr.Slider(1, 10),
-            gr.Radio(["greedy", "sampling"]),
+            gr.Radio(layout.DECODING),
             gr.Slider(1, 512),
             reference=gr.HTML(),
             adaptive=gr.Checkbox(),
@@ -182,7 +182,7 @@ def test_racing_a_run_fills_the_race_tab_inputs_and_selects_it():
         "Caption this.",
         "image-aware",
         3,
-        "greedy",
+        True,  # greedy
         16,
     ]
     assert "reference answer" in out["reference"] and "A red circle." in out["reference"]

@@ -3,6 +3,7 @@ disk and loaded through the real preset path; plus the pure export functions."""
 
 import csv
 import importlib
+import inspect
 import io
 import json
 import sys
@@ -22,6 +23,7 @@ from demo.engine import export, metrics
 from demo.engine.events import RoundEvent, Trace
 from demo.models import loader
 from demo.page import handlers, layout, server
+from demo.session import form
 
 TINY = "tiny"
 QUESTION = "Describe the image."
@@ -176,7 +178,7 @@ def test_a_preset_without_weights_is_reported_in_the_page(client, tiny_world):
     )
     image = handle_file(str(tiny_world / "examples" / "0.png"))
     try:
-        job = client.submit(image, QUESTION, "missing", "d", 4, "greedy", 0.8, 0.95, 0, 8, api_name="/race")
+        job = client.submit(image, QUESTION, "missing", "d", 4, True, 0.8, 0.95, 0, 8, api_name="/race")
         with pytest.raises(AppError, match="Model files missing: "):
             job.result()
         outcome = job.outputs()[-1][4]
@@ -213,7 +215,7 @@ def test_trace_races_a_second_drafter_when_asked_and_returns_every_lane(client, 
 
 def test_race_endpoint_with_two_drafters_fills_the_third_panel_and_overlays_the_lanes(client, tiny_world):
     image = handle_file(str(tiny_world / "examples" / "0.png"))
-    args = (image, QUESTION, TINY, "text-only", 3, "greedy", 0.8, 0.95, 0, 24, False, 0.5, "image-aware")
+    args = (image, QUESTION, TINY, "text-only", 3, True, 0.8, 0.95, 0, 24, 0.5, "image-aware", False)
     page = dict(zip(shown_outputs(), client.predict(*args, api_name="/race"), strict=True))
     assert (
         "Speculative, second lane · image-aware" in page["spd2_panel"] and 'data-blocks="blocks2"' in page["spd2_panel"]
@@ -228,14 +230,14 @@ def test_race_endpoint_with_two_drafters_fills_the_third_panel_and_overlays_the_
     assert "(the first speculative lane: text-only)" in page["sweep_note"]
     rows = list(csv.DictReader(io.StringIO(Path(page["csv_file"]["value"]).read_text())))
     assert {r["run"] for r in rows} == {"speculative", "speculative-2", "autoregressive"}
-    one = dict(zip(shown_outputs(), client.predict(*args[:-1], api_name="/race"), strict=True))  # as callers did before
+    one = dict(zip(shown_outputs(), client.predict(*args[:-2], api_name="/race"), strict=True))  # one drafter
     assert "tok tok-" not in one["spd2_panel"]  # one speculative lane: the third panel is empty
     assert "lossless ✓ identical outputs" in one["outcome"] and "text-only: lossless" not in one["outcome"]
 
 
 def test_race_endpoint_streams_the_panels_then_offers_the_downloads(client, tiny_world):
     image = handle_file(str(tiny_world / "examples" / "0.png"))
-    job = client.submit(image, QUESTION, TINY, "image-aware", 3, "greedy", 0.8, 0.95, 0, 48, api_name="/race")
+    job = client.submit(image, QUESTION, TINY, "image-aware", 3, True, 0.8, 0.95, 0, 48, api_name="/race")
     final = job.result()
     updates = job.outputs()
     assert len(updates) >= 3  # the empty start, at least one partial redraw, the final state
@@ -422,3 +424,17 @@ def test_comparison_finds_where_outputs_part_ways():
     assert same["identical"] is True and same["first_difference"] is None and same["speedup"] == pytest.approx(1.0)
     shorter = export.comparison(ar_trace(), ar_trace(ids=(10, 11), texts=("The", " red")))
     assert shorter["identical"] is False and shorter["first_difference"] == 2
+
+
+def test_race_and_trace_take_the_requests_fields_by_the_same_names_from_one_list(client):
+    """One dialect: /trace's parameters are the image and the session's request fields, in parse's
+    order; /race's are the same, then the page-only ones. A field renamed in `parse` renames both."""
+    endpoints = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+
+    def names(endpoint: str) -> list[str]:
+        return [p["parameter_name"] for p in endpoints[endpoint]["parameters"]]
+
+    assert form.FIELDS == tuple(inspect.signature(session.parse).parameters)[:-1]  # all but `known`
+    assert names("/trace") == ["image", *form.FIELDS]
+    assert names("/race") == ["image", *form.FIELDS, *handlers.PAGE_ONLY]
+    assert handlers.PAGE_ONLY == ("adaptive",)

@@ -157,12 +157,8 @@ def calls(folder: Path, json_only: bool = False) -> st.SearchStrategy:
 
 
 def page_arguments(values: dict) -> tuple:
-    """The same call as the page's /race endpoint takes it (decoding and adaptive are its own)."""
-    greedy, threshold = values["greedy"], values["min_confidence"]
-    decoding = {True: "greedy", False: "sampling"}.get(greedy, greedy) if isinstance(greedy, bool) else greedy
-    adaptive = threshold != 0.0 if isinstance(threshold, float) and not math.isnan(threshold) else threshold
-    trace = [values[name] for name in PARAMS]
-    return (*trace[:5], decoding, *trace[6:10], adaptive, threshold, values["second_drafter"])
+    """The same call as the page's /race endpoint takes it: /trace's, then its Adaptive box, ticked."""
+    return (*[values[name] for name in PARAMS], True)
 
 
 def good(folder: Path) -> dict:

@@ -84,7 +84,7 @@ def test_a_direct_call_with_the_wrong_number_of_values_is_refused_with_422(app):
     assert response.json()["detail"] == server.arity_refusal(
         next(fn for fn in app.fns.values() if fn.api_name == "race"), 0
     )
-    assert response.json()["detail"].startswith("/race takes 13 values (the last may be left out), in this order:")
+    assert response.json()["detail"].startswith("/race takes 13 values (the last 2 may be left out), in this order:")
     assert httpx.post(base + "trace", json={"data": ["x"]}).status_code == 422
     missing = httpx.post(base + "nothing-here", json={"data": []})
     assert missing.status_code == 404 and missing.json()["detail"].startswith("There is no endpoint /nothing-here;")
@@ -250,7 +250,7 @@ def test_a_request_over_the_budget_is_refused_with_its_sentence_before_any_work(
     # 400 x (1.82 + 1 + 1.5) + 2 x 20 = 1768 steps at the tiny preset's 0.001 s a step
     expected = "This request asks for 2 lanes x 400 new tokens (text-only at γ 4, greedy): up to about 2 s of compute"
     assert raw_call(app, "trace", [image, *args(world, max_new=400)[1:]])["output"]["error"].startswith(expected)
-    page = raw_call(app, "race", [*page_args(image)[:9], 400, False, 0.5])
+    page = raw_call(app, "race", [*page_args(image)[:9], 400, 0.5, "none", False])
     assert page["output"]["error"].startswith(expected)
 
 
@@ -303,7 +303,7 @@ def test_seed_null_is_refused_alike_on_every_endpoint_and_a_list_is_no_drafter_n
     refusal = "seed must be a whole number from 0 to 4294967295; got None."
     assert raw_call(app, "trace", sampled)["output"]["error"] == refusal
     page = page_args(image)
-    page[5], page[8] = "sampling", None
+    page[5], page[8] = False, None  # greedy, seed
     assert raw_call(app, "race", page)["output"]["error"] == refusal
     analysis = raw_call(app, "analysis", [PRESET, "caption", "text-only", 4, 1, None, "en"])
     assert analysis["output"]["error"] == "example set (seed) " + refusal.removeprefix("seed ")  # ran as seed 0

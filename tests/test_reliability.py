@@ -281,7 +281,7 @@ def test_too_few_values_are_refused_with_the_endpoints_parameters_in_order(app):
         "fills in the defaults of any left out."
     )
     assert raw_call(app, "race", ["x"])["output"]["error"].startswith(
-        "/race takes 13 values (the last may be left out), in this order: image,"
+        "/race takes 13 values (the last 2 may be left out), in this order: image,"
     )
 
 

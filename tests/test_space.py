@@ -302,16 +302,24 @@ def test_preload_names_follow_the_space_and_the_variable(monkeypatch):
 
 
 def test_the_duration_asked_for_grows_with_the_request_and_is_capped(monkeypatch):
-    assert zerogpu.duration(128, 2, 0.05) == 17  # 5 s + 2 runs x 128 tokens x 0.05 s
-    assert zerogpu.duration(512, 2, 0.2) == zerogpu.MAX_DURATION  # 210 s wanted
-    assert zerogpu.duration(1, 2, 0.05) == zerogpu.MIN_DURATION
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")  # the work budget's estimate (demo.session.budget.race)
-    request = session.Request("Describe.", "embedded", "text-only", 4, Sampling(greedy=False), 128)
+    request = session.Request(
+        question="Describe.",
+        preset="embedded",
+        drafter="text-only",
+        gamma=4,
+        sampling=Sampling(greedy=False),
+        max_new_tokens=128,
+    )
     assert session._race_duration(request, None) == 24  # 491 target steps at the preset's 0.05 s a step
-    greedy = session.Request("Describe.", "embedded", "text-only", 4, Sampling(), 128)
+    greedy = session.Request(
+        question="Describe.", preset="embedded", drafter="text-only", gamma=4, sampling=Sampling(), max_new_tokens=128
+    )
     # and the γ sweep's 10 x 0.15 x 128 steps, and the table of strategies' 2.97 x 128
     assert session._race_duration(greedy, None) == 48
-    longer = session.Request("Describe.", "embedded", "text-only", 10, Sampling(), 512)
+    longer = session.Request(
+        question="Describe.", preset="embedded", drafter="text-only", gamma=10, sampling=Sampling(), max_new_tokens=512
+    )
     assert session._race_duration(longer, None) == zerogpu.MAX_DURATION
 
 
@@ -359,7 +367,14 @@ def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_
 
 def test_a_decorated_handler_asked_for_an_unloaded_preset_refuses_without_loading(monkeypatch, two_tiny, no_loading):
     monkeypatch.setattr(preloading, "_PRELOADED", {"tiny-a": None})
-    request = session.Request("Describe the image.", "tiny-b", "text-only", 4, Sampling(), 8)
+    request = session.Request(
+        question="Describe the image.",
+        preset="tiny-b",
+        drafter="text-only",
+        gamma=4,
+        sampling=Sampling(),
+        max_new_tokens=8,
+    )
     with pytest.raises(loader.Unavailable) as refused:
         next(session.gpu_race(request, None, gradio.utils.get_upload_folder()))
     assert str(refused.value) == (
@@ -390,7 +405,14 @@ def test_decorated_functions_yield_plain_data_only(monkeypatch, two_tiny):
     upload = Path(gradio.utils.get_upload_folder()) / "test-space"
     upload.mkdir(parents=True, exist_ok=True)
     tiny.images(1)[0].save(upload / "q.png")
-    request = session.Request("Describe the image.", "tiny-a", "image-aware", 3, Sampling(), 10)
+    request = session.Request(
+        question="Describe the image.",
+        preset="tiny-a",
+        drafter="image-aware",
+        gamma=3,
+        sampling=Sampling(),
+        max_new_tokens=10,
+    )
     try:
         payload = {"path": str(upload / "q.png"), "meta": {"_type": "gradio.FileData"}}
         items = list(session.gpu_race(request, payload, gradio.utils.get_upload_folder()))

@@ -81,7 +81,14 @@ def run_pair(loaded, example, drafter, gamma: int, sampling: Sampling, max_new: 
     """One SPD and one AR run of the same request, in the given order, through the session as the
     page's races go (`drafter`: the loaded drafter on the path under test) -> (spd, ar), and the
     host seconds each spent inside model forwards (`ForwardTime`)."""
-    request = session.Request(example.question, loaded.preset.name, drafter.name, gamma, sampling, max_new)
+    request = session.Request(
+        question=example.question,
+        preset=loaded.preset.name,
+        drafter=drafter.name,
+        gamma=gamma,
+        sampling=sampling,
+        max_new_tokens=max_new,
+    )
     traces, inside = {}, {}
     for lane in session.LANES if spd_first else session.LANES[::-1]:
         meter = ForwardTime()

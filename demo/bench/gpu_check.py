@@ -77,7 +77,14 @@ def embedded_runs(shapes: Shapes, preset: str = "embedded") -> dict:
         for gamma in (2, 4):
             spds, ars = [], []
             for i, (image, question) in enumerate([cases[0]] + cases):  # the first run only warms up
-                request = session.Request(question, preset, name, gamma, greedy, shapes.max_new_tokens)
+                request = session.Request(
+                    question=question,
+                    preset=preset,
+                    drafter=name,
+                    gamma=gamma,
+                    sampling=greedy,
+                    max_new_tokens=shapes.max_new_tokens,
+                )
                 traces = session.run_lanes(loaded, request, image)
                 spd, ar = traces["speculative"], traces["autoregressive"]
                 if i > 0:

@@ -61,7 +61,14 @@ def measure(n: int, seed: int, languages: tuple[str, ...], max_new_tokens: int) 
     n_layers = len(model.model.language_model.layers)
     records = []
     for ex in analysis.heldout_mix(TASKS, n * len(languages), seed, languages):
-        request = session.Request(ex.question, "embedded", "text-only", 4, Sampling(), max_new_tokens)
+        request = session.Request(
+            question=ex.question,
+            preset="embedded",
+            drafter="text-only",
+            gamma=4,
+            sampling=Sampling(),
+            max_new_tokens=max_new_tokens,
+        )
         trace = session.run(loaded, request, ex.image, lane="autoregressive")
         ids = list(trace.summary.token_ids)
         inputs = loaded.prompt(ex.image, ex.question).target_inputs

@@ -93,13 +93,13 @@ def race_arguments(image: str, question: str, preset: str, drafter: str, max_new
         "preset": preset,
         "drafter": drafter,
         "gamma": 4,
-        "decoding": "greedy",
+        "greedy": True,
         "temperature": 0.8,
         "top_p": 0.95,
         "seed": 0,
         "max_new_tokens": max_new_tokens,
-        "adaptive": False,
-        "threshold": 0.5,
+        "min_confidence": 0.5,
+        "adaptive": False,  # the page's Adaptive box: off, so min_confidence is not applied
     } | change
 
 
@@ -109,7 +109,7 @@ KINDS = {
     "chain": {},
     "tree": {"drafter": "text-only+tree"},
     "two-lane": {"second_drafter": "image-aware"},
-    "sampled": {"decoding": "sampling", "temperature": 1.0, "seed": 7},
+    "sampled": {"greedy": False, "temperature": 1.0, "seed": 7},
     "analysis": None,
 }
 MIX = ("chain", "tree", "two-lane", "sampled", "chain", "tree", "two-lane", "sampled", "chain", "analysis")

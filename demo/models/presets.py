@@ -45,7 +45,7 @@ class Preset:
     params: int = 0  # target parameter count, for the memory check before the files are here
     note: str = ""  # a caveat the UI states next to the preset
     image_kwargs: dict = field(default_factory=dict, hash=False)  # passed to the processor with each image
-    # Seconds per new token per run that a ZeroGPU call budgets (`demo.models.zerogpu.duration`): a
+    # Seconds per target step that a ZeroGPU call budgets (`demo.session.budget.step_seconds`): a
     # generous allowance for the duration it asks for, not a measured speed.
     seconds_per_token: float = SECONDS_PER_TOKEN
     # Seconds one target step (one new token) is allowed on a CPU: the work budget's unit there

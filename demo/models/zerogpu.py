@@ -65,13 +65,6 @@ def clamp(seconds: float) -> int:
     return int(min(MAX_DURATION, max(MIN_DURATION, seconds)))
 
 
-def duration(max_new_tokens: int, runs: int, seconds_per_token: float, base: float = 5.0) -> int:
-    """Seconds a decorated call asks for: `runs` decodes of up to `max_new_tokens` tokens each at
-    `seconds_per_token` (the preset's budget), plus `base` for prefill and set-up, capped to
-    [MIN_DURATION, MAX_DURATION]."""
-    return clamp(base + runs * max_new_tokens * seconds_per_token)
-
-
 try:
     import spaces  # preinstalled on Spaces; not a requirement anywhere
 

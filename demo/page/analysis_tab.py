@@ -92,7 +92,7 @@ class RaceControls:
     preset: gr.Dropdown  # read: the analysis runs on the Race tab's preset
     drafter: gr.Dropdown
     gamma: gr.Slider
-    decoding: gr.Radio  # set to "greedy"
+    decoding: gr.Radio  # set to greedy (True)
     max_new: gr.Slider
     run: gr.Button | None = None  # clicked once the inputs are in, so the race starts by itself
     reference: gr.HTML | None = None  # the task and reference answer line, filled by render.reference_html
@@ -234,7 +234,7 @@ def race_inputs(batch: Batch | None, number, current_preset: str, race: RaceCont
         "question": run.item.question,
         "drafter": run.drafter,
         "gamma": batch.gamma,
-        "decoding": "greedy",
+        "decoding": True,  # greedy
         "max_new": batch.max_new_tokens,
         "reference": render.reference_html(run.item.task, run.item.answer),
         "adaptive": False,

@@ -17,7 +17,8 @@ The handlers hold no decoding logic and touch no caches or logits: `demo.session
 request, loads, builds the lanes, races and closes them; `demo.page.lanes` turns the traces into
 component updates. Both endpoints consume one `session.Race`: its `events()` (the accelerator's
 call, ended by the page's Stop or the race's own budget), its `traces`, and the `RaceResult`
-that ends them, whose `ending` says how; the handler paces its redraws (`Redraws`).
+that ends them, whose `ending` says how; `demo.page.redraws` paces the redraws and holds the views
+the handlers send besides the lanes (buttons, status, downloads).
 
 Reliability, as the handlers guarantee it:
 - Both endpoints receive the raw request values (`preprocess=False`), so every malformed value
@@ -43,24 +44,25 @@ import gradio.utils
 
 from demo import session
 from demo.engine import export
-from demo.engine.events import RoundEvent, TokenEvent, Trace
+from demo.engine.events import RoundEvent, Trace
 from demo.page import classroom, lanes, render, runs, strategy_table
 from demo.page.examples import reference_for
+from demo.page.redraws import (  # noqa: F401 (HEARTBEAT_EVERY: tests read it here)
+    HEARTBEAT_EVERY,
+    NO_DOWNLOADS,
+    Redraws,
+    buttons,
+    downloads,
+    failed,
+    status,
+    stopped_html,
+)
 from demo.page.runs import page_error
 from demo.session import failures, form, validate
 
-PANEL_EVERY = 0.08  # seconds of wall time between redraws of the panels (the browser keeps up)
-CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
-# Seconds: a handler yields after a round once this much time has passed since its last yield. A
-# yield costs Gradio a whole update even when nothing changed: each output left out is a gr.skip(),
-# which Gradio 6 turns into a fresh component and its config (14 ms for the Race tab's 24 outputs).
-# At 0.02 s those heartbeats were a third of the server's CPU per 32-token race on the embedded
-# models: 1.48-1.51 s, against 1.04-1.14 s at 0.1 s (`python -m demo.bench.soak --requests 12
-# --warmup 3 --every 12 --mix chain --one-session`, run twice each, interleaved). While the lanes
-# decode the page's redraws (every PANEL_EVERY s) come first anyway.
-HEARTBEAT_EVERY = 0.1
 TRACE_HEARTBEAT_EVERY = 0.02  # /trace has one output: its heartbeat costs Gradio one component, not 24
-THRESHOLD_DEFAULT = 0.5  # the page's adaptive-drafting threshold slider starts here
+
+PAGE_ONLY = ("adaptive",)  # /race's parameters after the request's fields (`form.FIELDS`), /trace's alone
 
 # The API's outputs keep their places: what issue 26 added comes after the downloads, the second
 # speculative lane's (issue 27) after those, and the table of strategies (issue 44) last.
@@ -83,55 +85,7 @@ def uploads() -> Path:
     return Path(gradio.utils.get_upload_folder())
 
 
-# --- views ------------------------------------------------------------------------------------------
-
-
-def buttons(busy: bool) -> dict:
-    """Run and Replay off and Stop on while a race or replay is on; the reverse once it is over."""
-    return {
-        "run": gr.Button(interactive=not busy, value="Racing…" if busy else "Run the race"),
-        "replay": gr.Button(interactive=not busy),
-        "stop": gr.Button(interactive=busy, value="Stop"),
-    }
-
-
-def status(html_text: str, busy: bool) -> dict:
-    """A message where the outcome goes; the rest of the page stays as it is."""
-    return {"outcome": html_text, **buttons(busy)}
-
-
-def failed(message: str) -> dict:
-    return status(render.error_html(message), busy=False)
-
-
-def downloads(
-    traces: dict[str, Trace],
-    request: session.Request,
-    gamma_sweep: list[dict] | None = None,
-    strategies: list[dict] | None = None,
-) -> dict:
-    folder = Path(runs.export_dir().name)
-    json_path, csv_path = folder / "trace.json", folder / "tokens.csv"
-    json_path.write_text(export.to_json(export.payload(request.settings(), traces, gamma_sweep, strategies)))
-    csv_path.write_text(export.tokens_csv(traces))
-    return {
-        "json_file": gr.DownloadButton(value=str(json_path), interactive=True),
-        "csv_file": gr.DownloadButton(value=str(csv_path), interactive=True),
-    }
-
-
-NO_DOWNLOADS = dict.fromkeys(("json_file", "csv_file"), gr.DownloadButton(value=None, interactive=False))
-
-
 # --- runs a page can stop ---------------------------------------------------------------------------
-
-
-def stopped_html(run: runs.PageRun) -> str:
-    """ "Stopped.", how long after the Stop reached the server the run had ended, and what stays."""
-    took = (
-        "" if run.asked_at is None else f" It ended {time.perf_counter() - run.asked_at:.2f} s after the Stop arrived."
-    )
-    return f'<div class="outcome">Stopped.{took} The panels below keep what was decoded before the stop.</div>'
 
 
 # The Stop button: the page's race or replay ends after the event at hand and says "Stopped."
@@ -162,76 +116,43 @@ SWEEPING = (
 SWEEP_WAIT = '<div class="sweep-note">The γ sweep follows once the race is over (greedy races).</div>'
 
 
-class Redraws:
-    """When the page redraws a race whose events arrive one at a time (`add`): at the first token
-    at once, then at most every PANEL_EVERY s (charts every CHART_EVERY s), and once every lane is
-    done. In between, an empty update (nothing to redraw) after a round that ends HEARTBEAT_EVERY s
-    or more after the last update, so that Gradio can close the handler for a Stop or a client gone
-    within max(one round, HEARTBEAT_EVERY); an update per round would cost Gradio milliseconds each."""
-
-    def __init__(self, traces: dict[str, Trace], facts: tuple[str, ...], reference: str | None = None):
-        self.traces, self.facts, self.reference = traces, facts, reference
-        self.last_panel = self.last_chart = self.last_update = time.perf_counter()
-        self.shown_tokens = False
-
-    def add(self, lane: str, event) -> dict | None:
-        """`event`, just added to its lane's trace: the update to send now, or None."""
-        now = time.perf_counter()
-        first = not self.shown_tokens and isinstance(event, TokenEvent)
-        last = not isinstance(event, TokenEvent | RoundEvent) and self.done()
-        if first or last or now - self.last_panel >= PANEL_EVERY:
-            charts_too = now - self.last_chart >= CHART_EVERY
-            update = lanes.view(self.traces, self.facts, charts_too, self.reference)
-            self.shown_tokens = self.shown_tokens or first
-            self.last_panel = self.last_update = time.perf_counter()
-            self.last_chart = self.last_panel if charts_too else self.last_chart
-            return update
-        if isinstance(event, RoundEvent) and now - self.last_update >= HEARTBEAT_EVERY:
-            self.last_update = time.perf_counter()
-            return {}  # nothing to redraw, but a chance for Gradio to close the handler
-        return None
-
-    def done(self) -> bool:
-        """Every lane has ended."""
-        return all(t.done for t in self.traces.values())
-
-    def whole(self) -> dict:
-        """Every lane's view, the charts too."""
-        return lanes.view(self.traces, self.facts, charts_too=True, reference=self.reference)
-
-
-def page_request(values: dict) -> session.Request:
-    """The page form's values by name (/race's parameters) as a session Request: the Decoding
-    radio is `greedy`, the adaptive box and threshold `min_confidence`; the rest are the request's
-    own fields (`form.fields`)."""
-    greedy = validate.choice("decoding", values["decoding"], ["greedy", "sampling"]) == "greedy"
-    min_confidence = values["threshold"] if validate.flag("adaptive draft length", values["adaptive"]) else 0.0
-    return session.parse(**form.fields(values), greedy=greedy, min_confidence=min_confidence)
-
-
 def run_race(
     image,
     question,
     preset,
     drafter,
-    gamma,
-    decoding,
-    temperature,
-    top_p,
-    seed,
-    max_new_tokens,
-    adaptive=False,
-    threshold=THRESHOLD_DEFAULT,
+    gamma=session.DEFAULTS["gamma"],
+    greedy=session.DEFAULTS["greedy"],
+    temperature=session.DEFAULTS["temperature"],
+    top_p=session.DEFAULTS["top_p"],
+    seed=session.DEFAULTS["seed"],
+    max_new_tokens=session.DEFAULTS["max_new_tokens"],
+    min_confidence=session.DEFAULTS["min_confidence"],
     second_drafter="none",
+    adaptive=True,
     page: gr.Request = None,
 ):
     """Stream the race to the page: every lane's panel and stats, the block views and the charts
     as events arrive. A failure is shown where the outcome goes and raised as gr.Error (an API
-    caller gets it). The race (`session.Race`) is what the page's Stop ends."""
-    values = locals()  # the page's form by name (read first: nothing else is bound yet)
+    caller gets it). The race (`session.Race`) is what the page's Stop ends. Its parameters are
+    /trace's (`form.FIELDS`), then the page-only `adaptive` (PAGE_ONLY): the page's Adaptive box,
+    which applies `min_confidence` when ticked (an API caller's is applied unless it sends False)."""
     with runs.page_run(page, "race") as run:
         try:
-            request = page_request(values)
+            adaptive = validate.flag("adaptive draft length", adaptive)
+            request = session.parse(
+                question=question,
+                preset=preset,
+                drafter=drafter,
+                gamma=gamma,
+                greedy=greedy,
+                temperature=temperature,
+                top_p=top_p,
+                seed=seed,
+                max_new_tokens=max_new_tokens,
+                min_confidence=min_confidence if adaptive else 0.0,
+                second_drafter=second_drafter,
+            )
             race = run.holds(session.Race(request, image, uploads()))
             redraws = None
             for item in race.events():

@@ -16,7 +16,6 @@ from demo.engine.events import Trace
 from demo.models import presets
 from demo.page import blocks, charts, classroom, drafter_notes, lanes, render, stats_tables, strategy_table
 from demo.page.examples import EXAMPLES_DIR, Example, load_examples  # noqa: F401 (the page's names)
-from demo.page.handlers import THRESHOLD_DEFAULT
 from demo.page.text import TIMING
 from demo.session import offers, validate
 
@@ -69,6 +68,8 @@ def left_out_html(left: dict[str, str]) -> str:
 
 
 NO_SECOND = "none"  # the second drafter's choice for a race with one speculative lane
+THRESHOLD_DEFAULT = 0.5  # the adaptive-drafting threshold slider (/race's min_confidence) starts here
+DECODING = [("greedy", True), ("sampling", False)]  # the Decoding radio: /race's `greedy`, by its label
 
 
 def drafter_choices(preset: str) -> list[str]:
@@ -200,7 +201,8 @@ def inputs(default_preset: str, examples: list[Example], languages: tuple[str, .
                 elem_id="threshold",
             )
         with gr.Row():
-            c.decoding = gr.Radio(["greedy", "sampling"], value="greedy", label="Decoding", elem_id="decoding")
+            # carries /race's `greedy` itself: True for greedy, False for sampling
+            c.decoding = gr.Radio(DECODING, value=True, label="Decoding", elem_id="decoding")
             c.temperature = gr.Slider(
                 0.05,
                 2.0,
@@ -233,6 +235,26 @@ def inputs(default_preset: str, examples: list[Example], languages: tuple[str, .
 
 
 CHART_MIN_WIDTH = 360  # px: two charts a row on a desktop, one on a phone (titles and axes whole)
+# The race's charts, two a row: row id -> component name -> (its empty figure from an empty trace,
+# its label (the API's output name), its element id).
+CHARTS = {
+    "charts": {
+        "race_chart": (lambda empty: charts.race([empty], empty), "race chart", "chart-race"),
+        "tau_chart": (lambda empty: charts.block_efficiency([empty]), "block efficiency chart", "chart-tau"),
+    },
+    "charts-2": {
+        "hist_chart": (lambda empty: charts.accept_lengths([empty]), "accept lengths chart", "chart-hist"),
+        "pos_chart": (
+            lambda empty: charts.acceptance_by_position([empty]),
+            "acceptance by position chart",
+            "chart-pos",
+        ),
+    },
+    "charts-3": {
+        "sweep_chart": (lambda empty: charts.gamma_sweep([], 0), "gamma sweep chart", "chart-sweep"),
+        "time_chart": (lambda empty: charts.round_times([empty], empty), "time per round chart", "chart-time"),
+    },
+}
 
 
 def how_it_works() -> SimpleNamespace:
@@ -299,51 +321,14 @@ def race_view() -> SimpleNamespace:
             )
     vars(v).update(vars(how_it_works()))
     # Empty charts at load: the browser fetches plotly.js before the first Run, not during it.
-    with gr.Row(elem_id="charts"):
-        v.race_chart = gr.Plot(
-            charts.race([empty], empty),
-            label="race chart",
-            show_label=False,
-            min_width=CHART_MIN_WIDTH,
-            elem_id="chart-race",
-        )
-        v.tau_chart = gr.Plot(
-            charts.block_efficiency([empty]),
-            label="block efficiency chart",
-            show_label=False,
-            min_width=CHART_MIN_WIDTH,
-            elem_id="chart-tau",
-        )
-    with gr.Row(elem_id="charts-2"):
-        v.hist_chart = gr.Plot(
-            charts.accept_lengths([empty]),
-            label="accept lengths chart",
-            show_label=False,
-            min_width=CHART_MIN_WIDTH,
-            elem_id="chart-hist",
-        )
-        v.pos_chart = gr.Plot(
-            charts.acceptance_by_position([empty]),
-            label="acceptance by position chart",
-            show_label=False,
-            min_width=CHART_MIN_WIDTH,
-            elem_id="chart-pos",
-        )
-    with gr.Row(elem_id="charts-3"):
-        v.sweep_chart = gr.Plot(
-            charts.gamma_sweep([], 0),
-            label="gamma sweep chart",
-            show_label=False,
-            min_width=CHART_MIN_WIDTH,
-            elem_id="chart-sweep",
-        )
-        v.time_chart = gr.Plot(
-            charts.round_times([empty], empty),
-            label="time per round chart",
-            show_label=False,
-            min_width=CHART_MIN_WIDTH,
-            elem_id="chart-time",
-        )
+    for row, pair in CHARTS.items():
+        with gr.Row(elem_id=row):
+            for name, (figure, label, elem_id) in pair.items():
+                setattr(
+                    v,
+                    name,
+                    gr.Plot(figure(empty), label=label, show_label=False, min_width=CHART_MIN_WIDTH, elem_id=elem_id),
+                )
     v.sweep_note = gr.HTML(
         lanes.SWEEP_NOTE,
         js_on_load=None,

@@ -139,18 +139,19 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     )
     c.drafter2.change(on_second, c.drafter2, [v.spd2_column, v.blocks2_accordion], **small)
     demo.load(layout.preset_html, c.preset, c.preset_info, **small)
-    c.decoding.change(lambda d: [visible(d == "sampling")] * 3, c.decoding, [c.temperature, c.top_p, c.seed], **small)
+    c.decoding.change(lambda greedy: [visible(not greedy)] * 3, c.decoding, [c.temperature, c.top_p, c.seed], **small)
     c.adaptive.change(visible, c.adaptive, c.threshold, **small)
 
     last = gr.State(None)  # the last race: (facts, its events in order), for the replay
     named = vars(v) | {"run": c.run, "replay": c.replay, "stop": c.stop, "last": last}
     outputs = [named[name] for name in handlers.OUTPUTS]  # the order of handlers.positional's tuples
-    settings = [c.question, c.preset, c.drafter, c.gamma]
-    sampling = [c.temperature, c.top_p, c.seed, c.max_new]
+    # /race's parameters in order: the image, the request's fields (`form.FIELDS`, /trace's too),
+    # then the page-only Adaptive box (`handlers.PAGE_ONLY`)
+    fields = [c.question, c.preset, c.drafter, c.gamma, c.decoding, c.temperature, c.top_p, c.seed, c.max_new]
     decode = {"concurrency_limit": 1, "concurrency_id": "race", "preprocess": False}  # analyses queue apart
     c.run.click(
         handlers.positional(handlers.run_race),  # its accelerator part is `session.gpu_race`
-        [c.image, *settings, c.decoding, *sampling, c.adaptive, c.threshold, c.drafter2],
+        [c.image, *fields, c.threshold, c.drafter2, c.adaptive],
         outputs,
         api_name="race",
         show_progress="hidden",
@@ -175,12 +176,11 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     # The run ends itself (see stop_race); the button says "Stopping…" at once, before any answer.
     c.stop.click(handlers.positional(handlers.stop_race), None, outputs, js=text.STOPPING_JS, **small)
 
-    greedy = gr.Checkbox(True, visible=False)
-    min_confidence = gr.Number(0.0, visible=False)
+    min_confidence = gr.Number(0.0, visible=False)  # /trace's default: off (the page's slider starts at 0.5)
     trace_out = gr.JSON(visible=False, label="trace")
     gr.Button(visible=False).click(
         handlers.trace_api,
-        [c.image, *settings, greedy, *sampling, min_confidence, c.drafter2],
+        [c.image, *fields, min_confidence, c.drafter2],
         trace_out,
         api_name="trace",
         **decode,
@@ -202,7 +202,7 @@ def _remote(value) -> bool:
 # Inputs an endpoint gained after callers had started to use it (its last ones), each with the value
 # a call that leaves it out gets: such a call keeps working as it did (gradio_client fills them in
 # anyway; a plain HTTP call may not know them).
-ADDED_INPUTS = {"race": (layout.NO_SECOND,), "trace": (layout.NO_SECOND,)}  # second_drafter (issue 27)
+ADDED_INPUTS = {"race": (layout.NO_SECOND, True), "trace": (layout.NO_SECOND,)}  # second_drafter (issue 27), adaptive
 
 
 def _padded(block_fn, inputs: list) -> list:

@@ -4,8 +4,9 @@
                     defaults (gradio_client fills in what a caller leaves out)
     fields(values)  the request's fields among an endpoint's values, by name, for `parse`
 
-/race takes the page's own form (its Decoding radio in place of `greedy`, the adaptive box and
-threshold in place of `min_confidence`), spelled once in `demo.page.handlers.run_race`.
+/race takes the same fields by the same names (its Decoding radio carries `greedy`, its threshold
+slider `min_confidence`), then the page-only ones (`demo.page.handlers.PAGE_ONLY`: the Adaptive
+box); tests/test_app.py ties both endpoints' parameter names to FIELDS.
 """
 
 from __future__ import annotations

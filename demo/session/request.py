@@ -39,9 +39,9 @@ THRESHOLD = "threshold (stop drafting below this drafter confidence; min_confide
 # --- the request --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Request:
-    """A validated request: everything a run needs besides the image."""
+    """A validated request: everything a run needs besides the image (made by name only)."""
 
     question: str
     preset: str
@@ -114,4 +114,13 @@ def parse(
             raise InvalidInput(validate.sentence(refused))
     sampling = Sampling() if greedy else Sampling(greedy=False, temperature=temperature, top_p=top_p, seed=seed)
     second = drafters[1] if len(drafters) > 1 else None
-    return Request(text, preset, drafters[0], gamma, sampling, max_new_tokens, min_confidence, second)
+    return Request(
+        question=text,
+        preset=preset,
+        drafter=drafters[0],
+        gamma=gamma,
+        sampling=sampling,
+        max_new_tokens=max_new_tokens,
+        min_confidence=min_confidence,
+        second_drafter=second,
+    )
