@@ -40,8 +40,8 @@ def section() -> SimpleNamespace:
         with gr.Row():
             p.k = gr.Radio(list(range(1, K_MAX + 1)), value=2, label="Tokens checked (k)", elem_id="law-k", scale=2)
             p.check = gr.Button("Check exactness", elem_id="check-exactness", scale=1, min_width=140)
-        p.law_note = gr.HTML(elem_id="law-note")
-        p.law_chart = gr.Plot(show_label=False, elem_id="law-chart")
+        p.law_note = gr.HTML(elem_id="law-note", label="law check")
+        p.law_chart = gr.Plot(show_label=False, elem_id="law-chart", label="law chart")
         p.law_json = gr.JSON(visible=False, label="law")
     return p
 

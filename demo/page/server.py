@@ -35,7 +35,7 @@ from starlette.middleware import Middleware
 from demo import session
 from demo.engine.events import Trace
 from demo.models import presets, zerogpu
-from demo.page import analysis_tab, classroom, drafter_notes, guard, handlers, layout, render, teach, text
+from demo.page import analysis_tab, classroom, drafter_notes, guard, handlers, layout, proof_view, render, teach, text
 from demo.page.layout import EXAMPLES_DIR, Example
 from demo.session import offers, validate
 
@@ -148,6 +148,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     # /race's parameters in order: the image, the request's fields (`form.FIELDS`, /trace's too),
     # then the page-only Adaptive box (`handlers.PAGE_ONLY`)
     fields = [c.question, c.preset, c.drafter, c.gamma, c.decoding, c.temperature, c.top_p, c.seed, c.max_new]
+    proof_view.wire(v.proof, last, c.image, fields)  # after each race, and Check exactness (/exactness)
     decode = {"concurrency_limit": 1, "concurrency_id": "race", "preprocess": False}  # analyses queue apart
     c.run.click(
         handlers.positional(handlers.run_race),  # its accelerator part is `session.gpu_race`
@@ -265,6 +266,7 @@ def build_demo(default_preset: str = presets.DEFAULT_PRESET, examples_dir: Path 
                 with gr.Row(equal_height=False):
                     controls = layout.inputs(default_preset, examples["en"], languages)
                 view = layout.race_view()
+                view.proof = proof_view.section()  # where the time went, the sampling law, the image (issue 56)
             with gr.Tab("Analysis", id="analysis", elem_id="tab-analysis"):
                 c = controls
                 analysis_tab.analysis_tab(
