@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from PIL import Image
 
 from . import tasks_en
+from .phrasing import ask
 from .scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES, SIZES, Scene, render, scene_stream
 from .tasks_en import BRIEF, NUMBERS, plural
 
@@ -77,8 +78,10 @@ def qa(task: str, scene: Scene, rng: random.Random) -> tuple[str, str] | None:
     if language != "en":  # imported here: the language modules import this one
         from . import tasks_de, tasks_zh
 
-        return {"de": tasks_de, "zh": tasks_zh}[language].qa(task, scene, rng)
-    return tasks_en.qa(task, scene, rng)
+        tables = {"de": tasks_de, "zh": tasks_zh}[language]
+    else:
+        tables = tasks_en
+    return ask(tables.PROMPTS, tables.FORMS, task, scene, rng)
 
 
 def examples(

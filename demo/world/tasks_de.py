@@ -1,8 +1,8 @@
 """The world's questions and reference answers in German: every task family of `tasks.py`.
 
-Contract: `qa(task, scene, rng) -> (question, answer) | None`, as `tasks.qa` for English, with
-the same facts and the same layout of each answer, in German. The answers keep the English
-forms that the target learnt (the place or name first, then the looked-up word; multiple
+Contract: the phrase tables `PROMPTS` and `FORMS`, over which `tasks.qa` writes (question,
+answer) as in English, with the same facts and the same layout of each answer, in German. The
+answers keep the English forms that the target learnt (the place or name first, then the looked-up word; multiple
 choice's reason, restated checks and letter), so what the target knows carries over and only
 the words change. Grounded words are translated (`COLOURS`, `SHAPES`, `SIZES`, `PLACES`,
 `PLACE_PHRASES`, `NUMBERS`); adjectives take their endings (nominative and accusative,
@@ -259,16 +259,16 @@ def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:
     return question, rng.choice(("Nein.", f"Nein, es gibt k{thing}."))
 
 
-def qa(task: str, scene: Scene, rng: random.Random) -> tuple[str, str] | None:
-    if task == "description":
-        return rng.choice(DESCRIBE), _description(scene, rng)
-    if task == "caption":
-        return rng.choice(CAPTION), _caption(scene, rng)
-    return {
-        "multiple_choice": _multiple_choice,
-        "vqa_colour": _vqa_colour,
-        "vqa_shape": _vqa_shape,
-        "vqa_count": _vqa_count,
-        "vqa_position": _vqa_position,
-        "vqa_yesno": _vqa_yesno,
-    }[task](scene, rng)
+# The phrase tables `tasks.qa` dispatches over (`phrasing.ask`): the tasks whose question is drawn
+# from a list of prompts, and each task's form, which writes its answer (or question and answer).
+PROMPTS = {"description": DESCRIBE, "caption": CAPTION}
+FORMS = {
+    "description": _description,
+    "caption": _caption,
+    "multiple_choice": _multiple_choice,
+    "vqa_colour": _vqa_colour,
+    "vqa_shape": _vqa_shape,
+    "vqa_count": _vqa_count,
+    "vqa_position": _vqa_position,
+    "vqa_yesno": _vqa_yesno,
+}

@@ -1,8 +1,8 @@
 """The world's questions and reference answers in English: every task family of `tasks.py`, and
 multiple choice's earlier forms (`BRIEF`, `EARLY`).
 
-Contract: `qa(task, scene, rng) -> (question, answer) | None`, as `tasks.qa` gives it for
-English. Phrasings vary (drawn from `rng`), the facts never do: every answer is true of the scene.
+Contract: the phrase tables `PROMPTS` and `FORMS`, over which `tasks.qa` writes (question,
+answer) in English. Phrasings vary (drawn from `rng`), the facts never do: every answer is true of the scene.
 The count words and plurals (`NUMBERS`, `plural`) are read by the scorer and the translations
 too; `tasks_de` and `tasks_zh` write multiple choice's checks as `checks` does.
 """
@@ -311,20 +311,18 @@ def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:
     return question, rng.choice(("No.", f"No, there is no {colour} {shape}."))
 
 
-def qa(task: str, scene: Scene, rng: random.Random) -> tuple[str, str] | None:
-    """(question, reference answer) in English, or None when the task does not apply to the scene;
-    `task` is one of `tasks.TASKS`, or multiple choice in an earlier form (`BRIEF`, `EARLY`)."""
-    if task == "description":
-        return rng.choice(DESCRIBE), _description(scene, rng)
-    if task == "caption":
-        return rng.choice(CAPTION), _caption(scene, rng)
-    return {
-        "multiple_choice": _multiple_choice,
-        "vqa_colour": _vqa_colour,
-        "vqa_shape": _vqa_shape,
-        "vqa_count": _vqa_count,
-        "vqa_position": _vqa_position,
-        "vqa_yesno": _vqa_yesno,
-        BRIEF: lambda scene, rng: _multiple_choice(scene, rng, BRIEF),
-        EARLY: lambda scene, rng: _multiple_choice(scene, rng, EARLY),
-    }[task](scene, rng)
+# The phrase tables `tasks.qa` dispatches over (`phrasing.ask`): the tasks whose question is drawn
+# from a list of prompts, and each task's form, which writes its answer (or question and answer).
+PROMPTS = {"description": DESCRIBE, "caption": CAPTION}
+FORMS = {
+    "description": _description,
+    "caption": _caption,
+    "multiple_choice": _multiple_choice,
+    "vqa_colour": _vqa_colour,
+    "vqa_shape": _vqa_shape,
+    "vqa_count": _vqa_count,
+    "vqa_position": _vqa_position,
+    "vqa_yesno": _vqa_yesno,
+    BRIEF: lambda scene, rng: _multiple_choice(scene, rng, BRIEF),
+    EARLY: lambda scene, rng: _multiple_choice(scene, rng, EARLY),
+}

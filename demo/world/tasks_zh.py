@@ -1,11 +1,11 @@
 """The world's questions and reference answers in Chinese: every task family of `tasks.py`.
 
-Contract: `qa(task, scene, rng) -> (question, answer) | None`, as `tasks.qa` for English, with
-the same facts and the same layout of each answer, in Chinese: the place or name first, then
-the looked-up word; multiple choice's reason, restated checks and letter. Grounded words are
-translated (`COLOURS`, `SHAPES`, `SIZES`, `PLACES`, `PLACE_PHRASES`, `NUMBERS`). No spaces
-between words, as Chinese is written; the option letters stand after punctuation (":",
-"，", "。"), so the byte-level pre-tokenizer always cuts a letter off on its own.
+Contract: the phrase tables `PROMPTS` and `FORMS`, over which `tasks.qa` writes (question,
+answer) as in English, with the same facts and the same layout of each answer, in Chinese: the
+place or name first, then the looked-up word; multiple choice's reason, restated checks and
+letter. Grounded words are translated (`COLOURS`, `SHAPES`, `SIZES`, `PLACES`, `PLACE_PHRASES`,
+`NUMBERS`). No spaces between words, as Chinese is written; the option letters stand after
+punctuation (":", "，", "。"), so the byte-level pre-tokenizer always cuts a letter off on its own.
 """
 
 import random
@@ -232,16 +232,16 @@ def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:
     return question, rng.choice(("没有。", f"没有，图中没有{thing(asked)}。"))
 
 
-def qa(task: str, scene: Scene, rng: random.Random) -> tuple[str, str] | None:
-    if task == "description":
-        return rng.choice(DESCRIBE), _description(scene, rng)
-    if task == "caption":
-        return rng.choice(CAPTION), _caption(scene, rng)
-    return {
-        "multiple_choice": _multiple_choice,
-        "vqa_colour": _vqa_colour,
-        "vqa_shape": _vqa_shape,
-        "vqa_count": _vqa_count,
-        "vqa_position": _vqa_position,
-        "vqa_yesno": _vqa_yesno,
-    }[task](scene, rng)
+# The phrase tables `tasks.qa` dispatches over (`phrasing.ask`): the tasks whose question is drawn
+# from a list of prompts, and each task's form, which writes its answer (or question and answer).
+PROMPTS = {"description": DESCRIBE, "caption": CAPTION}
+FORMS = {
+    "description": _description,
+    "caption": _caption,
+    "multiple_choice": _multiple_choice,
+    "vqa_colour": _vqa_colour,
+    "vqa_shape": _vqa_shape,
+    "vqa_count": _vqa_count,
+    "vqa_position": _vqa_position,
+    "vqa_yesno": _vqa_yesno,
+}
