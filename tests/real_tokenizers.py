@@ -31,7 +31,7 @@ import struct
 from pathlib import Path
 
 import torch
-from tiny_families import LLAVA_TEMPLATE, QWEN_TEMPLATE, cut_lm, finish
+from tiny_families import LLAVA_TEMPLATE, QWEN_TEMPLATE, cut_lm, finish, qwen_text, qwen_vl
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
 from transformers import (
     AutoTokenizer,
@@ -42,8 +42,6 @@ from transformers import (
     LlavaConfig,
     LlavaForConditionalGeneration,
     LlavaProcessor,
-    Qwen2_5_VLConfig,
-    Qwen2_5_VLForConditionalGeneration,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen2VLImageProcessorPil,
@@ -226,47 +224,16 @@ def _qwen(root: Path) -> None:
     for folder in (target_dir, drafter_dir):
         qwen_files(folder)
     ids = AutoTokenizer.from_pretrained(target_dir).get_vocab()
-    text = dict(
-        vocab_size=QWEN_ROWS,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+    text = qwen_text(
+        QWEN_ROWS,
         max_position_embeddings=4096,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
         tie_word_embeddings=True,
         bos_token_id=ids["<|endoftext|>"],
         eos_token_id=ids["<|im_end|>"],
     )
-    torch.manual_seed(0)
-    config = Qwen2_5_VLConfig(
-        vision_config=dict(
-            depth=2,
-            hidden_size=32,
-            intermediate_size=64,
-            num_heads=2,
-            patch_size=14,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            window_size=112,
-            out_hidden_size=64,
-            fullatt_block_indexes=[1],
-        ),
-        text_config={**text, "rope_parameters": {**text["rope_parameters"], "mrope_section": [2, 3, 3]}},
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=True,
-    )
     stops = [ids["<|im_end|>"], ids["<|endoftext|>"]]  # generation_config.json of both repos
-    target = finish(Qwen2_5_VLForConditionalGeneration(config).eval(), stops, ids["<|endoftext|>"])
-    with torch.no_grad():
-        target.model.visual.merger.mlp[-1].weight.mul_(8.0)
-        for layer in target.model.language_model.layers:  # sharp attention: positions visibly matter
-            layer.self_attn.q_proj.weight.mul_(6.0)
-            layer.self_attn.k_proj.weight.mul_(6.0)
+    target = qwen_vl(text, ids, patch=14, window=112, stops=stops, pad=ids["<|endoftext|>"])
     target.save_pretrained(target_dir)
     # The repo's preprocessor_config.json: patch 14, merge 2, 56 x 56 to 12,845,056 pixels, CLIP's mean and std.
     Qwen2VLImageProcessorPil(

@@ -1,6 +1,7 @@
 """The benchmark CLI end to end on tiny models: its table, files and final JSON line."""
 
 import json
+import math
 import sys
 
 import pytest
@@ -79,7 +80,7 @@ def test_bench_writes_report_files_and_ends_with_one_json_line(tiny_preset, tmp_
         assert 1.0 <= cell["tau"] <= cell["gamma"] + 1
         assert cell["speedup"] == pytest.approx(cell["tok_s_spd"] / cell["tok_s_ar"])
         assert cell["t1_ms"] > 0 and cell["t_verify_ms"] > 0 and cell["d_ms"] > 0
-        assert min(cell["t1_iqr_ms"], cell["t_verify_iqr_ms"], cell["d_iqr_ms"]) >= 0
+        assert all(math.isfinite(cell[k]) for k in ("t1_iqr_ms", "t_verify_iqr_ms", "d_iqr_ms"))
         assert cell["overhead_ms_per_round"] > 0 and cell["overhead_ms_per_step_ar"] > 0
         assert cell["limit_speedup"] == pytest.approx(cell["tau"] * cell["t1_ms"] / cell["t_verify_ms"])
         if cell["decoding"] == "greedy":

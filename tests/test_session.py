@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import races
 import tiny
 
 from demo import session
@@ -27,14 +28,8 @@ PRESETS = {"p": Preset("p", "t", (DrafterSpec("text-only", "text-only", "d"),))}
 @pytest.mark.fast
 def test_a_request_is_built_by_name_with_the_documented_defaults():
     request = session.parse(question=" What is this? ", preset="p", drafter="text-only", known=PRESETS)
-    assert request == session.Request(
-        question="What is this?",
-        preset="p",
-        drafter="text-only",
-        gamma=4,
-        sampling=Sampling(),
-        max_new_tokens=128,
-        min_confidence=0.0,
+    assert request == races.request(
+        question="What is this?", preset="p", drafter="text-only", gamma=4, max_new_tokens=128
     )
     sampled = session.parse(
         question="q", preset="p", drafter="text-only", greedy=False, temperature=0.5, seed=7, known=PRESETS
@@ -66,14 +61,7 @@ def test_every_bad_field_is_refused_with_its_name():
 
 def test_a_run_is_one_lane_decoded_whole_and_greedy_speculative_equals_autoregressive(world):
     image = tiny.images(1)[0]
-    request = session.Request(
-        question="Describe the image.",
-        preset="tiny",
-        drafter="text-partly",
-        gamma=3,
-        sampling=Sampling(),
-        max_new_tokens=24,
-    )
+    request = races.request()
     spd = session.run(world, request, image)
     ar = session.run(world, request, image, "autoregressive")
     assert spd.start.mode == "speculative" and spd.start.gamma == 3 and spd.start.drafter.name == "text-partly"
@@ -153,16 +141,7 @@ def test_a_lane_configuration_the_race_cannot_take_is_refused_with_its_limit(sec
 
 def test_two_lanes_race_beside_autoregressive_decoding_each_as_it_decodes_alone(world):
     image = tiny.images(1)[0]
-    request = session.Request(
-        question="Describe the image.",
-        preset="tiny",
-        drafter="text-partly",
-        gamma=3,
-        sampling=Sampling(),
-        max_new_tokens=24,
-        min_confidence=0.0,
-        second_drafter="image-partly",
-    )
+    request = races.request(second_drafter="image-partly")
     raced = {lane: Trace() for lane in session.lane_names(request)}
     with session.racing(session.lanes(world, request, image)) as events:
         for lane, event in events:
@@ -184,7 +163,7 @@ def test_two_lanes_race_beside_autoregressive_decoding_each_as_it_decodes_alone(
 @pytest.mark.fast
 def test_two_lanes_ask_zerogpu_for_three_runs_of_time_and_a_greedy_race_for_its_sweep_too(monkeypatch):
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")  # the work budget's estimate at the preset's ZeroGPU seconds a step
-    one = session.Request(
+    one = races.request(
         question="q",
         preset="embedded",
         drafter="text-only",
@@ -219,16 +198,7 @@ def test_two_drafter_models_that_do_not_fit_together_are_refused_before_anything
     monkeypatch.setattr(devices, "probe", lambda: devices.Memory((), 2**30))
     monkeypatch.setattr(loader, "availability", lambda name: Availability(True, True, "here"))
     monkeypatch.setattr(loader, "load", lambda *a, **k: pytest.fail("loaded before the lanes were checked"))
-    request = session.Request(
-        question="q",
-        preset="big",
-        drafter="a",
-        gamma=4,
-        sampling=Sampling(),
-        max_new_tokens=8,
-        min_confidence=0.0,
-        second_drafter="b",
-    )
+    request = races.request(question="q", preset="big", drafter="a", gamma=4, max_new_tokens=8, second_drafter="b")
     with pytest.raises(devices.NotEnoughMemory) as refused:
         next(session.prepare(request, None, "/nowhere", lambda *a: None))
     assert str(refused.value) == (
@@ -242,14 +212,7 @@ def test_two_drafter_models_that_do_not_fit_together_are_refused_before_anything
 
 @pytest.mark.fast
 def test_leaving_a_race_early_closes_every_lane(world):
-    request = session.Request(
-        question="Describe the image.",
-        preset="tiny",
-        drafter="text-partly",
-        gamma=3,
-        sampling=Sampling(),
-        max_new_tokens=24,
-    )
+    request = races.request()
     runs = session.lanes(world, request, tiny.images(1)[0])
     with session.racing(runs) as events:
         next(events)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import gradio.utils
 import pytest
+import races
 import tiny
 import torch
 from gradio_client import handle_file
@@ -303,7 +304,7 @@ def test_preload_names_follow_the_space_and_the_variable(monkeypatch):
 
 def test_the_duration_asked_for_grows_with_the_request_and_is_capped(monkeypatch):
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")  # the work budget's estimate (demo.session.budget.race)
-    request = session.Request(
+    request = races.request(
         question="Describe.",
         preset="embedded",
         drafter="text-only",
@@ -312,14 +313,10 @@ def test_the_duration_asked_for_grows_with_the_request_and_is_capped(monkeypatch
         max_new_tokens=128,
     )
     assert session._race_duration(request, None) == 24  # 491 target steps at the preset's 0.05 s a step
-    greedy = session.Request(
-        question="Describe.", preset="embedded", drafter="text-only", gamma=4, sampling=Sampling(), max_new_tokens=128
-    )
+    greedy = races.request(question="Describe.", preset="embedded", drafter="text-only", gamma=4, max_new_tokens=128)
     # and the γ sweep's 10 x 0.15 x 128 steps, and the table of strategies' 2.97 x 128
     assert session._race_duration(greedy, None) == 48
-    longer = session.Request(
-        question="Describe.", preset="embedded", drafter="text-only", gamma=10, sampling=Sampling(), max_new_tokens=512
-    )
+    longer = races.request(question="Describe.", preset="embedded", drafter="text-only", gamma=10, max_new_tokens=512)
     assert session._race_duration(longer, None) == zerogpu.MAX_DURATION
 
 
@@ -367,14 +364,7 @@ def test_with_demo_preload_the_presets_load_before_the_first_request_and_a_race_
 
 def test_a_decorated_handler_asked_for_an_unloaded_preset_refuses_without_loading(monkeypatch, two_tiny, no_loading):
     monkeypatch.setattr(preloading, "_PRELOADED", {"tiny-a": None})
-    request = session.Request(
-        question="Describe the image.",
-        preset="tiny-b",
-        drafter="text-only",
-        gamma=4,
-        sampling=Sampling(),
-        max_new_tokens=8,
-    )
+    request = races.request(preset="tiny-b", drafter="text-only", gamma=4, max_new_tokens=8)
     with pytest.raises(loader.Unavailable) as refused:
         next(session.gpu_race(request, None, gradio.utils.get_upload_folder()))
     assert str(refused.value) == (
@@ -405,14 +395,7 @@ def test_decorated_functions_yield_plain_data_only(monkeypatch, two_tiny):
     upload = Path(gradio.utils.get_upload_folder()) / "test-space"
     upload.mkdir(parents=True, exist_ok=True)
     tiny.images(1)[0].save(upload / "q.png")
-    request = session.Request(
-        question="Describe the image.",
-        preset="tiny-a",
-        drafter="image-aware",
-        gamma=3,
-        sampling=Sampling(),
-        max_new_tokens=10,
-    )
+    request = races.request(preset="tiny-a", drafter="image-aware", max_new_tokens=10)
     try:
         payload = {"path": str(upload / "q.png"), "meta": {"_type": "gradio.FileData"}}
         items = list(session.gpu_race(request, payload, gradio.utils.get_upload_folder()))

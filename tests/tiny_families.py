@@ -139,6 +139,59 @@ def finish(model, eos: int, pad: int):
     return model
 
 
+def qwen_text(vocab: int, **changes) -> dict:
+    """A tiny Qwen2 language model's config (2 layers of 64), as a dict: the text config of a
+    Qwen2.5-VL target (`qwen_vl`) and the config of the drafter cut from it."""
+    return (
+        dict(
+            vocab_size=vocab,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+        | changes
+    )
+
+
+def qwen_vl(text: dict, ids: dict, *, patch: int, window: int, stops, pad: int):
+    """A tiny Qwen2.5-VL target over `text` (`qwen_text`), seeded, with a 2-block vision tower of
+    `patch`-pixel patches; its image features and attention are sharpened, so that the image and
+    positions visibly matter. `ids`: the tokenizer's ids of the vision tokens."""
+    torch.manual_seed(0)
+    tie = {"tie_word_embeddings": True} if text.get("tie_word_embeddings") else {}
+    config = Qwen2_5_VLConfig(
+        vision_config=dict(
+            depth=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            patch_size=patch,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            window_size=window,
+            out_hidden_size=64,
+            fullatt_block_indexes=[1],
+        ),
+        text_config={**text, "rope_parameters": {**text["rope_parameters"], "mrope_section": [2, 3, 3]}},
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        **tie,
+    )
+    target = finish(Qwen2_5_VLForConditionalGeneration(config).eval(), stops, pad)
+    with torch.no_grad():
+        target.model.visual.merger.mlp[-1].weight.mul_(8.0)
+        for layer in target.model.language_model.layers:  # sharp attention: positions visibly matter
+            layer.self_attn.q_proj.weight.mul_(6.0)
+            layer.self_attn.k_proj.weight.mul_(6.0)
+    return target
+
+
 def _llava(root: Path) -> None:
     base = bpe(["<unk>", "<s>", "</s>"])
     n = base.get_vocab_size()
@@ -201,45 +254,13 @@ def _qwen(root: Path) -> None:
     )
     ids = dict(zip(QWEN_SPECIALS, tok.convert_tokens_to_ids(QWEN_SPECIALS)))
     vocab = len(tok) + PAD_ROWS
-    text = dict(
-        vocab_size=vocab,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    text = qwen_text(
+        vocab,
         bos_token_id=None,
         eos_token_id=ids["<|im_end|>"],
         pad_token_id=ids["<|endoftext|>"],
     )
-    torch.manual_seed(0)
-    config = Qwen2_5_VLConfig(
-        vision_config=dict(
-            depth=2,
-            hidden_size=32,
-            intermediate_size=64,
-            num_heads=2,
-            patch_size=4,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            window_size=16,
-            out_hidden_size=64,
-            fullatt_block_indexes=[1],
-        ),
-        text_config={**text, "rope_parameters": {**text["rope_parameters"], "mrope_section": [2, 3, 3]}},
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-    )
-    target = finish(Qwen2_5_VLForConditionalGeneration(config).eval(), ids["<|im_end|>"], ids["<|endoftext|>"])
-    with torch.no_grad():
-        target.model.visual.merger.mlp[-1].weight.mul_(8.0)
-        for layer in target.model.language_model.layers:  # sharp attention: positions visibly matter
-            layer.self_attn.q_proj.weight.mul_(6.0)
-            layer.self_attn.k_proj.weight.mul_(6.0)
+    target = qwen_vl(text, ids, patch=4, window=16, stops=ids["<|im_end|>"], pad=ids["<|endoftext|>"])
     drafter = cut_lm(target.model.language_model, target.lm_head, Qwen2Config(**text), Qwen2ForCausalLM, vocab)
     target.save_pretrained(root / "target")
     tok.save_pretrained(root / "target")

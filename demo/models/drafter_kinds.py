@@ -48,6 +48,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from demo.models import feature_assets
+
 Reads = Literal["image", "text", "target"]
 TREE = "+tree"  # a drafter's name + TREE: the same drafter, drafting a token tree
 
@@ -130,26 +132,15 @@ def _no_skip_search(preset) -> str | None:
 # drafter step 0.96 ms against a target step of 6.66 ms (0.15); layer-skip runs most of the
 # target's layers (0.7); a lookup is a list search (0.02).
 MODELS = "demo.models.drafter_loaders"
-register(
-    Kind(
-        kind="text-only",
-        line="a small language model that reads the question and the answer so far, but never the image",
-        load=f"{MODELS}:model",
-        step=0.15,
-        reads="text",
-        tree=True,
-    )
-)
-register(
-    Kind(
-        kind="image-aware",
-        line="a small LLaVA that sees the image too, so it guesses colours, shapes and counts far better",
-        load=f"{MODELS}:model",
-        step=0.15,
-        reads="image",
-        tree=True,
-    )
-)
+MODEL_KINDS = {  # the drafter models a preset names (`DrafterSpec.kind`), by what their prompt holds
+    "text-only": ("text", "a small language model that reads the question and the answer so far, but never the image"),
+    "image-aware": (
+        "image",
+        "a small LLaVA that sees the image too, so it guesses colours, shapes and counts far better",
+    ),
+}
+for kind, (reads, line) in MODEL_KINDS.items():
+    register(Kind(kind=kind, line=line, load=f"{MODELS}:model", step=0.15, reads=reads, tree=True))
 register(
     Kind(
         kind="prompt-lookup",
@@ -170,5 +161,46 @@ register(
         step=0.7,
         reads="target",
         unusable=_no_skip_search,
+    )
+)
+# The drafters that read the target's hidden state, trained for the embedded target only, and the
+# text-only drafter staged by lookup (issue 55; `demo.models.feature_loaders`). A draft of the two
+# first is a few small matrix products: 0.02 target steps (docs/drafters-feature.md).
+FEATURE = "demo.models.feature_loaders"
+register(
+    Kind(
+        kind="target-feature",
+        name="feature",
+        line="Feature: reads the target's hidden state, so it sees the image through the target's eyes; "
+        "a small network chains its drafts on its own predicted state.",
+        load=f"{FEATURE}:feature",
+        step=0.02,
+        reads="text",
+        languages=("en", "de", "zh"),
+        unusable=feature_assets.no_checkpoint("feature"),
+    )
+)
+register(
+    Kind(
+        kind="target-heads",
+        name="medusa",
+        line="Medusa: k heads on the target, each guessing one more token ahead from its hidden state.",
+        load=f"{FEATURE}:medusa",
+        step=0.02,
+        reads="text",
+        tree=True,
+        languages=("en", "de", "zh"),
+        unusable=feature_assets.no_checkpoint("medusa"),
+    )
+)
+register(
+    Kind(
+        kind="staged",
+        name="staged",
+        line="Staged: a drafter drafted by lookup; the text-only drafter, its own steps guessed by prompt lookup.",
+        load=f"{FEATURE}:staged",
+        step=0.15,
+        reads="text",
+        unusable=feature_assets.no_text_drafter,
     )
 )
