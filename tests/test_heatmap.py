@@ -21,10 +21,12 @@ def read(trace, image: list[float]):
 def test_the_section_shows_the_first_rejection_on_a_three_by_three_grid():
     trace = read(shapes_trace(), [0.1, 0.62] + [0.05] * 10)  # token 1, " red", rejected " blue"
     section = heatmap.section_html(trace)
-    assert section.count('class="hm-cell"') == 9 and 'data-shown="1"' in section
+    assert 'data-rows="3" data-cols="3" data-shown="1"' in section and "hm-cell" not in section  # drawn on the input
+    maps = json.loads(html.unescape(section.split('data-maps="')[1].split('"')[0]))
+    assert len(maps) == 12 and maps[1] == [0.0] * 4 + [0.62] + [0.0] * 4
+    assert "drawn over the input image" in section and "layer 1;" in section
     assert "#1 &quot; red&quot; (the drafter&#x27;s &quot; blue&quot; rejected here): 62% of the target" in section
-    centre = heatmap.cell_style(0.62, 0.62)
-    assert section.count(centre) == 1 and centre == "background:rgba(253,231,55,0.85)"  # cividis' top
+    assert heatmap.cell_style(0.62, 0.62) == "background:rgba(253,231,55,0.85)"  # cividis' top
     captions = json.loads(html.unescape(section.split('data-captions="')[1].split('"')[0]))
     assert len(captions) == 12 and captions[0] == '#0 "The": 10% of the target\'s attention on the image'
     assert 'data-index="1"' in render.panel_html(trace, "Speculative")  # the tokens say which map is theirs

@@ -1,14 +1,14 @@
 """Where the target looked: its attention on the image, as a heatmap over the uploaded picture.
 
 A lane's panel ends with this section once the run's image attention was read
-(`Trace.image_attention`): the picture with a grid of cells over it, each cell tinted by the
-share of the token's attention that fell on it (cividis, a colour-blind-safe map, with its
-legend), and "x% of the target's attention on the image" for the token shown. It first shows
-the first rejected draft's position (the target's resampled token there was decided by that
-attention), else the token that looked at the image most. Hovering or focusing a token, or
-opening its round in the block view, shows that token's map (the page's script, `text.JS`,
-redraws the cells from the data attributes here); the picture is the page's own uploaded image,
-which the script puts under the grid. Pure functions: no model, no cache, no logits.
+(`Trace.image_attention`): "x% of the target's attention on the image" for the token shown, the
+legend, and every token's map as data. The page's script (`JS`, joined to `text.JS`) lays a grid
+of cells over the input image itself (the Race tab's, or the Analysis tab's for its trace), each
+cell tinted by the share of the token's attention that fell on it (cividis, a colour-blind-safe
+map; `cell_style` is its rule). It first shows the first rejected draft's position (the target's
+resampled token there was decided by that attention), else the token that looked at the image
+most; hovering or focusing a token, or opening its round in the block view, shows that token's
+map. Pure functions: no model, no cache, no logits.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def legend_html() -> str:
 
 
 def section_html(trace: Trace) -> str:
-    """The heatmap section of a lane's panel, or the sentence saying why there is none."""
+    """The heatmap section of a lane's panel (the shown token's caption, the legend, and the maps
+    the page's script draws over the input image itself), or the sentence saying why there is none."""
     attention = trace.image_attention
     if attention is None:
         return ""
@@ -80,9 +81,6 @@ def section_html(trace: Trace) -> str:
         return f'<div class="heatmap-note" role="note">No attention heatmap: {html.escape(why)}</div>'
     n = min(len(trace.tokens), len(attention.maps))
     shown = shown_token(trace)
-    cells = attention.maps[shown]
-    peak = max(cells)
-    grid = "".join(f'<span class="hm-cell" style="{cell_style(v, peak)}"></span>' for v in cells)
     captions = [caption(trace, i) for i in range(n)]
     layers = ", ".join(map(str, attention.layers))
     data = (
@@ -92,15 +90,11 @@ def section_html(trace: Trace) -> str:
     )
     return (
         f'<div class="heatmap" {data}>'
-        '<div class="hm-figure" role="img" aria-label="the uploaded image with the target\'s attention over it">'
-        '<img class="hm-image" alt="">'
-        f'<div class="hm-grid" style="grid-template-columns:repeat({attention.cols},1fr);'
-        f'grid-template-rows:repeat({attention.rows},1fr)">{grid}</div></div>'
         f'<div class="hm-text"><p class="hm-caption" aria-live="polite">{html.escape(captions[shown])}</p>'
         f"{legend_html()}"
-        '<p class="hm-how">Where the target looked when it wrote the token: hover or focus a token, or open '
-        f"its round, to see its map (mean over heads of layer{'s' if len(attention.layers) > 1 else ''} {layers}; a {attention.rows} × {attention.cols} "
-        "grid over the image).</p></div></div>"
+        '<p class="hm-how">Where the target looked when it wrote the token, drawn over the input image: hover or '
+        f"focus a token, or open its round, to see its map (mean over heads of layer{'s' if len(attention.layers) > 1 else ''} "
+        f"{layers}; a {attention.rows} × {attention.cols} grid over the image).</p></div></div>"
     )
 
 
@@ -112,24 +106,49 @@ JS = """
     const c = cividis[k].map((a, j) => Math.round(a + (cividis[k + 1][j] - a) * f));
     return `rgba(${c[0]},${c[1]},${c[2]},${(0.25 + 0.6 * v).toFixed(2)})`;
   };
-  const picture = (map) => {
-    const img = map.querySelector(".hm-image");
-    if (img.getAttribute("src")) return;
-    const source = document.querySelector(map.closest("#an-trace") ? "#an-image img" : "#image img");
-    if (source && source.src) img.src = source.src;
+  // The input image a lane's map belongs to: the Race tab's, or the Analysis tab's for its trace.
+  const inputImage = (map) => document.querySelector(map.closest("#an-trace") ? "#an-image img" : "#image img");
+  // The grid over the input image itself, laid on the picture's drawn box (object-fit: contain).
+  const overlay = (map) => {
+    const img = inputImage(map);
+    if (!img || !img.naturalWidth) return null;
+    const host = img.parentElement;
+    if (getComputedStyle(host).position === "static") host.style.position = "relative";
+    let grid = host.querySelector(":scope > .hm-overlay");
+    const rows = Number(map.dataset.rows), cols = Number(map.dataset.cols);
+    if (!grid || grid.childElementCount !== rows * cols) {
+      if (grid) grid.remove();
+      grid = document.createElement("div");
+      grid.className = "hm-overlay";
+      grid.setAttribute("aria-hidden", "true");
+      grid.style.gridTemplateColumns = `repeat(${cols},1fr)`;
+      grid.style.gridTemplateRows = `repeat(${rows},1fr)`;
+      for (let k = 0; k < rows * cols; k++) grid.appendChild(document.createElement("span")).className = "hm-cell";
+      host.appendChild(grid);
+    }
+    const w = img.clientWidth, h = img.clientHeight;
+    const scale = Math.min(w / img.naturalWidth, h / img.naturalHeight);
+    const dw = img.naturalWidth * scale, dh = img.naturalHeight * scale;
+    Object.assign(grid.style, {
+      left: `${img.offsetLeft + (w - dw) / 2}px`, top: `${img.offsetTop + (h - dh) / 2}px`,
+      width: `${dw}px`, height: `${dh}px`,
+    });
+    return grid;
+  };
+  const paint = (map, i) => {
+    const maps = JSON.parse(map.dataset.maps), captions = JSON.parse(map.dataset.captions);
+    if (!(i < maps.length)) return;
+    const grid = overlay(map);
+    const peak = Math.max(0.05, ...maps[i]);  // FLOOR: a token that looked elsewhere stays faint
+    if (grid) grid.querySelectorAll(".hm-cell").forEach((cell, k) => { cell.style.background = tint(maps[i][k] / peak); });
+    map.querySelector(".hm-caption").textContent = captions[i];
+    map.dataset.shown = String(i);
+    if (grid) grid.dataset.lane = map.closest(".panel") ? map.closest(".panel").className : "";
   };
   const showMap = (tok) => {
     const panel = tok && tok.closest(".panel");
     const map = panel && panel.querySelector(".heatmap");
-    if (!map) return;
-    picture(map);
-    const i = Number(tok.dataset.index);
-    const maps = JSON.parse(map.dataset.maps), captions = JSON.parse(map.dataset.captions);
-    if (!(i < maps.length)) return;
-    const peak = Math.max(0.05, ...maps[i]);  // FLOOR: a token that looked elsewhere stays faint
-    map.querySelectorAll(".hm-cell").forEach((cell, k) => { cell.style.background = tint(maps[i][k] / peak); });
-    map.querySelector(".hm-caption").textContent = captions[i];
-    map.dataset.shown = String(i);
+    if (map) paint(map, Number(tok.dataset.index));
   };
   const onToken = (event) => {
     const tok = event.target.closest && event.target.closest(".tok[data-index]");
@@ -149,6 +168,13 @@ JS = """
     const rejected = panel && panel.querySelector(`.tok-resampled[data-round="${round}"]`);
     showMap(rejected || toks[toks.length - 1]);
   }, true);
-  const fill = () => document.querySelectorAll(".heatmap").forEach(picture);
+  // A new race's first lane draws its shown token over the image; a race without maps takes it away.
+  let drawn = null;
+  const fill = () => {
+    const first = document.querySelector(".panel .heatmap");
+    if (first && first !== drawn) { drawn = first; paint(first, Number(first.dataset.shown)); }
+    if (!first && drawn) { drawn = null; document.querySelectorAll(".hm-overlay").forEach((g) => g.remove()); }
+  };
   new MutationObserver(fill).observe(document.body, { childList: true, subtree: true });
+  window.addEventListener("resize", () => { if (drawn) paint(drawn, Number(drawn.dataset.shown)); });
 """
