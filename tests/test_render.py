@@ -294,3 +294,10 @@ def test_exported_token_flattens_its_rejection_into_the_rejected_columns():
     }
     assert record["image_attention"] is None
     assert record["tokens"][1]["rejected_id"] is None and record["tokens"][1]["rejected_text"] is None
+
+
+def test_a_chinese_description_says_why_its_end_can_show_broken_characters():
+    chinese = render.reference_html("description", "这是一幅浅色背景上的几何图形简图。")
+    assert "byte pieces it learnt poorly" in chinese and "docs/world-languages.md" in chinese
+    assert "byte pieces" not in render.reference_html("description", "The image is a simple drawing.")
+    assert "byte pieces" not in render.reference_html("caption", "右上角有一个红色圆形。")

@@ -318,9 +318,16 @@ def reference_html(task: str | None, answer: str | None) -> str:
             '<div class="reference">Pick one of the examples, or upload your own image. The embedded model knows '
             "only its synthetic world: coloured shapes on a plain ground, asked in its own question forms.</div>"
         )
+    garbled = (
+        '<p class="fact">The embedded target spells a few rarer Chinese characters in byte pieces it learnt poorly, '
+        "so the end of its Chinese descriptions shows � where it picks a wrong byte (docs/world-languages.md).</p>"
+        if task == "description" and any("\u4e00" <= c <= "\u9fff" for c in answer)
+        else ""
+    )
     task = html.escape(task.replace("_", " "))
     return (
-        f'<div class="reference"><span class="task">{task}</span> reference answer: <q>{html.escape(answer)}</q></div>'
+        f'<div class="reference"><span class="task">{task}</span> reference answer: <q>{html.escape(answer)}</q>'
+        f"{garbled}</div>"
     )
 
 

@@ -139,6 +139,14 @@ Under it, a table replays the same answer at the race's γ with every drafting s
 (each model drafter, its token tree, prompt lookup, layer-skip): τ and α exact, each drafter step timed in
 its replay, c, MBSU and the predicted speedup, sorted by the last; the race's own row is marked.
 
+**Languages.** A drafter is accepted only where it writes what the target would, so a question in
+another language changes acceptance: the English-only text drafter, at γ = 4, makes τ = 3.67 on
+English questions but 1.03 on German and 1.00 on Chinese ones (8 held-out questions each, greedy;
+`python -m demo.bench --languages en,de,zh`, docs/world-languages.md), because it never learnt
+German and lacks the Chinese tokens; the German and Chinese drafters, trained on the target's own
+answers in their language, make 3.02 and 3.38 there. So the page picks the question's language's
+drafter.
+
 **Inputs.** An image is required (PNG, JPEG, GIF, WebP, BMP or TIFF, at most 10 MiB and 4096 × 4096
 pixels; animated GIFs use their first frame, transparency is shown on white). Questions may be up
 to 4,000 characters, and the question, image and answer must fit the model's context.
