@@ -518,5 +518,32 @@ def test_analysis_headline_bins_rejections_by_image_attention_and_links_the_most
     links = [line.split('data-run="')[1][0] for line in text.split("<li>")[1:]]
     assert links == ["1", "2", "1", "1", "1"]  # 80%, 70%, 60%, 50%, 10%
     assert "position 1: the target wrote <b>&#x27; red&#x27;</b>, the drafter &#x27; blue&#x27; (colour)" in text
+    assert 'data-run="1">run 1 (text-only)</a> at position 1: the target wrote' in text  # no " , " after the link
     rows = list(csv.DictReader(io.StringIO(analysis_tab.observations_csv(batch))))
     assert [float(r["image_attention"]) for r in rows[:3]] == [0.8, 0.05, 0.6]
+
+
+def test_the_headline_says_but_only_where_the_shares_differ_as_shown():
+    from types import SimpleNamespace
+
+    from demo.page import analysis_view
+
+    run = SimpleNamespace(
+        example=0, language="en", obs=[], drafter="text-only", trace=SimpleNamespace(image_attention=None)
+    )
+    batch = SimpleNamespace(runs=[run], gamma=4)
+
+    def sentence(drafted_share: float, rejected_share: float) -> str:
+        grounded = {
+            "drafted": 100,
+            "rejected": 10,
+            "grounded_drafted": 19,
+            "grounded_share_of_drafted": drafted_share,
+            "grounded_share_of_rejections": rejected_share,
+            "grounded_rejection_rate": 0.1,
+            "other_rejection_rate": 0.1,
+        }
+        return analysis_view.headline_html(batch, {"text-only": {"grounded": grounded}})
+
+    assert "<b>19%</b> of drafted positions and <b>19%</b> of rejections" in sentence(0.189, 0.191)
+    assert "<b>19%</b> of drafted positions but <b>40%</b> of rejections" in sentence(0.19, 0.40)

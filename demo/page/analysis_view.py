@@ -161,7 +161,13 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
                 f"rejects {_pct(g['other_rejection_rate'])} of its drafts.</p>"
             )
             continue
-        joint = "but" if g["grounded_share_of_rejections"] > g["grounded_share_of_drafted"] else "and"
+        # "but" only where the two shares differ as the sentence shows them (whole percents)
+        shown = [_pct(g["grounded_share_of_rejections"]), _pct(g["grounded_share_of_drafted"])]
+        joint = (
+            "but"
+            if shown[0] != shown[1] and g["grounded_share_of_rejections"] > g["grounded_share_of_drafted"]
+            else "and"
+        )
         lines.append(
             f"<p><b>{html.escape(d)}</b> drafter: image-grounded words are "
             f"<b>{_pct(g['grounded_share_of_drafted'])}</b> of drafted positions {joint} "

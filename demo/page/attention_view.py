@@ -73,8 +73,8 @@ def attention_html(batch) -> str:
         return f'<div class="an-attention"><p>No image attention: {html.escape(why)}</p></div>'
     top = image_rejections.most_image_dependent(rejections(batch))
     items = "".join(
-        f'<li><a href="#an-runs" class="an-trace-link" data-run="{r["run"]}">run {r["run"]}</a>, '
-        f"{html.escape(r['drafter'])}, position {r['index']}: the target wrote "
+        f'<li><a href="#an-runs" class="an-trace-link" data-run="{r["run"]}">run {r["run"]} '
+        f"({html.escape(r['drafter'])})</a> at position {r['index']}: the target wrote "
         f"<b>{html.escape(repr(r['token']))}</b>, the drafter {html.escape(repr(r['draft']))} "
         f"({html.escape(r['category'])}); {r['image_attention']:.0%} of its attention on the image</li>"
         for r in top
