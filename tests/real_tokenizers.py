@@ -31,7 +31,7 @@ import struct
 from pathlib import Path
 
 import torch
-from tiny_families import LLAVA_TEMPLATE, QWEN_TEMPLATE, cut_lm, finish, qwen_text, qwen_vl
+from tiny_families import LLAVA_TEMPLATE, QWEN_TEMPLATE, cut_lm, finish, lm_text, qwen_text, qwen_vl
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
 from transformers import (
     AutoTokenizer,
@@ -153,17 +153,7 @@ def snapshot(root: Path, repo: str) -> Path:
 
 
 def llama_text(vocab: int) -> dict:
-    return dict(
-        vocab_size=vocab,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=4096,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
+    return lm_text(vocab, num_key_value_heads=4, max_position_embeddings=4096, bos_token_id=1, eos_token_id=2)
 
 
 def _llava(root: Path, legacy: bool = False) -> None:

@@ -109,17 +109,25 @@ def bpe(specials: list[str]) -> Tokenizer:
     return tok
 
 
-def llama_text(vocab: int, tok, **special) -> LlamaConfig:
-    return LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        **special,
+def lm_text(vocab: int, **changes) -> dict:
+    """Every tiny family's language model, as a config dict: 2 layers of 64, 4 heads over 2 KV
+    heads, with `changes` (a family's rope, special ids, a real config's sizes)."""
+    return (
+        dict(
+            vocab_size=vocab,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+        )
+        | changes
     )
+
+
+def llama_text(vocab: int, tok, **special) -> LlamaConfig:
+    return LlamaConfig(**lm_text(vocab, **special))
 
 
 def cut_lm(target_lm, lm_head, config, cls, vocab: int):
@@ -140,21 +148,9 @@ def finish(model, eos: int, pad: int):
 
 
 def qwen_text(vocab: int, **changes) -> dict:
-    """A tiny Qwen2 language model's config (2 layers of 64), as a dict: the text config of a
-    Qwen2.5-VL target (`qwen_vl`) and the config of the drafter cut from it."""
-    return (
-        dict(
-            vocab_size=vocab,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=1024,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-        )
-        | changes
-    )
+    """A tiny Qwen2 language model's config (`lm_text` with Qwen's rope), as a dict: the text config
+    of a Qwen2.5-VL target (`qwen_vl`) and the config of the drafter cut from it."""
+    return lm_text(vocab, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}) | changes
 
 
 def qwen_vl(text: dict, ids: dict, *, patch: int, window: int, stops, pad: int):
