@@ -14,7 +14,7 @@ from demo.engine.events import Position, RoundDetail, Trace
 from demo.engine.grounding import ImageAttention
 from demo.engine.sampling import Sampling
 from demo.engine.speculative import speculative_generate
-from demo.page import charts, teach
+from demo.page import charts, speedup, teach
 
 pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure functions and tiny models, milliseconds each
 
@@ -153,7 +153,7 @@ def test_why_line_prices_the_rounds_at_the_papers_ratios_then_at_this_runs_lower
     assert metrics.scaled_speedup(spd) == pytest.approx((7 / 3) / 1.10533, abs=1e-4)
     # This machine: T1 10 ms; the verifies of 4 tokens 15 and 20 ms: lower quartile 16.25 ms; D 3.33 ms.
     # A round: 2.33 x 3.33 + (16.25 + 16.25 + 12.08) / 3 = 22.64 ms for τ 2.33: ×1.03
-    calm = teach.why_html(spd, ar, 0.9)  # 13% from the model's ×1.03: nothing to warn about
+    calm = speedup.why_html(spd, ar, 0.9)  # 13% from the model's ×1.03: nothing to warn about
     assert "Why ×2.11 at the paper&#x27;s scale: a round here makes 2.3 drafter steps at 0.011 T1" in calm
     assert "1.11 T1 in all, and yields τ = 2.33 tokens" in calm
     assert "noisy" not in calm and "a verify of 4 tokens costs 1.6 single steps on a CPU" in calm
@@ -163,11 +163,11 @@ def test_why_line_prices_the_rounds_at_the_papers_ratios_then_at_this_runs_lower
 
 def test_the_headline_leads_with_what_the_race_decides_and_is_the_same_whatever_the_clocks_read():
     spd, ar = spd_trace(), ar_trace()
-    first = teach.headline_html(spd, ar, 0.9)
+    first = speedup.headline_html(spd, ar, 0.9)
     slowed = dataclasses.replace(spd.rounds[0], verify_seconds=0.5)  # a busy machine hits one round's clock
     busy = spd_trace()
     busy.rounds[0] = slowed
-    again = teach.headline_html(busy, ar, 0.3)
+    again = speedup.headline_html(busy, ar, 0.3)
     lead = first.split('<span class="wall">')[0]
     assert lead == again.split('<span class="wall">')[0]  # the headline: counted, not timed
     assert "<b>×2.11</b> at the paper's scale · τ = 2.33 · α = 0.71 · MBSU = 1.89 <small>(exact:" in lead
@@ -182,13 +182,13 @@ def test_the_measured_range_is_inconclusive_where_a_clock_was_hit_even_if_it_sta
     spd, ar = spd_trace(), ar_trace()
     for i in range(len(ar.rounds)):  # single steps at 100 ms: every round of speculation far faster
         ar.rounds[i] = dataclasses.replace(ar.rounds[i], verify_seconds=0.1)
-    low, high, inconclusive = teach.measured_range(spd, ar, 20.0)  # a wall clock past what the costs allow
+    low, high, inconclusive = speedup.measured_range(spd, ar, 20.0)  # a wall clock past what the costs allow
     assert low > 1 and inconclusive
-    assert "inconclusive: a clock was hit" in teach.headline_html(spd, ar, 20.0)
+    assert "inconclusive: a clock was hit" in speedup.headline_html(spd, ar, 20.0)
     model = metrics.predicted_by_rounds(spd, metrics.costs(spd, ar))  # a wall clock that agrees with the costs
-    low, high, inconclusive = teach.measured_range(spd, ar, model)
+    low, high, inconclusive = speedup.measured_range(spd, ar, model)
     assert low > 1 and not inconclusive
-    assert "faster in every quartile of its rounds" in teach.headline_html(spd, ar, model)
+    assert "faster in every quartile of its rounds" in speedup.headline_html(spd, ar, model)
 
 
 def test_the_noisy_warning_shows_only_where_the_wall_clock_and_the_model_disagree():
@@ -197,19 +197,19 @@ def test_the_noisy_warning_shows_only_where_the_wall_clock_and_the_model_disagre
         ar.rounds[i] = dataclasses.replace(ar.rounds[i], verify_seconds=seconds)
     assert metrics.costs(spd, ar).t1_spread == pytest.approx(0.5)  # quartiles 15 and 25 ms over a median of 20
     # T1 is their lower quartile, 15 ms; a round 2.33 x 3.33 + (16.25 + 16.25 + 15.42) / 3 = 23.75 ms
-    assert teach.model_speedup(spd, ar) == pytest.approx(2.33 * 15 / 23.75, abs=0.01)  # ×1.47
-    assert "noisy" not in teach.why_html(spd, ar, 1.5)  # steps varied, but the reading holds (2%)
-    slow = teach.why_html(spd, ar, 0.9)
+    assert speedup.model_speedup(spd, ar) == pytest.approx(2.33 * 15 / 23.75, abs=0.01)  # ×1.47
+    assert "noisy" not in speedup.why_html(spd, ar, 1.5)  # steps varied, but the reading holds (2%)
+    slow = speedup.why_html(spd, ar, 0.9)
     assert "Timing is noisy: the wall clock reads ×0.90, 39% from the ×1.47 of the step costs" in slow
     assert "the speculative lane&#x27;s clock was hit" in slow and "looks slower than it is" in slow
 
 
 def test_a_wall_clock_above_the_cost_models_limit_is_flagged_with_the_lane_whose_clock_was_hit():
     spd, ar = spd_trace(), ar_trace()  # limit: τ T1 / (d D + T1) = 2.33 × 10 / (2.33 × 3.33 + 10) = ×1.31
-    note = teach.clock_note(spd, ar, 2.0)
+    note = speedup.clock_note(spd, ar, 2.0)
     assert "The wall clock reads ×2.00, above ×1.31, the most this race&#x27;s step costs allow" in note
     assert "the autoregressive lane&#x27;s clock was hit (its steps took 1.5× their typical cost" in note
-    assert teach.clock_note(spd, ar, 1.0) == ""  # 3% from the model's ×1.03, under the limit
+    assert speedup.clock_note(spd, ar, 1.0) == ""  # 3% from the model's ×1.03, under the limit
 
 
 def test_rule_of_thumb_takes_the_best_gamma_from_the_exact_tau_at_the_papers_ratios():

@@ -7,7 +7,7 @@ in this process after one warm-up race, exactly as the page races it (`demo.sess
 headline speedup (the page's: the race's rounds priced at the paper's fixed step-cost ratios,
 `demo.engine.metrics.scaled_speedup`, with τ, α and MBSU beside it), then what this machine
 measured: the range over the race's rounds (`metrics.round_speedups`' quartiles, the page's
-second line) and whether the page calls it inconclusive (`demo.page.teach.measured_range`), the
+second line) and whether the page calls it inconclusive (`demo.page.speedup.measured_range`), the
 wall-clock speedup and whether its timing was noisy; then the medians and the spread around them
 (largest |speedup - median| / median), against the issue's bar of ±15%; ends with one JSON line.
 The headline is a function of the race's counts, so its spread is 0 wherever the race's tokens
@@ -36,7 +36,7 @@ from demo.engine import export, metrics
 from demo.engine.events import Trace
 from demo.models import presets
 from demo.page.examples import load_examples
-from demo.page.teach import measured_range
+from demo.page.speedup import measured_range
 
 BAR = 0.15  # the issue's bar: every race within ±15% of the median
 

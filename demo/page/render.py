@@ -24,7 +24,7 @@ import math
 
 from demo.engine.detokenize import END_TOKENS
 from demo.engine.events import TokenEvent, Trace
-from demo.page import heatmap, teach
+from demo.page import heatmap, speedup, teach
 
 KIND_LABELS = {
     "accepted": "accepted draft",
@@ -240,7 +240,7 @@ def legend_html() -> str:
     return f'<div class="legend" role="list" aria-label="token colours">{items}{chips}{marks}</div>'
 
 
-NOISY = 'class="noisy"'  # the mark of teach.why_html's warning that the timing is noisy
+NOISY = 'class="noisy"'  # the mark of speedup.why_html's warning that the timing is noisy
 
 
 def outcome_html(
@@ -273,11 +273,11 @@ def outcome_html(
         return f'<div class="outcome">{text}</div>{notes}'
     badges, speeds, whys = [], [], []
     for spd, comparison in zip(spds, comparisons, strict=True):
-        speedup = comparison["speedup"]
-        if not math.isnan(speedup):
-            speeds.append(teach.headline_html(spd, ar, speedup, name(spd)[:-2] if several else ""))
+        wall = comparison["speedup"]
+        if not math.isnan(wall):
+            speeds.append(speedup.headline_html(spd, ar, wall, name(spd)[:-2] if several else ""))
         warned = any(NOISY in why for why in whys)  # the busy machine is said once, whichever lane shows it
-        whys.append(teach.why_html(spd, ar, speedup, name(spd), warn=not warned))
+        whys.append(speedup.why_html(spd, ar, wall, name(spd), warn=not warned))
         if not spd.greedy:
             continue
         if comparison["identical"]:
