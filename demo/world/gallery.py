@@ -24,7 +24,7 @@ from .tasks import LANGUAGES, TASKS, heldout_examples
 # Chinese descriptions are scored right but spell their closing sentence's rarer characters in
 # byte pieces the target learnt poorly (docs/world-languages.md): no held-out scene avoids it.
 PICKS = {
-    "description": (55,),  # of the first 112, the only one right in all three languages
+    "description": (55,),  # of the first 182, the only one right in all three languages
     "caption": (0, 1),
     "multiple_choice": (0, 1),
     "vqa_yesno": (1,),
