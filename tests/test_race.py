@@ -10,7 +10,8 @@ import tiny
 from demo import session
 from demo.engine.sampling import Sampling
 from demo.models import loader
-from demo.session import budget
+from demo.session import batches, budget, rejections
+from demo.session.validate import InvalidInput
 
 QUESTION = "Describe the image."
 
@@ -92,3 +93,30 @@ def test_a_stop_ends_the_race_after_the_item_at_hand(counted):
             race.stop()
     assert [type(item).__name__ for item in items][-2:] == ["Lane", "RaceResult"]
     assert items[-1].ending == "stopped" and not race.deadline.over
+
+
+def analysis(n: int) -> session.Analysis:
+    request = batches.parse_analysis(preset="tiny-race", task="caption", drafter="text-only", gamma=3, n=n, seed=0)
+    return session.Analysis(request, rejections.heldout_mix(batches.TASK_KINDS["caption"], n, 0))
+
+
+def test_an_analysis_arms_its_own_budget_as_it_starts_and_says_how_it_ended(counted, monkeypatch):
+    whole = analysis(2)
+    steps = list(whole.events())
+    assert [type(step).__name__ for step in steps] == ["Running", "Decoded"] * 2 and whole.ending == "finished"
+    stopped = analysis(2)
+    kept = []
+    for step in stopped.events():
+        kept.append(step)
+        if isinstance(step, session.Decoded):
+            stopped.stop()  # the run at hand is kept; the next does not start
+    assert [type(step).__name__ for step in kept] == ["Running", "Decoded"] and stopped.ending == "stopped"
+    monkeypatch.setattr(budget, "limit", lambda estimate: 0.0)
+    over = analysis(2)
+    assert list(over.events()) == [] and over.ending == "over budget" and over.deadline.seconds == 0.0
+
+
+def test_an_analysis_over_the_budget_is_refused_before_any_work(counted, monkeypatch):
+    monkeypatch.setenv(budget.BUDGET_ENV, "0.001")
+    with pytest.raises(InvalidInput, match=r"^This request asks for 2 examples x 1 drafter x "):
+        analysis(2)

@@ -81,9 +81,11 @@ class Analysis:
     def events(self) -> Iterator[Running | Decoded]:
         r = self.request
         self.deadline.arm(budget.limit(self.estimate))  # from now: past its limit, it ends after the run at hand
+        ended = None  # how it ended before its last run, if it did
         with closing(decode_examples(r.preset, list(r.drafters), self.items, r.gamma, r.max_new_tokens)) as steps:
             for step in steps:
                 if isinstance(step, Running) and self.deadline.ended:
+                    ended = "over budget" if self.deadline.over else "stopped"
                     break
                 yield step
-        self.ending = "over budget" if self.deadline.over else "stopped" if self.deadline.stopped else "finished"
+        self.ending = ended or "finished"
