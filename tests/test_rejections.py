@@ -115,6 +115,11 @@ def choice_trace() -> Trace:
     return build("The", [([" answer", " is", " A"], 2, " B"), ([".", " A", " small"], 3, " star"), ([END], 1, None)])
 
 
+def observe(trace: Trace, example: int = 0, language: str = "en") -> list:
+    """The observations of a hand-built trace, its end token the stop token (`STOPS`)."""
+    return rejections.observations(trace, example, STOPS, language)
+
+
 def brief(obs):
     return [(o.index, o.word, o.category, o.accepted, o.draft_word) for o in obs]
 
@@ -169,7 +174,7 @@ def test_the_end_token_is_its_own_category_and_grounded_ones_are_known():
 
 
 def test_observations_are_the_checked_drafts_with_their_words_and_what_the_drafter_meant():
-    obs = rejections.observations(shapes_trace(), example=3, stop_ids=STOPS)
+    obs = observe(shapes_trace(), example=3)
     assert brief(obs) == [
         (1, "red", "colour", False, "blue"),
         (2, "circle", "shape", True, "circle"),
@@ -189,7 +194,7 @@ def test_observations_are_the_checked_drafts_with_their_words_and_what_the_draft
 
 
 def test_option_letters_are_told_from_the_article_a():
-    obs = rejections.observations(choice_trace(), stop_ids=STOPS)
+    obs = observe(choice_trace())
     assert brief(obs) == [
         (1, "answer", "template", True, "answer"),
         (2, "is", "function", True, "is"),
@@ -202,7 +207,7 @@ def test_option_letters_are_told_from_the_article_a():
 
 
 def test_rejection_rates_by_category_count_drafted_and_rejected_positions():
-    obs = rejections.observations(shapes_trace(), stop_ids=STOPS)
+    obs = observe(shapes_trace())
     assert rejections.by_category(obs) == {
         "colour": {"drafted": 1, "rejected": 1, "rejection_rate": 1.0},
         "shape": {"drafted": 2, "rejected": 1, "rejection_rate": 0.5},
@@ -214,7 +219,7 @@ def test_rejection_rates_by_category_count_drafted_and_rejected_positions():
 
 
 def test_grounded_share_sets_rejections_against_drafting():
-    obs = rejections.observations(shapes_trace(), stop_ids=STOPS)
+    obs = observe(shapes_trace())
     assert rejections.grounded_share(obs) == {
         "drafted": 10,
         "rejected": 4,
@@ -228,7 +233,7 @@ def test_grounded_share_sets_rejections_against_drafting():
 
 
 def test_grounded_share_of_nothing_rejected_is_undefined_not_zero():
-    obs = [o for o in rejections.observations(shapes_trace(), stop_ids=STOPS) if o.accepted]
+    obs = [o for o in observe(shapes_trace()) if o.accepted]
     share = rejections.grounded_share(obs)
     assert share["grounded_share_of_drafted"] == 2 / 6
     assert math.isnan(share["grounded_share_of_rejections"])
@@ -236,7 +241,7 @@ def test_grounded_share_of_nothing_rejected_is_undefined_not_zero():
 
 
 def test_most_rejected_words_say_what_the_drafter_wrote_instead():
-    obs = rejections.observations(shapes_trace(), 0, STOPS) + rejections.observations(yes_trace(), 1, STOPS)
+    obs = observe(shapes_trace(), 0) + observe(yes_trace(), 1)
     assert rejections.most_rejected(obs) == [
         # "red" and "Red" are one word; so are the drafter's "blue" and "Blue"
         {
@@ -277,7 +282,7 @@ def test_most_rejected_words_say_what_the_drafter_wrote_instead():
 
 
 def test_rejections_along_the_answer_fall_in_relative_position_bins():
-    obs = rejections.observations(shapes_trace(), stop_ids=STOPS)  # positions 1..11 of 12
+    obs = observe(shapes_trace())  # positions 1..11 of 12
     bins = rejections.by_answer_position(obs, bins=4)
     assert [(b["from"], b["to"], b["drafted"], b["rejected"]) for b in bins] == [
         (0.0, 0.25, 2, 1),  # 1 red ✗, 2 cir ✓
@@ -290,7 +295,7 @@ def test_rejections_along_the_answer_fall_in_relative_position_bins():
 
 
 def test_summary_bundles_every_aggregate_and_rows_flatten_observations():
-    obs = rejections.observations(yes_trace(), 5, STOPS)
+    obs = observe(yes_trace(), 5)
     summary = rejections.summary(obs, k=1, bins=2)
     assert set(summary) == {"by_category", "grounded", "most_rejected", "by_answer_position"}
     assert len(summary["most_rejected"]) == 1 and len(summary["by_answer_position"]) == 2
@@ -382,7 +387,7 @@ def test_german_observations_keep_umlauts_inside_their_words():
             ([".", END], 2, None),
         ],
     )
-    assert brief(rejections.observations(trace, stop_ids=STOPS, language="de")) == [
+    assert brief(observe(trace, language="de")) == [
         (1, "große", "size", True, "große"),
         (2, "grüne", "colour", False, "blaue"),
         (3, "Kreis", "shape", True, "Kreis"),
@@ -397,7 +402,7 @@ def test_german_observations_keep_umlauts_inside_their_words():
 def test_chinese_observations_fall_in_the_words_of_the_answer():
     # "图中有一个红色圆形。": R1 accepts 有 一个, rejects 蓝色 -> 红色; R2 accepts 圆 形 。 and the end
     trace = build("图中", [(["有", "一个", "蓝色"], 2, "红色"), (["圆", "形", "。", END], 4, None)])
-    assert brief(rejections.observations(trace, stop_ids=STOPS, language="zh")) == [
+    assert brief(observe(trace, language="zh")) == [
         (1, "有", "function", True, "有"),
         (2, "一个", "function", True, "一个"),
         (3, "红色", "colour", False, "蓝色"),
@@ -423,3 +428,15 @@ def test_a_mix_in_several_languages_asks_each_example_in_each_language_in_turn()
         e.question for e in rejections.heldout_mix(("caption", "vqa_colour"), 3, seed=0, languages=("en",))
     ]
     assert {e.language for e in english} == {"en"}
+
+
+def test_a_rejection_is_about_the_targets_word_there_in_the_answers_own_language():
+    trace = shapes_trace()  # "The red circle is in the top left corner." and the end
+    assert rejections.at_rejection(trace, 1) == ("red", "colour")
+    assert rejections.at_rejection(trace, 10) == ("", "punctuation")
+    assert rejections.at_rejection(trace, 11) == ("", "end")  # the empty last token of an answer that ended
+    assert [rejections.language_of(t) for t in ("The red circle.", "Der Kreis ist rot.", "圆形是红色。")] == [
+        "en",
+        "de",
+        "zh",
+    ]
