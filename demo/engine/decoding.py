@@ -60,53 +60,62 @@ class Target:
     def dynamic_cache(self) -> DynamicCache:
         return DynamicCache(config=self.model.config)
 
-    def prefill(self, inputs: dict, cache) -> torch.Tensor:
-        """Encode the image and the prompt; return the logits for the first answer token: [V]."""
+    # Every forward below takes `features`: False returns the logits; True returns (logits,
+    # features), the target's last hidden states at the same rows (after its final norm: the
+    # logits are features @ E^T), which the same forward computed anyway. A drafter that reads
+    # them (`drafters.Observing`) gets them for free: no extra forward.
+
+    def prefill(self, inputs: dict, cache, features: bool = False):
+        """Encode the image and the prompt; return the logits for the first answer token: [V]
+        (and with `features` the prompt's last hidden state [1, C])."""
         if not isinstance(cache, TargetCache):
-            return self.transformers_prefill(inputs, cache)
+            return self.transformers_prefill(inputs, cache, features)
         dynamic = self.dynamic_cache()
-        logits = self.transformers_prefill(inputs, dynamic)
+        out = self.transformers_prefill(inputs, dynamic, features)
         cache.load(dynamic)
         cache.rope_delta = getattr(dynamic, "rope_delta", 0)
-        return logits
+        return out
 
-    def forward(self, ids: torch.Tensor | list[int], cache) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor | list[int], cache, features: bool = False):
         """Feed ids [n] (a long tensor on the device, or a list) after the cache (no pixel_values:
-        the image is already in it) -> [n, V]."""
+        the image is already in it) -> [n, V] (and with `features` [n, C])."""
         if not isinstance(cache, TargetCache):
-            return self.transformers_forward(ids, cache)
+            return self.transformers_forward(ids, cache, features)
         offsets = torch.arange(len(ids))  # positions are made on the host and copied without a sync
-        return self.lean.forward(cache, ids, self.positions(cache, offsets).reshape(-1, len(ids)), None)
+        return self.lean.forward(cache, ids, self.positions(cache, offsets).reshape(-1, len(ids)), None, features)
 
     def positions(self, cache, offsets: torch.Tensor) -> torch.Tensor:
         """position_ids for tokens fed after the cache at `offsets` [n] past its length: [1, n]
         (`demo.models.families.MRopeTarget` gives its three M-RoPE axes instead)."""
         return (cache.get_seq_length() + offsets)[None]
 
-    def forward_tree(self, ids: list[int], depths: list[int], visible: torch.Tensor, cache) -> torch.Tensor:
-        """Feed a token tree after the cache in one forward -> logits [len(ids), V].
+    def forward_tree(self, ids: list[int], depths: list[int], visible: torch.Tensor, cache, features: bool = False):
+        """Feed a token tree after the cache in one forward -> logits [len(ids), V] (and features).
 
         ids[0] is the answer's last token, at depth 0; ids[i] sits at position cache length +
         depths[i]. visible [n, n] (bool): visible[i, j] when token i may attend to token j (its
         ancestors and itself); every token attends to the whole cache."""
         if not isinstance(cache, TargetCache):
-            return self.transformers_forward_tree(ids, depths, visible, cache)
+            return self.transformers_forward_tree(ids, depths, visible, cache, features)
         offsets = torch.tensor(depths)  # on the host, as in `forward`
-        return self.lean.forward(cache, ids, self.positions(cache, offsets).reshape(-1, len(ids)), visible)
+        return self.lean.forward(cache, ids, self.positions(cache, offsets).reshape(-1, len(ids)), visible, features)
 
     # transformers' forwards: the prefill always, the decode steps where the lean path does not run.
 
-    def transformers_prefill(self, inputs: dict, cache: DynamicCache) -> torch.Tensor:
-        out = self.model(**inputs, **{self.cache_kw: cache}, use_cache=True, logits_to_keep=1)
-        return out.logits[0, -1]
+    def transformers_prefill(self, inputs: dict, cache: DynamicCache, features: bool = False):
+        out = self.model(
+            **inputs, **{self.cache_kw: cache}, use_cache=True, logits_to_keep=1, output_hidden_states=features
+        )
+        return with_features(out, features, prefill=True)
 
-    def transformers_forward(self, ids: torch.Tensor | list[int], cache: DynamicCache) -> torch.Tensor:
+    def transformers_forward(self, ids: torch.Tensor | list[int], cache: DynamicCache, features: bool = False):
         input_ids = torch.as_tensor(ids, device=self.device)[None]  # [1, n]
-        return self.model(input_ids=input_ids, **{self.cache_kw: cache}, use_cache=True).logits[0]
+        out = self.model(input_ids=input_ids, **{self.cache_kw: cache}, use_cache=True, output_hidden_states=features)
+        return with_features(out, features)
 
     def transformers_forward_tree(
-        self, ids: list[int], depths: list[int], visible: torch.Tensor, cache: DynamicCache
-    ) -> torch.Tensor:
+        self, ids: list[int], depths: list[int], visible: torch.Tensor, cache: DynamicCache, features: bool = False
+    ):
         """`forward_tree` in transformers: the mask goes to the model as a 4-D additive mask, which
         transformers passes to the attention as it is."""
         n, past = len(ids), cache.get_seq_length()
@@ -121,8 +130,20 @@ class Target:
             position_ids=self.positions(cache, offsets),
             **{self.cache_kw: cache},
             use_cache=True,
+            output_hidden_states=features,
         )
-        return out.logits[0]
+        return with_features(out, features)
+
+
+def with_features(out, features: bool, prefill: bool = False):
+    """A transformers output as the Target's forwards return it: logits [n, V] (the prefill's
+    last row [V]), and with `features` the last hidden states [n, C] (the prefill's last [1, C]).
+    transformers' last hidden state is the one after the final norm, which its head reads."""
+    logits = out.logits[0, -1] if prefill else out.logits[0]
+    if not features:
+        return logits
+    hidden = out.hidden_states[-1][0]
+    return logits, hidden[-1:] if prefill else hidden
 
 
 @dataclass(frozen=True)
@@ -209,6 +230,19 @@ class Decoding:
         self.answer.append(token)
         self.stop = _stop_reason(self.answer, self.target.stop_ids, self.start.max_new_tokens)
         return self.detok.push(token) + (self.detok.flush() if self.stop else "")
+
+
+def emitted(state: Decoding, tokens: list[int], round_index: int, fields_of) -> list[dict]:
+    """Append a round's tokens to the answer, cut after the first stop; returns each one's event
+    fields: `fields_of(j)` (kind and probabilities of the j-th) with its index, id, text and round.
+    Chains and trees emit through it (`speculative_round`, `trees.tree_round`)."""
+    out = []
+    for j, token in enumerate(tokens):
+        text = state.append(token)
+        out.append(dict(fields_of(j), index=len(state.answer) - 1, token_id=token, text=text, round=round_index))
+        if state.stop:
+            break
+    return out
 
 
 INSPECT_TOP_K = 5  # tokens of each distribution the inspector shows

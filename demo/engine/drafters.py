@@ -88,6 +88,22 @@ class Drafting(Protocol):
         ...
 
 
+@runtime_checkable
+class Observing(Drafting, Protocol):
+    """A drafting state that reads the target's last hidden states (`demo.engine.feature`).
+
+    The engine hands them over after each target forward it already runs, with no forward of its
+    own, so a round still costs T(gamma + 1) + gamma * D: after the prefill the prompt's last
+    position's [1, C], after each round the rows of the accepted positions (the answer's last
+    token before the round, then each accepted draft) [n_accepted + 1, C]. The last row is always
+    the target's state at the answer position just before its newest token. A drafter asks for
+    them with `reads_features = True`."""
+
+    def observe(self, features: torch.Tensor) -> None:
+        """Take the target's last hidden states [k, C] (on the device) of the answer's newest positions."""
+        ...
+
+
 class Drafter:
     """A loaded drafter model and what it may propose; shared, read-only, by every run.
 
@@ -98,6 +114,7 @@ class Drafter:
     path = "transformers"
     fallback_reason: str | None = None
     tree = None  # a chain drafter; `demo.engine.trees.TreeDrafter` sets its TreeShape
+    reads_features = False  # True: its states are `Observing`, the engine hands them the target's features
 
     def __init__(
         self,
@@ -157,6 +174,11 @@ class DraftState:
         d = self.drafter
         out = d.model(input_ids=ids[None], **{d.cache_kw: self.cache}, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
+
+    def forward_all(self, ids: torch.Tensor) -> torch.Tensor:
+        """Feed ids [n] -> the logits after each of them [n, V_d] (staged drafting, `demo.engine.staged`)."""
+        d = self.drafter
+        return d.model(input_ids=ids[None], **{d.cache_kw: self.cache}, use_cache=True).logits[0]
 
     # --- the step API: what `draft` is made of, and what token trees draft with -----------------
 

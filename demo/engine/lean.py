@@ -62,6 +62,11 @@ class LeanDraftState(DraftState):
             return self.numpy.forward(self.cache, ids.tolist())
         return self.lm.forward(self.cache, ids)
 
+    def forward_all(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [n] -> the logits after each [n, V_d] (staged drafting): one token by the step
+        above, several by one LeanLM forward over them."""
+        return self._forward(ids)[None] if len(ids) == 1 else self.lm.forward(self.cache, ids, every=True)
+
 
 class LeanDrafter(Drafter):
     """A Drafter that drafts through LeanLM where it can, else through transformers.

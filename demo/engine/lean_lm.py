@@ -253,9 +253,9 @@ class LeanLM:
         """Logits [V] for the token after the last row of h [n, C]."""
         return torch.mm(self._rms(h[-1:], self.norm), self.head_t)[0]
 
-    def forward(self, cache: StaticCache, ids: torch.Tensor | list[int]) -> torch.Tensor:
+    def forward(self, cache: StaticCache, ids: torch.Tensor | list[int], every: bool = False) -> torch.Tensor:
         """Feed ids [n] (a long tensor on the device, or a list) after the cache's tokens; return
-        the logits for the token after them: [V].
+        the logits for the token after them: [V] (with `every`, after each of them: [n, V]).
 
         Eager, with the attention sliced to the tokens the cache holds: for one token two batched
         products over the kv groups, no mask; for several, SDPA with a causal mask.
@@ -290,7 +290,7 @@ class LeanLM:
         for i in range(len(self.layers)):
             h = self._layer(i, h, cos, sin, write, attend)
         cache.length = end
-        return self._logits(h)
+        return torch.mm(self._rms(h, self.norm), self.head_t) if every else self._logits(h)
 
     def static_step(self, cache: StaticCache, token: torch.Tensor, position: torch.Tensor, keys_index, tables):
         """One token at a device-side position, with every shape fixed by the cache's capacity, for

@@ -129,8 +129,9 @@ class LeanTarget:
             self._free.append(slot)
 
     @torch.inference_mode()  # the cache and graph buffers are inference tensors, updated in place
-    def forward(self, cache: TargetCache, ids: list[int], positions: torch.Tensor, visible) -> torch.Tensor:
-        """Feed ids after the cache -> logits [n, V]; positions [A, n] rotary positions, visible
+    def forward(self, cache: TargetCache, ids: list[int], positions: torch.Tensor, visible, features: bool = False):
+        """Feed ids after the cache -> logits [n, V] (with `features`: and the last hidden states
+        [n, C], `Target.forward`); positions [A, n] rotary positions, visible
         [n, n] bool among the new tokens (None: causal, a chain). ids, positions and visible may be
         host tensors or lists: they reach the device by non-blocking copies, which do not wait for
         the device (a blocking host-to-device copy synchronises the stream)."""
@@ -141,7 +142,7 @@ class LeanTarget:
         graphs = cache.graphs
         top = start + cache.rope_delta + n  # above every rotary position of a chain or tree
         if graphs is not None and graphs.covers(cache, n, top):
-            logits = graphs(cache, ids, positions, visible)  # copied straight into the graph's inputs
+            out = graphs(cache, ids, positions, visible, features)  # copied straight into the graph's inputs
         else:
             ids, positions, visible = (x.to(device, non_blocking=True) for x in (ids, positions, visible))
             cache.reserve(start + n)
@@ -150,9 +151,10 @@ class LeanTarget:
             # On CUDA attention spans the whole capacity, as a graph's does: one shape per width,
             # not one per step (an SDPA backend that plans per shape, as cuDNN's does, plans once).
             span = cache.capacity if device.type == "cuda" else start + n
-            logits = lm.step(cache, ids, positions, start_t, visible, span, tables)
+            logits, hidden = lm.step(cache, ids, positions, start_t, visible, span, tables)
+            out = (logits, hidden) if features else logits
         cache.length = start + n
-        return logits
+        return out
 
     @torch.inference_mode()
     def _check(self, lm: TargetLM) -> None:
@@ -181,16 +183,19 @@ class LeanTarget:
             if rollback:
                 reference.crop(-rollback)
                 cache.crop(-rollback)
-            if tree:  # the target's own lean dispatch: the code a run takes
-                want = target.transformers_forward_tree(chunk, depths, visible, reference)
-                got = target.forward_tree(chunk, depths, visible, cache)
+            # The target's own lean dispatch (the code a run takes), logits and the hidden states
+            # a feature drafter reads.
+            if tree:
+                want = target.transformers_forward_tree(chunk, depths, visible, reference, True)
+                got = target.forward_tree(chunk, depths, visible, cache, True)
             else:
-                want = target.transformers_forward(chunk, reference)
-                got = target.forward(chunk, cache)
-            scale = float(want.abs().max()) + 1.0
-            error = float((got.float() - want.float()).abs().max())
-            if not error <= tolerance * scale:
-                raise ValueError(f"logits differ by {error:.3g} (allowed {tolerance * scale:.3g})")
+                want = target.transformers_forward(chunk, reference, True)
+                got = target.forward(chunk, cache, True)
+            for name, w, g in zip(("logits", "hidden states"), want, got, strict=True):
+                scale = float(w.abs().max()) + 1.0
+                error = float((g.float() - w.float()).abs().max())
+                if not error <= tolerance * scale:
+                    raise ValueError(f"{name} differ by {error:.3g} (allowed {tolerance * scale:.3g})")
 
     def _sample_ids(self, n: int) -> list[int]:
         """n seeded ids of ordinary text tokens: no added or special token (image placeholders)."""
@@ -208,7 +213,7 @@ class LeanTarget:
         cache = graphs.cache
         cache.length = 0
         positions = torch.arange(8, device=lm.device).expand(lm.axes, -1)
-        lm.step(
+        lm.step(  # fills the first 8 slots
             cache,
             torch.tensor(ids[:8], device=lm.device),
             positions,
@@ -226,7 +231,7 @@ class LeanTarget:
             chunk = ids[8 : 8 + n]
             pos = (8 + torch.arange(n, device=lm.device)).expand(lm.axes, -1)
             visible = torch.ones(n, n, dtype=torch.bool, device=lm.device).tril()
-            want = lm.step(
+            want, _ = lm.step(
                 copy,
                 torch.tensor(chunk, device=lm.device),
                 pos,

@@ -90,13 +90,26 @@ def verify_greedy(
     return n_accepted, next_token
 
 
+def undefined_q(token: int) -> str:
+    """The sentence a run stops with when a draft had q(x) = 0."""
+    return (
+        f"the drafter proposed token {token} with q(x) = 0: it was not drawn from the q it reported, "
+        "so p(x)/q(x) is undefined and no acceptance rule keeps the target's law"
+    )
+
+
 def acceptance_probs(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
-    """min(1, p(x) / q(x)) for each draft x. p [..., >=gamma, V], q [..., gamma, V] -> [..., gamma]."""
+    """min(1, p(x) / q(x)) for each draft x. p [..., >=gamma, V], q [..., gamma, V] -> [..., gamma].
+
+    NaN where q(x) = 0: a draft cannot have been drawn from a q that gives it no mass, and no rule
+    keeps the law then (accepting it skews the output; dividing by it fails). `verify_sampled`
+    rejects such a draft (u < NaN is false), and the round fails loudly once it reads the NaN back
+    with its one transfer (`verification.Verdict.read`): nothing here reads a value on the host."""
     gamma = drafts.shape[-1]
     index = drafts.unsqueeze(-1)
     p_x = p[..., :gamma, :].gather(-1, index).squeeze(-1)
     q_x = q.gather(-1, index).squeeze(-1)
-    return torch.where(q_x > 0, (p_x / q_x.clamp_min(1e-30)).clamp(max=1.0), torch.ones_like(p_x))
+    return torch.where(q_x > 0, (p_x / q_x.clamp_min(1e-30)).clamp(max=1.0), torch.full_like(p_x, float("nan")))
 
 
 def verify_sampled(

@@ -40,7 +40,7 @@ from collections.abc import Iterator
 import torch
 
 from demo.engine import trees
-from demo.engine.decoding import INSPECT_TOP_K, Decoding, Laps, Prompt, Stopwatch, Target
+from demo.engine.decoding import INSPECT_TOP_K, Decoding, Laps, Prompt, Stopwatch, Target, emitted
 from demo.engine.detokenize import Detokenizer
 from demo.engine.drafters import Drafter, Drafting, ids_on
 from demo.engine.events import (
@@ -108,14 +108,18 @@ def _prefill(
         target, start, generator, Stopwatch(target.device), target.new_cache(), Detokenizer(target.tokenizer), []
     )
     clock = state.clock
+    reads = getattr(drafter, "reads_features", False)  # a feature drafter: the prompt's last hidden state too
     with clock:
-        logits = target.prefill(prompt.target_inputs, state.cache)
+        out = target.prefill(prompt.target_inputs, state.cache, reads)
+        logits, features = out if reads else (out, None)
         first, p_first = _first_token(logits, start.sampling, generator)
     target_s = clock.last
     drafting, drafter_s = None, 0.0
     if drafter is not None:
         with clock:
             drafting = drafter.start(prompt.drafter_inputs)
+            if reads:
+                drafting.observe(features)
         drafter_s = clock.last
     prefill = PrefillEvent(
         mode=start.mode,
@@ -148,7 +152,10 @@ def speculative_round(state: Decoding, drafting: Drafting, index: int) -> tuple[
         #    target's token, on the device.
         last = ids_on(target.device, [answer[-1]])  # [1]
         stops = ids_on(target.device, sorted(target.stop_ids))  # [s]
-        record = verify(target, state.cache, last, proposed, q, start.sampling, state.generator, stops)
+        observe = getattr(drafting, "observe", None)  # a feature drafter (`drafters.Observing`)
+        record, features = verify(
+            target, state.cache, last, proposed, q, start.sampling, state.generator, stops, observe is not None
+        )
         laps.mark()
 
         # 3. the round's one transfer: everything the events and the inspector need.
@@ -163,21 +170,12 @@ def speculative_round(state: Decoding, drafting: Drafting, index: int) -> tuple[
         if n > v.n_accepted:
             state.cache.crop(-(n - v.n_accepted))
         drafting.rollback(len(answer) + v.n_accepted)
+        if observe is not None:  # the accepted positions' hidden states: last token, accepted drafts
+            observe(features[: v.n_accepted + 1])
         # 5. emit the accepted drafts and the target's token, cut after the first stop.
-        tokens = []
-        for j, token in enumerate(drafts[: v.n_accepted] + [v.token]):
-            text = state.append(token)
-            tokens.append(
-                dict(
-                    token_fields(j, drafts, v, target.tokenizer),
-                    index=len(answer) - 1,
-                    token_id=token,
-                    text=text,
-                    round=index,
-                )
-            )
-            if state.stop:
-                break
+        tokens = emitted(
+            state, drafts[: v.n_accepted] + [v.token], index, lambda j: token_fields(j, drafts, v, target.tokenizer)
+        )
         drafted_texts = (lambda s: tuple(b[len(a) :] for a, b in zip(s, s[1:])))(
             ["", *(target.tokenizer.decode(drafts[: j + 1]).replace("\ufffd", "") for j in range(len(drafts)))]
         )  # whole characters, a split one on its last draft
@@ -196,6 +194,7 @@ def speculative_round(state: Decoding, drafting: Drafting, index: int) -> tuple[
         verify_seconds=verify_s,
         t=clock.total,
         detail=detail,
+        stages=getattr(drafting, "stages", None),  # staged drafting: its lookup stage's (guesses, confirmed)
     )
 
 

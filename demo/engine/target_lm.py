@@ -100,8 +100,9 @@ class TargetLM(LeanLM):
         index = positions[self.axis]  # [D, n]
         return tuple(t[index, self.dims].t()[:, None] for t in tables)
 
-    def step(self, cache, ids, positions, start, visible, span: int, tables) -> torch.Tensor:
-        """Feed ids [n] at cache slots start .. start + n - 1 -> logits [n, V].
+    def step(self, cache, ids, positions, start, visible, span: int, tables) -> tuple[torch.Tensor, torch.Tensor]:
+        """Feed ids [n] at cache slots start .. start + n - 1 -> logits [n, V] and the last hidden
+        states [n, C] they were read from (after the final norm: what a feature drafter reads).
 
         positions [A, n]: rotary positions; start [1] long (a device tensor, so that a graph
         replays it); visible [n, n] bool: visible[i, j] when token i attends to new token j (every
@@ -132,7 +133,8 @@ class TargetLM(LeanLM):
 
         for i in range(len(self.layers)):
             h = self._layer(i, h, cos, sin, write, attend)
-        return torch.mm(self._rms(h, self.norm), self.head_t)  # [n, V]
+        hidden = self._rms(h, self.norm)  # [n, C]
+        return torch.mm(hidden, self.head_t), hidden  # [n, V], [n, C]
 
 
 class GraphSet:
@@ -164,8 +166,8 @@ class GraphSet:
             torch.cuda.current_stream(device).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):  # other threads run on
-                logits = lm.step(*args)
-            self.graphs[n] = (graph, ids, positions, visible, logits)
+                outputs = lm.step(*args)  # logits [n, V], hidden [n, C]
+            self.graphs[n] = (graph, ids, positions, visible, outputs)
 
     def covers(self, cache: TargetCache, n: int, top: int) -> bool:
         """Whether a graph can run n tokens on this cache now (top: the highest rotary position)."""
@@ -176,8 +178,9 @@ class GraphSet:
             and 0 <= top < self.tables[0].shape[0]
         )
 
-    def __call__(self, cache: TargetCache, ids, positions, visible) -> torch.Tensor:
-        graph, ids_in, positions_in, visible_in, logits = self.graphs[ids.shape[0]]
+    def __call__(self, cache: TargetCache, ids, positions, visible, features: bool = False):
+        """Replay the width's graph -> logits [n, V], and with `features` (logits, hidden [n, C])."""
+        graph, ids_in, positions_in, visible_in, (logits, hidden) = self.graphs[ids.shape[0]]
         with self.lock:  # runs of other threads replay graphs of the same pool
             ids_in.copy_(ids, non_blocking=True)
             positions_in.copy_(positions, non_blocking=True)
@@ -185,4 +188,5 @@ class GraphSet:
             self.start.fill_(cache.length)
             graph.replay()
             self.replays += 1
-            return logits.clone()  # the next replay of this graph overwrites its output
+            # The next replay of this graph overwrites its outputs: copies, of the hidden states only when asked.
+            return (logits.clone(), hidden.clone()) if features else logits.clone()

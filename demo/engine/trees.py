@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from demo.engine.decoding import Decoding, Target, ranked
+from demo.engine.decoding import Decoding, Target, emitted, ranked
 from demo.engine.drafters import Drafter, DraftState
 from demo.engine.events import (
     TREE_SHAPE,
@@ -55,7 +55,7 @@ from demo.engine.events import (
     TreeNode,
     TreeShape,
 )
-from demo.engine.sampling import Sampling, sample, warp
+from demo.engine.sampling import Sampling, sample, undefined_q, warp
 
 
 class TreeDrafter:
@@ -72,6 +72,7 @@ class TreeDrafter:
         self.usable = base.usable
         self.blocked_ids = base.blocked_ids
         self.target_vocab_size = base.target_vocab_size
+        self.reads_features = getattr(base, "reads_features", False)  # Medusa heads: the target's features
 
     @property
     def path(self) -> str:
@@ -193,14 +194,29 @@ class TreeVerdict:
     p: torch.Tensor  # [n + 1, V] the target's warped distributions: row 0 the root, row i + 1 node i
     accept: dict[int, float]  # node -> the acceptance probability the rule gave it (greedy: 1 or 0)
     u: dict[int, float]  # sampling: node -> the uniform draw that decided it
+    hidden: torch.Tensor | None = None  # [n + 1, C] the target's features, for a feature drafter
 
 
 def verify_tree(
-    target: Target, cache, last: int, tree: Tree, sampling: Sampling, generator: torch.Generator
+    target: Target,
+    cache,
+    last: int,
+    tree: Tree,
+    sampling: Sampling,
+    generator: torch.Generator,
+    features: bool = False,
 ) -> TreeVerdict:
-    """One target forward over [last] + the tree's n nodes (logits [n + 1, V]), then the walk from the root."""
+    """One target forward over [last] + the tree's n nodes (logits [n + 1, V]), then the walk from
+    the root. With `features` the verdict keeps that forward's last hidden states [n + 1, C]."""
     depths = [0] + tree.depths
-    logits = target.forward_tree([last] + tree.tokens, depths, visibility(tree.parents), cache)  # [n + 1, V]
+    out = target.forward_tree([last] + tree.tokens, depths, visibility(tree.parents), cache, features)
+    logits, hidden = out if features else (out, None)  # [n + 1, V], [n + 1, C]
+    verdict = _walk(tree, logits, sampling, generator)
+    return TreeVerdict(*verdict, hidden=hidden)
+
+
+def _walk(tree: Tree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) -> tuple:
+    """The walk from the root over the target's logits [n + 1, V]: TreeVerdict's fields."""
     p = warp(logits, sampling)  # [n + 1, V]
     node, path, accept, us = -1, [], {}, {}
     while True:
@@ -211,15 +227,17 @@ def verify_tree(
             match = next((c for c in kids if tree.tokens[c] == choice), None)
             accept |= {c: float(c == match) for c in kids[: kids.index(match) + 1 if match is not None else 1]}
             if match is None:
-                return TreeVerdict(path, kids[0] if kids else None, choice, p_here, p, accept, us)
+                return path, kids[0] if kids else None, choice, p_here, p, accept, us
             path.append(match)
             node = match
             continue
         if not kids:  # a leaf: the bonus, from p
-            return TreeVerdict(path, None, int(sample(p_here, generator)), p_here, p, accept, us)
+            return path, None, int(sample(p_here, generator)), p_here, p, accept, us
         q, r, match = tree.q[node], p_here, None
         for c in kids:
             x = tree.tokens[c]
+            if not float(q[x]) > 0:  # p/q undefined: no rule keeps the law (sampling.acceptance_probs)
+                raise ValueError(undefined_q(x))
             accept[c] = min(1.0, float(r[x]) / float(q[x]))
             us[c] = float(torch.rand((), generator=generator, device=p.device))
             if us[c] < accept[c]:
@@ -227,7 +245,7 @@ def verify_tree(
                 break
             r = residual(r, q)
         if match is None:
-            return TreeVerdict(path, kids[0], int(sample(r, generator)), r, p, accept, us)
+            return path, kids[0], int(sample(r, generator)), r, p, accept, us
         path.append(match)
         node = match
 
@@ -308,8 +326,9 @@ def tree_round(state: Decoding, drafting: DraftState, index: int) -> tuple[list[
     draft_s = clock.last  # n nodes
 
     # 2. verify the whole tree in one target forward, and walk it from the root.
+    observe = getattr(drafting, "observe", None)  # a feature drafter (`drafters.Observing`)
     with clock:
-        v = verify_tree(target, state.cache, answer[-1], tree, start.sampling, state.generator)
+        v = verify_tree(target, state.cache, answer[-1], tree, start.sampling, state.generator, observe is not None)
     verify_s = clock.last
 
     with clock:
@@ -318,14 +337,11 @@ def tree_round(state: Decoding, drafting: DraftState, index: int) -> tuple[list[
         #    the answer: the path reaches it next round.
         n = len(tree.tokens)
         keep_path(state.cache, state.cache.get_seq_length() - n, v.path, n)
+        if observe is not None:  # the hidden states of the last token and the accepted path
+            observe(v.hidden[[0] + [i + 1 for i in v.path]])
         # 4. emit the accepted path and the target's token, cut after the first stop.
-        tokens = []
-        for j, token in enumerate([tree.tokens[i] for i in v.path] + [v.token]):
-            text = state.append(token)
-            fields = _token_fields(j, tree, v, target.tokenizer)
-            tokens.append(dict(fields, index=len(answer) - 1, token_id=token, text=text, round=index))
-            if state.stop:
-                break
+        path = [tree.tokens[i] for i in v.path]
+        tokens = emitted(state, path + [v.token], index, lambda j: _token_fields(j, tree, v, target.tokenizer))
         drafts = [tree.tokens[i] for i in walked(tree, v)]
     detail = tree_detail(tree, v, target.tokenizer)  # off the clock: display only
     return [TokenEvent(**fields, t=clock.total) for fields in tokens], RoundEvent(

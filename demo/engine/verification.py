@@ -24,7 +24,7 @@ import torch
 
 from demo.engine.decoding import INSPECT_TOP_K, Target
 from demo.engine.events import Position, Rejection, RoundDetail
-from demo.engine.sampling import Sampling, acceptance_probs, verify_greedy, verify_sampled, warp
+from demo.engine.sampling import Sampling, acceptance_probs, undefined_q, verify_greedy, verify_sampled, warp
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,9 @@ class Verdict:
             return [(values[r * k : (r + 1) * k], [int(i) for i in ids[r * k : (r + 1) * k]]) for r in range(rows)]
 
         ids, p_drafts, q_drafts, accept, u = (take(n) for _ in range(5))
-        del ids  # the drafts themselves: the round reads them from the same record
+        undefined = [int(x) for x, a in zip(ids[: int(head[0])], accept, strict=False) if math.isnan(a)]
+        if undefined and not greedy:  # a draft with q(x) = 0 (`sampling.acceptance_probs`)
+            raise ValueError(undefined_q(undefined[0]))
         top_p, top_q, own = tops(n + 1), tops(n), tops(1)[0]
         return cls(
             n_drafts=int(head[0]),
@@ -86,17 +88,21 @@ def verify(
     sampling: Sampling,
     generator: torch.Generator,
     stop_ids: torch.Tensor,
-) -> torch.Tensor:
+    features: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One target forward over [last] + drafts, then the stop cut and the acceptance rule, all on
     the device; returns the round's record, packed in one float64 vector for one transfer (ids are
     exact in float64): [n_drafts, n_accepted, token, p(token), law(token)], then per draft its id,
     p, q, acceptance probability and u, then the inspector's top k of p (n + 1 rows), of q (n rows)
     and of the token's law (`Verdict.read` unpacks it).
 
-    last [1] and drafts [n] long; q [n, V]; stop_ids [s] long: the target's stop ids.
+    last [1] and drafts [n] long; q [n, V]; stop_ids [s] long: the target's stop ids. Returns the
+    record and, with `features`, the same forward's last hidden states [n+1, C] (else None), left
+    on the device for a feature drafter (`drafters.Observing`).
     """
     n = drafts.shape[0]
-    logits = target.forward(torch.cat([last, drafts]), cache)  # [n+1, V]
+    out = target.forward(torch.cat([last, drafts]), cache, features)
+    logits, hidden = out if features else (out, None)  # [n+1, V], [n+1, C]
     p = warp(logits, sampling)  # [n+1, V]
     # The drafts count up to the first stop: a model drafter drafts on past it (`Drafting.propose`).
     is_stop = torch.isin(drafts, stop_ids)  # [n]
@@ -142,7 +148,7 @@ def verify(
         u,
     ]
     tops = [top_p.values, top_p.indices, top_q.values, top_q.indices, top_law.values, top_law.indices]
-    return torch.cat([t.double().reshape(-1) for t in head + per_draft + tops])
+    return torch.cat([t.double().reshape(-1) for t in head + per_draft + tops]), hidden
 
 
 def _ranked(top: tuple[list[float], list[int]], tokenizer) -> tuple[tuple[str, float], ...]:

@@ -1,0 +1,152 @@
+"""Drafters that read the target's hidden state: `feature` (a speculator) and `medusa` (heads).
+
+Neither sees the prompt or the image itself: each reads f, the target's last hidden state, which
+the engine hands over after every target forward it runs anyway (`drafters.Observing`: after the
+prefill, the prompt's last position; after a round, the accepted positions). So the image reaches
+them through the target's own eyes, and a round still costs T(gamma + 1) + gamma * D, D being a
+few small matrix products. Their networks and checkpoints are `demo.engine.heads`; both score
+tokens with the target's own output embedding.
+
+    FeatureDrafter   `heads.Speculator`: s_0 = f at the answer position before the target's newest
+                     token x_0, then s_k = g(s_{k-1}, e(x_{k-1})) and draft x_k from s_k @ E^T:
+                     it chains gamma drafts on its own predicted state.
+    MedusaDrafter    `heads.MedusaHeads`: head i drafts position i from f alone (a chain of top-1
+                     per head, at most one draft per head); through `trees.TreeDrafter`, top-k per
+                     head: "medusa+tree".
+
+Their states are `DraftState`s without a KV cache: `catch_up` / `extend` / `rollback` (the step
+API trees draft with) keep the speculator's states along the drafted path, and `propose` is
+DraftState's own, so every draft is a sample of the q it reports (or q's argmax), and
+verification is exact for any weights. q is the warped softmax of the logits over the target's
+whole vocabulary, image placeholders masked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from demo.engine import heads
+from demo.engine.drafters import DraftState
+
+
+class FeatureDrafter:
+    """A speculator or Medusa heads on a target; shared, read-only, by every run."""
+
+    path = "torch (target features)"  # what drafts: a few matrix products, no transformer forward
+    fallback_reason: str | None = None
+    tree = None
+    reads_features = True
+    kind = "target-feature"
+
+    def __init__(self, net, target_model, *, name: str, stop_ids: frozenset[int], blocked_ids: frozenset[int]):
+        out = target_model.get_output_embeddings().weight.detach()  # [V, C]
+        self.device: torch.device = out.device
+        self.E = out.float()  # scores states: the target's own head (tied to its input embedding here)
+        self.embed = target_model.get_input_embeddings().weight.detach().float()  # [V, C]
+        self.model = net.to(self.device)
+        self.name = name
+        self.stop_ids = stop_ids
+        self.blocked_ids = blocked_ids
+        self.n_params = sum(p.numel() for p in net.parameters())
+        self.target_vocab_size = self.usable = out.shape[0]
+        self.blocked = torch.zeros(self.usable, dtype=torch.bool, device=self.device)
+        self.blocked[[i for i in blocked_ids if i < self.usable]] = True
+
+    @classmethod
+    def load(cls, path: Path, target, *, name: str, blocked_ids: frozenset[int] = frozenset()):
+        """The checkpoint at `path` on `target` (a `decoding.Target`); a checkpoint trained for
+        another hidden size is refused with a sentence (`heads.MismatchedCheckpoint`)."""
+        hidden = target.model.get_output_embeddings().weight.shape[1]
+        net = heads.load(path, hidden, target.device)
+        kind = MedusaDrafter if isinstance(net, heads.MedusaHeads) else SpeculatorDrafter
+        return kind(net, target.model, name=name, stop_ids=target.stop_ids, blocked_ids=blocked_ids)
+
+    def feedable(self, token_id: int) -> bool:
+        return token_id < self.usable and token_id not in self.blocked_ids
+
+    def logits(self, s: torch.Tensor) -> torch.Tensor:
+        """States [..., C] -> logits over the target's vocabulary [..., V]."""
+        return s @ self.E.T
+
+
+class SpeculatorDrafter(FeatureDrafter):
+    def start(self, inputs: dict | None) -> SpeculatorState:
+        """A run's state; it reads no prompt of its own (the prefill's features arrive by `observe`)."""
+        return SpeculatorState(self)
+
+
+class MedusaDrafter(FeatureDrafter):
+    kind = "target-heads"
+
+    def start(self, inputs: dict | None) -> MedusaState:
+        return MedusaState(self)
+
+
+class _FeatureState(DraftState):
+    """What both states share: the target's newest feature, and no cache."""
+
+    def __init__(self, drafter: FeatureDrafter):
+        self.drafter = drafter
+        self.feature: torch.Tensor | None = None  # [C]: f at the position before the newest answer token
+        self.base = 0  # len(answer) at the last catch_up
+
+    def observe(self, features: torch.Tensor) -> None:
+        self.feature = features[-1].float()
+
+
+class SpeculatorState(_FeatureState):
+    """The speculator's states along the drafted path: states[i] after feeding answer position base - 1 + i."""
+
+    def __init__(self, drafter: SpeculatorDrafter):
+        super().__init__(drafter)
+        self.states: list[torch.Tensor] = []
+
+    def _step(self, token) -> torch.Tensor:
+        d = self.drafter
+        s = d.model.step(len(self.states), self.states[-1] if self.states else self.feature, d.embed[token])
+        self.states.append(s)
+        return d.logits(s)
+
+    def catch_up(self, answer: list[int]) -> torch.Tensor:
+        """From f before the newest token and that token: logits for the first draft [V]."""
+        if self.feature is None:
+            raise RuntimeError("a feature drafter drafts only after the target's features reached it (observe)")
+        self.base, self.states = len(answer), []
+        return self._step(answer[-1])
+
+    def extend(self, token: int | torch.Tensor, position: int) -> torch.Tensor:
+        """Feed a draft at answer position `position` (states up to it kept): logits after it [V]."""
+        del self.states[position - self.base + 1 :]
+        return self._step(token)
+
+    def rollback(self, n_answer: int) -> None:
+        del self.states[max(0, n_answer - self.base + 1) :]
+
+
+class MedusaState(_FeatureState):
+    """The heads' logits for every draft position, computed once per round from f."""
+
+    def __init__(self, drafter: MedusaDrafter):
+        super().__init__(drafter)
+        self.rows: torch.Tensor | None = None  # [k, V]
+
+    def catch_up(self, answer: list[int]) -> torch.Tensor:
+        if self.feature is None:
+            raise RuntimeError("Medusa heads draft only after the target's features reached them (observe)")
+        d = self.drafter
+        self.base, self.rows = len(answer), d.logits(d.model(self.feature))
+        return self.rows[0]
+
+    def extend(self, token: int | torch.Tensor, position: int) -> torch.Tensor:
+        """The next position's head (heads read f alone, not the token; past the last head, the
+        last head again: trees deeper than the heads draft poorly, still exactly verified)."""
+        return self.rows[min(position - self.base + 1, self.rows.shape[0] - 1)]
+
+    def rollback(self, n_answer: int) -> None:
+        """Nothing to forget: the rows depend on f only."""
+
+    def propose(self, answer, n, sampling, generator, min_confidence: float = 0.0):
+        """DraftState's chain, at most one draft per head."""
+        return super().propose(answer, min(n, len(self.drafter.model.heads)), sampling, generator, min_confidence)

@@ -1,0 +1,114 @@
+"""Networks that draft from the target's own last hidden state, and their checkpoints.
+
+Both read f_j, the target's last hidden state at answer position j (after its final norm, so the
+target's logits there are f_j @ E^T, E its tied output embedding), and both score tokens through
+the target's own output embedding, frozen and not stored: a checkpoint holds only what it adds.
+
+    Speculator   the hybrid token/embedding speculator (the second seed; EAGLE's idea, without
+                 its attention): a state s_0 = f_j and, for each draft, s_k = g(s_{k-1}, e(x_k)),
+                 x_k the token just sampled (the target's at k = 1, then its own drafts), logits
+                 s_k @ E^T. `shared` (EAGLE-style): one g for every step, trained to also regress
+                 s_k onto the target's f_{j+k}; else the multi-stage MLP speculator (one g per
+                 stage, the last reused past its stages). docs/drafters-feature.md compares them.
+    MedusaHeads  k residual heads on f_j: head i (1-based) gives logits for token j + 1 + i (the
+                 target's own head gives token j + 1, which the round already has).
+    load / save  a checkpoint: safetensors, its settings in the header's metadata; load refuses
+                 one whose hidden size is not the target's, with a sentence.
+
+Nothing heavy at import; no model call happens here beyond the tensors given.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class Stage(nn.Module):
+    """g(s, e) -> s': the next state from the previous state and the embedding of the token just sampled."""
+
+    def __init__(self, hidden: int, inner: int):
+        super().__init__()
+        self.norm_s = nn.LayerNorm(hidden)
+        self.norm_e = nn.LayerNorm(hidden)
+        self.up = nn.Linear(2 * hidden, inner)
+        self.down = nn.Linear(inner, hidden)
+
+    def forward(self, s: torch.Tensor, e: torch.Tensor) -> torch.Tensor:  # [..., C] each
+        x = torch.cat([self.norm_s(s), self.norm_e(e)], dim=-1)
+        return s + self.down(F.silu(self.up(x)))
+
+
+class Speculator(nn.Module):
+    """See the module docstring. `stages` g's (1 when shared)."""
+
+    def __init__(self, hidden: int, inner: int, stages: int, shared: bool):
+        super().__init__()
+        self.hidden, self.inner, self.shared = hidden, inner, shared
+        self.stages = nn.ModuleList(Stage(hidden, inner) for _ in range(1 if shared else stages))
+
+    def settings(self) -> dict:
+        return dict(kind="feature", hidden=self.hidden, inner=self.inner, stages=len(self.stages), shared=self.shared)
+
+    def step(self, k: int, s: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+        """The state after the k-th draft step (0-based) from state s and the token's embedding e."""
+        return self.stages[min(k, len(self.stages) - 1)](s, e)
+
+
+class MedusaHeads(nn.Module):
+    """k residual heads: head i maps f to f + W_i silu(f) style features, scored by E."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__()
+        self.hidden = hidden
+        self.heads = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(heads))
+
+    def settings(self) -> dict:
+        return dict(kind="medusa", hidden=self.hidden, heads=len(self.heads))
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        """f [..., C] -> the heads' features [..., k, C] (each scored by the target's E)."""
+        return torch.stack([f + F.silu(head(f)) for head in self.heads], dim=-2)
+
+
+def build(settings: dict) -> Speculator | MedusaHeads:
+    if settings["kind"] == "feature":
+        return Speculator(settings["hidden"], settings["inner"], settings["stages"], settings["shared"])
+    if settings["kind"] == "medusa":
+        return MedusaHeads(settings["hidden"], settings["heads"])
+    raise ValueError(f"unknown head kind {settings['kind']!r}")
+
+
+def save(module: Speculator | MedusaHeads, path: Path, extra: dict | None = None) -> None:
+    """fp16 weights and the settings (plus `extra`, e.g. the training figures) in the header."""
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().to(torch.float16).contiguous() for k, v in module.state_dict().items()}
+    meta = {"settings": json.dumps(module.settings()), "extra": json.dumps(extra or {})}
+    save_file(tensors, str(path), metadata=meta)
+
+
+class MismatchedCheckpoint(ValueError):
+    """A checkpoint made for a target of another hidden size."""
+
+
+def load(path: Path, hidden_size: int, device: torch.device | str = "cpu") -> Speculator | MedusaHeads:
+    """The checkpoint at `path`, in float32 on `device`, for a target of `hidden_size`; refused
+    with a sentence when it was trained for another hidden size."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(path), framework="pt") as f:
+        settings = json.loads(f.metadata()["settings"])
+    if settings["hidden"] != hidden_size:
+        raise MismatchedCheckpoint(
+            f"{Path(path).name} reads hidden states of size {settings['hidden']}, but this target's are "
+            f"{hidden_size}: it was trained for another target and cannot draft for this one."
+        )
+    module = build(settings)
+    module.load_state_dict({k: v.float() for k, v in load_file(str(path)).items()})
+    return module.to(device).eval().requires_grad_(False)

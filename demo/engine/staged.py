@@ -1,0 +1,134 @@
+"""Staged speculative decoding (Spector & Re 2023; the second seed): a drafter drafted by lookup.
+
+The text-only drafter drafts as it always does, but its own steps are speculated too: after each
+token it drafts, prompt lookup (`demo.engine.lookup`, stage 2) guesses the tokens it will draft
+next, and one forward of the drafter (stage 1) over [its token] + the guesses gives its logits at
+every one of them. It then drafts on from those logits for as long as its own choice equals the
+guess; at the first difference the unconfirmed guesses leave its cache and the next forward
+starts from its own token. A guess only decides which logits are computed in advance, never a
+draft: every draft is the drafter's own choice (q's argmax, or a draw from q with the run's
+generator, one per draft as plain drafting makes), and q is the drafter's distribution at that
+draft. So the target's verification (stage 0) sees exactly the drafts and q of the text-only
+drafter, and the output stays exactly the target's; what staging saves is drafter forwards: one
+per mismatch instead of one per draft.
+
+Both stages' acceptance: the target's, as for every drafter (`RoundEvent.n_accepted`), and the
+drafter's of its lookup, `RoundEvent.stages` = (guesses, confirmed) of the round. Each drafter
+forward's choices are read on the host to compare them with the guesses: staged drafting reads
+back once per drafter forward (as tree drafting reads back as it walks), not once per round.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from demo.engine.drafters import Drafter, DraftState, cut_after_stop, ids_on
+from demo.engine.lookup import MAX_NGRAM, lookup
+from demo.engine.sampling import Sampling, sample
+
+
+class StagedDrafter:
+    """A text-only (or image-aware) drafter's model drafting through `StagedState`; its runs are
+    the base drafter's states (transformers or lean) with the lookup stage around them."""
+
+    kind = "staged"
+    tree = None  # chains only
+
+    def __init__(self, base: Drafter, *, name: str, max_ngram: int = MAX_NGRAM):
+        self.base = base
+        self.name = name
+        self.max_ngram = max_ngram
+        for attr in ("model", "device", "n_params", "stop_ids", "usable", "blocked_ids", "target_vocab_size"):
+            setattr(self, attr, getattr(base, attr))
+
+    @property
+    def path(self) -> str:
+        return f"{self.base.path} + lookup stage"
+
+    @property
+    def fallback_reason(self) -> str | None:
+        return self.base.fallback_reason
+
+    def feedable(self, token_id: int) -> bool:
+        return self.base.feedable(token_id)
+
+    def start(self, inputs: dict) -> StagedState:
+        prompt = [int(i) for i in inputs["input_ids"][0].tolist() if self.feedable(int(i))]
+        return StagedState(self, self.base.start(inputs), prompt)  # the drafter's own prompt, prefilled
+
+
+class StagedState:
+    """One run: the base drafter's state (`inner`), drafted through the lookup stage; `stages`
+    holds the last round's (guesses, confirmed)."""
+
+    def __init__(self, drafter: StagedDrafter, inner: DraftState, prompt_ids: list[int]):
+        self.drafter = drafter
+        self.inner = inner
+        self.prompt_ids = prompt_ids
+        self.stages: tuple[int, int] = (0, 0)
+
+    def _pick(self, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator):
+        q = self.inner.q(logits, sampling)  # [V_d]
+        return (q.argmax() if sampling.greedy else sample(q, generator)), q
+
+    @torch.inference_mode()
+    def propose(
+        self, answer: list[int], n: int, sampling: Sampling, generator: torch.Generator, min_confidence: float = 0.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """n drafts of the drafter's own and their q (`DraftState.propose`), with fewer forwards."""
+        d, inner = self.drafter, self.inner
+        self.stages = (0, 0)
+        if n == 0:
+            return torch.zeros(0, dtype=torch.long, device=d.device), inner.widen([])
+        rows = [inner.catch_up(answer)]  # logits computed ahead: rows[0] is for the next draft
+        guesses: list[int] = []  # the fed guesses not yet confirmed: rows[1:] follow them
+        drafts, qs, ids = [], [], []
+        guessed = confirmed = 0
+        while True:
+            token, q = self._pick(rows.pop(0), sampling, generator)
+            if drafts and min_confidence > 0 and float(q.max()) < min_confidence:
+                break
+            drafts.append(token)
+            qs.append(q)
+            ids.append(int(token))  # the read back: compared with the guess
+            if len(drafts) == n:
+                break
+            if guesses:  # the next row was computed after guesses[0]: usable if the drafter chose it
+                if ids[-1] == guesses[0]:
+                    confirmed += 1
+                    guesses.pop(0)
+                    continue
+                self._forget(len(guesses))  # the wrong guess and the ones after it
+                rows, guesses = [], []
+            # Stage 2 guesses what follows the drafter's token; stage 1 feeds its token and the
+            # guesses in one forward, which gives the logits after each.
+            position = len(answer) + len(drafts) - 1
+            guesses = [g for g in lookup(self.prompt_ids + answer + ids, n - len(drafts), d.max_ngram)]
+            guesses = guesses[: next((i for i, g in enumerate(guesses) if not d.feedable(g)), len(guesses))]
+            guessed += len(guesses)
+            fed = torch.cat([token.reshape(1), ids_on(d.device, guesses)])  # [1 + len(guesses)]
+            inner.fed_positions += list(range(position, position + len(fed)))
+            inner.fed_tokens += [token] + guesses
+            inner.consumed = position + len(fed)
+            rows = list(inner.forward_all(fed))
+        if guesses:
+            self._forget(len(guesses))  # computed ahead, never drafted
+        self.stages = (guessed, confirmed)
+        return torch.stack(drafts), inner.widen(qs)
+
+    def draft(self, answer, n, sampling, generator, min_confidence: float = 0.0) -> tuple[list[int], torch.Tensor]:
+        drafts, q = self.propose(answer, n, sampling, generator, min_confidence)
+        ids = drafts.tolist()
+        keep = cut_after_stop(ids, self.drafter.stop_ids)
+        return ids[:keep], q[:keep]
+
+    def rollback(self, n_answer: int) -> None:
+        self.inner.rollback(n_answer)
+
+    def _forget(self, k: int) -> None:
+        """Drop the last k fed tokens from the cache (guesses the drafter did not confirm)."""
+        inner = self.inner
+        inner.cache.crop(-k)
+        del inner.fed_positions[-k:]
+        del inner.fed_tokens[-k:]
+        inner.consumed = inner.fed_positions[-1] + 1 if inner.fed_positions else 0
