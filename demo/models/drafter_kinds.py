@@ -48,6 +48,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from demo.models import feature_assets
+
 Reads = Literal["image", "text", "target"]
 TREE = "+tree"  # a drafter's name + TREE: the same drafter, drafting a token tree
 
@@ -159,5 +161,46 @@ register(
         step=0.7,
         reads="target",
         unusable=_no_skip_search,
+    )
+)
+# The drafters that read the target's hidden state, trained for the embedded target only, and the
+# text-only drafter staged by lookup (issue 55; `demo.models.feature_loaders`). A draft of the two
+# first is a few small matrix products: 0.02 target steps (docs/drafters-feature.md).
+FEATURE = "demo.models.feature_loaders"
+register(
+    Kind(
+        kind="target-feature",
+        name="feature",
+        line="Feature: reads the target's hidden state, so it sees the image through the target's eyes; "
+        "a small network chains its drafts on its own predicted state.",
+        load=f"{FEATURE}:feature",
+        step=0.02,
+        reads="text",
+        languages=("en", "de", "zh"),
+        unusable=feature_assets.no_checkpoint("feature"),
+    )
+)
+register(
+    Kind(
+        kind="target-heads",
+        name="medusa",
+        line="Medusa: k heads on the target, each guessing one more token ahead from its hidden state.",
+        load=f"{FEATURE}:medusa",
+        step=0.02,
+        reads="text",
+        tree=True,
+        languages=("en", "de", "zh"),
+        unusable=feature_assets.no_checkpoint("medusa"),
+    )
+)
+register(
+    Kind(
+        kind="staged",
+        name="staged",
+        line="Staged: a drafter drafted by lookup; the text-only drafter, its own steps guessed by prompt lookup.",
+        load=f"{FEATURE}:staged",
+        step=0.15,
+        reads="text",
+        unusable=feature_assets.no_text_drafter,
     )
 )

@@ -1,0 +1,236 @@
+"""Train the drafters that read the target's hidden state: `feature` and `medusa`.
+
+    python -m demo.world.train_heads            # data, both speculator forms, Medusa heads, save
+
+Distilled on the target's own outputs: training-split conversations of every task family in
+English, German and Chinese (descriptions most), one teacher-forced forward of the shipped (fp16)
+target over each, which gives its last hidden state f_j and its own greedy choice at every answer
+position; chains are trained only along runs where its choices are the answer's tokens, i.e. on
+its own greedy path (`target_data`). Then, on those alone (the target is frozen, and its output
+embedding scores every head):
+
+    feature   `heads.Speculator`, unrolled over UNROLL steps on its own predicted state, fed the
+              target's tokens (a round only goes on past a draft the target accepted, i.e. its
+              token): cross-entropy on the next token at each step, and with `shared` (the
+              EAGLE-style form) a smooth-L1 pull of s_k onto the target's f_{j+k}. Both forms
+              train on the same batches; the one with the longer held-out chain ships.
+    medusa    `heads.MedusaHeads`: head i's cross-entropy on token j + 1 + i.
+
+Held out: every tenth conversation; the figure is the mean number of leading drafts
+of a gamma-4 chain equal to the target's own tokens there (greedy), written with the weights
+(`assets/world/drafter-feature.safetensors`, `drafter-medusa.safetensors`) and to
+`assets/world/heads_log.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+from demo.engine import heads
+from demo.world.data import collate, encode
+from demo.world.tasks import LANGUAGES, TASKS, train_examples
+
+OUT = Path("assets/world")
+# Conversations per task family and language: descriptions, the longest answers and the
+# benchmark's task, have the most.
+PER_TASK = {"description": 240} | {t: 40 for t in TASKS if t != "description"}
+UNROLL = 4  # draft steps the speculator is trained over (it chains on past them)
+MEDUSA_HEADS = 5
+BATCH = 256  # answer positions per step
+
+
+def conversations(seed: int, scale: float = 1.0) -> list[tuple[str, str, object]]:
+    """(language, task, example) for every training conversation, in a fixed order."""
+    return [
+        (lang, task, ex)
+        for lang in LANGUAGES
+        for task in TASKS
+        for ex in train_examples(task, max(1, round(PER_TASK[task] * scale)), seed=seed + 11, language=lang)
+    ]
+
+
+@torch.no_grad()
+def target_data(target, processor, rows) -> dict:
+    """The target's own choices along training conversations, and its last hidden states there,
+    flattened over answer positions: feats [N, C] fp16 (f_j), nxt [N] (the target's greedy token
+    j + 1, its argmax there), left [N] (how many following positions continue the target's own
+    greedy path: positions where its choice is the conversation's next token), seq [N].
+
+    One teacher-forced forward per batch over prompt + the world's answer gives every position's
+    hidden state and choice at once (a free-running generation of the same answers measured 430 s
+    per 64 conversations on this shared CPU). Where the target's choice is the answer's next token,
+    the answer is the target's own greedy path; a chain of drafts is trained only along such runs."""
+    tok = processor.tokenizer
+    prompts = [encode(tok, ex.question, None)[0] for _, _, ex in rows]
+    answers = [tok(ex.answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for _, _, ex in rows]
+    pixels = processor.image_processor([ex.image for _, _, ex in rows], return_tensors="pt")["pixel_values"]
+    feats, nxt, left, seq = [], [], [], []
+    for start in range(0, len(rows), 32):
+        idx = list(range(start, min(start + 32, len(rows))))
+        batch = collate([(prompts[i] + answers[i], prompts[i] + answers[i]) for i in idx], tok.pad_token_id)
+        out = target(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            pixel_values=pixels[idx],
+            output_hidden_states=True,
+        )
+        h = out.hidden_states[-1]  # [B, T, C]: after the final norm, logits = h @ E^T
+        choice = out.logits.argmax(-1)  # [B, T]
+        for b, i in enumerate(idx):
+            p, m = len(prompts[i]), len(answers[i])
+            own = choice[b, p - 1 : p + m - 1]  # the target's token after each position
+            agree = own == torch.tensor(answers[i])
+            run = torch.zeros(m, dtype=torch.long)  # following positions still on the target's path
+            for k in range(m - 2, -1, -1):
+                run[k] = run[k + 1] + 1 if agree[k] else 0
+            feats.append(h[b, p - 1 : p + m - 1].half())
+            nxt.append(own)
+            left.append(run)
+            seq.append(torch.full((m,), i))
+    return dict(feats=torch.cat(feats), nxt=torch.cat(nxt), left=torch.cat(left), seq=torch.cat(seq))
+
+
+def _at(data: dict, idx: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows idx + k (clamped): features, next tokens, and whether they are still in idx's answer."""
+    j = (idx + k).clamp(max=len(data["nxt"]) - 1)
+    return data["feats"][j].float(), data["nxt"][j], data["left"][idx] >= k
+
+
+def speculator_loss(model: heads.Speculator, E: torch.Tensor, data: dict, idx: torch.Tensor) -> torch.Tensor:
+    f, _, _ = _at(data, idx, 0)
+    s, loss = f, 0.0
+    for k in range(UNROLL):
+        _, token, _ = _at(data, idx, k)  # the token just sampled: j + 1 + k
+        f_next, label, ok = _at(data, idx, k + 1)  # the target's f_{j+1+k} and its token j + 2 + k
+        s = model.step(k, s, F.embedding(token, E))
+        ce = F.cross_entropy(s @ E.T, label, reduction="none")
+        loss = loss + (ce * ok).sum() / ok.sum().clamp(min=1)
+        if model.shared:
+            reg = F.smooth_l1_loss(s, f_next, reduction="none").mean(-1)
+            loss = loss + 0.5 * (reg * ok).sum() / ok.sum().clamp(min=1)
+    return loss / UNROLL
+
+
+def medusa_loss(model: heads.MedusaHeads, E: torch.Tensor, data: dict, idx: torch.Tensor) -> torch.Tensor:
+    g = model(_at(data, idx, 0)[0]) @ E.T  # [B, k, V]
+    loss = 0.0
+    for i in range(g.shape[1]):
+        _, label, ok = _at(data, idx, i + 1)  # head i + 1: token j + 2 + i
+        loss = loss + (F.cross_entropy(g[:, i], label, reduction="none") * ok).sum() / ok.sum().clamp(min=1)
+    return loss / g.shape[1]
+
+
+@torch.no_grad()
+def held_out_chain(model, E: torch.Tensor, data: dict, idx: torch.Tensor, gamma: int = 4) -> float:
+    """Mean leading drafts of a greedy gamma-chain equal to the target's tokens, over positions idx."""
+    f, token, _ = _at(data, idx, 0)
+    drafts = []
+    if isinstance(model, heads.MedusaHeads):
+        drafts = list((model(f) @ E.T).argmax(-1)[:, :gamma].T)
+    else:
+        s, x = f, token
+        for k in range(gamma):
+            s = model.step(k, s, F.embedding(x, E))
+            x = (s @ E.T).argmax(-1)
+            drafts.append(x)
+    alive = torch.ones(len(idx), dtype=torch.bool)
+    total = torch.zeros(len(idx))
+    for k, d in enumerate(drafts):
+        _, label, ok = _at(data, idx, k + 1)
+        alive &= ok & (d == label)
+        total += alive
+    return float(total.mean())
+
+
+def fit(model, loss_of, data: dict, train_idx: torch.Tensor, steps: int, lr: float, seed: int) -> list[float]:
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    losses = []
+    for step in range(steps):
+        for group in opt.param_groups:  # warm-up, then cosine
+            group["lr"] = lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + math.cos(math.pi * step / steps))
+        idx = train_idx[torch.randint(len(train_idx), (BATCH,), generator=g)]
+        loss = loss_of(model, idx)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 200 == 0 or step == steps - 1:
+            losses.append(round(float(loss), 4))
+            print(f"  step {step}: loss {float(loss):.4f}", flush=True)
+    return losses
+
+
+def main() -> None:
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--scale", type=float, default=1.0, help="conversations per task, times this")
+    parser.add_argument("--data", type=Path, default=None, help="cache the target's data here (reused if present)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    t0 = time.time()
+    target = AutoModelForImageTextToText.from_pretrained(OUT / "target").float().eval()
+    processor = AutoProcessor.from_pretrained(OUT / "target")
+    if args.data is not None and args.data.exists():
+        data = torch.load(args.data)
+    else:
+        data = target_data(target, processor, conversations(args.seed, args.scale))
+        if args.data is not None:
+            torch.save(data, args.data)
+    E = target.get_output_embeddings().weight.detach().float()  # [V, C], tied to the input embedding
+    hidden = E.shape[1]
+    n_seq = int(data["seq"].max()) + 1
+    held = data["seq"] % 10 == 9  # every tenth conversation, of every language and task
+    train_idx, test_idx = (~held).nonzero()[:, 0], held.nonzero()[:, 0]
+    log = dict(
+        conversations=n_seq, positions=len(data["nxt"]), data_seconds=round(time.time() - t0, 1), steps=args.steps
+    )
+    print(f"data: {log}", flush=True)
+    forms = {
+        "eagle-style (shared, 1 stage)": heads.Speculator(hidden, 2 * hidden, UNROLL, shared=True),
+        "mlp speculator (4 stages)": heads.Speculator(hidden, hidden, UNROLL, shared=False),
+    }
+    results = {}
+    for i, (name, model) in enumerate(forms.items()):
+        torch.manual_seed(args.seed + i)
+        t = time.time()
+        losses = fit(model, lambda m, idx: speculator_loss(m, E, data, idx), data, train_idx, args.steps, 2e-3, i)
+        chain = held_out_chain(model, E, data, test_idx)
+        results[name] = dict(
+            params=sum(p.numel() for p in model.parameters()), seconds=round(time.time() - t, 1), chain4=chain
+        )
+        results[name]["losses"] = losses
+        print(f"{name}: {results[name]}", flush=True)
+    best = max(forms, key=lambda k: results[k]["chain4"])
+    torch.manual_seed(args.seed + 7)
+    medusa = heads.MedusaHeads(hidden, MEDUSA_HEADS)
+    t = time.time()
+    losses = fit(medusa, lambda m, idx: medusa_loss(m, E, data, idx), data, train_idx, args.steps, 2e-3, 7)
+    results["medusa"] = dict(
+        params=sum(p.numel() for p in medusa.parameters()),
+        seconds=round(time.time() - t, 1),
+        chain4=held_out_chain(medusa, E, data, test_idx),
+        losses=losses,
+    )
+    print(f"medusa: {results['medusa']}", flush=True)
+    log |= dict(forms=results, shipped_feature=best, total_seconds=round(time.time() - t0, 1))
+    args.out.mkdir(parents=True, exist_ok=True)
+    heads.save(forms[best], args.out / "drafter-feature.safetensors", dict(form=best, chain4=results[best]["chain4"]))
+    heads.save(medusa, args.out / "drafter-medusa.safetensors", dict(chain4=results["medusa"]["chain4"]))
+    (args.out / "heads_log.json").write_text(json.dumps(log, indent=1) + "\n")
+    print(json.dumps(log, indent=1))
+
+
+if __name__ == "__main__":
+    main()
