@@ -118,6 +118,8 @@ class _SampledFromArgmax(MedusaState):
 
     def propose(self, answer, n, sampling, generator, min_confidence=0.0):
         drafts, q = super().propose(answer, n, Sampling(), generator)
+        if len(drafts) == 0:  # the token budget's last token: nothing drafted
+            return drafts, q
         return drafts, torch.stack([self.q(self.rows[i], sampling) for i in range(len(drafts))])
 
 
