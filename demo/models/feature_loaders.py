@@ -34,4 +34,6 @@ def medusa(loaded, name: str, spec, progress):
 def staged(loaded, name: str, spec, progress):
     """The preset's first text-only drafter, drafting through the lookup stage."""
     base = next(s.name for s in loaded.preset.drafters if s.kind == "text-only")
-    return StagedDrafter(loaded.drafter(base), name=name)
+    # `Loaded.drafter` holds its lock while it calls this loader: its lock-free inner call, as the
+    # loader's own "+tree" does (the public one would wait on itself).
+    return StagedDrafter(loaded._drafter(base, progress), name=name)
