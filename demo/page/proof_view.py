@@ -3,7 +3,7 @@ speculative lane's time went (chart and sentence) and which answer tokens needed
 demand, "Check exactness": the sampling law checked live, also the /exactness endpoint.
 
     section()                      the components, in the current Blocks context
-    wire(p, last, image, fields)   after a race (`last` changes): the time split, then the image
+    wire(p, raced, last, ...)      after a race (its Run event succeeded): the time split, then the image
                                    ablation; the button and /exactness: the law check
 
 The views are `demo.page.proof`'s; the work that needs the models is `demo.session.proof_runs`'s.
@@ -116,11 +116,12 @@ def on_check(image, question, preset, drafter, gamma, temperature, top_p, seed, 
     return proof.law_summary(result), proof.law_figure(result), result
 
 
-def wire(p: SimpleNamespace, last, image, fields: list) -> None:
-    """`fields`: the race's question, preset, drafter, gamma, decoding, temperature, top_p, seed,
-    max_new components, in that order."""
+def wire(p: SimpleNamespace, raced, last, image, fields: list) -> None:
+    """`raced`: the Run button's event, which sets `last` (the race's record) as it ends; `fields`:
+    the race's question, preset, drafter, gamma, decoding, temperature, top_p, seed, max_new
+    components, in that order."""
     outputs = [p.time_note, p.time_chart, p.time_chart2, p.dependence]
-    last.change(
+    raced.success(
         on_race, [last, image, *fields], outputs, api_visibility="private", show_progress="hidden", preprocess=False
     )
     question, preset, drafter, gamma, _, temperature, top_p, seed, _ = fields

@@ -148,9 +148,8 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     # /race's parameters in order: the image, the request's fields (`form.FIELDS`, /trace's too),
     # then the page-only Adaptive box (`handlers.PAGE_ONLY`)
     fields = [c.question, c.preset, c.drafter, c.gamma, c.decoding, c.temperature, c.top_p, c.seed, c.max_new]
-    proof_view.wire(v.proof, last, c.image, fields)  # after each race, and Check exactness (/exactness)
     decode = {"concurrency_limit": 1, "concurrency_id": "race", "preprocess": False}  # analyses queue apart
-    c.run.click(
+    raced = c.run.click(
         handlers.positional(handlers.run_race),  # its accelerator part is `session.gpu_race`
         [c.image, *fields, c.threshold, c.drafter2, c.adaptive],
         outputs,
@@ -158,6 +157,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
         show_progress="hidden",
         **decode,
     )
+    proof_view.wire(v.proof, raced, last, c.image, fields)  # after each race, and Check exactness (/exactness)
     c.replay.click(
         handlers.positional(handlers.replay_race),
         [last, c.speed],
