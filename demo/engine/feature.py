@@ -45,7 +45,8 @@ class FeatureDrafter:
         self.device: torch.device = out.device
         self.E = out.float()  # scores states: the target's own head (tied to its input embedding here)
         self.embed = target_model.get_input_embeddings().weight.detach().float()  # [V, C]
-        self.model = net.to(self.device)
+        self.net = net.to(self.device)
+        self.model = None  # no language model: no context window of its own (as prompt lookup's)
         self.name = name
         self.stop_ids = stop_ids
         self.blocked_ids = blocked_ids
@@ -105,7 +106,7 @@ class SpeculatorState(_FeatureState):
 
     def _step(self, token) -> torch.Tensor:
         d = self.drafter
-        s = d.model.step(len(self.states), self.states[-1] if self.states else self.feature, d.embed[token])
+        s = d.net.step(len(self.states), self.states[-1] if self.states else self.feature, d.embed[token])
         self.states.append(s)
         return d.logits(s)
 
@@ -136,7 +137,7 @@ class MedusaState(_FeatureState):
         if self.feature is None:
             raise RuntimeError("Medusa heads draft only after the target's features reached them (observe)")
         d = self.drafter
-        self.base, self.rows = len(answer), d.logits(d.model(self.feature))
+        self.base, self.rows = len(answer), d.logits(d.net(self.feature))
         return self.rows[0]
 
     def extend(self, token: int | torch.Tensor, position: int) -> torch.Tensor:
@@ -149,4 +150,4 @@ class MedusaState(_FeatureState):
 
     def propose(self, answer, n, sampling, generator, min_confidence: float = 0.0):
         """DraftState's chain, at most one draft per head."""
-        return super().propose(answer, min(n, len(self.drafter.model.heads)), sampling, generator, min_confidence)
+        return super().propose(answer, min(n, len(self.drafter.net.heads)), sampling, generator, min_confidence)
