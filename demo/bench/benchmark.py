@@ -127,6 +127,13 @@ def print_table(cells: list[Cell]) -> None:
             f"{c.tok_s_spd:9.1f} {c.tok_s_ar:8.1f} {c.t1_ms:6.2f} {c.t_verify_ms:6.2f} {c.d_ms:5.2f} "
             f"{c.speedup:7.2f} {c.limit_speedup:5.2f} {c.predicted_speedup:9.2f} {c.overhead_ms_per_round:6.2f}  {c.lossless}"
         )
+    for c in cells:  # staged drafting: its second stage's acceptance beside the target's (alpha)
+        if c.stage_guessed:
+            print(
+                f"{c.drafter} gamma={c.gamma} {c.decoding}: the lookup stage guessed {c.stage_guessed} tokens, "
+                f"the drafter confirmed {c.stage_confirmed} ({c.stage_confirmed / c.stage_guessed:.0%}); "
+                f"the target accepted alpha {c.alpha:.2f}"
+            )
 
 
 def print_peer(peer_result: dict) -> None:

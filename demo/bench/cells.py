@@ -61,6 +61,10 @@ class Cell:
     lossless: str  # "k/n identical" for greedy, "n/a (sampling)" otherwise
     correct_spd: int  # answers the world's scorer accepts
     correct_ar: int
+    # staged drafting (`demo.engine.staged`): tokens its lookup stage guessed over the cell's rounds,
+    # and how many of them the drafter confirmed (its own stage's acceptance); 0 for other drafters
+    stage_guessed: int = 0
+    stage_confirmed: int = 0
 
 
 def drafter_on(loaded, name: str, path: str):
@@ -155,6 +159,7 @@ def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tup
     ar_steps = sum(len(t.rounds) for t in ars)
     identical = sum(s.summary.token_ids == a.summary.token_ids for s, a in zip(spds, ars))
     drafting = sum(r.draft_seconds for t in spds for r in t.rounds)
+    stages = [r.stages for t in spds for r in t.rounds if r.stages is not None]
     cell = Cell(
         task=task,
         drafter=drafter.name,
@@ -185,5 +190,7 @@ def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tup
         lossless=f"{identical}/{len(examples)} identical" if decoding == "greedy" else "n/a (sampling)",
         correct_spd=sum(score(ex.task, ex, s.summary.text) for ex, s in zip(examples, spds)),
         correct_ar=sum(score(ex.task, ex, a.summary.text) for ex, a in zip(examples, ars)),
+        stage_guessed=sum(g for g, _ in stages),
+        stage_confirmed=sum(c for _, c in stages),
     )
     return cell, spds
