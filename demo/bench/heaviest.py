@@ -1,0 +1,112 @@
+"""The heaviest races the budget admits, raced: `python -m demo.bench.heaviest`.
+
+Issue 54 found that the work budget admitted races it then stopped "over budget": three of six of
+the heaviest admitted races were cut at 59.7-62.1 s. This sends such races one after another to the
+app (a child process on a loopback port, as `demo.bench.soak` serves it) and counts those stopped.
+
+The race is the issue's: two drafters (text-only+tree and image-aware) at γ 8, sampling, on the
+embedded preset, with max new tokens set to the most the budget admits (`demo.session.budget`, read
+in this process with the same settings the server gets). Each race uses the next example image and
+question. It prints each race's seconds, whether it was stopped, the tokens each lane made and the
+seconds its clock ran, then one JSON line.
+
+    python -m demo.bench.heaviest --races 3             the deployment's budget (DEMO_BUDGET_SECONDS)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from demo import ROOT
+from demo.bench.soak import _wait_up, client, examples, free_port
+from demo.models import presets
+
+SETTINGS = {"drafter": "text-only+tree", "second_drafter": "image-aware", "gamma": 8, "greedy": False}
+
+
+def heaviest_max_new(preset: str, question: str) -> tuple[int, float]:
+    """The most new tokens the budget admits for SETTINGS, and that race's estimate in seconds."""
+    from demo import session
+    from demo.session import budget
+
+    probe = session.parse(question=question, preset=preset, max_new_tokens=8, **SETTINGS)
+    estimate = budget.race(probe)
+    most = estimate.most(budget.budget_seconds())
+    request = session.parse(question=question, preset=preset, max_new_tokens=most, **SETTINGS)
+    return most, budget.race(request).seconds
+
+
+def race(visitor, image: str, question: str, preset: str, max_new: int) -> dict:
+    from gradio_client import handle_file
+
+    started = time.perf_counter()
+    payload = visitor.predict(
+        handle_file(image),
+        question,
+        preset,
+        SETTINGS["drafter"],
+        SETTINGS["gamma"],
+        SETTINGS["greedy"],
+        0.8,
+        0.95,
+        0,
+        max_new,
+        0.0,
+        SETTINGS["second_drafter"],
+        api_name="/trace",
+    )
+    tokens = {lane: run["trace"]["tokens"] for lane, run in payload["runs"].items()}
+    made = {lane: len(made) for lane, made in tokens.items()}
+    clocks = {lane: round(made[-1]["t"], 1) if made else 0.0 for lane, made in tokens.items()}  # decoding s
+    seconds = round(time.perf_counter() - started, 1)
+    return {"seconds": seconds, "stopped": payload.get("stopped"), "made": made, "lane_seconds": clocks}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--races", type=int, default=3)
+    parser.add_argument("--preset", default=presets.DEFAULT_PRESET)
+    parser.add_argument("--first", type=int, default=0, help="the example to start from")
+    parser.add_argument("--greedy", action="store_true", help="greedy races (with their γ sweep and table)")
+    args = parser.parse_args(argv)
+    SETTINGS["greedy"] = args.greedy
+    pairs = examples()
+    max_new, estimate = heaviest_max_new(args.preset, pairs[0][1])
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    results = []
+    with tempfile.TemporaryDirectory(prefix="heaviest-cache-") as cache:
+        env = {**os.environ, "GRADIO_TEMP_DIR": cache, "GRADIO_ANALYTICS_ENABLED": "False"}
+        env.pop("GRADIO_SERVER_NAME", None)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        server = subprocess.Popen([sys.executable, "-m", "demo.bench.soak", "--serve", str(port)], env=env, cwd=ROOT)
+        try:
+            _wait_up(url, server)
+            visitor = client(url)
+            print(f"{args.races} races of {max_new} new tokens (estimate {estimate:.1f} s), {SETTINGS}")
+            for i in range(args.races):
+                image, question = pairs[(args.first + i) % len(pairs)]
+                results.append(race(visitor, image, question, args.preset, max_new))
+                print(f"race {i + 1}: {results[-1]}")
+        finally:
+            server.terminate()
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+    stopped = sum(bool(r["stopped"]) for r in results)
+    summary = {"max_new_tokens": max_new, "estimate_s": round(estimate, 1), "races": len(results), "stopped": stopped}
+    summary["seconds"] = [r["seconds"] for r in results]
+    print(json.dumps(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
