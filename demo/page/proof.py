@@ -130,16 +130,20 @@ def time_figure(split: dict) -> go.Figure:
     fig.update_layout(
         barmode="stack",
         height=HEIGHT,
-        margin={"l": 50, "r": 12, "t": 40, "b": 40},
+        margin={"l": 50, "r": 12, "t": 52, "b": 40},
         paper_bgcolor="white",
         plot_bgcolor="white",
         font={"size": 11},
-        title={"text": f"Where the time goes: {split['drafter']}", "font": {"size": 14}, "x": 0.02},
+        title={
+            "text": f"Where the time goes: {split['drafter']}<br><sup>τ {split['tau']:.2f}, α {split['alpha']:.0%}</sup>",
+            "font": {"size": 14},
+            "x": 0.02,
+        },
         legend={"orientation": "h", "y": -0.22},
     )
-    fig.update_xaxes(title_text="round (dotted: one target step)", row=1, col=1)
+    fig.update_xaxes(title_text="round (dots: 1 step)", row=1, col=1)
     fig.update_yaxes(title_text="ms", row=1, col=1)
-    fig.update_xaxes(title_text=f"draft position (τ {split['tau']:.2f}, α {split['alpha']:.0%})", row=1, col=2)
+    fig.update_xaxes(title_text="accepted by position", row=1, col=2)
     fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=2)
     return fig
 
@@ -151,13 +155,14 @@ WAY_NAMES = {
     "speculative": "the speculative lane",
     "broken": "a broken rule (accept every draft)",
 }
+SHORT = {"target": "target alone", "speculative": "the lane", "broken": "broken rule"}  # the panels' titles
 
 
 def law_figure(check: dict) -> go.Figure:
     """One panel per way: its share of the n draws per outcome (bars, green where the way passed,
     red where it failed), the target's exact law as black markers on every panel."""
     ways = [w for w in WAY_NAMES if w in check["counts"]]
-    titles = [f"{WAY_NAMES[w]}: TV {check['tv'][w]:.3f}, p {check['p_value'][w]:.3g}" for w in ways]
+    titles = [f"{SHORT[w]}<br>TV {check['tv'][w]:.3f}, p {check['p_value'][w]:.2g}" for w in ways]
     fig = make_subplots(rows=1, cols=len(ways), shared_yaxes=True, subplot_titles=titles, horizontal_spacing=0.04)
     labels = [f"{i + 1}. {label}" for i, label in enumerate(check["labels"])]
     n = check["n"]
@@ -182,7 +187,7 @@ def law_figure(check: dict) -> go.Figure:
         )
     fig.update_layout(
         height=HEIGHT + 40,
-        margin={"l": 50, "r": 12, "t": 60, "b": 80},
+        margin={"l": 50, "r": 12, "t": 80, "b": 80},
         paper_bgcolor="white",
         plot_bgcolor="white",
         font={"size": 11},
