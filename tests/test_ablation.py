@@ -50,3 +50,37 @@ def test_a_token_depends_on_the_image_when_the_image_at_least_doubles_its_probab
         flips=(True, False, True, False),
     )
     assert read.dependent == (True, False, False, True)  # a flip on a near tie is not dependence
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory):
+    import tiny_families
+
+    from demo.models import loader
+
+    root = tmp_path_factory.mktemp("ablation-families")
+    built = {}
+    for family in tiny_families.FAMILIES:
+        preset = tiny_families.build(family, root / family)
+        loader.PRESETS[preset.name] = preset
+        built[family] = loader.load(preset.name)
+    yield built
+    for loaded in built.values():
+        del loader.PRESETS[loaded.preset.name]
+        loader._LOADED.pop(loaded.preset.name, None)
+
+
+@pytest.mark.parametrize("family", ["llava", "qwen2_5_vl", "idefics3"])
+def test_each_hub_family_scores_its_own_answer_as_its_run_did(families, family):
+    """The pass with the image re-reads the run's own p of every token (teacher forced, no cache,
+    the family's positions), so its comparison with the blank image is of the same numbers."""
+    import races
+    from PIL import Image
+
+    loaded = families[family]
+    image = Image.new("RGB", (64, 48), (40, 90, 200))
+    trace = races.ar(loaded, image, "Describe the image.", max_new=8)
+    read = ablation.ablate(loaded, image, "Describe the image.", list(trace.summary.token_ids))
+    assert read.unavailable is None and len(read.p_with) == len(trace.tokens)
+    assert list(read.p_with) == pytest.approx([t.p for t in trace.tokens], abs=2e-3)
+    assert all(0 <= p <= 1 for p in read.p_without)

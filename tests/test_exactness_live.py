@@ -61,3 +61,29 @@ def test_greedy_is_refused_the_law_check():
     loaded = embedded.embedded()
     with pytest.raises(AssertionError, match="greedy"):
         exactness.check(loaded, None, None, gamma=4, sampling=Sampling(), k=1)
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "idefics3"])
+def test_hub_families_draw_the_law_check_on_one_prefill(tmp_path, family, one_thread):
+    """The check's rollback (the target cache cropped to the prompt, the drafter rolled back) holds
+    on the hub families' caches and positions: the lane's draws pass against their exact law."""
+    import tiny_families
+    from PIL import Image
+
+    from demo.models import loader
+
+    preset = tiny_families.build(family, tmp_path / family)
+    loader.PRESETS[preset.name] = preset
+    try:
+        loaded = loader.load(preset.name)
+        image = Image.new("RGB", (64, 48), (40, 90, 200))
+        prompt = loaded.prompt(image, "Describe the image.", "text")
+        sampling = Sampling(greedy=False, temperature=0.3, seed=0)
+        result = exactness.check(
+            loaded, prompt, loaded.drafter("text"), gamma=3, sampling=sampling, k=2, n=60, budget_s=None
+        )
+        assert all(sum(c) == 60 for c in result.counts.values())
+        assert result.passed("speculative") and result.passed("target")
+    finally:
+        del loader.PRESETS[preset.name]
+        loader._LOADED.pop(preset.name, None)
