@@ -61,6 +61,9 @@ def test_the_law_panels_show_each_way_against_the_exact_law_and_colour_the_broke
     summary = proof.law_summary(CHECK)
     assert summary.count("law-pass") == 2 and summary.count("law-fail") == 1
     assert "does not write the target's law" in summary and "below 0.001" in summary
+    assert "The broken rule passed here" not in summary
+    blind = CHECK | {"passed": {"target": True, "speculative": True, "broken": True}}
+    assert "The broken rule passed here" in proof.law_summary(blind)  # a control that could not fail says so
 
 
 @pytest.mark.fast
