@@ -62,6 +62,9 @@ LAYERS = {
     "deploy": (("demo.deploy",), ("gradio", "plotly", "demo.engine", "demo.session", "demo.page", "demo.bench")),
 }
 MAX_LINES = 400
+# The one import across the layers' rule: the world trains the hidden-state drafters' networks,
+# which the engine runs (plain torch modules, no model call; issue 55).
+ALLOWED = {("demo.world.train_heads", "demo.engine.heads")}
 
 
 def _module_name(path: Path) -> str:
@@ -120,7 +123,10 @@ def test_each_module_imports_only_the_layers_below_it(name):
     if layer is None:
         return
     wrong = sorted(
-        imported for imported in _imports(MODULES[name]) for prefix in LAYERS[layer][1] if _matches(imported, prefix)
+        imported
+        for imported in _imports(MODULES[name])
+        for prefix in LAYERS[layer][1]
+        if _matches(imported, prefix) and (name, imported) not in ALLOWED
     )
     assert not wrong, f"{name} (layer {layer}) imports {wrong}"
 
