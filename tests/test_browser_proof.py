@@ -43,4 +43,8 @@ def test_the_time_split_the_image_dependent_tokens_and_the_law_check_show_after_
     page.locator("#law-chart").scroll_into_view_if_needed()
     page.wait_for_timeout(400)
     shoot(page, f"proof-{width}.png")
+    page.click("#paradox")  # the classroom example of high acceptance with little speedup, loaded
+    page.wait_for_function("document.querySelector('#question textarea').value.includes('Describe')")
+    assert "layer-skip" in page.locator("#drafter input").input_value()
+    assert "High acceptance, little speedup" in page.inner_text("#proof")
     page.close()

@@ -22,6 +22,20 @@ from demo.page import proof, runs
 from demo.session import failures, proof_runs
 from demo.session.proof_runs import K_MAX
 
+# The classroom example of "acceptance is not speedup", picked from the strategy table's measurements
+# on this 2-core CPU (2026-12-05, beside other jobs; `demo.page.proof.time_split` of greedy races of
+# `paradox_example` at γ 4, 96 tokens, made with tests/races.py): layer skip accepted 76% of its
+# drafts (τ 3.96) and ran ×0.96, its drafting costing 2.8 single target steps a round (its drafter is
+# 4 of the target's 6 layers); the text-only drafter accepted 70% (τ 3.80) and ran ×1.93. On another
+# description (the gallery's first), layer skip again ran ×1.09-1.36 at 59%.
+PARADOX_DRAFTER = "layer-skip"
+PARADOX = (
+    "<p class='paradox-note'><b>High acceptance, little speedup.</b> Layer skip drafts with 4 of the target's "
+    "6 layers. On this example it accepted 76% of its drafts (τ 3.96) and ran ×0.96 on this CPU, while the "
+    "text-only drafter, accepting 70%, ran ×1.93. Load it, press Run, and read the sentence above the time "
+    "chart: drafting costs almost three target steps a round, which τ cannot buy back.</p>"
+)
+
 INTRO = (
     "<p class='proof-intro'>After each race: where each speculative lane's time went, and which answer tokens "
     "needed the image. <b>Check exactness</b> draws the first tokens many times with the lane, with the target "
@@ -43,7 +57,18 @@ def section() -> SimpleNamespace:
         p.law_note = gr.HTML(elem_id="law-note", label="law check")
         p.law_chart = gr.Plot(show_label=False, elem_id="law-chart", label="law chart")
         p.law_json = gr.JSON(visible=False, label="law")
+        with gr.Row():
+            p.paradox = gr.Button("Classroom: high acceptance, no speedup", elem_id="paradox", scale=1, min_width=140)
+            gr.HTML(PARADOX)
     return p
+
+
+def paradox_example():
+    """The classroom example: its image and question, and layer skip as the drafter (embedded preset)."""
+    from demo.world.tasks import heldout_examples
+
+    example = heldout_examples("description", 1, seed=2)[0]
+    return example.image, example.question, "embedded", PARADOX_DRAFTER
 
 
 def _traces(timeline) -> dict[str, Trace]:
@@ -125,6 +150,7 @@ def wire(p: SimpleNamespace, raced, last, image, fields: list) -> None:
         on_race, [last, image, *fields], outputs, api_visibility="private", show_progress="hidden", preprocess=False
     )
     question, preset, drafter, gamma, _, temperature, top_p, seed, _ = fields
+    p.paradox.click(paradox_example, None, [image, question, preset, drafter], api_visibility="private", queue=False)
     p.check.click(
         on_check,
         [image, question, preset, drafter, gamma, temperature, top_p, seed, p.k],
