@@ -38,7 +38,7 @@ from demo.bench import soak
 from demo.engine import drafters, speculative, sweep
 from demo.engine.events import RoundEvent
 from demo.models import loader, presets
-from demo.page import handlers, runs, server, strategy_table
+from demo.page import guard, handlers, runs, server, strategy_table
 from demo.session import budget, lane_runs, offers, validate
 
 PRESET = "tiny-reliability"
@@ -54,12 +54,19 @@ def world(tmp_path_factory):
 
 def serve(queue_size: int = server.QUEUE_SIZE):
     name = os.environ.pop("GRADIO_SERVER_NAME", None)  # the defaults are under test
+    # This module's tests upload from one address faster than any visitor (refusals come back in
+    # milliseconds): the files a visitor may upload a minute are lifted, unless a test sets them
+    files = guard.UPLOAD_FILES_ENV not in os.environ
+    if files:
+        os.environ[guard.UPLOAD_FILES_ENV] = "1000000"
     try:
         demo = server.build_demo(default_preset=PRESET)
         server.launch(demo, warm=None, queue_size=queue_size, prevent_thread_lock=True, quiet=True)
     finally:
         if name is not None:
             os.environ["GRADIO_SERVER_NAME"] = name
+        if files:
+            del os.environ[guard.UPLOAD_FILES_ENV]
     return demo
 
 

@@ -45,7 +45,10 @@ UPLOAD_RATE_ENV = "DEMO_UPLOAD_MIB_PER_MINUTE"  # what one client may upload in 
 UPLOAD_FOLDER_MIB = 1024  # default: a Space has 50 GB of disk; 1 GiB holds ~100 images at the size limit
 UPLOAD_MIB_PER_MINUTE = 60  # default: six images at the size limit a minute; a person uploads a few
 UPLOAD_FILES_ENV = "DEMO_UPLOAD_FILES_PER_MINUTE"  # files one visitor may upload in any minute
-UPLOAD_FILES_PER_MINUTE = 20  # default: a person uploads a few images a minute, one file a request
+# default: two a second. A person uploads a few images a minute, but gradio_client sends the image
+# again with every call, and a script's refused calls come back within milliseconds; the issue's
+# one address made 30,000 files a minute
+UPLOAD_FILES_PER_MINUTE = 120
 MAX_UPLOAD_REQUEST = MAX_FILE_BYTES + MIB  # one file at the limit and its multipart envelope
 MAX_CALL_BODY = 4 * MIB  # a queue join or direct call is JSON with a file reference, never the file
 CALLS = ("/gradio_api/queue/join", "/gradio_api/run/", "/gradio_api/api/", "/gradio_api/call/")
