@@ -29,7 +29,7 @@ def yes_no():
     return heldout_examples("vqa_yesno", 1, seed=3)[0]
 
 
-@pytest.mark.parametrize("drafter, k", [("text-only", 2), ("image-aware+tree", 3)])
+@pytest.mark.parametrize("drafter, k", [("text-only", 2), ("image-aware+tree", 2)])
 def test_the_lane_writes_the_target_law_and_accepting_every_draft_does_not(yes_no, drafter, k, one_thread):
     loaded = embedded.embedded()
     prompt = loaded.prompt(yes_no.image, yes_no.question, drafter)

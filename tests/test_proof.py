@@ -9,17 +9,17 @@ from demo.page import proof
 from demo.world.tasks import heldout_examples
 
 
-def _race(loaded, drafter, ex, gamma=4, max_new=48):
-    spd = races.spd(loaded, drafter, ex.image, ex.question, gamma, max_new=max_new)
-    ar = races.ar(loaded, ex.image, ex.question, max_new=max_new)
-    return spd, ar
+@pytest.fixture(scope="module")
+def described():
+    """A held-out description and the target's own run on it (shared by the lanes below)."""
+    ex = heldout_examples("description", 1, seed=2)[0]
+    return ex, races.ar(embedded.embedded(), ex.image, ex.question, max_new=32)
 
 
 @pytest.mark.parametrize("drafter", ["text-only", "text-only+tree", "layer-skip", "prompt-lookup"])
-def test_the_time_split_sums_to_the_lanes_clock(drafter):
-    loaded = embedded.embedded()
-    ex = heldout_examples("description", 1, seed=2)[0]
-    spd, ar = _race(loaded, drafter, ex)
+def test_the_time_split_sums_to_the_lanes_clock(drafter, described):
+    ex, ar = described
+    spd = races.spd(embedded.embedded(), drafter, ex.image, ex.question, 4, max_new=32)
     split = proof.time_split(spd, ar)
     total = sum(r["draft"] + r["verify"] + r["other"] for r in split["rounds"])
     assert len(split["rounds"]) == len(spd.rounds) > 3
