@@ -314,8 +314,8 @@ def test_the_duration_asked_for_grows_with_the_request_and_is_capped(monkeypatch
     )
     assert session._race_duration(request, None) == 24  # 491 target steps at the preset's 0.05 s a step
     greedy = races.request(question="Describe.", preset="embedded", drafter="text-only", gamma=4, max_new_tokens=128)
-    # and the γ sweep's 10 x 0.15 x 128 steps, and the table of strategies' 2.97 x 128
-    assert session._race_duration(greedy, None) == 48
+    # and the γ sweep's 10 x 0.15 x 128 steps, and the table of strategies' 3.20 x 128 (16 strategies)
+    assert session._race_duration(greedy, None) == 50
     longer = races.request(question="Describe.", preset="embedded", drafter="text-only", gamma=10, max_new_tokens=512)
     assert session._race_duration(longer, None) == zerogpu.MAX_DURATION
 
