@@ -54,7 +54,7 @@ def test_every_bad_field_is_refused_with_its_name():
         session.parse(question="q", preset="p", drafter="text-only", gamma=0, known=PRESETS)
     with pytest.raises(
         InvalidInput,
-        match=r"^Unknown drafter for preset 'p': 'x'\. Choose one of: text-only, text-only\+tree, prompt-lookup\.$",
+        match=r"^Unknown drafter for preset 'p': 'x'\. Choose one of: text-only, text-only\+tree, prompt-lookup, staged\.$",
     ):
         session.parse(question="q", preset="p", drafter="x", known=PRESETS)
 
@@ -112,7 +112,7 @@ def test_every_drafter_the_preset_offers_may_race_and_the_others_are_refused_wit
     with pytest.raises(
         InvalidInput,
         match=r"^The drafter 'layer-skip' cannot run on preset 'p': no search for the layers to skip is stored "
-        r"for this preset's target\. Choose one of: text-only, text-only\+tree, prompt-lookup\.$",
+        r"for this preset's target\. Choose one of: text-only, text-only\+tree, prompt-lookup, staged\.$",
     ):
         session.parse(question="q", preset="p", drafter="text-only", second_drafter="layer-skip", known=known)
 
@@ -177,10 +177,10 @@ def test_two_lanes_ask_zerogpu_for_three_runs_of_time_and_a_greedy_race_for_its_
     assert budget.race(two).steps == pytest.approx(640)
     assert session._race_duration(two, None) == zerogpu.clamp(640 * presets.seconds_per_token("embedded")) == 32
     # a greedy race's γ sweep and table of strategies run in the same call: 10 x 0.15 drafter steps
-    # a token more, and each of the preset's 12 strategies' drafter steps (2.97 a token, all fit)
+    # a token more, and each of the preset's 16 strategies' drafter steps (3.20 a token, all fit)
     greedy = dataclasses.replace(two, sampling=Sampling())
-    assert budget.race(greedy).steps == pytest.approx(100 * (1.82 + 1.82 + 1 + 1.5 + 2.97) + 60)
-    assert session._race_duration(greedy, None) == 48
+    assert budget.race(greedy).steps == pytest.approx(100 * (1.82 + 1.82 + 1 + 1.5 + 3.20) + 60)
+    assert session._race_duration(greedy, None) == 49
 
 
 @pytest.mark.fast
