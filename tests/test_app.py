@@ -157,7 +157,7 @@ def test_smallest_budget_gives_one_token_from_the_prefill(client, tiny_world):
         (
             {"drafter": "nope"},
             "Unknown drafter for preset 'tiny': 'nope'. Choose one of: text-only, text-only+tree, image-aware, "
-            "image-aware+tree, prompt-lookup.",
+            "image-aware+tree, prompt-lookup, staged.",
         ),
         ({"gamma": 50}, "gamma (drafts per round) must be a whole number from 1 to 10; got 50."),
         ({"max_new": 0}, "max new tokens must be a whole number from 1 to 512; got 0."),

@@ -71,7 +71,7 @@ def test_a_valid_request_keeps_its_values_and_settings_record_them():
         ({"preset": None}, "Unknown model preset: None. Choose one of: p."),
         (
             {"drafter": "other"},
-            "Unknown drafter for preset 'p': 'other'. Choose one of: text-only, text-only+tree, aware, aware+tree, prompt-lookup.",
+            "Unknown drafter for preset 'p': 'other'. Choose one of: text-only, text-only+tree, aware, aware+tree, prompt-lookup, staged.",
         ),
         ({"gamma": 0}, "gamma (drafts per round) must be a whole number from 1 to 10; got 0."),
         ({"gamma": 11}, "gamma (drafts per round) must be a whole number from 1 to 10; got 11."),
