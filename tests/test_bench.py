@@ -109,8 +109,9 @@ def test_bench_all_drafters_names_every_cell_and_counts_greedy_lossless(tiny_pre
     args = "--tasks caption --gammas 2 --decoding greedy --n 1 --max-new-tokens 12 --no-peer --drafters all"
     benchmark.main([*args.split(), "--preset", "tiny-bench", "--out", str(tmp_path / "bench")])
     cells = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["cells"]
-    names = ["text-only", "text-only+tree", "image-aware", "image-aware+tree", "prompt-lookup"]
-    assert [c["drafter"] for c in cells] == names  # the tiny preset stores no layer-skip search
+    names = ["text-only", "text-only+tree", "image-aware", "image-aware+tree", "prompt-lookup", "staged"]
+    # the tiny preset stores no layer-skip search nor feature checkpoints; it has a text-only drafter to stage
+    assert [c["drafter"] for c in cells] == names
     assert all(c["lossless"] == "1/1 identical" for c in cells)
 
 
