@@ -63,8 +63,8 @@ def test_the_preset_line_names_each_drafter_it_cannot_offer_with_the_reason(monk
         "<summary>1 drafter not offered here</summary><br><b>layer-skip</b>: no search for the layers to skip is stored"
         in html
     )
-    assert layout.drafter_choices("p") == ["d", "d+tree", "prompt-lookup"]
-    assert layout.second_choices("p") == ["none", "d", "d+tree", "prompt-lookup"]
+    assert layout.drafter_choices("p") == ["d", "d+tree", "prompt-lookup", "staged"]  # d is text-only: staged
+    assert layout.second_choices("p") == ["none", "d", "d+tree", "prompt-lookup", "staged"]
 
 
 def test_the_table_lists_each_row_by_predicted_speedup_marks_the_race_and_footnotes_what_was_left_out():
