@@ -60,9 +60,10 @@ def test_the_preset_line_names_each_drafter_it_cannot_offer_with_the_reason(monk
     html = layout.preset_html("p")
     # one collapsed line, opened on demand: each drafter with its reason
     assert (
-        "<summary>1 drafter not offered here</summary><br><b>layer-skip</b>: no search for the layers to skip is stored"
+        "<summary>3 drafters not offered here</summary><br><b>layer-skip</b>: no search for the layers to skip is stored"
         in html
     )
+    assert "<b>feature</b>: no feature drafter has been trained" in html and "<b>medusa</b>: no medusa" in html
     assert layout.drafter_choices("p") == ["d", "d+tree", "prompt-lookup", "staged"]  # d is text-only: staged
     assert layout.second_choices("p") == ["none", "d", "d+tree", "prompt-lookup", "staged"]
 
