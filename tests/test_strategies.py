@@ -90,6 +90,7 @@ def test_every_offered_strategy_has_a_row_in_the_presets_order_each_shown_as_it_
         "image-partly+tree",
         PROMPT_LOOKUP,
         LAYER_SKIP,
+        "staged",  # issue 55's: the text-only drafter, staged by lookup
     ]
     assert shown == offered and [r["strategy"] for r in rows] == offered
     assert all(r["left_out"] is None and r["tau"] >= 1 and r["predicted_speedup"] > 0 for r in rows)
@@ -110,7 +111,7 @@ def test_the_table_processes_the_image_once_for_the_target_and_once_per_drafter_
     )
     prompts = session.Prompts(offering, question, image)
     rows = list(strategies.compare(request, prompts, traces["speculative"], traces["autoregressive"], str))
-    assert len(rows) == 6
+    assert len(rows) == 7  # staged reads the text-only drafter's prompt: no image processing of its own
     # the target's inputs once, then the image-aware drafter's own once, for it and its tree (6 + 2
     # calls before the table shared the target's, 3 before its tree shared its drafter's)
     assert made == [offering.processor, offering.drafter_processors["image-partly"]]
