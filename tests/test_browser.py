@@ -130,8 +130,8 @@ def test_a_race_teaches_an_annotated_round_the_gamma_sweep_and_p_and_q(browser, 
     # beside the results (issue 44): under the outcome and the lanes' panels, above the charts
     assert page.locator("#spd-panel").bounding_box()["y"] < page.locator("#how-round").bounding_box()["y"]
     assert page.locator("#how-round").bounding_box()["y"] < page.locator("#chart-race").bounding_box()["y"]
-    # 2. the sweep chart: tau, MBSU, predicted speedup and alpha for gamma = 1..10
-    assert page.locator("#chart-sweep .scatterlayer .trace").count() == 4
+    # 2. the sweep chart: tau, MBSU, the speedup at the paper's scale and on this machine, and alpha for gamma = 1..10
+    assert page.locator("#chart-sweep .scatterlayer .trace").count() == 5
     assert page.locator("#chart-time .barlayer .trace").count() == 2  # draft and verify per round
     # 5. honest labels: the example's reference is judged beside the lossless badge
     assert "reference" in page.inner_text("#outcome") and "Why ×" in page.inner_text("#outcome")

@@ -208,10 +208,10 @@ def test_text_pieces_concatenate_to_the_decoded_answer(world):
 class RecordingTarget(Target):
     """A target that remembers each decoding forward's input ids and logits."""
 
-    def forward(self, ids, cache):
-        logits = super().forward(ids, cache)
-        self.calls.append((list(ids), logits.clone()))
-        return logits
+    def forward(self, ids, cache, features=False):
+        out = super().forward(ids, cache, features)
+        self.calls.append((list(ids), (out[0] if features else out).clone()))
+        return out
 
 
 @pytest.mark.fast

@@ -42,7 +42,15 @@ def test_two_speculative_lanes_fill_every_lanes_components_by_name():
     assert all("stats-narrow" in update[name] for name in ("spd_stats", "spd2_stats", "ar_stats"))
     assert "text-only: ✗ outputs differ" in update["outcome"] and "image-aware: ✗ outputs differ" in update["outcome"]
     assert [line.name for line in update["race_chart"].data] == ["SPD text-only", "SPD image-aware", "autoregressive"]
-    assert len(update["tau_chart"].data) == len(update["hist_chart"].data) == len(update["time_chart"].data) / 2 == 2
+    assert len(update["tau_chart"].data) == len(update["hist_chart"].data) == 2
+    # draft and verify bars for each lane, then the target alone's median step as one legend line
+    assert [bar.name for bar in update["time_chart"].data] == [
+        "draft · SPD text-only",
+        "verify · SPD text-only",
+        "draft · SPD image-aware",
+        "verify · SPD image-aware",
+        "target alone: 1 step (median)",
+    ]
     assert "the first speculative lane" in update["how_round"]
     assert lanes.ordered({"autoregressive", "speculative-2", "speculative"}) == list(traces)
 

@@ -19,6 +19,14 @@ END_OF_TURN = ("<|end|>", "<|im_end|>", "<end_of_utterance>", "<|eot_id|>")
 END_TOKENS = frozenset((*END_OF_TURN, "</s>", "<|endoftext|>", "<eos>"))
 
 
+def piece_texts(tokenizer, ids: list[int]) -> tuple[str, ...]:
+    """Each id's share of the text the ids decode to together, in whole characters: a character
+    split over several ids is given to its last one ('' to the others), never as U+FFFD. The
+    drafts of a round, in the exports and the inspector."""
+    decoded = ["", *(tokenizer.decode(ids[: j + 1]).replace(REPLACEMENT, "") for j in range(len(ids)))]
+    return tuple(after[len(before) :] for before, after in zip(decoded, decoded[1:]))
+
+
 class Detokenizer:
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer

@@ -41,7 +41,7 @@ import torch
 
 from demo.engine import trees
 from demo.engine.decoding import INSPECT_TOP_K, Decoding, Laps, Prompt, Stopwatch, Target, emitted
-from demo.engine.detokenize import Detokenizer
+from demo.engine.detokenize import Detokenizer, piece_texts
 from demo.engine.drafters import Drafter, Drafting, ids_on
 from demo.engine.events import (
     DrafterInfo,
@@ -176,11 +176,9 @@ def speculative_round(state: Decoding, drafting: Drafting, index: int) -> tuple[
         tokens = emitted(
             state, drafts[: v.n_accepted] + [v.token], index, lambda j: token_fields(j, drafts, v, target.tokenizer)
         )
-        drafted_texts = (lambda s: tuple(b[len(a) :] for a, b in zip(s, s[1:])))(
-            ["", *(target.tokenizer.decode(drafts[: j + 1]).replace("\ufffd", "") for j in range(len(drafts)))]
-        )  # whole characters, a split one on its last draft
+        drafted_texts = piece_texts(target.tokenizer, drafts)  # whole characters, a split one on its last draft
     draft_s, verify_s = laps.seconds()
-    detail = round_detail(drafts, v, target.tokenizer)  # off the clock: display only
+    detail = round_detail(drafts, drafted_texts, v, target.tokenizer)  # off the clock: display only
     events = [TokenEvent(**fields, t=clock.total) for fields in tokens]
     return events, RoundEvent(
         index=index,

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import torch
 
 from demo.engine.decoding import Decoding, Target, emitted, ranked
+from demo.engine.detokenize import piece_texts
 from demo.engine.drafters import Drafter, DraftState
 from demo.engine.events import (
     TREE_SHAPE,
@@ -347,9 +348,7 @@ def tree_round(state: Decoding, drafting: DraftState, index: int) -> tuple[list[
     return [TokenEvent(**fields, t=clock.total) for fields in tokens], RoundEvent(
         index=index,
         drafted_ids=tuple(drafts),
-        drafted_texts=(lambda s: tuple(b[len(a) :] for a, b in zip(s, s[1:])))(
-            ["", *(target.tokenizer.decode(drafts[: j + 1]).replace("\ufffd", "") for j in range(len(drafts)))]
-        ),  # whole characters, as in speculative_round
+        drafted_texts=piece_texts(target.tokenizer, drafts),  # whole characters, as in speculative_round
         n_accepted=len(v.path),
         target_id=v.token,
         n_emitted=len(tokens),

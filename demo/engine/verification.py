@@ -156,14 +156,15 @@ def _ranked(top: tuple[list[float], list[int]], tokenizer) -> tuple[tuple[str, f
     return tuple((tokenizer.decode([i]), pr) for pr, i in zip(*top, strict=True) if pr > 0)
 
 
-def round_detail(drafts: list[int], v: Verdict, tokenizer) -> RoundDetail:
+def round_detail(drafts: list[int], texts: tuple[str, ...], v: Verdict, tokenizer) -> RoundDetail:
     """The inspector's view of a round, from what verification already brought back (no model
-    call, no transfer): the top k of p and q at each checked draft, the uniform draws u, and the
-    law of the target's token (the residual at a sampled rejection, else p)."""
+    call, no transfer): each checked draft's text (`texts`, the drafts' whole characters as the
+    round's event holds them), the top k of p and q there, the uniform draws u, and the law of
+    the target's token (the residual at a sampled rejection, else p)."""
     n_checked = min(v.n_accepted + 1, len(drafts))
     positions = tuple(
         Position(
-            draft=tokenizer.decode([drafts[i]]),
+            draft=texts[i],
             p=v.p_drafts[i],
             q=v.q_drafts[i],
             accept_prob=v.accept_probs[i],
