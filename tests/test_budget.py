@@ -39,7 +39,8 @@ def test_the_issues_three_lane_sampled_race_is_refused_with_what_was_asked_and_w
         "This request asks for 3 lanes x 440 new tokens (text-only+tree, image-aware at γ 8, sampling): up to about "
         "96 s of compute here, and this deployment allows 60 s a request so that no visitor holds it for long. To run "
         "it, lower max new tokens to 272 or less, or race one drafter rather than two, lower γ, or pick a chain "
-        "drafter rather than a tree; or run your own copy (python app.py), where DEMO_BUDGET_SECONDS=0 lifts the budget."
+        "drafter rather than a tree; or run your own copy with `DEMO_BUDGET_SECONDS=0 python app.py`, which lifts the "
+        "budget."
     )
     fits = race(
         drafter="text-only+tree",
@@ -66,19 +67,31 @@ def test_the_pages_default_race_and_the_longest_single_drafter_race_fit(monkeypa
         budget.check(budget.race(race(gamma=10, max_new_tokens=512, second_drafter="image-aware")))
 
 
-def test_an_analysis_of_every_task_with_both_drafters_is_refused_and_the_default_one_fits(monkeypatch):
+def test_an_analysis_compares_two_drafters_on_eight_examples_or_three_on_vqa_and_refuses_more(monkeypatch):
     monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
-    items = examples_for("all", 32, 0, ("en",))
-    estimate = budget.analysis("embedded", ["text-only", "image-aware"], 32, len(items), 4, 160)
+
+    def estimate(task, n, drafters):
+        items = examples_for(task, n, 0, ("en",))
+        return budget.analysis("embedded", drafters, n, len(items), 4, 160, [item.answer for item in items])
+
+    two, three = ["text-only", "image-aware"], ["text-only", "image-aware", "multilingual"]
     with pytest.raises(InvalidInput) as refused:
-        budget.check(estimate)
-    assert str(refused.value).startswith(
-        "This request asks for 32 examples x 2 drafters x 160 new tokens: up to about 398 s of compute here, and "
-        "this deployment allows 60 s a request so that no visitor holds it for long. To run it, lower N examples "
-        "to 4 or less, or pick one drafter or one language;"
+        budget.check(estimate("all", 32, two))
+    assert str(refused.value) == (
+        "This request asks for 32 examples x 2 drafters (answers of up to 160 tokens): up to about 222 s of compute "
+        "here, and this deployment allows 60 s a request so that no visitor holds it for long. To run it, lower N "
+        "examples to 8 or less, or compare fewer drafters, pick one language, or pick shorter answers (a vqa task); "
+        "or run your own copy with `DEMO_BUDGET_SECONDS=0 python app.py`, which lifts the budget."
     )
-    budget.check(budget.analysis("embedded", ["text-only", "image-aware"], 4, 4, 4, 160))
-    budget.check(budget.analysis("embedded", ["text-only"], 8, len(examples_for("all", 8, 0, ("en",))), 4, 160))
+    budget.check(estimate("all", 8, two))  # 51 s: each run counted to its reference answer, not to 160 tokens
+    budget.check(estimate("vqa", 8, three))  # 53 s
+    with pytest.raises(InvalidInput, match="lower N examples to 6 or less"):
+        budget.check(estimate("all", 8, three))  # 77 s: two descriptions of 160 tokens
+    # without the answers, every run counts 160 tokens: the worst case of any example
+    assert budget.analysis("embedded", two, 8, 8, 4, 160).steps == pytest.approx(2 * 8 * (160 * 1.82 + 20))
+    monkeypatch.setenv(budget.BUDGET_ENV, "0")  # what the refusal says: `DEMO_BUDGET_SECONDS=0 python app.py`
+    budget.check(estimate("all", 32, three))
+    assert budget.limit(estimate("all", 32, three)) is None
 
 
 def test_the_budget_is_a_setting_and_zero_lifts_it(monkeypatch):

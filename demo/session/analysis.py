@@ -26,7 +26,9 @@ from demo.session.request import Request
 
 def _examples_duration(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int) -> int:
     """Seconds an analysis asks ZeroGPU for: the work budget's estimate of it (`budget.analysis`), capped."""
-    return zerogpu.clamp(budget.analysis(preset, drafters, len(items), len(items), gamma, max_new_tokens).seconds)
+    answers = [item.answer for item in items]
+    estimate = budget.analysis(preset, drafters, len(items), len(items), gamma, max_new_tokens, answers)
+    return zerogpu.clamp(estimate.seconds)
 
 
 @zerogpu.GPU(duration=_examples_duration)
@@ -68,7 +70,13 @@ class Analysis:
         offers.check_available(request.preset)  # not served here, or cannot load: said before any work
         self.request, self.items = request, items
         self.estimate = budget.analysis(
-            request.preset, list(request.drafters), request.n, len(items), request.gamma, request.max_new_tokens
+            request.preset,
+            list(request.drafters),
+            request.n,
+            len(items),
+            request.gamma,
+            request.max_new_tokens,
+            [item.answer for item in items],
         )
         budget.check(self.estimate)  # what exceeds the budget is refused, with what would fit
         self.deadline = budget.Deadline()

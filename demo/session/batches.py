@@ -3,7 +3,8 @@ greedily with one drafter or each of a preset's drafters, parsed by name as a ra
 is (`demo.session.parse`), every value checked by `validate` and refused with its name and range.
 
     parse_analysis(preset=, task=, drafter=, gamma=, n=, seed=, language=) -> AnalysisRequest
-    drafter_choices(preset)   the drafter control's choices: the preset's drafters, then BOTH
+    drafter_choices(preset)   the drafter values the API takes: the preset's drafters, then BOTH
+                              (the page's control picks one to MAX_COMPARED of them: a list)
     spoken()                  the languages the shipped world speaks (English first)
 """
 
@@ -20,6 +21,7 @@ ALL_LANGUAGES = "all"  # the language choice that asks each example in every lan
 VQA = tuple(t for t in TASKS if t.startswith("vqa_"))
 TASK_KINDS = {"all": TASKS, "vqa": VQA} | {t: (t,) for t in TASKS}  # choice -> world tasks, cycled
 N_RANGE = (1, 32)  # examples in a batch
+MAX_COMPARED = 3  # drafters one analysis compares, each on every example
 DEFAULTS = {
     "gamma": 4,
     "n": 8,
@@ -72,14 +74,14 @@ def parse_analysis(
     choices = [*languages, ALL_LANGUAGES] if len(languages) > 1 else [*languages]
     language = validate.choice("language", language, choices)
     known = drafter_choices(preset)
-    drafter = validate.choice(f"drafter for preset {preset!r}", drafter, known)
+    drafters = _drafters(preset, drafter, known)
     gamma = validate.integer("gamma (drafts per round)", gamma, *validate.GAMMA_RANGE)
     n = validate.integer("N examples", n, *N_RANGE)
     seed = validate.integer("example set (seed)", seed, *validate.SEED_RANGE)  # null refused, as on /race and /trace
     return AnalysisRequest(
         preset=preset,
         task=task,
-        drafters=tuple(d for d in known if d != BOTH) if drafter == BOTH else (drafter,),
+        drafters=drafters,
         gamma=gamma,
         n=n,
         seed=seed,
@@ -87,3 +89,19 @@ def parse_analysis(
         languages=languages if language == ALL_LANGUAGES else (language,),
         max_new_tokens=DEFAULTS["max_new_tokens"],
     )
+
+
+def _drafters(preset: str, drafter, known: list[str]) -> tuple[str, ...]:
+    """The drafters asked: one name, BOTH (each of the preset's), or a list of one to MAX_COMPARED
+    distinct names (the page's Compare), in the order given."""
+    name = f"drafter for preset {preset!r}"
+    if isinstance(drafter, list | tuple):
+        names = [n for n in known if n != BOTH]
+        if not 1 <= len(drafter) <= MAX_COMPARED or len(set(map(str, drafter))) != len(drafter):
+            raise validate.InvalidInput(
+                f"Pick one to {MAX_COMPARED} different drafters to compare; got {len(drafter)}"
+                f"{' with a repeat' if len(drafter) != len(set(map(str, drafter))) else ''}."
+            )
+        return tuple(validate.choice(name, d, names) for d in drafter)
+    drafter = validate.choice(name, drafter, known)
+    return tuple(d for d in known if d != BOTH) if drafter == BOTH else (drafter,)

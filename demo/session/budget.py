@@ -2,8 +2,9 @@
 
     race(request) -> Estimate               a race (or /trace): its lanes, their drafters, gamma,
                                             sampling and max new tokens, and its γ sweep
-    analysis(preset, drafters, runs, gamma, max_new_tokens) -> Estimate
-                                            an analysis: examples x drafters greedy runs
+    analysis(preset, drafters, n, runs, gamma, max_new_tokens, answers) -> Estimate
+                                            an analysis: examples x drafters greedy runs, each
+                                            counted to its reference answer's bound
     check(estimate)                         refuses (InvalidInput) what exceeds the budget, saying
                                             what was asked, what is allowed and how to get it
     Deadline()                              a request's end: a Stop (`stop()`), or its own limit,
@@ -56,6 +57,7 @@ VERIFY_PER_DRAFT = 0.03  # each drafted token's share of the verify: (7.44 - 6.6
 TREE_FACTOR = 2.0
 SAMPLING_FACTOR = 1.25
 SETUP_STEPS = 20.0  # image processing and a prefill of ~40 tokens with the image (33 ms on the CPU)
+ANSWER_MARGIN = 8  # new tokens an analysis counts past an example's reference answer (`answer_bound`)
 SWEEP_GAMMAS = 10  # the γ sweep replays the answer with the drafter at γ = 1..10
 
 
@@ -169,13 +171,34 @@ def table_strategies(request, offered: tuple[str, ...] | None = None) -> tuple[s
     return tuple(name for name in offered if name in chosen)
 
 
-def analysis(preset: str, drafters: list[str], n: int, runs: int, gamma: int, max_new_tokens: int) -> Estimate:
+def answer_bound(answer: str, max_new_tokens: int) -> int:
+    """New tokens an analysis's run of an example is counted for: its reference answer's characters
+    plus ANSWER_MARGIN, at most max new tokens. A tokenizer gives no more tokens than characters
+    (the embedded world's measured 0.22-1.0 a character), and the target is trained to give that
+    answer; a run that writes past it is still bounded by its max new tokens and the running limit."""
+    return min(max_new_tokens, len(answer) + ANSWER_MARGIN)
+
+
+def analysis(
+    preset: str,
+    drafters: list[str],
+    n: int,
+    runs: int,
+    gamma: int,
+    max_new_tokens: int,
+    answers: list[str] | None = None,
+) -> Estimate:
     """The worst case of an analysis of N = `n` asked: `runs` examples (N in each language asked),
-    each decoded greedily with every drafter."""
-    per_run = max_new_tokens * max(token_steps(d, gamma, True, preset) for d in drafters) + SETUP_STEPS
+    each decoded greedily with every drafter, every draft rejected; each run to max new tokens, or,
+    given the examples' reference `answers`, to each one's `answer_bound`."""
+    lengths = [answer_bound(a, max_new_tokens) for a in answers] if answers else [max_new_tokens] * runs
+    per_token = sum(token_steps(d, gamma, True, preset) for d in drafters)
+    steps = sum(lengths) * per_token + SETUP_STEPS * len(drafters) * len(lengths)
     asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} x {max_new_tokens} new tokens"
-    per_example = per_run * len(drafters) * runs / max(n, 1)
-    return Estimate(preset, 0.0, per_example, n, "N examples", asked, "pick one drafter or one language")
+    if answers:
+        asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} (answers of up to {max(lengths)} tokens)"
+    advice = "compare fewer drafters, pick one language, or pick shorter answers (a vqa task)"
+    return Estimate(preset, 0.0, steps / max(n, 1), n, "N examples", asked, advice)
 
 
 def check(estimate: Estimate) -> None:
@@ -187,7 +210,8 @@ def check(estimate: Estimate) -> None:
         raise InvalidInput(
             f"This request asks for {estimate.asked}: up to about {estimate.seconds:.0f} s of compute here, and "
             f"this deployment allows {allowed:.0f} s a request so that no visitor holds it for long. To run it, "
-            f"{lower}{estimate.advice}; or run your own copy (python app.py), where {BUDGET_ENV}=0 lifts the budget."
+            f"{lower}{estimate.advice}; or run your own copy with `{BUDGET_ENV}=0 python app.py`, which lifts the "
+            "budget."
         )
 
 
