@@ -9,6 +9,8 @@ comes from `demo.session.rejections`. Several drafters share each figure, side b
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 
 from demo.page.charts import MODEBAR
@@ -60,8 +62,34 @@ def _layout(title: str, empty: bool, **extra) -> dict:
     return layout
 
 
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """The 95% Wilson score interval of a rate of k in n (None when n is 0)."""
+    if not n:
+        return None
+    p, z2 = k / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _error_bars(cells: list[dict]) -> dict:
+    """Plotly's asymmetric error bars: each cell's rate to its Wilson interval's ends."""
+    spans = [wilson(c["rejected"], c["drafted"]) for c in cells]
+    rates = [c["rejection_rate"] for c in cells]
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": [s[1] - r if s else 0 for s, r in zip(spans, rates, strict=True)],
+        "arrayminus": [r - s[0] if s else 0 for s, r in zip(spans, rates, strict=True)],
+        "thickness": 1.2,
+        "width": 3,
+        "color": "#444",
+    }
+
+
 def category_figure(summaries: dict[str, dict]) -> go.Figure:
-    """Rejection rate by word category, one bar per drafter; hover gives the counts."""
+    """Rejection rate by word category, one bar per drafter, with its 95% Wilson interval; each bar
+    is labelled with its counts (rejected/drafted)."""
     present = [c for c in CATEGORIES if any(c in s["by_category"] for s in summaries.values())]
     groups = [GROUPS[0] if is_grounded(c) else GROUPS[1] for c in present]
     bars = []
@@ -73,9 +101,17 @@ def category_figure(summaries: dict[str, dict]) -> go.Figure:
                 y=[cell["rejection_rate"] for cell in cells],
                 name=drafter,
                 marker={"color": colour(drafter, i)},
-                customdata=[[cell["rejected"], cell["drafted"]] for cell in cells],
+                error_y=_error_bars(cells),
+                text=[f"{cell['rejected']}/{cell['drafted']}" if cell["drafted"] else "" for cell in cells],
+                textposition="outside",
+                textfont={"size": 9},
+                cliponaxis=False,
+                customdata=[
+                    [cell["rejected"], cell["drafted"], *(wilson(cell["rejected"], cell["drafted"]) or (0, 0))]
+                    for cell in cells
+                ],
                 hovertemplate=f"{drafter}<br>%{{x}}: %{{y:.0%}} rejected<br>(%{{customdata[0]}} of "
-                "%{customdata[1]} drafted)<extra></extra>",
+                "%{customdata[1]} drafted; 95% interval %{customdata[2]:.0%}–%{customdata[3]:.0%})<extra></extra>",
             )
         )
     return go.Figure(

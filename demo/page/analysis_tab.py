@@ -1,6 +1,6 @@
 """The Analysis tab: where, and on which words, the target rejects the drafter, over a batch.
 
-A person picks a task family, a drafter (or both), gamma and N (and, where the world speaks
+A person picks a task family, one drafter or two or three to compare, gamma and N (and, where the world speaks
 more than English, a language or all of them); the tab runs speculative
 decoding, greedy, on N held-out examples of the embedded world and streams the aggregates as
 each run finishes: rejection rate by word category (image-grounded against function and
@@ -253,6 +253,11 @@ NOTE = (
 )
 
 
+def _names(choices: list[str]) -> list[str]:
+    """The drafters the page's control offers: the preset's own (it compares those picked)."""
+    return [c for c in choices if c != batches.BOTH]
+
+
 def analysis_tab(race: RaceControls) -> None:
     """Lay the tab out in the current Blocks context and wire it to the Race tab's `race` controls."""
     drafters = drafter_choices(race.preset.value)
@@ -264,7 +269,13 @@ def analysis_tab(race: RaceControls) -> None:
             languages, value="en", label="Language", visible=multilingual, elem_id="an-language", scale=2
         )
         drafter = gr.Dropdown(
-            drafters, value=drafters[0] if drafters else None, label="Drafter", elem_id="an-drafter", scale=2
+            _names(drafters),
+            value=_names(drafters)[:1],
+            multiselect=True,
+            max_choices=batches.MAX_COMPARED,
+            label=f"Drafters (compare up to {batches.MAX_COMPARED})",
+            elem_id="an-drafter",
+            scale=3,
         )
         gamma = gr.Slider(
             *validate.GAMMA_RANGE,
@@ -273,6 +284,7 @@ def analysis_tab(race: RaceControls) -> None:
             label="γ: drafts per round",
             elem_id="an-gamma",
             scale=2,
+            min_width=190,  # the label on one line (it wrapped onto three)
         )
         n = gr.Slider(
             *batches.N_RANGE, value=batches.DEFAULTS["n"], step=1, label="N examples", elem_id="an-n", scale=2
@@ -366,7 +378,7 @@ def analysis_tab(race: RaceControls) -> None:
     stop.click(stop_analysis, None, stop, **small)  # the analysis ends itself: see `runs.stop`
     runs.select(show_run, batch, [image, trace_view, selected, to_race], **small)
     race.preset.change(
-        lambda p: gr.Dropdown(choices=drafter_choices(p), value=(drafter_choices(p) or [None])[0]),
+        lambda p: gr.Dropdown(choices=_names(drafter_choices(p)), value=_names(drafter_choices(p))[:1]),
         race.preset,
         drafter,
         **small,
