@@ -137,6 +137,7 @@ def test_csv_has_one_row_per_observation_and_json_is_strict_with_aggregates_and_
         "draft": "cus",
         "draft_word": "circus",
         "image_attention": "",  # not read for the hand-built runs
+        "image_dependent": "",  # nor their ablation
         "grounded": "True",
     }
     record = json.loads(json.dumps(analysis_tab.record(batch), allow_nan=False))

@@ -310,6 +310,7 @@ def test_summary_bundles_every_aggregate_and_rows_flatten_observations():
         "draft": " Blue",
         "draft_word": "Blue",
         "image_attention": None,  # no reading attached to these observations
+        "image_dependent": None,  # nor an ablation
     }
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from demo.engine import export, metrics
 from demo.page import attention_view, blocks, render
-from demo.session import rejections
+from demo.session import image_rejections, rejections
 from demo.session.batches import ALL_LANGUAGES, TASK_KINDS
 from demo.world.tasks import LANGUAGE_NAMES, TASKS
 
@@ -192,7 +192,8 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
         f"{sum(s['grounded']['drafted'] for s in sums.values())} drafted positions checked · "
         f"greedy · γ = {batch.gamma}</p>"
     )
-    return f'<div class="an-headline">{"".join(lines)}{attention_view.attention_html(batch)}</div>'
+    views = attention_view.attention_html(batch) + attention_view.dependence_html(batch)
+    return f'<div class="an-headline">{"".join(lines)}{views}</div>'
 
 
 WORD_COLUMNS = ["drafter", "word", "category", "rejected", "drafted", "rejected %", "drafter wrote instead"]
@@ -324,6 +325,9 @@ def record(batch: Batch) -> dict:
             "seconds": batch.seconds,
             "by_drafter": summaries(batch),
             "by_language": by_language(batch),
+            "by_image_dependence": image_rejections.by_dependence(
+                {d: [o for r in batch.runs if r.drafter == d for o in r.obs] for d in batch.drafters}
+            ),
             "runs": runs,
         }
     )

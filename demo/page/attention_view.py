@@ -3,7 +3,8 @@ the image? Pure functions of a batch (`demo.page.analysis_view.Batch`): the head
 the rejection rate per bin of the target's image-attention share for each drafter (the paper's
 comparison is the text-only drafter against the image-aware one), and the rejections where the
 target looked at the image most, each linked to its run's trace (the page's script selects that
-run's row, `JS`). Every number comes from `demo.session.image_rejections` over the runs'
+run's row, `JS`); and, from each example's image ablation, the rejection rate where the answer
+token depends on the image and where it does not (`dependence_html`). Every number comes from `demo.session.image_rejections` over the runs'
 observations, whose shares were read after each run (`demo.session.image_attention`).
 """
 
@@ -83,6 +84,34 @@ def attention_html(batch) -> str:
     return (
         f'<div class="an-attention"><p><b>{html.escape(sentence)}</b></p>'
         f"{binned_table_html(image_rejections.binned(by_drafter))}{listed}</div>"
+    )
+
+
+def dependence_html(batch) -> str:
+    """The rejection rate where the answer token depends on the image (the image at least doubles
+    the target's p there: its ablation) and where it does not, per drafter, with counts; '' where
+    no run's ablation was read."""
+    if batch is None or not batch.runs:
+        return ""
+    rows = image_rejections.by_dependence(_by_drafter(batch))
+    if not any(r["drafted"] for r in rows):
+        return ""
+    body = []
+    for d in dict.fromkeys(r["drafter"] for r in rows):
+        cells = []
+        for r in (r for r in rows if r["drafter"] == d):
+            rate = r["rejection_rate"]
+            cells.append(
+                "<td>–</td>"
+                if rate is None
+                else f'<td>{rate:.0%} <span class="n">({r["rejected"]}/{r["drafted"]})</span></td>'
+            )
+        body.append(f"<tr><th>{html.escape(d)}</th>{''.join(cells)}</tr>")
+    return (
+        '<table class="an-rej an-attn an-dependence"><caption>Rejection rate where the answer token depends '
+        "on the image (blanking the image at least halves the target's probability of it) and where it does "
+        "not (rejected / drafted)</caption><tr><th>drafter</th><th>image-dependent</th><th>independent</th></tr>"
+        f"{''.join(body)}</table>"
     )
 
 

@@ -10,13 +10,16 @@
                                           "over budget" (as a race's, `demo.session.race`)
 
 `decode_examples` is its accelerator call: each example's image processed once for all its
-drafters (`lane_runs.Prompts`), each run's image attention read after it, off its clock.
+drafters (`lane_runs.Prompts`), each run's image attention read after it, off its clock, and each
+example's answer ablated once (its image blanked: `image_attention.dependence`), off the clocks too:
+every observation says whether its token depends on the image.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import closing
+from dataclasses import replace
 
 from demo.models import zerogpu
 from demo.session import budget, image_attention, lane_runs, offers
@@ -46,6 +49,7 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
     loaded = loader.load(preset)
     for i, item in enumerate(items):
         prompts = lane_runs.Prompts(loaded, item.question, item.image)  # one per example, for every drafter
+        dependence: dict[tuple[int, ...], tuple[bool, ...] | None] = {}  # answer -> its ablation, once
         for d in drafters:
             yield Running(i, d)
             request = Request(
@@ -59,7 +63,18 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
             trace = lane_runs.run(loaded, request, item.image, prompts=prompts)
             image_attention.attach(prompts, {d: trace})  # after the run, off its clock
             observations = rejections.observations(trace, i, loaded.target.stop_ids, item.language)
+            ids = tuple(trace.summary.token_ids)  # greedy: every drafter's answer is the target's, read once
+            if ids not in dependence:  # off the run's clock, as the attention
+                dependence[ids] = image_attention.dependence(prompts, item.question, list(ids))
+            observations = _with_dependence(observations, dependence[ids])
             yield Decoded(i, d, trace, observations, score(item.task, item, trace.summary.text))
+
+
+def _with_dependence(observations: list, dependent: tuple[bool, ...] | None) -> list:
+    """The observations with each position's image dependence (unchanged where it was not read)."""
+    if dependent is None:
+        return observations
+    return [replace(o, image_dependent=dependent[o.index]) if o.index < len(dependent) else o for o in observations]
 
 
 class Analysis:

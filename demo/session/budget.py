@@ -4,7 +4,8 @@
                                             sampling and max new tokens, and its γ sweep
     analysis(preset, drafters, n, runs, gamma, max_new_tokens, answers) -> Estimate
                                             an analysis: examples x drafters greedy runs, each
-                                            counted to its reference answer's bound
+                                            counted to its reference answer's bound, and
+                                            each example's image ablation
     check(estimate)                         refuses (InvalidInput) what exceeds the budget, saying
                                             what was asked, what is allowed and how to get it
     Deadline()                              a request's end: a Stop (`stop()`), or its own limit,
@@ -57,6 +58,10 @@ VERIFY_PER_DRAFT = 0.03  # each drafted token's share of the verify: (7.44 - 6.6
 TREE_FACTOR = 2.0
 SAMPLING_FACTOR = 1.25
 SETUP_STEPS = 20.0  # image processing and a prefill of ~40 tokens with the image (33 ms on the CPU)
+# An analysis's image ablation, once per example (greedy: every drafter writes the target's answer):
+# two teacher-forced target forwards over prompt + answer: 131 ms each profiled (a description of
+# 106 tokens, the 2-core CPU at load 9), 40 steps (0.8 s) allowed.
+ABLATION_STEPS = 2 * SETUP_STEPS
 ANSWER_MARGIN = 8  # new tokens an analysis counts past an example's reference answer (`answer_bound`)
 SWEEP_GAMMAS = 10  # the γ sweep replays the answer with the drafter at γ = 1..10
 
@@ -193,7 +198,7 @@ def analysis(
     given the examples' reference `answers`, to each one's `answer_bound`."""
     lengths = [answer_bound(a, max_new_tokens) for a in answers] if answers else [max_new_tokens] * runs
     per_token = sum(token_steps(d, gamma, True, preset) for d in drafters)
-    steps = sum(lengths) * per_token + SETUP_STEPS * len(drafters) * len(lengths)
+    steps = sum(lengths) * per_token + (SETUP_STEPS * len(drafters) + ABLATION_STEPS) * len(lengths)
     asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} x {max_new_tokens} new tokens"
     if answers:
         asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} (answers of up to {max(lengths)} tokens)"

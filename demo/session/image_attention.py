@@ -9,6 +9,10 @@ returns (no cache is kept; the weights are reduced to per-token shares and maps 
     attach(prompts, traces)  set image_attention on each finished trace of the runs that read
                              `prompts` (`lane_runs.Prompts`: the target's inputs made once); a
                              failed reading costs only its heatmap, and says why
+    dependence(prompts, question, ids)
+                             per answer token, whether the image at least doubles the target's p
+                             there (`demo.models.ablation`: two teacher-forced forwards, with the
+                             image and with a blank one); None where it cannot be read
 
 A race reads it at the end of its own accelerator call, after the γ sweep (`race.gpu_race`,
 which hands it on in its `Swept` event); an analysis after each run (`analysis.decode_examples`).
@@ -55,3 +59,18 @@ def attach(prompts, traces: dict) -> dict:
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return traces
+
+
+def dependence(prompts, question: str, ids: list[int]) -> tuple[bool, ...] | None:
+    """Each answer token's image dependence (`Ablation.dependent`), or None where there is no image
+    or the ablation cannot be read (a failed reading costs only this column, and is logged)."""
+    from demo.models import ablation
+
+    if prompts.image is None or not ids:
+        return None
+    try:
+        read = ablation.ablate(prompts.loaded, prompts.image, question, list(ids))
+    except Exception as error:
+        log.warning("the image ablation failed", exc_info=error)
+        return None
+    return None if read.unavailable else read.dependent

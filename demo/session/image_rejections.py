@@ -7,6 +7,8 @@ was read (`demo.session.image_attention`); observations without it are left out.
     ratio(obs, threshold)             rejection rate above the threshold / at or below it
     headline(obs_by_drafter)          the batch in one sentence
     most_image_dependent(rejections)  the rejections where the target looked at the image most
+    by_dependence(obs_by_drafter)     rejection rate where the answer token depends on the image
+                                      (the ablation: `image_dependent`) and where it does not
 
 Beside `demo.session.rejections`: its observations carry the share at their position.
 """
@@ -113,3 +115,23 @@ def most_image_dependent(rejections: list[dict], k: int = 8) -> list[dict]:
     Each record: run, drafter, index, token, draft, category, image_attention."""
     read = [r for r in rejections if r["image_attention"] is not None]
     return sorted(read, key=lambda r: (-r["image_attention"], r["run"], r["index"]))[:k]
+
+
+def by_dependence(obs_by_drafter: dict[str, list]) -> list[dict]:
+    """One row per drafter and side (image-dependent, then independent) over the observations whose
+    ablation was read (`Observation.image_dependent` not None): drafted, rejected, rate (None: none)."""
+    rows = []
+    for drafter, obs in obs_by_drafter.items():
+        read = [o for o in obs if o.image_dependent is not None]
+        for dependent in (True, False):
+            side = [o for o in read if o.image_dependent is dependent]
+            rows.append(
+                {
+                    "drafter": drafter,
+                    "dependent": dependent,
+                    "drafted": len(side),
+                    "rejected": sum(not o.accepted for o in side),
+                    "rejection_rate": _rate(side) if side else None,
+                }
+            )
+    return rows

@@ -121,6 +121,7 @@ class Observation:
     draft: str  # the drafter's token here (the answer's token when accepted)
     draft_word: str  # the word the drafter was writing here: its token plus the drafts after it
     image_attention: float | None = None  # the target's share of attention on the image here, if read
+    image_dependent: bool | None = None  # the image at least doubles the target's p here (`ablation.RATIO`), if read
 
 
 def _label(text: str) -> str:
