@@ -42,7 +42,7 @@ import gradio as gr
 
 from demo import session
 from demo.engine import export
-from demo.page import analysis_charts, render
+from demo.page import analysis_charts, analysis_law, render
 from demo.page.analysis_view import (
     TASK_CHOICES,
     Batch,
@@ -359,6 +359,7 @@ def analysis_tab(race: RaceControls) -> None:
                 to_race = gr.Button(
                     "Race this example on the Race tab ▶", interactive=False, visible=False, elem_id="an-to-race"
                 )
+    analysis_law.law_section(race.preset, task, drafter, gamma, n, seed, language)
     batch, selected = gr.State(None), gr.State(None)
 
     outputs = {"status": status, "headline": headline, "by_category": by_category, "by_position": by_position}
