@@ -470,6 +470,8 @@ def test_the_tab_in_chromium_runs_shows_a_trace_and_races_it_on_the_race_tab(ser
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.goto(served.local_url)
         page.get_by_role("tab", name="Analysis").click()
+        gamma_label = page.locator("#an-gamma label, #an-gamma [data-testid='block-info']").first
+        assert gamma_label.bounding_box()["height"] < 40  # one line (27.6 px); "γ: drafts per round" took 47 to 66
         page.click("#an-drafter input")
         page.get_by_role("option", name="image-aware").click()  # compared with text-only, already picked
         page.locator("#an-n input[type=number]").fill("2")

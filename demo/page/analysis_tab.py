@@ -245,6 +245,7 @@ def race_inputs(batch: Batch | None, number, current_preset: str, race: RaceCont
 
 
 NOTE = (
+    "Pick one drafter, or two or three to compare; γ is the drafts per round. "
     f"Speculative decoding only, **greedy** (deterministic), at most {batches.DEFAULTS['max_new_tokens']} new tokens, on "
     "held-out scenes of the embedded world, with the Race tab's model preset. A rejection is counted at "
     "the target's word: a *colour* rejection means the drafter wrote something else where the target "
@@ -273,7 +274,7 @@ def analysis_tab(race: RaceControls) -> None:
             value=_names(drafters)[:1],
             multiselect=True,
             max_choices=batches.MAX_COMPARED,
-            label=f"Drafters (compare up to {batches.MAX_COMPARED})",
+            label=f"Drafters (up to {batches.MAX_COMPARED})",
             elem_id="an-drafter",
             scale=3,
         )
@@ -281,10 +282,10 @@ def analysis_tab(race: RaceControls) -> None:
             *validate.GAMMA_RANGE,
             value=batches.DEFAULTS["gamma"],
             step=1,
-            label="γ: drafts per round",
+            label="γ (drafts)",  # short: beside its number box, "γ: drafts per round" wrapped onto three lines
             elem_id="an-gamma",
             scale=2,
-            min_width=190,  # the label on one line (it wrapped onto three)
+            min_width=190,
         )
         n = gr.Slider(
             *batches.N_RANGE, value=batches.DEFAULTS["n"], step=1, label="N examples", elem_id="an-n", scale=2
