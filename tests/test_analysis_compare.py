@@ -81,3 +81,14 @@ def test_the_tabs_drafter_control_picks_up_to_three_and_the_gamma_label_has_room
     assert [c[1] for c in drafter.choices] == ["text-only", "image-aware", "multilingual", "german", "chinese"]
     assert drafter.value == ["text-only"]
     assert gamma.min_width >= 190 and gamma.label == "γ (drafts)"  # one line beside its number box, at 420 px too
+
+
+def test_each_bin_along_the_answer_has_its_95_percent_interval_and_counts_on_hover():
+    bins = [
+        {"from": 0.0, "to": 0.5, "rejected": 3, "drafted": 10, "rejection_rate": 0.3},
+        {"from": 0.5, "to": 1.0, "rejected": 0, "drafted": 0, "rejection_rate": None},
+    ]
+    line = analysis_charts.position_figure({"text-only": {"by_answer_position": bins}}).data[0]
+    assert [round(x, 3) for x in line.error_y.array] == [round(0.603 - 0.3, 3), 0]  # an empty bin: no bar
+    assert [round(x, 3) for x in line.customdata[0][4:]] == [0.108, 0.603]
+    assert "95% interval" in line.hovertemplate and "%{customdata[2]} of %{customdata[3]} drafted" in line.hovertemplate

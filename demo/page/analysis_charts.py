@@ -5,6 +5,8 @@ comes from `demo.session.rejections`. Several drafters share each figure, side b
 
     category_figure   rejection rate by word category, image-grounded categories grouped apart
     position_figure   rejection rate along the answer, by relative position
+
+Each bin shows its counts (a bar's label; a point's hover) and its 95% Wilson interval (`wilson`).
 """
 
 from __future__ import annotations
@@ -139,9 +141,14 @@ def position_figure(summaries: dict[str, dict]) -> go.Figure:
                 mode="lines+markers",
                 name=drafter,
                 line={"color": colour(drafter, i), "width": 2.5},
-                customdata=[[b["from"], b["to"], b["rejected"], b["drafted"]] for b in bins],
+                error_y=_error_bars(bins) | {"color": colour(drafter, i)},
+                customdata=[
+                    [b["from"], b["to"], b["rejected"], b["drafted"], *(wilson(b["rejected"], b["drafted"]) or (0, 0))]
+                    for b in bins
+                ],
                 hovertemplate=f"{drafter}<br>%{{customdata[0]:.0%}}–%{{customdata[1]:.0%}} of the answer: "
-                "%{y:.0%} rejected<br>(%{customdata[2]} of %{customdata[3]} drafted)<extra></extra>",
+                "%{y:.0%} rejected<br>(%{customdata[2]} of %{customdata[3]} drafted; 95% interval "
+                "%{customdata[4]:.0%}–%{customdata[5]:.0%})<extra></extra>",
             )
         )
     empty = not any(b["drafted"] for s in summaries.values() for b in s["by_answer_position"])
