@@ -150,7 +150,7 @@ def test_smolvlm_pairing_notes_that_only_the_target_can_stop(family_presets):
     eou = loaded.target.tokenizer.convert_tokens_to_ids("<end_of_utterance>")
     notes = loaded.notes("text")
     assert notes[0] == (
-        f"The drafter text cannot propose <end_of_utterance> (id {eou}): it is outside its 400-token vocabulary, "
+        f"The text drafter cannot propose <end_of_utterance> (id {eou}): it is outside its 400-token vocabulary, "
         "so it never proposes stopping there; the target ends the answer itself, exactly as it would alone."
     )
     assert "<end_of_utterance>" in loader.PRESETS["smolvlm-500m"].note

@@ -175,17 +175,17 @@ class Loaded:
                 "every node, each attending to its own ancestors only, and the longest path the target accepts is kept."
             )
         if d.fallback_reason:
-            notes.append(f"The drafter {d.name} drafts through transformers: {d.fallback_reason}.")
+            notes.append(f"The {d.name} drafter drafts through transformers: {d.fallback_reason}.")
         unreachable = sorted(i for i in self.target.stop_ids if i >= d.usable or i in d.blocked_ids)
         if unreachable:
             names = ", ".join(f"{tokenizer.convert_ids_to_tokens(i)} (id {i})" for i in unreachable)
             notes.append(
-                f"The drafter {d.name} cannot propose {names}: it is outside its {d.usable}-token vocabulary, "
+                f"The {d.name} drafter cannot propose {names}: it is outside its {d.usable}-token vocabulary, "
                 "so it never proposes stopping there; the target ends the answer itself, exactly as it would alone."
             )
         if d.usable < self.target.vocab_size:
             notes.append(
-                f"The drafter {d.name} can propose the target's first {d.usable} of {self.target.vocab_size} ids; "
+                f"The {d.name} drafter can propose the target's first {d.usable} of {self.target.vocab_size} ids; "
                 "ids beyond them (words its vocabulary lacks, image tokens, padding) come from the target only."
             )
         return tuple(notes)

@@ -89,8 +89,10 @@ def uploads() -> Path:
 
 
 # The Stop button: the page's race or replay ends after the event at hand and says "Stopped."
-# itself, in its last updates (`runs.stop`); Stop says "Stopping…", off, at once.
-stop_race = runs.stopper("race", lambda: {"stop": gr.Button(interactive=False, value="Stopping…")})
+# itself, in its last updates (`runs.stop`). Stop says "Stopping…", off, at once, in the browser
+# (`text.STOPPING_JS`); this answer turns it off and leaves its label alone: it may arrive after the
+# run's last update, whose "Stop" it must not cover.
+stop_race = runs.stopper("race", lambda: {"stop": gr.Button(interactive=False)})
 
 
 def _stopped(run: runs.PageRun, result: session.RaceResult | None = None) -> list[dict]:
@@ -113,7 +115,7 @@ SWEEPING = (
     '<div class="sweep-note">Replaying the answer at γ = 1 … 10 with the drafter, then with every drafting '
     "strategy of the preset…</div>"
 )
-SWEEP_WAIT = '<div class="sweep-note">The γ sweep follows once the race is over (greedy races).</div>'
+SWEEP_WAIT = '<div class="sweep-note">The γ sweep follows once the race is over.</div>'
 
 
 def run_race(
@@ -167,7 +169,8 @@ def run_race(
                 elif isinstance(item, session.Lane):
                     update = redraws.add(item.name, item.event)
                     if update is not None:  # the race's last redraw says the sweep is under way
-                        yield update | ({"sweep_note": SWEEPING} if redraws.done() else {})
+                        sweeping = redraws.done() and request.sampling.greedy
+                        yield update | ({"sweep_note": SWEEPING} if sweeping else {})
                 elif isinstance(item, session.RaceResult):
                     yield from _ended(request, run, redraws, item)
                 # a Sweeping: the γ sweep or the table goes on (a Stop is answered between its replays)
@@ -190,7 +193,8 @@ def _started(request: session.Request, redraws: Redraws) -> dict:
     """The race's first view, once every lane is set up: empty panels, Run off and Stop on. The
     charts wait for the first redraw after the first token: drawing four plots costs the browser
     more than the first tokens do."""
-    waiting = {"sweep_note": SWEEP_WAIT, "strategies": strategy_table.NOTE}
+    # A sampled race has neither: `sweep_view` without rows says so from its start, and promises nothing.
+    waiting = {"sweep_note": SWEEP_WAIT, "strategies": strategy_table.NOTE} if request.sampling.greedy else {}
     empty = lanes.view(redraws.traces, redraws.facts, charts_too=False, reference=redraws.reference)
     return empty | NO_DOWNLOADS | buttons(busy=True) | lanes.sweep_view([], request) | waiting
 

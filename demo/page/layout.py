@@ -52,7 +52,18 @@ def preset_html(name: str) -> str:
     if unusable:  # one line, opened on demand: it is for whoever deploys the page, not for a class
         why = "".join(f"<br><b>{html.escape(d)}</b>: {html.escape(w)}." for d, w in unusable.items())
         lines.append(f"<details><summary>{_count(len(unusable), 'drafter')} not offered here</summary>{why}</details>")
+    lines.append(drafters_html(name))
     return '<div class="preset-info">' + "<br>".join(line for line in lines if line) + "</div>"
+
+
+def drafters_html(preset: str) -> str:
+    """Every drafter the menu offers, each with its one line (`drafter_notes.describe`): the menu's
+    own note describes only the drafter picked."""
+    rows = "".join(
+        f"<li><b>{html.escape(d)}</b>: {html.escape(drafter_notes.describe(preset, d))}</li>"
+        for d in drafter_choices(preset)
+    )
+    return f'<details class="drafter-lines"><summary>The drafters offered, one line each</summary><ul>{rows}</ul></details>'
 
 
 def _count(n: int, noun: str) -> str:

@@ -174,8 +174,10 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
         return (*handlers.positional(classroom.step)(race, k), k)
 
     c.next_round.click(next_round, [step, last], [*outputs, step], **small)
-    # The run ends itself (see stop_race); the button says "Stopping…" at once, before any answer.
-    c.stop.click(handlers.positional(handlers.stop_race), None, outputs, js=text.STOPPING_JS, **small)
+    # The run ends itself (see stop_race); the button says "Stopping…" at once, in the browser, and
+    # its run's last update says "Stop" again.
+    c.stop.click(None, None, c.stop, js=text.STOPPING_JS, **small)
+    c.stop.click(handlers.positional(handlers.stop_race), None, outputs, **small)
 
     min_confidence = gr.Number(0.0, visible=False)  # /trace's default: off (the page's slider starts at 0.5)
     trace_out = gr.JSON(visible=False, label="trace")

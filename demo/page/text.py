@@ -58,12 +58,11 @@ JS = (
 )  # hover, focus or an opened round redraws the lane's heatmap; a dropped chart is purged
 
 # The Stop button's click, in the browser before the server hears of it: the button says so at once.
+# An update of the button's own value (a browser-only event), so Gradio knows the label it shows: the
+# run's last update, "Stop", then changes it back. (Writing the button's text in the page instead
+# left "Stopping…" in every later race: Gradio, its value still "Stop", never wrote the label again.)
 STOPPING_JS = """
-() => {
-  const stop = document.getElementById("stop");
-  if (stop) { stop.textContent = "Stopping…"; stop.disabled = true; }
-  return [];
-}
+() => ({"__type__": "update", "value": "Stopping…", "interactive": false})
 """
 
 

@@ -1,0 +1,129 @@
+"""The race's controls in a real browser, as a person uses them, at a desktop and a phone width.
+
+Stop: after a race that was stopped, the next race's Stop reads "Stop" again (a label written over
+in the browser once stayed "Stopping…" in every later race), and each of its states is readable: the
+contrast of its rendered colours (getComputedStyle), WCAG's ratio, is at least 4.5:1. A sampled race
+promises no γ sweep (it has none), and the preset's note lists every drafter of the menu with its
+one line. Screenshots go where tests/test_browser.py puts its own.
+"""
+
+import pytest
+import tiny
+from test_browser import browser, served, shoot  # noqa: F401  (fixtures)
+
+from demo.bench.page import DRAWN
+from demo.page import drafter_notes, layout
+
+pytestmark = pytest.mark.slow  # a server and a browser
+
+WIDTHS = (1400, 420)
+LOOKS = """() => {
+  const b = document.querySelector("#stop"); const s = getComputedStyle(b);
+  return {label: b.innerText.trim(), disabled: b.disabled, color: s.color, background: s.backgroundColor,
+          opacity: s.opacity};
+}"""
+
+
+def _channels(css: str) -> tuple[float, ...]:
+    """'rgb(1, 2, 3)' or 'rgba(1, 2, 3, 0.5)' as numbers."""
+    return tuple(float(x) for x in css[css.index("(") + 1 : css.index(")")].replace("/", ",").split(","))
+
+
+def luminance(css: str) -> float:
+    def linear(c: float) -> float:
+        c /= 255
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(c) for c in _channels(css)[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(looks: dict) -> float:
+    """WCAG's contrast of the label on its button. The button must be opaque (no opacity, an opaque
+    fill): otherwise what is seen is blended with the page, and these two colours are not it."""
+    assert float(looks["opacity"]) == 1.0, looks
+    fill = _channels(looks["background"])
+    assert len(fill) == 3 or fill[3] == 1.0, looks
+    light, dark = sorted((luminance(looks["color"]), luminance(looks["background"])), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def test_contrast_is_wcags_ratio():
+    assert contrast({"color": "rgb(0, 0, 0)", "background": "rgb(255, 255, 255)", "opacity": "1"}) == pytest.approx(21)
+    assert contrast({"color": "rgb(213, 94, 0)", "background": "rgb(239, 68, 68)", "opacity": "1"}) < 1.5
+
+
+def _looks(page) -> dict:
+    looks = page.evaluate(LOOKS)
+    assert contrast(looks) >= 4.5, looks
+    return looks
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_stop_reads_stop_after_a_stopped_race_and_is_readable(browser, served, width, tmp_path):  # noqa: F811
+    page = browser.new_page(viewport={"width": width, "height": 1000})
+    page.goto(served)
+    page.wait_for_selector(DRAWN)
+    idle = _looks(page)
+    assert idle["label"] == "Stop" and idle["disabled"]
+    # A scene unlike the world's, a long answer allowed: the race lasts long enough to be stopped.
+    tiny.images(1)[0].save(tmp_path / "noise.png")
+    page.set_input_files("#image input[type=file]", str(tmp_path / "noise.png"))
+    page.wait_for_selector("#image img")
+    page.fill("#question textarea", "Describe this image in detail.")
+    page.fill("#max-new input[type=number]", "400")
+    page.press("#max-new input[type=number]", "Enter")
+    page.click("#run")
+    page.wait_for_selector("#stop:not([disabled])", timeout=60_000)
+    racing = _looks(page)
+    assert racing["label"] == "Stop" and not racing["disabled"]
+    page.click("#stop")
+    page.wait_for_function("document.querySelector('#stop').disabled", timeout=5_000)
+    stopping = _looks(page)  # says so at once, in the browser: "Stop" only once the race has ended
+    ended = page.inner_text("#outcome").startswith("Stopped.")
+    assert stopping["label"] == "Stopping…" or (ended and stopping["label"] == "Stop"), stopping
+    page.wait_for_function("document.querySelector('#outcome').innerText.startsWith('Stopped.')", timeout=60_000)
+    page.wait_for_selector("#run:not([disabled])", timeout=30_000)
+    stopped = _looks(page)
+    assert stopped["label"] == "Stop" and stopped["disabled"]
+
+    page.click("#run")  # the race after the stopped one
+    page.wait_for_selector("#stop:not([disabled])", timeout=60_000)
+    again = _looks(page)
+    assert again["label"] == "Stop" and not again["disabled"]
+    shoot(page, f"stop-after-a-stop-{width}.png")
+    page.click("#stop")  # and its own Stop says so, as the first one did
+    page.wait_for_function("document.querySelector('#outcome').innerText.startsWith('Stopped.')", timeout=60_000)
+    page.wait_for_selector("#run:not([disabled])", timeout=30_000)
+    assert _looks(page)["label"] == "Stop"
+    page.close()
+
+
+def test_a_sampled_race_promises_no_gamma_sweep_and_the_preset_lists_every_drafters_line(browser, served):  # noqa: F811
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(served)
+    page.wait_for_selector(DRAWN)
+    preset = page.input_value("#preset input")
+    drafters = layout.drafter_choices(preset)
+    lines = page.locator("#preset-info details.drafter-lines li")
+    assert lines.count() == len(drafters) > 1
+    page.locator("#preset-info details.drafter-lines summary").click()
+    for name, line in zip(drafters, lines.all_inner_texts(), strict=True):
+        assert line == f"{name}: {drafter_notes.describe(preset, name)}" and len(line) > len(name) + 20
+    shoot(page, "drafter-lines-1400.png")
+
+    # Every text the sweep's note shows during a sampled race, recorded as it changes.
+    page.evaluate("""() => { window.sweepNotes = [];
+      const note = document.querySelector("#sweep-note");
+      new MutationObserver(() => window.sweepNotes.push(note.innerText)).observe(
+        note, {subtree: true, childList: true, characterData: true}); }""")
+    page.locator("#examples .thumbnail-item").first.click()
+    page.wait_for_selector("#image img")
+    page.get_by_label("sampling").check()
+    page.click("#run")
+    page.wait_for_selector("#outcome .badge", timeout=180_000)
+    page.wait_for_selector("#run:not([disabled])", timeout=60_000)
+    seen = page.evaluate("window.sweepNotes") + [page.inner_text("#sweep-note")]
+    assert any("greedy races only" in text for text in seen), seen
+    assert not any("follows once" in text or "Replaying" in text for text in seen), seen
+    page.close()
