@@ -67,6 +67,19 @@ def test_the_pages_default_race_and_the_longest_single_drafter_race_fit(monkeypa
         budget.check(budget.race(race(gamma=10, max_new_tokens=512, second_drafter="image-aware")))
 
 
+def test_a_sampled_race_runs_under_the_limit_of_the_same_race_greedy(monkeypatch):
+    monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
+    sampled = race(greedy=False, temperature=0.8, top_p=0.95, seed=1)
+    greedy = race()
+    # admitted on its own estimate, which has no sweep or table and is far smaller ...
+    assert budget.race(sampled).seconds < budget.race(greedy).seconds / 2
+    assert budget.limit(budget.race(sampled)) < budget.race_limit(greedy)
+    # ... but it runs as long as the greedy race may: its lanes cost about as much a token
+    assert budget.race_limit(sampled) == budget.race_limit(greedy) == budget.limit(budget.race(greedy))
+    monkeypatch.setenv(budget.BUDGET_ENV, "0")
+    assert budget.race_limit(sampled) is None  # no budget, no limit
+
+
 def test_an_analysis_compares_two_drafters_on_eight_examples_or_three_on_vqa_and_refuses_more(monkeypatch):
     monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
 

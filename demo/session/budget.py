@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from demo.models import drafter_kinds, presets, zerogpu
 from demo.session.validate import InvalidInput
@@ -224,6 +224,18 @@ def limit(estimate: Estimate) -> float | None:
     """Seconds a request with this estimate may run before it is stopped over budget (None: no limit)."""
     allowed = budget_seconds()
     return min(allowed, max(MIN_LIMIT, LIMIT_SLACK * estimate.seconds)) if allowed else None
+
+
+def race_limit(request) -> float | None:
+    """Seconds a race may run before it is stopped over budget: a sampled race runs under the limit
+    of the same race greedy. Its lanes cost about what greedy ones do a token (the lanes' own clocks,
+    medians of two greedy and two sampled races interleaved on the embedded world, text-only at γ 4,
+    96 new tokens, the shared 2-core CPU at load 5-10, 2026-12-05: sampled / greedy 1.02 on the
+    speculative lane, 0.83 on the autoregressive one), and its answers run to max new tokens more
+    often; but without a sweep or a table its own estimate is far smaller than the greedy one's, and
+    two of three sampled races were stopped by that limit (issue 53)."""
+    greedy = replace(request, sampling=type(request.sampling)()) if not request.sampling.greedy else request
+    return limit(race(greedy))
 
 
 OVER_BUDGET = "stopped: over budget"

@@ -157,7 +157,7 @@ class Race:
                     break
                 if isinstance(item, Ready):
                     self.ready = item
-                    self.deadline.arm(budget.limit(self.estimate))  # the race's own limit, from its start
+                    self.deadline.arm(budget.race_limit(self.request))  # the race's own limit, from its start
                 elif isinstance(item, Lane):
                     self.traces[item.name].add(item.event)
                     self.timeline.append((item.name, item.event))
