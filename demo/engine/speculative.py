@@ -173,10 +173,10 @@ def speculative_round(state: Decoding, drafting: Drafting, index: int) -> tuple[
         if observe is not None:  # the accepted positions' hidden states: last token, accepted drafts
             observe(features[: v.n_accepted + 1])
         # 5. emit the accepted drafts and the target's token, cut after the first stop.
-        tokens = emitted(
-            state, drafts[: v.n_accepted] + [v.token], index, lambda j: token_fields(j, drafts, v, target.tokenizer)
-        )
         drafted_texts = piece_texts(target.tokenizer, drafts)  # whole characters, a split one on its last draft
+        tokens = emitted(
+            state, drafts[: v.n_accepted] + [v.token], index, lambda j: token_fields(j, drafts, drafted_texts, v)
+        )
     draft_s, verify_s = laps.seconds()
     detail = round_detail(drafts, drafted_texts, v, target.tokenizer)  # off the clock: display only
     events = [TokenEvent(**fields, t=clock.total) for fields in tokens]

@@ -180,15 +180,16 @@ def round_detail(drafts: list[int], texts: tuple[str, ...], v: Verdict, tokenize
     )
 
 
-def token_fields(j: int, drafts: list[int], v: Verdict, tokenizer) -> dict:
-    """Kind and probabilities of the j-th token a round emits (drafts[:n_accepted] + [v.token])."""
+def token_fields(j: int, drafts: list[int], texts: tuple[str, ...], v: Verdict) -> dict:
+    """Kind and probabilities of the j-th token a round emits (drafts[:n_accepted] + [v.token]);
+    a rejected draft's text is its share of the drafts' whole characters (`texts`)."""
     if j < v.n_accepted:
         return dict(kind="accepted", p=v.p_drafts[j], q=v.q_drafts[j], accept_prob=v.accept_probs[j])
     if v.n_accepted < len(drafts):
         k = v.n_accepted
         rejection = Rejection(
             id=drafts[k],
-            text=tokenizer.decode([drafts[k]]),
+            text=texts[k],
             p=v.p_drafts[k],
             q=v.q_drafts[k],
             accept_prob=v.accept_probs[k],
