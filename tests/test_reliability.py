@@ -296,7 +296,7 @@ def test_the_page_pop_up_shows_a_message_as_typed_and_trace_returns_it_plain(app
     assert handlers.page_error("a <image> & b").message == "a &lt;image&gt; &amp; b"  # the toast renders HTML
     image = uploaded(app, world / "images" / "0.png")
     bad = args(world, image=image, drafter="<i>x</i>")
-    names = "text-only, text-only+tree, image-aware, image-aware+tree, prompt-lookup"
+    names = "text-only, text-only+tree, image-aware, image-aware+tree, prompt-lookup, staged"  # staged: a text-only drafter drafted by lookup
     assert raw_call(app, "trace", list(bad))["output"]["error"] == (
         f"Unknown drafter for preset {PRESET!r}: '<i>x</i>'. Choose one of: {names}."
     )
