@@ -106,9 +106,10 @@ def small(tok):
 def _heads(small, kind: str):
     t = small.target
     net = heads.Speculator(32, 64, 2, shared=False) if kind == "feature" else heads.MedusaHeads(32, 2)
+    g = torch.Generator().manual_seed(0)  # its own generator: the global one's state depends on the tests run before
     with torch.no_grad():  # random, but far from uniform, so a wrong q shows
         for p in net.parameters():
-            p.normal_(0, 0.5)
+            p.normal_(0, 0.5, generator=g)
     kind_of = SpeculatorDrafter if kind == "feature" else MedusaDrafter
     return kind_of(net, t.model, name=kind, stop_ids=t.stop_ids, blocked_ids=frozenset({0, 1, 2, 3}))
 
