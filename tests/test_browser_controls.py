@@ -94,7 +94,7 @@ def test_stop_reads_stop_after_a_stopped_race_and_is_readable(browser, served, w
     assert again["label"] == "Stop" and not again["disabled"]
     shoot(page, f"stop-after-a-stop-{width}.png")
     try:  # and its own Stop stops it, as the first one did, unless this short race has already ended
-        page.click("#stop", timeout=3_000)
+        page.click("#stop", timeout=30_000)  # the page may be busy drawing; it waits for Stop to be enabled
         page.wait_for_function("document.querySelector('#outcome').innerText.startsWith('Stopped.')", timeout=60_000)
     except PlaywrightTimeout:
         assert page.evaluate("document.querySelector('#stop').disabled"), "Stop stayed enabled but took no click"

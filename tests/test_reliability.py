@@ -748,11 +748,11 @@ def test_out_of_memory_while_decoding_is_caught_and_its_memory_freed(client, wor
     client.predict(*args(world), api_name="/trace")  # loaded before the fault
     forward, calls, emptied = speculative.Target.forward, [], []
 
-    def failing(self, ids, cache):
+    def failing(self, ids, cache, features=False):
         calls.append(1)
         if len(calls) == 5:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return forward(self, ids, cache)
+        return forward(self, ids, cache, features)
 
     monkeypatch.setattr(speculative.Target, "forward", failing)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
