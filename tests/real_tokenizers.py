@@ -30,21 +30,16 @@ import re
 import struct
 from pathlib import Path
 
-import torch
-from tiny_families import LLAVA_TEMPLATE, QWEN_TEMPLATE, cut_lm, finish, lm_text, qwen_text, qwen_vl
+import tiny
+from tiny import finish, lm_text
+from tiny_families import LLAVA_TEMPLATE, cut_lm, qwen_processor_files, qwen_text, qwen_vl
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
 from transformers import (
     AutoTokenizer,
-    CLIPImageProcessorPil,
-    CLIPVisionConfig,
     LlamaConfig,
     LlamaForCausalLM,
-    LlavaConfig,
-    LlavaForConditionalGeneration,
-    LlavaProcessor,
     Qwen2Config,
     Qwen2ForCausalLM,
-    Qwen2VLImageProcessorPil,
 )
 
 ROOT = Path(__file__).resolve().parent
@@ -164,43 +159,11 @@ def _llava(root: Path, legacy: bool = False) -> None:
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     image, pad = tokenizer.convert_tokens_to_ids(["<image>", "<pad>"])
     assert (image, pad) == (LLAMA_VOCAB, LLAMA_VOCAB + 1)
-    torch.manual_seed(0)
-    config = LlavaConfig(
-        vision_config=CLIPVisionConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            image_size=336,
-            patch_size=14,
-            projection_dim=32,
-        ),
-        text_config=LlamaConfig(**llama_text(LLAVA_ROWS), pad_token_id=pad),
-        image_token_index=image,
-        image_seq_length=576,
-        vision_feature_layer=-2,
-        vision_feature_select_strategy="default",
-        pad_token_id=pad,
-    )
-    target = finish(LlavaForConditionalGeneration(config).eval(), 2, pad)
-    with torch.no_grad():
-        target.model.multi_modal_projector.linear_2.weight.mul_(8.0)  # the image visibly matters
-    image_processor = CLIPImageProcessorPil(
-        size={"shortest_edge": 336},
-        crop_size={"height": 336, "width": 336},
-        image_mean=CLIP_MEAN,
-        image_std=CLIP_STD,
-        resample=3,
-    )
-    processor = LlavaProcessor(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        patch_size=14,
-        vision_feature_select_strategy="default",
-        num_additional_image_tokens=1,
-        image_token="<image>",
-        chat_template=LLAVA_TEMPLATE,
-    )
+    text_config = LlamaConfig(**llama_text(LLAVA_ROWS), pad_token_id=pad)
+    vision = dict(num_hidden_layers=2, image_size=336, patch_size=14, projection_dim=32)  # 576 image tokens
+    target = tiny.llava_target(text_config, image, 2, pad, vision=vision, vision_feature_layer=-2, pad_token_id=pad)
+    image_kwargs = dict(image_mean=CLIP_MEAN, image_std=CLIP_STD, resample=3)
+    processor = tiny.processor(tokenizer, LLAVA_TEMPLATE, size=336, patch=14, **image_kwargs)
     target.save_pretrained(target_dir)
     processor.save_pretrained(target_dir)
     llama_files(target_dir, ("<image>", "<pad>"), legacy=legacy, pad_token="<pad>", processor_class="LlavaProcessor")
@@ -226,7 +189,8 @@ def _qwen(root: Path) -> None:
     target = qwen_vl(text, ids, patch=14, window=112, stops=stops, pad=ids["<|endoftext|>"])
     target.save_pretrained(target_dir)
     # The repo's preprocessor_config.json: patch 14, merge 2, 56 x 56 to 12,845,056 pixels, CLIP's mean and std.
-    Qwen2VLImageProcessorPil(
+    qwen_processor_files(
+        target_dir,
         min_pixels=3136,
         max_pixels=12845056,
         patch_size=14,
@@ -234,11 +198,7 @@ def _qwen(root: Path) -> None:
         merge_size=2,
         image_mean=CLIP_MEAN,
         image_std=CLIP_STD,
-    ).save_pretrained(target_dir)
-    config_file = target_dir / "preprocessor_config.json"
-    saved = json.loads(config_file.read_text())
-    config_file.write_text(json.dumps({**saved, "image_processor_type": "Qwen2VLImageProcessor"}, indent=2))
-    (target_dir / "chat_template.json").write_text(json.dumps({"chat_template": QWEN_TEMPLATE}))
+    )
     drafter = cut_lm(target.model.language_model, target.lm_head, Qwen2Config(**text), Qwen2ForCausalLM, QWEN_ROWS)
     finish(drafter, stops, ids["<|endoftext|>"]).save_pretrained(drafter_dir)
 

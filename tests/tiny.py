@@ -56,16 +56,31 @@ IMAGE_SIZE, PATCH = 32, 8
 IMAGE_TOKENS = (IMAGE_SIZE // PATCH) ** 2
 
 
-def tokenizer() -> PreTrainedTokenizerFast:
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+VISION = dict(  # every tiny CLIP-like tower: one layer of 32 over IMAGE_SIZE-pixel images in PATCH-pixel patches
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    image_size=IMAGE_SIZE,
+    patch_size=PATCH,
+)
+
+
+def bpe(specials: list[str], unk_token: str | None = None) -> Tokenizer:
+    """A byte-level BPE of 400 ids trained on the tiny corpus, with `specials` as its first ids."""
+    tok = Tokenizer(models.BPE(unk_token=unk_token))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tok.train_from_iterator(CORPUS * 4 + QUESTIONS, trainer=trainer)
+    return tok
+
+
+def tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
+        tokenizer_object=bpe(SPECIALS, unk_token="<unk>"),
         unk_token="<unk>",
         pad_token="<pad>",
         eos_token="<|end|>",
@@ -74,60 +89,77 @@ def tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def processor(tok: PreTrainedTokenizerFast) -> LlavaProcessor:
+def processor(
+    tok, template: str = CHAT_TEMPLATE, *, size: int = IMAGE_SIZE, patch: int = PATCH, **image
+) -> LlavaProcessor:
+    """A LlavaProcessor around `tok`: CLIP's image processor at `size` pixels (with `image`'s other
+    settings: a real repo's mean and std), one image token per `patch`-pixel patch."""
     image_processor = CLIPImageProcessorPil(
-        size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}
+        size={"shortest_edge": size}, crop_size={"height": size, "width": size}, **image
     )
     return LlavaProcessor(
         image_processor=image_processor,
         tokenizer=tok,
-        patch_size=PATCH,
+        patch_size=patch,
         vision_feature_select_strategy="default",
         num_additional_image_tokens=1,
         image_token="<image>",
-        chat_template=CHAT_TEMPLATE,
+        chat_template=template,
+    )
+
+
+def lm_text(vocab: int, **changes) -> dict:
+    """Every tiny language model, as a config dict: 2 layers of 64, 4 heads over 2 KV heads, with
+    `changes` (a family's rope, special ids, a real config's sizes)."""
+    return (
+        dict(
+            vocab_size=vocab,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+        )
+        | changes
     )
 
 
 def llama_config(tok, hidden: int, layers: int) -> LlamaConfig:
-    return LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=hidden,
-        intermediate_size=hidden * 4,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=None,
-    )
+    special = dict(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
+    sizes = dict(hidden_size=hidden, intermediate_size=hidden * 4, num_hidden_layers=layers)
+    return LlamaConfig(**lm_text(len(tok), max_position_embeddings=512, **sizes, **special))
 
 
-def llava(tok, hidden: int = 64, layers: int = 2, seed: int = 0) -> LlavaForConditionalGeneration:
+def finish(model, eos, pad):
+    """`model` with its generation config's stop and pad ids set."""
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = pad
+    return model
+
+
+def llava_target(text_config, image_token: int, eos, pad, *, seed: int = 0, vision=None, **config):
+    """A seeded LLaVA model: a CLIP tower (`VISION`, with `vision`'s changes), the language model of
+    `text_config`, one image token per patch; `config`: LlavaConfig's other fields (a real repo's)."""
+    vision = VISION | (vision or {})
     torch.manual_seed(seed)
-    config = LlavaConfig(
-        vision_config=CLIPVisionConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=IMAGE_SIZE,
-            patch_size=PATCH,
-        ),
-        text_config=llama_config(tok, hidden, layers),
-        image_token_index=tok.convert_tokens_to_ids("<image>"),
-        image_seq_length=IMAGE_TOKENS,
-        vision_feature_layer=-1,
-        vision_feature_select_strategy="default",
+    llava_config = LlavaConfig(
+        vision_config=CLIPVisionConfig(**vision),
+        text_config=text_config,
+        image_token_index=image_token,
+        image_seq_length=(vision["image_size"] // vision["patch_size"]) ** 2,
+        **(dict(vision_feature_layer=-1, vision_feature_select_strategy="default") | config),
     )
-    model = LlavaForConditionalGeneration(config).eval()
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
+    model = finish(LlavaForConditionalGeneration(llava_config).eval(), eos, pad)
     # Random weights barely look at the image; make the image matter to the output.
     with torch.no_grad():
         model.model.multi_modal_projector.linear_2.weight.mul_(8.0)
     return model
+
+
+def llava(tok, hidden: int = 64, layers: int = 2, seed: int = 0) -> LlavaForConditionalGeneration:
+    image = tok.convert_tokens_to_ids("<image>")
+    return llava_target(llama_config(tok, hidden, layers), image, tok.eos_token_id, tok.pad_token_id, seed=seed)
 
 
 def llama(tok, hidden: int = 32, layers: int = 1, seed: int = 1) -> LlamaForCausalLM:

@@ -23,10 +23,8 @@ from pathlib import Path
 
 import tiny
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tiny import finish, lm_text
 from transformers import (
-    CLIPImageProcessorPil,
-    CLIPVisionConfig,
     Idefics3Config,
     Idefics3ForConditionalGeneration,
     Idefics3ImageProcessorPil,
@@ -34,9 +32,6 @@ from transformers import (
     Idefics3VisionConfig,
     LlamaConfig,
     LlamaForCausalLM,
-    LlavaConfig,
-    LlavaForConditionalGeneration,
-    LlavaProcessor,
     PreTrainedTokenizerFast,
     Qwen2_5_VLConfig,
     Qwen2_5_VLForConditionalGeneration,
@@ -97,35 +92,6 @@ IDEFICS3_EXTRA = (
 )
 
 
-def bpe(specials: list[str]) -> Tokenizer:
-    """A byte-level BPE on the tiny corpus, with `specials` as its first ids."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(tiny.CORPUS * 4 + tiny.QUESTIONS, trainer=trainer)
-    return tok
-
-
-def lm_text(vocab: int, **changes) -> dict:
-    """Every tiny family's language model, as a config dict: 2 layers of 64, 4 heads over 2 KV
-    heads, with `changes` (a family's rope, special ids, a real config's sizes)."""
-    return (
-        dict(
-            vocab_size=vocab,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=1024,
-        )
-        | changes
-    )
-
-
 def llama_text(vocab: int, tok, **special) -> LlamaConfig:
     return LlamaConfig(**lm_text(vocab, **special))
 
@@ -138,12 +104,6 @@ def cut_lm(target_lm, lm_head, config, cls, vocab: int):
     state["model.embed_tokens.weight"] = state["model.embed_tokens.weight"][:vocab]
     state["lm_head.weight"] = state["lm_head.weight"][:vocab]
     model.load_state_dict(state)
-    return model
-
-
-def finish(model, eos: int, pad: int):
-    model.generation_config.eos_token_id = eos
-    model.generation_config.pad_token_id = pad
     return model
 
 
@@ -188,12 +148,22 @@ def qwen_vl(text: dict, ids: dict, *, patch: int, window: int, stops, pad: int):
     return target
 
 
+def qwen_processor_files(folder: Path, **image) -> None:
+    """A Qwen2.5-VL repo's processor files, as on the hub: the image processor's config (`image`'s
+    settings) naming the (torchvision) class, and the chat template in chat_template.json."""
+    Qwen2VLImageProcessorPil(**image).save_pretrained(folder)
+    config_file = folder / "preprocessor_config.json"
+    saved = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**saved, "image_processor_type": "Qwen2VLImageProcessor"}, indent=2))
+    (folder / "chat_template.json").write_text(json.dumps({"chat_template": QWEN_TEMPLATE}))
+
+
 def _llava(root: Path) -> None:
-    base = bpe(["<unk>", "<s>", "</s>"])
+    base = tiny.bpe(["<unk>", "<s>", "</s>"])
     n = base.get_vocab_size()
     drafter_tok = PreTrainedTokenizerFast(tokenizer_object=base, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     target_tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe(["<unk>", "<s>", "</s>"]),
+        tokenizer_object=tiny.bpe(["<unk>", "<s>", "</s>"]),
         unk_token="<unk>",
         bos_token="<s>",
         eos_token="</s>",
@@ -204,36 +174,8 @@ def _llava(root: Path) -> None:
     image, pad = target_tok.convert_tokens_to_ids(["<image>", "<pad>"])
     assert (image, pad) == (n, n + 1)  # as in llava-1.5-hf: 32000 and 32001
     special = dict(bos_token_id=1, eos_token_id=2, pad_token_id=pad)
-    torch.manual_seed(0)
-    config = LlavaConfig(
-        vision_config=CLIPVisionConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=tiny.IMAGE_SIZE,
-            patch_size=tiny.PATCH,
-        ),
-        text_config=llama_text(n + PAD_ROWS, target_tok, **special),
-        image_token_index=image,
-        image_seq_length=tiny.IMAGE_TOKENS,
-        vision_feature_layer=-1,
-        vision_feature_select_strategy="default",
-    )
-    target = finish(LlavaForConditionalGeneration(config).eval(), 2, pad)
-    with torch.no_grad():
-        target.model.multi_modal_projector.linear_2.weight.mul_(8.0)
-    processor = LlavaProcessor(
-        image_processor=CLIPImageProcessorPil(
-            size={"shortest_edge": tiny.IMAGE_SIZE}, crop_size={"height": tiny.IMAGE_SIZE, "width": tiny.IMAGE_SIZE}
-        ),
-        tokenizer=target_tok,
-        patch_size=tiny.PATCH,
-        vision_feature_select_strategy="default",
-        num_additional_image_tokens=1,
-        image_token="<image>",
-        chat_template=LLAVA_TEMPLATE,
-    )
+    target = tiny.llava_target(llama_text(n + PAD_ROWS, target_tok, **special), image, 2, pad)
+    processor = tiny.processor(target_tok, LLAVA_TEMPLATE)
     drafter_config = llama_text(n, drafter_tok, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     drafter = cut_lm(target.model.language_model, target.lm_head, drafter_config, LlamaForCausalLM, n)
     target.save_pretrained(root / "target")
@@ -244,7 +186,7 @@ def _llava(root: Path) -> None:
 
 def _qwen(root: Path) -> None:
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe(QWEN_SPECIALS),
+        tokenizer_object=tiny.bpe(QWEN_SPECIALS),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
     )
@@ -260,13 +202,7 @@ def _qwen(root: Path) -> None:
     drafter = cut_lm(target.model.language_model, target.lm_head, Qwen2Config(**text), Qwen2ForCausalLM, vocab)
     target.save_pretrained(root / "target")
     tok.save_pretrained(root / "target")
-    # As on the hub: an image processor config naming the (torchvision) class, and the chat template.
-    image_processor = Qwen2VLImageProcessorPil(min_pixels=8 * 8, max_pixels=64 * 64, patch_size=4, merge_size=2)
-    image_processor.save_pretrained(root / "target")
-    config_file = root / "target" / "preprocessor_config.json"
-    saved = json.loads(config_file.read_text())
-    config_file.write_text(json.dumps({**saved, "image_processor_type": "Qwen2VLImageProcessor"}, indent=2))
-    (root / "target" / "chat_template.json").write_text(json.dumps({"chat_template": QWEN_TEMPLATE}))
+    qwen_processor_files(root / "target", min_pixels=8 * 8, max_pixels=64 * 64, patch_size=4, merge_size=2)
     finish(drafter, ids["<|im_end|>"], ids["<|endoftext|>"]).save_pretrained(root / "drafter")
     tok.save_pretrained(root / "drafter")
 
@@ -274,14 +210,14 @@ def _qwen(root: Path) -> None:
 def _idefics3(root: Path) -> None:
     base = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     drafter_tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe(base),
+        tokenizer_object=tiny.bpe(base),
         unk_token="<|endoftext|>",
         bos_token="<|im_start|>",
         eos_token="<|im_end|>",
     )
     n = len(drafter_tok)
     target_tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe(base),
+        tokenizer_object=tiny.bpe(base),
         unk_token="<|endoftext|>",
         bos_token="<|im_start|>",
         pad_token="<|im_end|>",
@@ -293,14 +229,7 @@ def _idefics3(root: Path) -> None:
     special = dict(bos_token_id=1, eos_token_id=eou, pad_token_id=2)
     torch.manual_seed(0)
     config = Idefics3Config(
-        vision_config=Idefics3VisionConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=32,
-            patch_size=8,
-        ),
+        vision_config=Idefics3VisionConfig(**tiny.VISION),
         text_config=llama_text(n + PAD_ROWS, target_tok, **special),
         scale_factor=2,
         image_token_id=image,
