@@ -40,6 +40,22 @@ def ar(world, image, question, sampling=GREEDY, max_new=MAX_NEW, seed=0):
     return Trace.of(events)
 
 
+def references(world, cases, max_new=MAX_NEW):
+    """The target's own greedy `generate` for every (image, question) case: the token ids it adds."""
+    refs = []
+    for image, question in cases:
+        inputs = world.prompt(image, question).target_inputs
+        out = world.target.model.generate(
+            **inputs,
+            max_new_tokens=max_new,
+            do_sample=False,
+            eos_token_id=sorted(world.target.stop_ids),
+            pad_token_id=world.target.tokenizer.pad_token_id,
+        )
+        refs.append(out[0, inputs["input_ids"].shape[1] :].tolist())
+    return refs
+
+
 def request(**fields):
     """A session Request by name: a greedy race of the tiny world's `text-partly` drafter at γ 3
     for 24 new tokens, with `fields` changed."""

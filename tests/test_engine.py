@@ -3,6 +3,7 @@
 import itertools
 
 import pytest
+import races
 import tiny
 import torch
 from races import CASES, GREEDY, MAX_NEW, ar, spd
@@ -22,18 +23,7 @@ from demo.models.vocab import VocabMismatch, check_vocab_compatible
 @pytest.fixture(scope="module")
 def references(world):
     """The target's own greedy `generate` for every case."""
-    refs = []
-    for image, question in CASES:
-        inputs = world.prompt(image, question).target_inputs
-        out = world.target.model.generate(
-            **inputs,
-            max_new_tokens=MAX_NEW,
-            do_sample=False,
-            eos_token_id=sorted(world.target.stop_ids),
-            pad_token_id=world.target.tokenizer.pad_token_id,
-        )
-        refs.append(out[0, inputs["input_ids"].shape[1] :].tolist())
-    return refs
+    return races.references(world, CASES)
 
 
 AGREEMENT = {  # drafter -> (lowest alpha over the cases, highest alpha)

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import races
 import tiny
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
@@ -21,17 +22,7 @@ CASES = list(zip(tiny.images(len(tiny.QUESTIONS)), tiny.QUESTIONS))[::2]  # 6 of
 def qwen2(tok) -> Qwen2ForCausalLM:
     """A tiny Qwen2 (Llama plus q/k/v biases), grouped-query attention, random weights."""
     torch.manual_seed(4)
-    config = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
+    config = Qwen2Config(**tiny.lm_text(len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
     model = Qwen2ForCausalLM(config).eval()
     with torch.no_grad():  # random biases, so the test sees them (they start at zero)
         for layer in model.model.layers:
@@ -109,18 +100,7 @@ def test_lean_logits_match_transformers_over_many_steps_with_rollbacks(
 @pytest.fixture(scope="module")
 def references(world):
     """The target's own greedy `generate` for every case."""
-    refs = []
-    for image, question in CASES:
-        inputs = world.prompt(image, question).target_inputs
-        out = world.target.model.generate(
-            **inputs,
-            max_new_tokens=MAX_NEW,
-            do_sample=False,
-            eos_token_id=sorted(world.target.stop_ids),
-            pad_token_id=world.target.tokenizer.pad_token_id,
-        )
-        refs.append(out[0, inputs["input_ids"].shape[1] :].tolist())
-    return refs
+    return races.references(world, CASES)
 
 
 def run(world, d: Drafter, image, question, gamma, sampling=GREEDY):
