@@ -40,21 +40,24 @@ def rejections(batch) -> list[dict]:
     ]
 
 
+def _rate_row(drafter: str, rows: list[dict]) -> str:
+    """A table row of `drafter`'s rejection rate in each of its `rows` (rejected / drafted), "–" where it drafted none."""
+    cells = []
+    for r in (r for r in rows if r["drafter"] == drafter):
+        rate = r["rejection_rate"]
+        cells.append(
+            "<td>–</td>"
+            if rate is None
+            else f'<td>{rate:.0%} <span class="n">({r["rejected"]}/{r["drafted"]})</span></td>'
+        )
+    return f"<tr><th>{html.escape(drafter)}</th>{''.join(cells)}</tr>"
+
+
 def binned_table_html(rows: list[dict]) -> str:
     drafters = list(dict.fromkeys(r["drafter"] for r in rows))
     bins = list(dict.fromkeys((r["from"], r["to"]) for r in rows))
     head = "".join(f"<th>{lo:.0%}–{hi:.0%}</th>" for lo, hi in bins)
-    body = []
-    for d in drafters:
-        cells = []
-        for r in (r for r in rows if r["drafter"] == d):
-            rate = r["rejection_rate"]
-            cells.append(
-                "<td>–</td>"
-                if rate is None
-                else f'<td>{rate:.0%} <span class="n">({r["rejected"]}/{r["drafted"]})</span></td>'
-            )
-        body.append(f"<tr><th>{html.escape(d)}</th>{''.join(cells)}</tr>")
+    body = [_rate_row(d, rows) for d in drafters]
     return (
         '<table class="an-rej an-attn"><caption>Rejection rate by the share of the target\'s attention on the '
         f"image at the drafted position (rejected / drafted)</caption><tr><th>drafter</th>{head}</tr>"
@@ -96,17 +99,7 @@ def dependence_html(batch) -> str:
     rows = image_rejections.by_dependence(_by_drafter(batch))
     if not any(r["drafted"] for r in rows):
         return ""
-    body = []
-    for d in dict.fromkeys(r["drafter"] for r in rows):
-        cells = []
-        for r in (r for r in rows if r["drafter"] == d):
-            rate = r["rejection_rate"]
-            cells.append(
-                "<td>–</td>"
-                if rate is None
-                else f'<td>{rate:.0%} <span class="n">({r["rejected"]}/{r["drafted"]})</span></td>'
-            )
-        body.append(f"<tr><th>{html.escape(d)}</th>{''.join(cells)}</tr>")
+    body = [_rate_row(d, rows) for d in dict.fromkeys(r["drafter"] for r in rows)]
     return (
         '<table class="an-rej an-attn an-dependence"><caption>Rejection rate where the answer token depends '
         "on the image (blanking the image at least halves the target's probability of it) and where it does "

@@ -19,7 +19,7 @@ import gradio as gr
 from demo import session
 from demo.engine.events import Trace
 from demo.page import proof, runs
-from demo.session import failures, proof_runs
+from demo.session import failures, form, proof_runs
 from demo.session.proof_runs import K_MAX
 
 # The classroom example of "acceptance is not speedup", picked from the strategy table's measurements
@@ -95,23 +95,19 @@ def on_race(last, image, question, preset, drafter, gamma, greedy, temperature, 
     second = proof.time_figure(splits[1]) if len(splits) > 1 else None
     yield note, proof.time_figure(splits[0]), gr.update(value=second, visible=second is not None), gr.skip()
     try:
-        request = session.parse(
-            question=question,
-            preset=preset,
-            drafter=drafter,
-            gamma=gamma,
-            greedy=greedy,
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-            max_new_tokens=max_new,
-        )
+        request = _request(question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new)
         answers = {lane: list(t.summary.token_ids) for lane, t in traces.items() if t.done}
         read = proof_runs.ablate(request, image, runs_uploads(), answers)
         lane = "speculative" if "speculative" in read else next(iter(read))
         yield gr.skip(), gr.skip(), gr.skip(), proof.dependence_html(traces[lane], read[lane])
     except Exception as error:  # the race stands; only this reading is lost
         yield gr.skip(), gr.skip(), gr.skip(), f"<p class='ablation-none'>{html.escape(failures.message(error))}</p>"
+
+
+def _request(*values) -> session.Request:
+    """The request of the race form's values, given in the request's field order (`form.FIELDS`,
+    parse's: question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new_tokens)."""
+    return session.parse(**dict(zip(form.FIELDS, values)))
 
 
 def runs_uploads():
@@ -123,17 +119,7 @@ def runs_uploads():
 def on_check(image, question, preset, drafter, gamma, temperature, top_p, seed, k):
     """The law check of this prompt and image with the drafter chosen, at the form's sampling settings."""
     try:
-        request = session.parse(
-            question=question,
-            preset=preset,
-            drafter=drafter,
-            gamma=gamma,
-            greedy=False,
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-            max_new_tokens=K_MAX + 2,
-        )
+        request = _request(question, preset, drafter, gamma, False, temperature, top_p, seed, K_MAX + 2)
         result = proof_runs.check_law(request, image, runs_uploads(), k=int(k))
     except Exception as error:
         message = failures.message(error)
