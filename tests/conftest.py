@@ -19,6 +19,10 @@ if WORKER:
     os.environ["OMP_NUM_THREADS"] = "1"  # child processes: torch reads it when it starts
     os.environ.setdefault("GRADIO_TEMP_DIR", str(Path(tempfile.gettempdir()) / f"gradio-{WORKER}"))
 
+# The work budget's estimates learn from this machine's measured costs (`budget.learn`), which the
+# suite's own load would make depend on test order; its tests ask for learning where they test it.
+os.environ.setdefault("DEMO_BUDGET_LEARN", "0")
+
 import races  # noqa: E402
 import tiny  # noqa: E402
 

@@ -11,6 +11,8 @@
     Deadline()                              a request's end: a Stop (`stop()`), or its own limit,
                                             `limit(estimate)`, once armed (`arm(seconds)`: a race
                                             arms it at its start, once its models are loaded)
+    learn(request, traces)                  records what a finished race's lanes cost a token on
+                                            this machine (`slowdown` then scales the estimates)
 
 The estimate counts target steps (one forward of the target for one token), for the worst case:
 every draft rejected, so each round yields one token, and every lane runs to max new tokens.
@@ -30,6 +32,16 @@ or on ZeroGPU `Preset.seconds_per_token`, the same figure the ZeroGPU duration i
 (`demo.models.zerogpu.clamp(estimate.seconds)`). The budget is DEMO_BUDGET_SECONDS (default
 BUDGET_SECONDS; 0 switches it off, as on a local copy); a running request ends "stopped: over
 budget", keeping what it made, once it has run `limit(estimate)` seconds.
+
+The figures above are an idle machine's. A loaded CPU runs a target step 20-25x slower (issue 54:
+160-200 ms against 7-9 ms), and no constant covers that without refusing the page's own races on
+an idle one. So on a CPU the estimate also learns (`learn`): each race's lanes report what a
+token cost them, as a ratio to what the budget counts for that lane (its `token_steps` x the step);
+the last LEARN_KEEP ratios of each lane's kind (the autoregressive lane, each drafter) from the last
+LEARN_WINDOW seconds, their largest x LEARN_MARGIN, scale that lane's tokens (`slowdown`, never
+below 1); set-ups and replays follow the target's. On an idle machine every ratio is below 1 (the
+step is counted at 2.5x its idle cost) and the estimates are the figures above; on a loaded one
+they grow, and the heaviest races are refused, with a sentence that says so, instead of cut.
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, replace
 
 from demo.models import drafter_kinds, presets, zerogpu
@@ -64,6 +77,13 @@ SETUP_STEPS = 20.0  # image processing and a prefill of ~40 tokens with the imag
 ABLATION_STEPS = 2 * SETUP_STEPS
 ANSWER_MARGIN = 8  # new tokens an analysis counts past an example's reference answer (`answer_bound`)
 SWEEP_GAMMAS = 10  # the γ sweep replays the answer with the drafter at γ = 1..10
+
+LEARN_ENV = "DEMO_BUDGET_LEARN"  # "0": the idle figures only (the test suite's default: its estimates are exact)
+LEARN_MARGIN = 1.25  # a loaded machine's step varies; an admitted race must still fit
+LEARN_WINDOW = 600.0  # seconds a lane's measured cost is remembered
+LEARN_KEEP = 3  # the recent measurements of each lane's kind that count
+LEARN_MIN_TOKENS = 6  # a lane that made fewer says too little
+TARGET = "autoregressive"  # the kind of the autoregressive lane; a drafted lane's kind is its drafter
 
 
 def budget_seconds() -> float:
@@ -95,6 +115,7 @@ class Estimate:
     unit: str  # e.g. "max new tokens", "N examples"
     asked: str  # e.g. "3 lanes x 440 new tokens (text-only+tree, image-aware at γ 8, sampling)"
     advice: str  # other ways to ask for less
+    busy: str = ""  # what a slowed machine adds to the estimate (`slowdown`), said with it
 
     @property
     def steps(self) -> float:
@@ -126,20 +147,82 @@ def token_steps(drafter: str | None, gamma: int, greedy: bool, preset: str) -> f
     return steps * (1.0 if greedy else SAMPLING_FACTOR)
 
 
+_LEARNED: dict[tuple[str, str], deque] = {}  # (preset, lane kind) -> (time.monotonic(), ratio) pairs
+_LEARNED_LOCK = threading.Lock()
+
+
+def learning() -> bool:
+    """Whether estimates learn from measured costs: on a CPU, unless DEMO_BUDGET_LEARN is "0" (a
+    ZeroGPU call is asked its duration from the estimate, and a GPU's step is not this CPU's)."""
+    return os.environ.get(LEARN_ENV, "1").strip() != "0" and not zerogpu.zero_gpu()
+
+
+def record(preset: str, drafter: str | None, ratio: float, now: float | None = None) -> None:
+    """Remember that a lane (`drafter`; None: the autoregressive lane) just cost `ratio` times what
+    the budget counts for its tokens."""
+    key = (preset, drafter or TARGET)
+    with _LEARNED_LOCK:
+        _LEARNED.setdefault(key, deque(maxlen=LEARN_KEEP)).append((time.monotonic() if now is None else now, ratio))
+
+
+def forget() -> None:
+    """Drop every measured cost (the idle figures again)."""
+    with _LEARNED_LOCK:
+        _LEARNED.clear()
+
+
+def slowdown(preset: str, drafter: str | None = None) -> float:
+    """What this machine's recent lanes of this kind (None: the target's, which a kind never
+    measured also gets) cost over what the budget counts: the largest of the last LEARN_KEEP within
+    LEARN_WINDOW seconds, x LEARN_MARGIN, at least 1."""
+    if not learning():
+        return 1.0
+    now = time.monotonic()
+    with _LEARNED_LOCK:
+        recent = {k: [r for t, r in kept if now - t <= LEARN_WINDOW] for k, kept in _LEARNED.items() if k[0] == preset}
+    ratios = recent.get((preset, drafter or TARGET)) or recent.get((preset, TARGET)) or [0.0]
+    return max(1.0, LEARN_MARGIN * max(ratios))
+
+
+def learn(request, traces: dict) -> None:
+    """Record what each lane of a race (its `Trace` by lane name) cost a token: its clock from its
+    first token to its last (set-up and prefill left out), over what `token_steps` counts."""
+    if not learning():
+        return
+    from demo.session.request import SECOND
+
+    kinds = {"speculative": request.drafter, SECOND: request.second_drafter, "autoregressive": None}
+    for lane, trace in traces.items():
+        if lane not in kinds or len(trace.tokens) < LEARN_MIN_TOKENS:
+            continue
+        drafter = kinds[lane]
+        measured = (trace.tokens[-1].t - trace.tokens[0].t) / (len(trace.tokens) - 1)
+        counted = token_steps(drafter, request.gamma, request.sampling.greedy, request.preset)
+        record(request.preset, drafter, measured / (counted * step_seconds(request.preset)))
+
+
 def _race_alone(request) -> tuple[float, float]:
-    """(fixed, per new token) target steps of a race's lanes and, when greedy, its γ sweep."""
-    lanes = (*request.drafters, None)
-    per_token = sum(token_steps(d, request.gamma, request.sampling.greedy, request.preset) for d in lanes)
+    """(fixed, per new token) target steps of a race's lanes and, when greedy, its γ sweep, each
+    at this machine's `slowdown`."""
+    preset, lanes = request.preset, (*request.drafters, None)
+    per_token = sum(token_steps(d, request.gamma, request.sampling.greedy, preset) * slowdown(preset, d) for d in lanes)
     if request.sampling.greedy:
-        per_token += SWEEP_GAMMAS * replay_step(request.drafter, request.preset)
-    return len(lanes) * SETUP_STEPS, per_token
+        per_token += SWEEP_GAMMAS * replay_step(request.drafter, preset) * slowdown(preset)
+    return len(lanes) * SETUP_STEPS * slowdown(preset), per_token
+
+
+def _busy(preset: str, drafters) -> str:
+    """What the estimate says of a machine slower than the idle figures (empty when it is not)."""
+    most = max(slowdown(preset, d) for d in (*drafters, None))
+    return f" at this machine's present speed (its recent runs cost up to {most:.1f}x the idle figures)" * (most > 1)
 
 
 def race(request) -> Estimate:
     """The worst case of a race (`demo.session.Request`): every lane, and the γ sweep and the table
     of strategies of a greedy one."""
     fixed, per_token = _race_alone(request)
-    per_token += sum(replay_step(name, request.preset) for name in table_strategies(request))
+    replays = sum(replay_step(name, request.preset) for name in table_strategies(request))
+    per_token += replays * slowdown(request.preset)
     mode = "greedy" if request.sampling.greedy else "sampling"
     lanes = len(request.drafters) + 1
     asked = (
@@ -147,7 +230,8 @@ def race(request) -> Estimate:
         f"at γ {request.gamma}, {mode})"
     )
     advice = "race one drafter rather than two, lower γ, or pick a chain drafter rather than a tree"
-    return Estimate(request.preset, fixed, per_token, request.max_new_tokens, "max new tokens", asked, advice)
+    busy = _busy(request.preset, request.drafters)
+    return Estimate(request.preset, fixed, per_token, request.max_new_tokens, "max new tokens", asked, advice, busy)
 
 
 def replay_step(drafter: str, preset: str) -> float:
@@ -169,7 +253,7 @@ def table_strategies(request, offered: tuple[str, ...] | None = None) -> tuple[s
     used = fixed + per_token * request.max_new_tokens
     chosen = []
     for name in sorted(offered, key=lambda name: name not in request.drafters):
-        cost = replay_step(name, request.preset) * request.max_new_tokens
+        cost = replay_step(name, request.preset) * slowdown(request.preset) * request.max_new_tokens
         if used + cost <= allowed:
             chosen.append(name)
             used += cost
@@ -197,13 +281,14 @@ def analysis(
     each decoded greedily with every drafter, every draft rejected; each run to max new tokens, or,
     given the examples' reference `answers`, to each one's `answer_bound`."""
     lengths = [answer_bound(a, max_new_tokens) for a in answers] if answers else [max_new_tokens] * runs
-    per_token = sum(token_steps(d, gamma, True, preset) for d in drafters)
-    steps = sum(lengths) * per_token + (SETUP_STEPS * len(drafters) + ABLATION_STEPS) * len(lengths)
+    per_token = sum(token_steps(d, gamma, True, preset) * slowdown(preset, d) for d in drafters)
+    setups = (SETUP_STEPS * len(drafters) + ABLATION_STEPS) * slowdown(preset)
+    steps = sum(lengths) * per_token + setups * len(lengths)
     asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} x {max_new_tokens} new tokens"
     if answers:
         asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} (answers of up to {max(lengths)} tokens)"
     advice = "compare fewer drafters, pick one language, or pick shorter answers (a vqa task)"
-    return Estimate(preset, 0.0, steps / max(n, 1), n, "N examples", asked, advice)
+    return Estimate(preset, 0.0, steps / max(n, 1), n, "N examples", asked, advice, _busy(preset, drafters))
 
 
 def check(estimate: Estimate) -> None:
@@ -213,7 +298,8 @@ def check(estimate: Estimate) -> None:
         most = estimate.most(allowed)
         lower = f"lower {estimate.unit} to {most} or less, or " if most else ""
         raise InvalidInput(
-            f"This request asks for {estimate.asked}: up to about {estimate.seconds:.0f} s of compute here, and "
+            f"This request asks for {estimate.asked}: up to about {estimate.seconds:.0f} s of compute here"
+            f"{estimate.busy}, and "
             f"this deployment allows {allowed:.0f} s a request so that no visitor holds it for long. To run it, "
             f"{lower}{estimate.advice}; or run your own copy with `{BUDGET_ENV}=0 python app.py`, which lifts the "
             "budget."

@@ -11,7 +11,7 @@ is imported on first use).
     racing(lanes)                  the race as (lane, event) pairs, compute-fair; closes the runs
                                    (and frees their KV caches) however it is left
     run_lanes(...), run(...)       a request's lanes (or one) decoded whole -> Trace
-    warm_up(preset)                load and decode a few tokens with each drafter
+    warm_up(preset)                load and decode a few tokens with each drafter (their costs: `budget.learn`)
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from PIL import Image
 
 from demo.engine.race import race
 from demo.models import presets
-from demo.session import failures, validate
+from demo.session import budget, failures, validate
 from demo.session.request import Request, lane_names
 from demo.session.validate import InvalidInput
 
@@ -216,6 +216,7 @@ def run(loaded, request: Request, image: Image.Image, lane: str = "speculative",
 
 def warm_up(preset: str) -> None:
     """Load a preset and its drafters and decode a few tokens with each, so the first Run is fast."""
+    from demo.engine.events import Trace
     from demo.engine.sampling import Sampling
     from demo.models import loader  # torch and transformers: imported on first use
 
@@ -227,7 +228,7 @@ def warm_up(preset: str) -> None:
     try:
         with _WARMING:
             loaded = loader.load(preset)
-            for spec in loaded.preset.drafters:
+            for i, spec in enumerate(loaded.preset.drafters):
                 request = Request(
                     question="Describe the image.",
                     preset=preset,
@@ -236,8 +237,11 @@ def warm_up(preset: str) -> None:
                     sampling=Sampling(),
                     max_new_tokens=8,
                 )
+                traces = {}
                 with racing(lanes(loaded, request, image)) as events:
-                    for _ in events:
-                        pass
+                    for lane, event in events:
+                        traces.setdefault(lane, Trace()).add(event)
+                if i:  # the first pays the process's one-time costs; the others tell the budget this machine's speed
+                    budget.learn(request, traces)
     except Exception:  # reported again to whoever runs the preset
         log.exception("warm-up of preset %r failed", preset)

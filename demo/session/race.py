@@ -167,6 +167,7 @@ class Race:
         yield self._result(swept)
 
     def _result(self, swept: Swept | None) -> RaceResult:
+        budget.learn(self.request, self.traces)  # what its tokens cost: the next estimates follow this machine
         made = dict(traces=self.traces, limit=self.deadline.seconds, timeline=tuple(self.timeline))
         if swept is not None:
             for lane, attention in swept.attention:
