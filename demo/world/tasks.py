@@ -18,20 +18,10 @@ from dataclasses import dataclass
 from PIL import Image
 
 from . import tasks_en
-from .phrasing import ask
+from .phrasing import TASKS, ask
 from .scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES, SIZES, Scene, render, scene_stream
 from .tasks_en import BRIEF, NUMBERS, plural
 
-TASKS = (
-    "description",
-    "caption",
-    "multiple_choice",
-    "vqa_colour",
-    "vqa_shape",
-    "vqa_count",
-    "vqa_position",
-    "vqa_yesno",
-)
 # The languages the world speaks: English in `tasks_en`, German in `tasks_de`, Chinese in
 # `tasks_zh`. A task of another language than English is named "de/caption" in a mix
 # (`split_task`).

@@ -11,8 +11,7 @@ masculine or neuter: every shape noun is one of them).
 
 import random
 
-from .phrasing import LETTERS, cap, listing, unique
-from .scenes import COLOURS as COLOUR_NAMES
+from .phrasing import LETTERS, asked, cap, counted, distinct, draw_options, forms, listing, unique
 from .scenes import GRID, Obj, Scene
 
 COLOURS = {"red": "rot", "orange": "orange", "yellow": "gelb", "green": "grün", "blue": "blau", "purple": "violett"}
@@ -137,14 +136,6 @@ def _caption(scene: Scene, rng: random.Random) -> str:
 # --- (c) multiple choice with explanation ---------------------------------------------------
 
 
-def _options(correct: str, pool: list[str], rng: random.Random, ordered: bool = False) -> tuple[list[str], str]:
-    options = [correct] + rng.sample([p for p in pool if p != correct], 3)
-    rng.shuffle(options)
-    if ordered:
-        options.sort(key=pool.index)
-    return options, LETTERS[options.index(correct)]
-
-
 def checks(kind: str, options: list[str], letter: str) -> str:
     """As `tasks_en.checks`: "A. Quadrat: ein Kreis ist kein Quadrat. B. Kreis: ein Kreis ist ein Kreis." """
     said, out = options[LETTERS.index(letter)], []
@@ -165,15 +156,15 @@ def _multiple_choice(scene: Scene, rng: random.Random) -> tuple[str, str]:
     pronoun = "er" if o.shape in MASCULINE else "es"
     if kind == "shape":
         question = f"Welche Form ist {phrase(o)}?"
-        options, letter = _options(SHAPES[o.shape], list(SHAPES.values()), rng)
+        options, letter = draw_options(SHAPES[o.shape], list(SHAPES.values()), rng)
         reason = f"Das Objekt {phrase(o)} ist {indefinite(o)}, also ist es ein {SHAPES[o.shape]}."
     elif kind == "colour":
         question = f"Welche Farbe hat die Form {phrase(o)}?"
-        options, letter = _options(COLOURS[o.colour], list(COLOURS.values()), rng)
+        options, letter = draw_options(COLOURS[o.colour], list(COLOURS.values()), rng)
         reason = f"Die Form {phrase(o)} ist {indefinite(o)}, also ist sie {COLOURS[o.colour]}."
     elif kind == "position" and unique(scene, colour=o.colour, shape=o.shape):
         question = f"Wo ist {definite(o)}?"
-        options, letter = _options(PLACES[o.cell], list(PLACES), rng, ordered=True)
+        options, letter = draw_options(PLACES[o.cell], list(PLACES), rng, ordered=True)
         reason = f"{cap(definite(o))} ist {phrase(o)}, also ist {pronoun} {PLACES[o.cell]}."
     else:
         kind, n = "count", len(scene.objects)
@@ -220,17 +211,11 @@ def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
 
 
 def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    kind = rng.choice(("all", "colour", "shape"))
-    if kind == "all":
-        n, strong, weak = len(scene.objects), "Formen", "Formen"
-    elif kind == "colour":
-        colour = rng.choice([o.colour for o in scene.objects] + list(COLOUR_NAMES))
-        n = sum(o.colour == colour for o in scene.objects)
-        strong, weak = (f"{inflect(COLOURS[colour], e)} Formen" for e in ("e", "en"))
+    kind, counting, n = counted(scene, rng)
+    if kind == "colour":  # the adjective's strong and weak endings: "rote Formen", "der roten Formen"
+        strong, weak = (f"{inflect(COLOURS[counting], e)} Formen" for e in ("e", "en"))
     else:
-        shape = rng.choice([o.shape for o in scene.objects] + list(SHAPES))
-        n, strong = sum(o.shape == shape for o in scene.objects), PLURALS[shape]
-        weak = strong
+        strong = weak = "Formen" if kind == "all" else PLURALS[counting]
     question = rng.choice((f"Wie viele {strong} gibt es?", f"Wie viele {strong} sind auf dem Bild?"))
     if n == 0:
         return question, restated("es gibt", f"keine {weak}", rng)
@@ -238,7 +223,7 @@ def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
 
 
 def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
-    candidates = [o for o in scene.objects if unique(scene, colour=o.colour, shape=o.shape)]
+    candidates = distinct(scene)
     if not candidates:
         return None
     o = rng.choice(candidates)
@@ -247,28 +232,16 @@ def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
 
 
 def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    if rng.random() < 0.5:
-        asked = rng.choice(scene.objects)
-    else:
-        asked = Obj(rng.choice(list(SHAPES)), rng.choice(list(COLOUR_NAMES)), "small", 0)
-    thing = indefinite(asked, size=False, accusative=True)
+    asked_, hit = asked(scene, rng)
+    thing = indefinite(asked_, size=False, accusative=True)
     question = rng.choice((f"Gibt es {thing} auf dem Bild?", f"Siehst du {thing}?"))
-    hits = [o for o in scene.objects if o.colour == asked.colour and o.shape == asked.shape]
-    if hits:
-        return question, rng.choice(("Ja.", f"Ja, es gibt {thing} {phrase(hits[0])}."))
+    if hit:
+        return question, rng.choice(("Ja.", f"Ja, es gibt {thing} {phrase(hit)}."))
     return question, rng.choice(("Nein.", f"Nein, es gibt k{thing}."))
 
 
 # The phrase tables `tasks.qa` dispatches over (`phrasing.ask`): the tasks whose question is drawn
-# from a list of prompts, and each task's form, which writes its answer (or question and answer).
+# from a list of prompts, and each task's form (`_<task>` above, `phrasing.forms`), which writes
+# its answer (or question and answer).
 PROMPTS = {"description": DESCRIBE, "caption": CAPTION}
-FORMS = {
-    "description": _description,
-    "caption": _caption,
-    "multiple_choice": _multiple_choice,
-    "vqa_colour": _vqa_colour,
-    "vqa_shape": _vqa_shape,
-    "vqa_count": _vqa_count,
-    "vqa_position": _vqa_position,
-    "vqa_yesno": _vqa_yesno,
-}
+FORMS = forms(globals())

@@ -9,7 +9,7 @@ too; `tasks_de` and `tasks_zh` write multiple choice's checks as `checks` does.
 
 import random
 
-from .phrasing import LETTERS, cap, listing, unique
+from .phrasing import LETTERS, cap, counted, distinct, draw_options, forms, listing, unique
 from .scenes import COLOURS, GRID, POSITIONS, SHAPES, Obj, Scene
 
 NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -127,15 +127,6 @@ def _caption(scene: Scene, rng: random.Random) -> str:
 # --- (c) multiple choice with explanation ---------------------------------------------------
 
 
-def _options(correct: str, pool: list[str], rng: random.Random, ordered: bool = False) -> tuple[list[str], str]:
-    """The right option and three others, shuffled; with `ordered`, then put in `pool`'s order."""
-    options = [correct] + rng.sample([p for p in pool if p != correct], 3)
-    rng.shuffle(options)
-    if ordered:
-        options.sort(key=pool.index)
-    return options, LETTERS[options.index(correct)]
-
-
 # Multiple choice has three forms, one question: the LM stage's (`BRIEF`, brief checks), stages
 # 3b-5d's (`EARLY`, restated checks) and the final one (`multiple_choice`: stage 5e on, the
 # distillation set, the evaluation, the app). The final form differs from `EARLY` in the two
@@ -164,15 +155,15 @@ def _multiple_choice(scene: Scene, rng: random.Random, form: str = "multiple_cho
     # draws the conclusion from its own words: the look-up form the short answers use.
     if kind == "shape":
         question = f"Which shape is {o.position_phrase}?"
-        options, letter = _options(o.shape, list(SHAPES), rng)
+        options, letter = draw_options(o.shape, list(SHAPES), rng)
         reason = f"The object {o.position_phrase} is {article(name(o))}, so it is a {o.shape}."
     elif kind == "colour":
         question = f"What colour is the shape {o.position_phrase}?"
-        options, letter = _options(o.colour, list(COLOURS), rng)
+        options, letter = draw_options(o.colour, list(COLOURS), rng)
         reason = f"The shape {o.position_phrase} is {article(name(o))}, so it is {o.colour}."
     elif kind == "position" and unique(scene, colour=o.colour, shape=o.shape):
         question = f"Where is the {name(o, False)}?"
-        options, letter = _options(o.position, list(POSITIONS), rng, ordered=final)
+        options, letter = draw_options(o.position, list(POSITIONS), rng, ordered=final)
         reason = f"The {name(o, False)} is {o.position_phrase}, so it is at the {o.position}."
     else:
         n = len(scene.objects)
@@ -185,7 +176,7 @@ def _multiple_choice(scene: Scene, rng: random.Random, form: str = "multiple_cho
             listed = listing([f"{x.position_phrase}, {article(name(x, False))}" for x in scene.objects], "; ", "; and ")
             reason = cap(f"{listed}, so {are}.")
         else:
-            options, letter = _options(NUMBERS[n], list(NUMBERS[1:6]), rng)
+            options, letter = draw_options(NUMBERS[n], list(NUMBERS[1:6]), rng)
             reason = f"The image contains {listing([article(name(x, False)) for x in scene.objects])}, so {are}."
     # The options on one line, so each letter is the same token (" A") as in the answer's checks;
     # on lines of their own the question's "A" and the answer's " A" were two unrelated tokens.
@@ -273,15 +264,8 @@ def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
 
 
 def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    kind = rng.choice(("all", "colour", "shape"))
-    if kind == "all":
-        n, what = len(scene.objects), "shapes"
-    elif kind == "colour":
-        colour = rng.choice([o.colour for o in scene.objects] + list(COLOURS))
-        n, what = sum(o.colour == colour for o in scene.objects), f"{colour} shapes"
-    else:
-        shape = rng.choice([o.shape for o in scene.objects] + list(SHAPES))
-        n, what = sum(o.shape == shape for o in scene.objects), plural(shape)
+    kind, counting, n = counted(scene, rng)
+    what = "shapes" if kind == "all" else f"{counting} shapes" if kind == "colour" else plural(counting)
     question = rng.choice((f"How many {what} are there?", f"How many {what} are in the image?"))
     if n == 0:
         return question, restated("there", f"are no {what}", rng)
@@ -289,7 +273,7 @@ def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
 
 
 def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
-    candidates = [o for o in scene.objects if unique(scene, colour=o.colour, shape=o.shape)]
+    candidates = distinct(scene)
     if not candidates:
         return None
     o = rng.choice(candidates)
@@ -312,17 +296,10 @@ def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:
 
 
 # The phrase tables `tasks.qa` dispatches over (`phrasing.ask`): the tasks whose question is drawn
-# from a list of prompts, and each task's form, which writes its answer (or question and answer).
+# from a list of prompts, and each task's form (`_<task>` above, `phrasing.forms`), which writes
+# its answer (or question and answer); multiple choice's earlier forms besides.
 PROMPTS = {"description": DESCRIBE, "caption": CAPTION}
-FORMS = {
-    "description": _description,
-    "caption": _caption,
-    "multiple_choice": _multiple_choice,
-    "vqa_colour": _vqa_colour,
-    "vqa_shape": _vqa_shape,
-    "vqa_count": _vqa_count,
-    "vqa_position": _vqa_position,
-    "vqa_yesno": _vqa_yesno,
+FORMS = forms(globals()) | {
     BRIEF: lambda scene, rng: _multiple_choice(scene, rng, BRIEF),
     EARLY: lambda scene, rng: _multiple_choice(scene, rng, EARLY),
 }

@@ -10,8 +10,7 @@ punctuation (":", "，", "。"), so the byte-level pre-tokenizer always cuts a l
 
 import random
 
-from .phrasing import LETTERS, unique
-from .scenes import COLOURS as COLOUR_NAMES
+from .phrasing import LETTERS, asked, counted, distinct, draw_options, forms, unique
 from .scenes import GRID, Obj, Scene
 
 COLOURS = {"red": "红色", "orange": "橙色", "yellow": "黄色", "green": "绿色", "blue": "蓝色", "purple": "紫色"}
@@ -118,14 +117,6 @@ def _caption(scene: Scene, rng: random.Random) -> str:
 # --- (c) multiple choice with explanation ---------------------------------------------------
 
 
-def _options(correct: str, pool: list[str], rng: random.Random, ordered: bool = False) -> tuple[list[str], str]:
-    options = [correct] + rng.sample([p for p in pool if p != correct], 3)
-    rng.shuffle(options)
-    if ordered:
-        options.sort(key=pool.index)
-    return options, LETTERS[options.index(correct)]
-
-
 def checks(options: list[str], letter: str) -> str:
     """As `tasks_en.checks`: "A. 正方形：圆形不是正方形。B. 圆形：圆形是圆形。" """
     said, out = options[LETTERS.index(letter)], []
@@ -144,15 +135,15 @@ def _multiple_choice(scene: Scene, rng: random.Random) -> tuple[str, str]:
     kind = rng.choice(("shape", "colour", "position", "count"))
     if kind == "shape":
         question = f"{PLACES[o.cell]}的图形是什么形状？"
-        options, letter = _options(SHAPES[o.shape], list(SHAPES.values()), rng)
+        options, letter = draw_options(SHAPES[o.shape], list(SHAPES.values()), rng)
         reason = f"{PLACES[o.cell]}的物体是{name(o)}，所以它是{SHAPES[o.shape]}。"
     elif kind == "colour":
         question = f"{PLACES[o.cell]}的图形是什么颜色？"
-        options, letter = _options(COLOURS[o.colour], list(COLOURS.values()), rng)
+        options, letter = draw_options(COLOURS[o.colour], list(COLOURS.values()), rng)
         reason = f"{PLACES[o.cell]}的图形是{name(o)}，所以它是{COLOURS[o.colour]}。"
     elif kind == "position" and unique(scene, colour=o.colour, shape=o.shape):
         question = f"{thing(o)}在哪里？"
-        options, letter = _options(PLACES[o.cell], list(PLACES), rng, ordered=True)
+        options, letter = draw_options(PLACES[o.cell], list(PLACES), rng, ordered=True)
         reason = f"{thing(o)}{PLACE_PHRASES[o.cell]}，所以它在{PLACES[o.cell]}。"
     else:
         n = len(scene.objects)
@@ -196,15 +187,8 @@ def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
 
 
 def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    kind = rng.choice(("all", "colour", "shape"))
-    if kind == "all":
-        n, what = len(scene.objects), "图形"
-    elif kind == "colour":
-        colour = rng.choice([o.colour for o in scene.objects] + list(COLOUR_NAMES))
-        n, what = sum(o.colour == colour for o in scene.objects), f"{COLOURS[colour]}的图形"
-    else:
-        shape = rng.choice([o.shape for o in scene.objects] + list(SHAPES))
-        n, what = sum(o.shape == shape for o in scene.objects), SHAPES[shape]
+    kind, counting, n = counted(scene, rng)
+    what = "图形" if kind == "all" else f"{COLOURS[counting]}的图形" if kind == "colour" else SHAPES[counting]
     question = rng.choice((f"有几个{what}？", f"图中有多少个{what}？"))
     if n == 0:
         return question, restated("图中", f"没有{what}", rng)
@@ -212,7 +196,7 @@ def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
 
 
 def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
-    candidates = [o for o in scene.objects if unique(scene, colour=o.colour, shape=o.shape)]
+    candidates = distinct(scene)
     if not candidates:
         return None
     o = rng.choice(candidates)
@@ -221,27 +205,15 @@ def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
 
 
 def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    if rng.random() < 0.5:
-        asked = rng.choice(scene.objects)
-    else:
-        asked = Obj(rng.choice(list(SHAPES)), rng.choice(list(COLOUR_NAMES)), "small", 0)
-    question = rng.choice((f"图中有{thing(asked)}吗？", f"你能看到{thing(asked)}吗？"))
-    hits = [o for o in scene.objects if o.colour == asked.colour and o.shape == asked.shape]
-    if hits:
-        return question, rng.choice(("有。", f"有，{PLACES[hits[0].cell]}有一个{thing(asked)}。"))
-    return question, rng.choice(("没有。", f"没有，图中没有{thing(asked)}。"))
+    asked_, hit = asked(scene, rng)
+    question = rng.choice((f"图中有{thing(asked_)}吗？", f"你能看到{thing(asked_)}吗？"))
+    if hit:
+        return question, rng.choice(("有。", f"有，{PLACES[hit.cell]}有一个{thing(asked_)}。"))
+    return question, rng.choice(("没有。", f"没有，图中没有{thing(asked_)}。"))
 
 
 # The phrase tables `tasks.qa` dispatches over (`phrasing.ask`): the tasks whose question is drawn
-# from a list of prompts, and each task's form, which writes its answer (or question and answer).
+# from a list of prompts, and each task's form (`_<task>` above, `phrasing.forms`), which writes
+# its answer (or question and answer).
 PROMPTS = {"description": DESCRIBE, "caption": CAPTION}
-FORMS = {
-    "description": _description,
-    "caption": _caption,
-    "multiple_choice": _multiple_choice,
-    "vqa_colour": _vqa_colour,
-    "vqa_shape": _vqa_shape,
-    "vqa_count": _vqa_count,
-    "vqa_position": _vqa_position,
-    "vqa_yesno": _vqa_yesno,
-}
+FORMS = forms(globals())
