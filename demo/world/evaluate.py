@@ -16,6 +16,7 @@ Ends with one JSON line holding all of it. The world in three languages is evalu
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -161,15 +162,21 @@ def print_tables(r: dict) -> None:
     print(f"\nLoad time of the three models + processor: {r['load_s']:.2f} s\n")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def command_line(description: str, run: Callable[[Path, int], dict], tables: Callable[[dict], None]) -> None:
+    """An evaluation's command line (this one's, `evaluate_languages`'): `run` the models of --dir
+    on --n held-out examples per task, print its `tables`, then the result as one line of JSON."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--dir", type=Path, default=ASSETS, help="the world's model directory")
     parser.add_argument("--n", type=int, default=100, help="held-out examples per task (half for descriptions)")
     args = parser.parse_args()
     torch.manual_seed(0)
-    result = evaluate(args.dir, args.n)
-    print_tables(result)
+    result = run(args.dir, args.n)
+    tables(result)
     print(json.dumps(result, separators=(",", ":")))
+
+
+def main() -> None:
+    command_line(__doc__.split("\n\n")[0], evaluate, print_tables)
 
 
 if __name__ == "__main__":

@@ -15,15 +15,12 @@ shipped processor, as `evaluate.py` does) and scores them with `scoring.score`. 
 Ends with one JSON line holding all of it.
 """
 
-import argparse
-import json
 import time
 from pathlib import Path
 
 import torch
 
-from . import ASSETS
-from .evaluate import agreement, encode_examples, load_target
+from .evaluate import agreement, command_line, encode_examples, load_target
 from .generate import greedy
 from .scoring import score
 from .tasks import LANGUAGES, TASKS, heldout_examples
@@ -131,14 +128,7 @@ def print_tables(r: dict) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dir", type=Path, default=ASSETS, help="the world's model directory")
-    parser.add_argument("--n", type=int, default=100, help="held-out examples per task (half for descriptions)")
-    args = parser.parse_args()
-    torch.manual_seed(0)
-    result = evaluate_languages(args.dir, args.n)
-    print_tables(result)
-    print(json.dumps(result, separators=(",", ":")))
+    command_line(__doc__.split("\n\n")[0], evaluate_languages, print_tables)
 
 
 if __name__ == "__main__":
