@@ -59,34 +59,37 @@ class Shapes:
         return (self.vision["image_size"] // self.vision["patch_size"]) ** 2
 
 
+def clip(hidden: int, intermediate: int, layers: int, heads: int, image: int, patch: int, projection: int) -> dict:
+    """CLIPVisionConfig fields of a vision tower: `image` pixels a side, cut into `patch`-pixel patches."""
+    return dict(
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        image_size=image,
+        patch_size=patch,
+        projection_dim=projection,
+    )
+
+
+def llama(vocab: int, hidden: int, intermediate: int, layers: int, heads: int, positions: int) -> dict:
+    """LlamaConfig fields of a multi-head Llama (as many key/value heads as query heads: both
+    llava-1.5-7b's language model and vicuna-68m are)."""
+    return dict(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=positions,
+    )
+
+
 FULL = Shapes(  # llava-hf/llava-1.5-7b-hf and double7/vicuna-68m (JackFram/llama-68m's shape)
-    vision=dict(
-        hidden_size=1024,
-        intermediate_size=4096,
-        num_hidden_layers=24,
-        num_attention_heads=16,
-        image_size=336,
-        patch_size=14,
-        projection_dim=768,
-    ),
-    text=dict(
-        vocab_size=32064,
-        hidden_size=4096,
-        intermediate_size=11008,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        num_key_value_heads=32,
-        max_position_embeddings=4096,
-    ),
-    drafter=dict(
-        vocab_size=32000,
-        hidden_size=768,
-        intermediate_size=3072,
-        num_hidden_layers=2,
-        num_attention_heads=12,
-        num_key_value_heads=12,
-        max_position_embeddings=2048,
-    ),
+    vision=clip(1024, 4096, layers=24, heads=16, image=336, patch=14, projection=768),
+    text=llama(32064, 4096, 11008, layers=32, heads=32, positions=4096),
+    drafter=llama(32000, 768, 3072, layers=2, heads=12, positions=2048),
     image_token=32000,
     prompt_text=40,
     answer=64,
@@ -96,33 +99,9 @@ FULL = Shapes(  # llava-hf/llava-1.5-7b-hf and double7/vicuna-68m (JackFram/llam
     cases=3,
 )
 SMOKE = Shapes(
-    vision=dict(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        image_size=32,
-        patch_size=8,
-        projection_dim=32,
-    ),
-    text=dict(
-        vocab_size=1064,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=512,
-    ),
-    drafter=dict(
-        vocab_size=1000,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-    ),
+    vision=clip(32, 64, layers=1, heads=2, image=32, patch=8, projection=32),
+    text=llama(1064, 64, 128, layers=2, heads=4, positions=512),
+    drafter=llama(1000, 32, 64, layers=1, heads=2, positions=512),
     image_token=1000,
     prompt_text=8,
     answer=8,
