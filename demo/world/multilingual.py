@@ -45,7 +45,7 @@ from .models import build, n_params
 from .new_tokens import grow_embeddings, kept_english_loss, new_rows_only, quiet_directions
 from .recipe import ENGLISH_KEEP, FULL, LANGUAGE_CURRICULUM, QUICK, LanguageDrafter, Recipe, in_languages
 from .scoring import score
-from .stage_tools import Distill, World
+from .stage_tools import Distill, World, distilled
 from .tasks import LANGUAGES, Example, corpus, heldout_examples
 from .tokenization import IMAGE_TOKEN, build_processor, extend_tokenizer
 from .train import train
@@ -173,22 +173,7 @@ def stage_target_languages(w: World, recipe: Recipe, seed: int, log: dict) -> No
 
 def distill_set(w: World, language: str, recipe: Recipe, seed: int) -> Distill:
     """11a. the target's greedy answers to fresh questions in `language` on training scenes."""
-    c = recipe.language_distill[language]
-    items = sample_items(w.pool, c.mix, c.items, seed + c.seed)
-    prompts = [encode(w.tok, it.question, None)[0] for it in items]
-    scenes = [it.scene for it in items]
-    eos = w.tok.eos_token_id
-    answers = greedy(
-        w.target,
-        prompts,
-        w.tok.pad_token_id,
-        eos,
-        w.image_id,
-        pixel_values=w.pool.pixels[scenes],
-        max_new_tokens=c.max_new_tokens,
-        desc=f"11 distillation set, {language}",
-    )
-    return Distill(scenes, [it.task for it in items], prompts, [a + [eos] for a in answers])
+    return distilled(w, recipe.language_distill[language], seed, f"11 distillation set, {language}")
 
 
 def joined(sets: list[Distill]) -> Distill:

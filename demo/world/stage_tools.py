@@ -8,6 +8,7 @@
     set_trainable    only the given modules' parameters learn
     Distill          the target's greedy answers, and endless batches of them
     World            the tokenizer, processor, scene pool and models the stages hand on
+    distilled        a distillation set: the target's greedy answers to fresh questions (stages 6, 11a)
 """
 
 import random
@@ -15,8 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .data import ScenePool, collate
+from .data import ScenePool, collate, encode, sample_items
 from .fit import CellHeads, fit
+from .generate import greedy
 from .slots import embeds_with_slots, slot_vectors
 from .tokenization import IMAGE_TOKEN
 
@@ -125,3 +127,23 @@ class World:
     @property
     def image_id(self) -> int:
         return self.tok.convert_tokens_to_ids(IMAGE_TOKEN)
+
+
+def distilled(w: World, config, seed: int, desc: str) -> Distill:
+    """The target's greedy answers to `config.items` fresh questions of `config.mix` on training
+    scenes (`recipe.Distillation`: stage 6's, and stage 11a's per language), each ended by <|end|>."""
+    items = sample_items(w.pool, config.mix, config.items, seed + config.seed)
+    prompts = [encode(w.tok, it.question, None)[0] for it in items]
+    scenes = [it.scene for it in items]
+    eos = w.tok.eos_token_id
+    answers = greedy(
+        w.target,
+        prompts,
+        w.tok.pad_token_id,
+        eos,
+        w.image_id,
+        pixel_values=w.pool.pixels[scenes],
+        max_new_tokens=config.max_new_tokens,
+        desc=desc,
+    )
+    return Distill(scenes, [it.task for it in items], prompts, [a + [eos] for a in answers])

@@ -55,14 +55,13 @@ import torch
 from tqdm import tqdm
 
 from . import ASSETS
-from .data import ScenePool, batches, drill_batches, encode, fact_batches, sample_items
+from .data import ScenePool, batches, drill_batches, fact_batches
 from .fit import fit
 from .gallery import write_examples
-from .generate import greedy
 from .models import build, n_params
 from .probes import slot_probe
 from .recipe import CURRICULUM, FULL, QUICK, Data, Distillation, Drills, Recipe
-from .stage_tools import Distill, World, align_projector, loss_on, pretrain_tower, set_trainable
+from .stage_tools import World, align_projector, distilled, loss_on, pretrain_tower, set_trainable
 from .tasks import corpus
 from .tasks_en import EARLY
 from .tokenization import build_processor, train_tokenizer
@@ -188,21 +187,7 @@ def stage_final_form(w: World, recipe: Recipe, seed: int, log: dict) -> None:
 
 def stage_distill(w: World, config: Distillation, seed: int, log: dict) -> None:
     """6. the target's greedy answers to fresh questions on training scenes."""
-    items = sample_items(w.pool, config.mix, config.items, seed + config.seed)
-    prompts = [encode(w.tok, it.question, None)[0] for it in items]
-    scenes = [it.scene for it in items]
-    eos = w.tok.eos_token_id
-    answers = greedy(
-        w.target,
-        prompts,
-        w.tok.pad_token_id,
-        eos,
-        w.image_id,
-        pixel_values=w.pool.pixels[scenes],
-        max_new_tokens=config.max_new_tokens,
-        desc="6 distillation set",
-    )
-    w.distill = Distill(scenes, [it.task for it in items], prompts, [a + [eos] for a in answers])
+    w.distill = distilled(w, config, seed, "6 distillation set")
     log["distill_answer_tokens"] = sum(len(a) for a in w.distill.answers)
 
 
