@@ -15,7 +15,7 @@ from demo import session
 from demo.engine import decoding
 from demo.engine.sampling import Sampling
 from demo.models import loader
-from demo.session import budget
+from demo.session import budget, lane_runs
 from demo.session.validate import InvalidInput
 
 
@@ -133,3 +133,29 @@ def test_a_race_admitted_on_a_slowed_machine_finishes_within_its_limit(learning,
     result = list(admitted.events())[-1]
     assert result.ending == "finished" and result.limit == 0.6
     assert len(admitted.traces["autoregressive"].tokens) == most and now[0] - started < 0.6
+
+
+def test_a_race_is_checked_again_at_ready_where_a_warm_up_it_waited_for_measured_a_slow_machine(
+    learning, uploads, monkeypatch
+):
+    request = session.Request(
+        question="Describe the image.",
+        preset="tiny-learning",
+        drafter="text-only",
+        gamma=3,
+        sampling=Sampling(),
+        max_new_tokens=300,
+    )
+    load = lane_runs.load
+
+    def after_a_warm_up(*args, **kwargs):  # the race waited for a warm-up, which measured a crawling machine
+        budget.learn(request, {"autoregressive": lane(100.0)})
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(lane_runs, "load", after_a_warm_up)
+    race = session.Race(request, str(uploads / "q.png"), uploads)
+    budget.check(race.estimate)  # admitted before its models are loaded: nothing measured yet
+    seen = []
+    with pytest.raises(InvalidInput, match="at this machine's present speed"):
+        seen.extend(race.events())
+    assert not any(isinstance(item, session.Lane) for item in seen) and race.ready is None

@@ -10,6 +10,12 @@ in this process with the same settings the server gets). Each race uses the next
 question. It prints each race's seconds, whether it was stopped, the tokens each lane made and the
 seconds its clock ran, then one JSON line.
 
+The server is the app as `launch()` serves it, warm-up included (the bench waits until the warm-up
+has started, as a Space's first visitor would find it): the budget learns this machine's speed from
+the warm-up and each race (`budget.learn`), so on a loaded machine it may refuse the race the idle
+figures admit. A refused race is sent again at the max new tokens its sentence offers, as a visitor
+would; the summary counts the refused and, of the races admitted, those stopped over budget.
+
     python -m demo.bench.heaviest --races 3             the deployment's budget (DEMO_BUDGET_SECONDS)
 """
 
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -42,7 +49,24 @@ def heaviest_max_new(preset: str, question: str) -> tuple[int, float]:
     return most, budget.race(request).seconds
 
 
+FITS = re.compile(r"lower max new tokens to (\d+) or less")
+
+
 def race(visitor, image: str, question: str, preset: str, max_new: int) -> dict:
+    """One race; refused, the same race again at the max new tokens its refusal offers."""
+    from gradio_client.exceptions import AppError
+
+    try:
+        return send(visitor, image, question, preset, max_new)
+    except AppError as refusal:
+        fits = FITS.search(str(refusal))
+        if fits is None:
+            raise
+        print(f"refused at {max_new} new tokens: {refusal}")
+        return {"refused_at": max_new, **send(visitor, image, question, preset, int(fits.group(1)))}
+
+
+def send(visitor, image: str, question: str, preset: str, max_new: int) -> dict:
     from gradio_client import handle_file
 
     started = time.perf_counter()
@@ -65,7 +89,26 @@ def race(visitor, image: str, question: str, preset: str, max_new: int) -> dict:
     made = {lane: len(made) for lane, made in tokens.items()}
     clocks = {lane: round(made[-1]["t"], 1) if made else 0.0 for lane, made in tokens.items()}  # decoding s
     seconds = round(time.perf_counter() - started, 1)
-    return {"seconds": seconds, "stopped": payload.get("stopped"), "made": made, "lane_seconds": clocks}
+    return {
+        "max_new": max_new,
+        "seconds": seconds,
+        "stopped": payload.get("stopped"),
+        "made": made,
+        "lane_seconds": clocks,
+    }
+
+
+def warm_up_after() -> float:
+    from demo.page.server import WARM_UP_AFTER_S  # gradio: imported when the bench runs, not at import
+
+    return WARM_UP_AFTER_S
+
+
+def serve(port: int, preset: str) -> None:
+    """The child process: the app on 127.0.0.1:port as `launch()` serves it, warming `preset` up."""
+    from demo.page import server
+
+    server.launch(server.build_demo(), warm=preset, server_name="127.0.0.1", server_port=port, quiet=True)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -74,7 +117,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--preset", default=presets.DEFAULT_PRESET)
     parser.add_argument("--first", type=int, default=0, help="the example to start from")
     parser.add_argument("--greedy", action="store_true", help="greedy races (with their γ sweep and table)")
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the child process: serve on this port
     args = parser.parse_args(argv)
+    if args.serve:
+        return serve(args.serve, args.preset)
     SETTINGS["greedy"] = args.greedy
     pairs = examples()
     max_new, estimate = heaviest_max_new(args.preset, pairs[0][1])
@@ -85,9 +131,11 @@ def main(argv: list[str] | None = None) -> dict:
         env = {**os.environ, "GRADIO_TEMP_DIR": cache, "GRADIO_ANALYTICS_ENABLED": "False"}
         env.pop("GRADIO_SERVER_NAME", None)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        server = subprocess.Popen([sys.executable, "-m", "demo.bench.soak", "--serve", str(port)], env=env, cwd=ROOT)
+        child = [sys.executable, "-m", "demo.bench.heaviest", "--serve", str(port), "--preset", args.preset]
+        server = subprocess.Popen(child, env=env, cwd=ROOT)
         try:
             _wait_up(url, server)
+            time.sleep(warm_up_after() + 2)  # the warm-up has started: the first race waits for it
             visitor = client(url)
             print(f"{args.races} races of {max_new} new tokens (estimate {estimate:.1f} s), {SETTINGS}")
             for i in range(args.races):
@@ -102,7 +150,9 @@ def main(argv: list[str] | None = None) -> dict:
                 server.kill()
                 server.wait()
     stopped = sum(bool(r["stopped"]) for r in results)
+    refused = sum("refused_at" in r for r in results)
     summary = {"max_new_tokens": max_new, "estimate_s": round(estimate, 1), "races": len(results), "stopped": stopped}
+    summary |= {"refused_then_resent": refused, "admitted_max_new": [r["max_new"] for r in results]}
     summary["seconds"] = [r["seconds"] for r in results]
     print(json.dumps(summary))
     return summary

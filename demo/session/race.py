@@ -4,8 +4,8 @@
     race.events()    Loading / Ready / Lane / Sweeping items as they come, then one RaceResult
     race.stop()      ends it after the item at hand (the page's Stop)
     race.traces      the lanes' traces: the one accumulator, filled as the Lane items pass
-    race.deadline    its budget: the estimate refused before any work (`budget.check`), then a
-                     limit the race arms itself at Ready, once its models are loaded
+    race.deadline    its budget: the estimate refused before any work (`budget.check`) and again
+                     at Ready, then a limit the race arms itself at Ready, once its models are loaded
 
 `RaceResult.ending` says how it ended, once: "finished" (the lanes, the γ sweep, the table of
 strategies and the image attention), "stopped" (a Stop), "over budget" (the limit ran out while
@@ -156,6 +156,10 @@ class Race:
                     swept = item
                     break
                 if isinstance(item, Ready):
+                    # Again, now its models are loaded: a warm-up it waited for may have just
+                    # measured this machine's speed (`budget.learn`); still before any decoding.
+                    self.estimate = budget.race(self.request)
+                    budget.check(self.estimate)
                     self.ready = item
                     self.deadline.arm(budget.race_limit(self.request))  # the race's own limit, from its start
                 elif isinstance(item, Lane):
