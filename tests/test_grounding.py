@@ -7,8 +7,7 @@ import tiny_families
 import torch
 from PIL import Image
 
-from demo import session
-from demo.engine.sampling import Sampling
+from demo.bench.grounding_layers import answer
 from demo.models import attention_pass, loader
 from demo.session import rejections as analysis
 from demo.world.scenes import GRID
@@ -25,23 +24,9 @@ def world():
     return loader.load("embedded")
 
 
-def _answer(world, ex, max_new=48):
-    request = session.Request(
-        question=ex.question,
-        preset="embedded",
-        drafter="text-only",
-        gamma=4,
-        sampling=Sampling(),
-        max_new_tokens=max_new,
-    )
-    trace = session.run(world, request, ex.image, lane="autoregressive")
-    inputs = world.prompt(ex.image, ex.question).target_inputs
-    return trace, inputs
-
-
 def test_image_text_and_own_shares_sum_to_one_for_every_head(world):
     ex = heldout_examples("caption", 1, seed=5)[0]
-    trace, inputs = _answer(world, ex)
+    trace, inputs = answer(world, ex, max_new_tokens=48)
     ids = list(trace.summary.token_ids)
     input_ids = inputs["input_ids"][0].tolist()
     _, _, cells = attention_pass.layout(
@@ -60,7 +45,7 @@ def test_image_text_and_own_shares_sum_to_one_for_every_head(world):
 
 def test_a_token_copied_from_the_question_looks_at_text_and_a_colour_word_at_the_image(world):
     ex = next(e for e in heldout_examples("vqa_colour", 8, seed=3) if len(e.scene.objects) == 1)
-    trace, inputs = _answer(world, ex)
+    trace, inputs = answer(world, ex, max_new_tokens=48)
     read = attention_pass.image_attention(world, inputs, list(trace.summary.token_ids))
     categories = analysis.token_categories(trace, world.target.stop_ids)
     question = ex.question.lower()
@@ -78,7 +63,7 @@ def test_a_colour_word_looks_at_the_cell_of_its_object(world):
     for ex in heldout_examples("vqa_colour", 16, seed=7):
         if len(ex.scene.objects) != 1:
             continue
-        trace, inputs = _answer(world, ex)
+        trace, inputs = answer(world, ex, max_new_tokens=48)
         read = attention_pass.image_attention(world, inputs, list(trace.summary.token_ids))
         assert (read.rows, read.cols) == (GRID, GRID)
         at = next(i for i, (_, c) in enumerate(analysis.token_categories(trace)) if c == "colour")

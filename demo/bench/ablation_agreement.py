@@ -21,13 +21,8 @@ import json
 import math
 import time
 
-from demo import session
-from demo.bench.grounding_layers import GROUNDED, auc, quantile
-from demo.engine.sampling import Sampling
+from demo.bench.grounding_layers import GROUNDED, answered, auc, quantile
 from demo.models import ablation, attention_pass, loader
-from demo.session import rejections as analysis
-from demo.session.rejections import WORD
-from demo.world.tasks import TASKS
 
 LOOKED = 0.35  # the attention share above which the target was looking at the image (docs/grounding.md)
 
@@ -36,30 +31,18 @@ def measure(n: int, seed: int, languages: tuple[str, ...], max_new_tokens: int) 
     """One record per answer token: language, category, asked, attention share, log ratio, flip."""
     loaded = loader.load("embedded")
     records = []
-    for ex in analysis.heldout_mix(TASKS, n * len(languages), seed, languages):
-        request = session.Request(
-            question=ex.question,
-            preset="embedded",
-            drafter="text-only",
-            gamma=4,
-            sampling=Sampling(),
-            max_new_tokens=max_new_tokens,
-        )
-        trace = session.run(loaded, request, ex.image, lane="autoregressive")
+    for ex, trace, inputs, tags in answered(loaded, n, seed, languages, max_new_tokens):
         ids = list(trace.summary.token_ids)
-        inputs = loaded.prompt(ex.image, ex.question).target_inputs
         shares = attention_pass.image_attention(loaded, inputs, ids).image
         read = ablation.ablate(loaded, ex.image, ex.question, ids)
-        question_words = {w.lower() for w in WORD.findall(ex.question)}
-        categories = analysis.token_categories(trace, loaded.target.stop_ids, ex.language)
-        for i, (word, cat) in enumerate(categories):
+        for i, (word, cat, asked) in enumerate(tags):
             records.append(
                 {
                     "language": ex.language,
                     "task": ex.task,
                     "word": word,
                     "category": cat,
-                    "asked": bool(word) and word.lower() in question_words,
+                    "asked": asked,
                     "share": shares[i],
                     "log_ratio": read.log_ratio[i],
                     "flip": read.flips[i],

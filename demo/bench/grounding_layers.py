@@ -21,10 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Iterator
 
 import torch
 
 from demo import session
+from demo.engine.events import Trace
 from demo.engine.sampling import Sampling
 from demo.models import attention_pass, loader
 from demo.session import rejections as analysis
@@ -54,32 +56,51 @@ def quantile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
 
 
+def answer(loaded, ex, max_new_tokens: int) -> tuple[Trace, dict]:
+    """The embedded target's greedy answer to one held-out example (the autoregressive lane: no
+    drafter runs), and the target's inputs for it, which an attention pass or an ablation reads
+    again. This bench's, `ablation_agreement`'s and tests/test_grounding.py's one way to answer."""
+    request = session.Request(
+        question=ex.question,
+        preset="embedded",
+        drafter="text-only",
+        gamma=4,
+        sampling=Sampling(),
+        max_new_tokens=max_new_tokens,
+    )
+    trace = session.run(loaded, request, ex.image, lane="autoregressive")
+    return trace, loaded.prompt(ex.image, ex.question).target_inputs
+
+
+def answered(loaded, n: int, seed: int, languages: tuple[str, ...], max_new_tokens: int) -> Iterator[tuple]:
+    """n held-out examples per language (the task kinds in turn), each answered (`answer`):
+    (example, trace, inputs, tags), a tag per answer token: (word, category, asked), `asked`
+    when the word is in the question, so that it can be copied from there."""
+    for ex in analysis.heldout_mix(TASKS, n * len(languages), seed, languages):
+        trace, inputs = answer(loaded, ex, max_new_tokens)
+        question_words = {w.lower() for w in WORD.findall(ex.question)}
+        categories = analysis.token_categories(trace, loaded.target.stop_ids, ex.language)
+        yield (
+            ex,
+            trace,
+            inputs,
+            [(word, cat, bool(word) and word.lower() in question_words) for word, cat in categories],
+        )
+
+
 def measure(n: int, seed: int, languages: tuple[str, ...], max_new_tokens: int) -> list[dict]:
     """One record per answer token: category, whether copied from the question, share per layer."""
     loaded = loader.load("embedded")
     model = loaded.target.model
     n_layers = len(model.model.language_model.layers)
     records = []
-    for ex in analysis.heldout_mix(TASKS, n * len(languages), seed, languages):
-        request = session.Request(
-            question=ex.question,
-            preset="embedded",
-            drafter="text-only",
-            gamma=4,
-            sampling=Sampling(),
-            max_new_tokens=max_new_tokens,
-        )
-        trace = session.run(loaded, request, ex.image, lane="autoregressive")
+    for ex, trace, inputs, tags in answered(loaded, n, seed, languages, max_new_tokens):
         ids = list(trace.summary.token_ids)
-        inputs = loaded.prompt(ex.image, ex.question).target_inputs
         input_ids = inputs["input_ids"][0].tolist()
         _, _, cells = attention_pass.layout("llava", input_ids, inputs, model.config, loaded.processor.tokenizer)
         weights = attention_pass.head_shares(model, inputs, ids, tuple(range(n_layers)))  # [L, H, n, K]
         shares = weights[..., [c[0] for c in cells]].sum(-1).mean(1)  # [L, n]
-        question_words = {w.lower() for w in WORD.findall(ex.question)}
-        categories = analysis.token_categories(trace, loaded.target.stop_ids, ex.language)
-        for i, (word, cat) in enumerate(categories):
-            asked = bool(word) and word.lower() in question_words
+        for i, (_, cat, asked) in enumerate(tags):
             records.append(
                 {
                     "language": ex.language,
