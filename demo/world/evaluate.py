@@ -25,7 +25,7 @@ from . import ASSETS
 from .data import collate
 from .generate import greedy
 from .scoring import score
-from .tasks import TASKS, Example, heldout_examples, image_grounded_words
+from .tasks import TASKS, Example, heldout_examples, image_grounded_words, in_language
 from .tokenization import word_of_each_token
 
 MODELS = ("target", "drafter-image", "drafter-text")
@@ -65,10 +65,12 @@ def encode_examples(processor, examples) -> tuple[list[list[int]], torch.Tensor]
     return rows, torch.stack(pixels)
 
 
-def answers(model, processor, task: str, n: int, max_new_tokens: int, seed: int = 0) -> tuple[list[Example], list[str]]:
-    """n held-out examples of `task` and the model's greedy answers to them, decoded."""
+def answers(
+    model, processor, task: str, n: int, max_new_tokens: int, seed: int = 0, language: str = "en"
+) -> tuple[list[Example], list[str]]:
+    """n held-out examples of `task` in `language` and the model's greedy answers to them, decoded."""
     tok = processor.tokenizer
-    examples = heldout_examples(task, n, seed=seed)
+    examples = heldout_examples(task, n, seed=seed, language=language)
     rows, pixels = encode_examples(processor, examples)
     ids = greedy(
         model,
@@ -78,7 +80,7 @@ def answers(model, processor, task: str, n: int, max_new_tokens: int, seed: int 
         tok.convert_tokens_to_ids(tok.image_token),
         pixels,
         max_new_tokens=max_new_tokens,
-        desc=task,
+        desc=in_language(task, language),
     )
     return examples, tok.batch_decode(ids, skip_special_tokens=True)
 
@@ -162,12 +164,19 @@ def print_tables(r: dict) -> None:
     print(f"\nLoad time of the three models + processor: {r['load_s']:.2f} s\n")
 
 
-def command_line(description: str, run: Callable[[Path, int], dict], tables: Callable[[dict], None]) -> None:
-    """An evaluation's command line (this one's, `evaluate_languages`'): `run` the models of --dir
-    on --n held-out examples per task, print its `tables`, then the result as one line of JSON."""
+def command_line(
+    description: str,
+    run: Callable[[Path, int], dict],
+    tables: Callable[[dict], None],
+    n: int = 100,
+    n_help: str = "held-out examples per task (half for descriptions)",
+) -> None:
+    """An evaluation's command line (this one's, `evaluate_languages`' and the experiments'
+    `diagnose` and `object_lookup`): `run` the models of --dir on --n held-out examples per task,
+    print its `tables`, then the result as one line of JSON."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--dir", type=Path, default=ASSETS, help="the world's model directory")
-    parser.add_argument("--n", type=int, default=100, help="held-out examples per task (half for descriptions)")
+    parser.add_argument("--n", type=int, default=n, help=n_help)
     args = parser.parse_args()
     torch.manual_seed(0)
     result = run(args.dir, args.n)

@@ -22,13 +22,11 @@ Prints the tables and ends with one JSON line. The parsing is pure Python, teste
 tests/test_world.py.
 """
 
-import argparse
-import json
 import re
 from collections import Counter
 from pathlib import Path
 
-from .. import ASSETS
+from ..evaluate import command_line
 from ..scenes import Scene
 from ..scoring import letter_in, pairs_in, position_in, score, words
 from ..tasks import Example, corpus
@@ -180,13 +178,7 @@ def print_tables(r: dict) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dir", type=Path, default=ASSETS, help="the world's model directory")
-    parser.add_argument("--n", type=int, default=100, help="held-out examples per task")
-    args = parser.parse_args()
-    result = diagnose(args.dir, args.n)
-    print_tables(result)
-    print(json.dumps(result, separators=(",", ":")))
+    command_line(__doc__.split("\n\n")[0], diagnose, print_tables, n_help="held-out examples per task")
 
 
 if __name__ == "__main__":

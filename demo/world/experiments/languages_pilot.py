@@ -26,14 +26,13 @@ import torch
 
 from .. import translation
 from ..data import ScenePool, batches, collate, item_batch, sample_items
-from ..evaluate import encode_examples
+from ..evaluate import answers
 from ..fit import fit
-from ..generate import greedy
 from ..new_tokens import grow_embeddings, kept_english_loss, new_rows_only, quiet_directions
 from ..recipe import ENGLISH_KEEP, MIX, SHORT
 from ..scoring import score
 from ..stage_tools import loss_on, set_trainable
-from ..tasks import LANGUAGES, corpus, heldout_examples, in_language
+from ..tasks import LANGUAGES, corpus, in_language
 from ..tokenization import IMAGE_SEQ_LENGTH, IMAGE_TOKEN, build_processor, extend_tokenizer
 
 EVAL_TASKS = ("vqa_colour", "vqa_shape", "caption", "multiple_choice")
@@ -49,24 +48,11 @@ def pilot_mix(kind: str, english: float) -> dict[str, float]:
 
 @torch.no_grad()
 def quick_eval(target, processor, n: int, tasks=EVAL_TASKS) -> dict:
-    tok = processor.tokenizer
     out = {}
     for lang in LANGUAGES:
         out[lang] = {}
         for task in tasks:
-            examples = heldout_examples(task, n, seed=3, language=lang)
-            rows, pixels = encode_examples(processor, examples)
-            ids = greedy(
-                target,
-                rows,
-                tok.pad_token_id,
-                tok.eos_token_id,
-                tok.convert_tokens_to_ids(tok.image_token),
-                pixels,
-                max_new_tokens=MAX_TOKENS[task],
-                desc=f"{lang} {task}",
-            )
-            texts = tok.batch_decode(ids, skip_special_tokens=True)
+            examples, texts = answers(target, processor, task, n, MAX_TOKENS[task], seed=3, language=lang)
             out[lang][task] = round(sum(score(task, e, t) for e, t in zip(examples, texts)) / len(texts), 3)
             out[lang].setdefault("samples", []).append(texts[0])
     target.train()

@@ -14,16 +14,14 @@ they are; a model that learned "this phrasing at this distance means that cell" 
 accuracy at gap 0 is exactly the app's. Ends with one JSON line.
 """
 
-import argparse
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .. import ASSETS
 from ..data import collate, encode
+from ..evaluate import command_line
 from ..scenes import COLOURS, SHAPES
 from ..scoring import position_in
 from ..tasks import Example, heldout_examples
@@ -134,13 +132,8 @@ def print_table(result: dict) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dir", type=Path, default=ASSETS, help="the world's model directory")
-    parser.add_argument("--n", type=int, default=300, help="held-out questions per task (one-object scenes dropped)")
-    args = parser.parse_args()
-    result = lookup(args.dir, args.n)
-    print_table(result)
-    print(json.dumps(result, separators=(",", ":")))
+    description = __doc__.split("\n\n")[0]
+    command_line(description, lookup, print_table, 300, "held-out questions per task (one-object scenes dropped)")
 
 
 if __name__ == "__main__":
