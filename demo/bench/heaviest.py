@@ -23,15 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import subprocess
-import sys
-import tempfile
 import time
 
-from demo import ROOT
-from demo.bench.soak import _wait_up, client, examples, free_port
+from demo.bench.child_server import served
+from demo.bench.soak import client, examples
 from demo.models import presets
 
 SETTINGS = {"drafter": "text-only+tree", "second_drafter": "image-aware", "gamma": 8, "greedy": False}
@@ -124,31 +120,16 @@ def main(argv: list[str] | None = None) -> dict:
     SETTINGS["greedy"] = args.greedy
     pairs = examples()
     max_new, estimate = heaviest_max_new(args.preset, pairs[0][1])
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/"
     results = []
-    with tempfile.TemporaryDirectory(prefix="heaviest-cache-") as cache:
-        env = {**os.environ, "GRADIO_TEMP_DIR": cache, "GRADIO_ANALYTICS_ENABLED": "False"}
-        env.pop("GRADIO_SERVER_NAME", None)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        child = [sys.executable, "-m", "demo.bench.heaviest", "--serve", str(port), "--preset", args.preset]
-        server = subprocess.Popen(child, env=env, cwd=ROOT)
-        try:
-            _wait_up(url, server)
-            time.sleep(warm_up_after() + 2)  # the warm-up has started: the first race waits for it
-            visitor = client(url)
-            print(f"{args.races} races of {max_new} new tokens (estimate {estimate:.1f} s), {SETTINGS}")
-            for i in range(args.races):
-                image, question = pairs[(args.first + i) % len(pairs)]
-                results.append(race(visitor, image, question, args.preset, max_new))
-                print(f"race {i + 1}: {results[-1]}")
-        finally:
-            server.terminate()
-            try:
-                server.wait(10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+    child = lambda port: ["demo.bench.heaviest", "--serve", str(port), "--preset", args.preset]  # noqa: E731
+    with served(child, "heaviest-cache-") as (url, _, _):
+        time.sleep(warm_up_after() + 2)  # the warm-up has started: the first race waits for it
+        visitor = client(url)
+        print(f"{args.races} races of {max_new} new tokens (estimate {estimate:.1f} s), {SETTINGS}")
+        for i in range(args.races):
+            image, question = pairs[(args.first + i) % len(pairs)]
+            results.append(race(visitor, image, question, args.preset, max_new))
+            print(f"race {i + 1}: {results[-1]}")
     stopped = sum(bool(r["stopped"]) for r in results)
     refused = sum("refused_at" in r for r in results)
     summary = {"max_new_tokens": max_new, "estimate_s": round(estimate, 1), "races": len(results), "stopped": stopped}

@@ -18,7 +18,6 @@ Timings are of this machine as it is; run it on a quiet one. The tests use `laun
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 
 from demo import ROOT
+from demo.bench.child_server import free_port
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [
@@ -47,12 +47,6 @@ def launch_chromium(playwright):
     if not Path(CHROMIUM).exists():
         raise FileNotFoundError(f"Chromium not found at {CHROMIUM}: apt-get install -y chromium (or set $CHROMIUM)")
     return playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def open_page(page, give_up_s: float = 60.0) -> tuple[subprocess.Popen, float]:

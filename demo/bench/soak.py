@@ -27,15 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from demo import ROOT
+from demo.bench.child_server import served
 from demo.models import presets
 
 EXAMPLES = presets.ASSETS / "examples"
@@ -69,12 +65,6 @@ def cpu_seconds(pid: int | str = "self") -> float:
 
 def count_files(folder: str | Path) -> int:
     return sum(len(files) for _, _, files in os.walk(folder))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def examples(folder: Path = EXAMPLES) -> list[tuple[str, str]]:
@@ -206,22 +196,6 @@ def _serve(port: int) -> None:
     server.launch(server.build_demo(), warm=None, server_name="127.0.0.1", server_port=port, quiet=True)
 
 
-def _wait_up(url: str, server: subprocess.Popen, timeout: float = 900.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"the server exited with status {server.returncode}")
-        try:
-            if httpx.get(url + "config", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"the server did not answer at {url} within {timeout:.0f} s")
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=500, help="requests measured after the warm-up")
@@ -241,42 +215,26 @@ def main(argv: list[str] | None = None) -> dict:
         _serve(args.serve)
         return {}
     drafter = args.drafter or presets.PRESETS[args.preset].drafters[0].name
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/"
-    with tempfile.TemporaryDirectory(prefix="soak-cache-") as cache:
-        env = {**os.environ, "GRADIO_TEMP_DIR": cache, "GRADIO_ANALYTICS_ENABLED": "False"}
-        env.pop("GRADIO_SERVER_NAME", None)
-        # One client sends every request's image: the files a visitor may upload a minute are not
-        # what a soak measures (its requests come faster than a person's)
-        env.setdefault("DEMO_UPLOAD_FILES_PER_MINUTE", "1000000")
-        root = ROOT
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-        server = subprocess.Popen([sys.executable, "-m", "demo.bench.soak", "--serve", str(port)], env=env, cwd=root)
-        try:
-            _wait_up(url, server)
-            print(f"server pid {server.pid} at {url}; cache {cache}; {args.warmup} warm-up races")
-            result = soak(
-                url,
-                lambda: rss_bytes(server.pid),
-                Path(cache),
-                cpu=lambda: cpu_seconds(server.pid),
-                requests=args.requests,
-                warmup=args.warmup,
-                every=args.every,
-                preset=args.preset,
-                drafter=drafter,
-                max_new_tokens=args.max_new_tokens,
-                pairs=examples(),
-                mix=tuple(args.mix.split(",")),
-                one_session=args.one_session,
-            )
-        finally:
-            server.terminate()
-            try:
-                server.wait(10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+    # One client sends every request's image: the files a visitor may upload a minute are not
+    # what a soak measures (its requests come faster than a person's)
+    env = {"DEMO_UPLOAD_FILES_PER_MINUTE": os.environ.get("DEMO_UPLOAD_FILES_PER_MINUTE", "1000000")}
+    with served(lambda port: ["demo.bench.soak", "--serve", str(port)], "soak-cache-", env) as (url, server, cache):
+        print(f"server pid {server.pid} at {url}; cache {cache}; {args.warmup} warm-up races")
+        result = soak(
+            url,
+            lambda: rss_bytes(server.pid),
+            cache,
+            cpu=lambda: cpu_seconds(server.pid),
+            requests=args.requests,
+            warmup=args.warmup,
+            every=args.every,
+            preset=args.preset,
+            drafter=drafter,
+            max_new_tokens=args.max_new_tokens,
+            pairs=examples(),
+            mix=tuple(args.mix.split(",")),
+            one_session=args.one_session,
+        )
     print(json.dumps({k: v for k, v in result.items() if k != "samples"}))
     return result
 

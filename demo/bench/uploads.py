@@ -18,15 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-from demo import ROOT
-from demo.bench.soak import MIB, free_port
+from demo.bench.child_server import served
+from demo.bench.soak import MIB
 
 FILE_BYTES = 9 * MIB  # the reproducer's files: under the 10 MiB per-file limit
 
@@ -82,7 +79,6 @@ def flood(url: str, folder: Path, files: int, seconds: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from demo.bench.soak import _wait_up
     from demo.page import guard
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -91,27 +87,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--folder-mib", type=int, default=None, help="the server's DEMO_UPLOAD_FOLDER_MIB")
     parser.add_argument("--rate-mib", type=int, default=None, help="the server's DEMO_UPLOAD_MIB_PER_MINUTE")
     args = parser.parse_args(argv)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/"
-    with tempfile.TemporaryDirectory(prefix="uploads-cache-") as cache:
-        env = {**os.environ, "GRADIO_TEMP_DIR": cache, "GRADIO_ANALYTICS_ENABLED": "False"}
-        env.pop("GRADIO_SERVER_NAME", None)
-        for name, value in ((guard.UPLOAD_FOLDER_ENV, args.folder_mib), (guard.UPLOAD_RATE_ENV, args.rate_mib)):
-            if value is not None:
-                env[name] = str(value)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        server = subprocess.Popen([sys.executable, "-m", "demo.bench.soak", "--serve", str(port)], env=env, cwd=ROOT)
-        try:
-            _wait_up(url, server)
-            base = folder_bytes(Path(cache))
-            result = flood(url, Path(cache), args.files, args.seconds)
-        finally:
-            server.terminate()
-            try:
-                server.wait(10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+    limits = ((guard.UPLOAD_FOLDER_ENV, args.folder_mib), (guard.UPLOAD_RATE_ENV, args.rate_mib))
+    env = {name: str(value) for name, value in limits if value is not None}  # the server's caps, where given
+    with served(lambda port: ["demo.bench.soak", "--serve", str(port)], "uploads-cache-", env) as (url, _, cache):
+        base = folder_bytes(cache)
+        result = flood(url, cache, args.files, args.seconds)
     caps = {
         "folder_cap_mib": args.folder_mib or guard.UPLOAD_FOLDER_MIB,
         "rate_mib_per_minute": args.rate_mib or guard.UPLOAD_MIB_PER_MINUTE,
