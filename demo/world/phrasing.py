@@ -40,9 +40,11 @@ def unique(scene: Scene, **attrs) -> Obj | None:
     return hits[0] if len(hits) == 1 else None
 
 
-def distinct(scene: Scene) -> list[Obj]:
-    """The objects no other one shares both colour and shape with: those a question can name by them."""
-    return [o for o in scene.objects if unique(scene, colour=o.colour, shape=o.shape)]
+def nameable(scene: Scene, rng: random.Random) -> Obj | None:
+    """One of the objects no other one shares both colour and shape with (a question can name it
+    by them: "Where is the red circle?"), drawn; None when there is none."""
+    candidates = [o for o in scene.objects if unique(scene, colour=o.colour, shape=o.shape)]
+    return rng.choice(candidates) if candidates else None
 
 
 def draw_options(correct: str, pool: list[str], rng: random.Random, ordered: bool = False) -> tuple[list[str], str]:

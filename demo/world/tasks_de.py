@@ -11,7 +11,7 @@ masculine or neuter: every shape noun is one of them).
 
 import random
 
-from .phrasing import LETTERS, asked, cap, counted, distinct, draw_options, forms, listing, unique
+from .phrasing import LETTERS, asked, cap, counted, draw_options, forms, listing, nameable, unique
 from .scenes import GRID, Obj, Scene
 
 COLOURS = {"red": "rot", "orange": "orange", "yellow": "gelb", "green": "grün", "blue": "blau", "purple": "violett"}
@@ -223,10 +223,9 @@ def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
 
 
 def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
-    candidates = distinct(scene)
-    if not candidates:
+    o = nameable(scene, rng)
+    if o is None:
         return None
-    o = rng.choice(candidates)
     question = rng.choice((f"Wo ist {definite(o)}?", f"Wo auf dem Bild ist {definite(o)}?"))
     return question, restated(definite(o), f"ist {phrase(o)}", rng)
 

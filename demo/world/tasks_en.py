@@ -9,7 +9,7 @@ too; `tasks_de` and `tasks_zh` write multiple choice's checks as `checks` does.
 
 import random
 
-from .phrasing import LETTERS, cap, counted, distinct, draw_options, forms, listing, unique
+from .phrasing import LETTERS, cap, counted, draw_options, forms, listing, nameable, unique
 from .scenes import COLOURS, GRID, POSITIONS, SHAPES, Obj, Scene
 
 NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -273,10 +273,9 @@ def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
 
 
 def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
-    candidates = distinct(scene)
-    if not candidates:
+    o = nameable(scene, rng)
+    if o is None:
         return None
-    o = rng.choice(candidates)
     question = rng.choice((f"Where is the {name(o, False)}?", f"Where in the image is the {name(o, False)}?"))
     return question, restated(f"the {name(o, False)}", f"is {o.position_phrase}", rng)
 

@@ -10,7 +10,7 @@ punctuation (":", "，", "。"), so the byte-level pre-tokenizer always cuts a l
 
 import random
 
-from .phrasing import LETTERS, asked, counted, distinct, draw_options, forms, unique
+from .phrasing import LETTERS, asked, counted, draw_options, forms, nameable, unique
 from .scenes import GRID, Obj, Scene
 
 COLOURS = {"red": "红色", "orange": "橙色", "yellow": "黄色", "green": "绿色", "blue": "蓝色", "purple": "紫色"}
@@ -196,10 +196,9 @@ def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
 
 
 def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
-    candidates = distinct(scene)
-    if not candidates:
+    o = nameable(scene, rng)
+    if o is None:
         return None
-    o = rng.choice(candidates)
     question = rng.choice((f"{thing(o)}在哪里？", f"{thing(o)}在图中的什么位置？"))
     return question, restated(thing(o), PLACE_PHRASES[o.cell], rng)
 
