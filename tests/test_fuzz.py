@@ -183,6 +183,18 @@ def consume(handler, arguments) -> str:
     return "result"
 
 
+def fuzzed(n: int):
+    """Hypothesis's settings for n generated calls: the same calls on every run (derandomized, no
+    example database), no deadline (a call decodes), and large slow cases allowed."""
+    return settings(
+        max_examples=n,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
 @pytest.mark.slow
 def test_500_malformed_calls_to_the_handlers_end_in_a_result_or_a_message(files):
     outcomes = Counter()
@@ -190,13 +202,7 @@ def test_500_malformed_calls_to_the_handlers_end_in_a_result_or_a_message(files)
     assert pool.submit(consume, handlers.trace_api, list(good(files).values())).result() == "result"
     before = resources()
 
-    @settings(
-        max_examples=500,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
+    @fuzzed(500)
     @given(case=calls(files), page=st.booleans())
     def one(case, page):
         values, _ = case
@@ -235,13 +241,7 @@ def test_60_malformed_calls_over_http_end_in_a_result_or_a_message(files):
         assert send(good(files))["comparison"]["identical"]
         before = resources()
 
-        @settings(
-            max_examples=60,
-            derandomize=True,
-            database=None,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        )
+        @fuzzed(60)
         @given(case=calls(files, json_only=True))
         def one(case):
             values, _ = case

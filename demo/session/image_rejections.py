@@ -32,6 +32,15 @@ def _rate(obs: list) -> float:
     return sum(not o.accepted for o in obs) / len(obs) if obs else math.nan
 
 
+def _counts(obs: list) -> dict:
+    """A table row's counts of a group of drafts: drafted, rejected, and the rate (None for no drafts)."""
+    return {
+        "drafted": len(obs),
+        "rejected": sum(not o.accepted for o in obs),
+        "rejection_rate": _rate(obs) if obs else None,
+    }
+
+
 def binned(obs_by_drafter: dict[str, list], bins: tuple[float, ...] = BINS) -> list[dict]:
     """One row per drafter and bin [lo, hi) (the last bin closed): drafted, rejected, rate."""
     rows = []
@@ -40,16 +49,7 @@ def binned(obs_by_drafter: dict[str, list], bins: tuple[float, ...] = BINS) -> l
         for k, (lo, hi) in enumerate(zip(bins, bins[1:])):
             last = k == len(bins) - 2
             inside = [o for o in obs if lo <= o.image_attention < hi or (last and o.image_attention == hi)]
-            rows.append(
-                {
-                    "drafter": drafter,
-                    "from": lo,
-                    "to": hi,
-                    "drafted": len(inside),
-                    "rejected": sum(not o.accepted for o in inside),
-                    "rejection_rate": _rate(inside) if inside else None,
-                }
-            )
+            rows.append({"drafter": drafter, "from": lo, "to": hi} | _counts(inside))
     return rows
 
 
@@ -125,13 +125,5 @@ def by_dependence(obs_by_drafter: dict[str, list]) -> list[dict]:
         read = [o for o in obs if o.image_dependent is not None]
         for dependent in (True, False):
             side = [o for o in read if o.image_dependent is dependent]
-            rows.append(
-                {
-                    "drafter": drafter,
-                    "dependent": dependent,
-                    "drafted": len(side),
-                    "rejected": sum(not o.accepted for o in side),
-                    "rejection_rate": _rate(side) if side else None,
-                }
-            )
+            rows.append({"drafter": drafter, "dependent": dependent} | _counts(side))
     return rows
