@@ -21,7 +21,8 @@ COLUMNS = ["#", "task", "question", "draws", "TV lane", "p lane", "TV broken", "
 NOTE = (
     f"Samples the {batch_law.K} tokens after the first, up to {batch_law.N} times each way (the target alone, the "
     f"lane, and a broken rule that accepts every draft), on the first {batch_law.MAX_EXAMPLES} examples of the "
-    f"batch, at temperature 1, with the first drafter chosen: {batch_law.SECONDS:.0f} s of draws in all. "
+    f"batch, at temperature 1, with the first drafter chosen: {batch_law.SHARE:.0f} s of draws an example, within "
+    "the work budget like the analysis. "
     "A way fails where its p-value is at most 0.001; the pooled verdict combines the examples (Fisher)."
 )
 
@@ -36,7 +37,8 @@ def _row(i: int, item, r: dict) -> list:
     return [i + 1, item.task.replace("_", " "), question, r["n"], *lane, *broken, verdict]
 
 
-def pooled_html(results: list[dict], done: bool) -> str:
+def pooled_html(results: list[dict], done: bool, cut: str = "") -> str:
+    """The pooled verdict of each way so far, after `cut` (how the check was cut short, if it was)."""
     if not results:
         return status_html("No law check yet." if done else "Checking the first example…", None if done else 0.0)
     verdict = batch_law.pooled(results)
@@ -52,7 +54,8 @@ def pooled_html(results: list[dict], done: bool) -> str:
         said(w, n)
         for w, n in (("speculative", "the lane"), ("broken", "the broken rule"), ("target", "the target alone"))
     )
-    return f'<div class="an-status an-law">{html.escape(head)}{body}.</div>'
+    cut = f"<b>{html.escape(cut)}</b> " if cut else ""
+    return f'<div class="an-status an-law">{cut}{html.escape(head)}{body}.</div>'
 
 
 def check_law(preset, task, drafter, gamma, n, seed, language="en"):
@@ -63,13 +66,18 @@ def check_law(preset, task, drafter, gamma, n, seed, language="en"):
         )
         count = min(request.n, batch_law.MAX_EXAMPLES)
         items = examples_for(request.task, count, request.seed, request.languages[:1])[:count]
-        steps = batch_law.check_examples(request.preset, request.drafters[0], items, request.gamma, seed=request.seed)
+        batch = batch_law.LawBatch(request.preset, request.drafters[0], items, request.gamma, seed=request.seed)
         results, rows = [], []
         yield pooled_html(results, False), pd.DataFrame(rows, columns=COLUMNS)
-        for i, result in enumerate(steps):
+        for i, result in enumerate(batch.results()):
             results.append(result)
             rows.append(_row(i, items[i], result))
             yield pooled_html(results, i + 1 == len(items)), pd.DataFrame(rows, columns=COLUMNS)
+        if batch.ending != "finished":  # the budget's limit (or a Stop) ended it after the example at hand
+            cut = f"Stopped: {batch.ending} after {len(results)} of {len(items)} examples"
+            if batch.ending == "over budget":
+                cut += f" (this deployment gives this check {batch.deadline.seconds:.0f} s)"
+            yield pooled_html(results, True, cut + "."), pd.DataFrame(rows, columns=COLUMNS)
     except Exception as error:
         raise page_error(failures.message(error)) from None
 
