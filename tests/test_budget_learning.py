@@ -49,7 +49,9 @@ def test_the_estimate_follows_the_costs_this_machine_recorded(learning, monkeypa
     budget.check(budget.race(embedded()))  # the page's default race is admitted
     # a loaded one: the autoregressive lane's token at 170 ms, 6.8x the 25 ms counted (1.25 steps, sampling)
     budget.learn(heavy, {"autoregressive": lane(0.170)})
-    assert budget.slowdown("embedded") == pytest.approx(6.8 * budget.LEARN_MARGIN)
+    assert budget.slowdown("embedded") == pytest.approx(3.6 * budget.LEARN_MARGIN)  # the median of 0.4 and 6.8
+    budget.learn(heavy, {"autoregressive": lane(0.170)})
+    assert budget.slowdown("embedded") == pytest.approx(6.8 * budget.LEARN_MARGIN)  # of 0.4, 6.8 and 6.8
     # a drafter never measured is counted at the target's slowdown; one measured, at its own
     assert budget.slowdown("embedded", "image-aware") == pytest.approx(8.5)
     budget.learn(heavy, {"speculative": lane(0.02), "speculative-2": lane(0.01), "autoregressive": lane(0.170, 3)})

@@ -55,10 +55,12 @@ def race(visitor, image: str, question: str, preset: str, max_new: int) -> dict:
     try:
         return send(visitor, image, question, preset, max_new)
     except AppError as refusal:
-        fits = FITS.search(str(refusal))
-        if fits is None:
-            raise
         print(f"refused at {max_new} new tokens: {refusal}")
+        if not str(refusal).startswith("This request asks for"):
+            raise
+        fits = FITS.search(str(refusal))
+        if fits is None:  # no max new tokens fits this machine's present speed: refused outright
+            return {"refused_at": max_new, "max_new": 0, "seconds": 0.0, "stopped": None, "made": {}}
         return {"refused_at": max_new, **send(visitor, image, question, preset, int(fits.group(1)))}
 
 
@@ -133,7 +135,9 @@ def main(argv: list[str] | None = None) -> dict:
     stopped = sum(bool(r["stopped"]) for r in results)
     refused = sum("refused_at" in r for r in results)
     summary = {"max_new_tokens": max_new, "estimate_s": round(estimate, 1), "races": len(results), "stopped": stopped}
-    summary |= {"refused_then_resent": refused, "admitted_max_new": [r["max_new"] for r in results]}
+    outright = sum(r["max_new"] == 0 for r in results)
+    summary |= {"refused_then_resent": refused - outright, "refused_outright": outright}
+    summary |= {"admitted_max_new": [r["max_new"] for r in results]}
     summary["seconds"] = [r["seconds"] for r in results]
     print(json.dumps(summary))
     return summary

@@ -40,7 +40,7 @@ The figures above are an idle machine's. A loaded CPU runs a target step 20-25x 
 an idle one. So on a CPU the estimate also learns (`learn`): each race's lanes report what a
 token cost them, as a ratio to what the budget counts for that lane (its `token_steps` x the step);
 the last LEARN_KEEP ratios of each lane's kind (the autoregressive lane, each drafter) from the last
-LEARN_WINDOW seconds, their largest x LEARN_MARGIN, scale that lane's tokens (`slowdown`, never
+LEARN_WINDOW seconds, their median x LEARN_MARGIN, scale that lane's tokens (`slowdown`, never
 below 1); set-ups and replays follow the target's. On an idle machine every ratio is below 1 (the
 step is counted at 2.5x its idle cost) and the estimates are the figures above; on a loaded one
 they grow, and the heaviest races are refused, with a sentence that says so, instead of cut.
@@ -49,6 +49,7 @@ they grow, and the heaviest races are refused, with a sentence that says so, ins
 from __future__ import annotations
 
 import os
+import statistics
 import threading
 import time
 from collections import deque
@@ -175,7 +176,7 @@ def forget() -> None:
 
 def slowdown(preset: str, drafter: str | None = None) -> float:
     """What this machine's recent lanes of this kind (None: the target's, which a kind never
-    measured also gets) cost over what the budget counts: the largest of the last LEARN_KEEP within
+    measured also gets) cost over what the budget counts: the median of the last LEARN_KEEP within
     LEARN_WINDOW seconds, x LEARN_MARGIN, at least 1."""
     if not learning():
         return 1.0
@@ -183,7 +184,7 @@ def slowdown(preset: str, drafter: str | None = None) -> float:
     with _LEARNED_LOCK:
         recent = {k: [r for t, r in kept if now - t <= LEARN_WINDOW] for k, kept in _LEARNED.items() if k[0] == preset}
     ratios = recent.get((preset, drafter or TARGET)) or recent.get((preset, TARGET)) or [0.0]
-    return max(1.0, LEARN_MARGIN * max(ratios))
+    return max(1.0, LEARN_MARGIN * statistics.median(ratios))  # the median: one stall is not the machine's speed
 
 
 def learn(request, traces: dict) -> None:
