@@ -33,7 +33,12 @@ class Lexicon:
     spaced: bool  # words are separated by spaces (matched whole)
 
 
-def _longest_first(pairs) -> list[tuple[str, int]]:
+def _places(language, fold=str) -> list[tuple[str, int]]:
+    """Every place phrase and place name of a language's phrase tables (`tasks_de`, `tasks_zh`),
+    `fold`ed (lower case for German), with its cell: longest first, so that a longer one matches
+    before a name inside it ("oben in der Mitte" before "oben")."""
+    tables = (language.PLACE_PHRASES, language.PLACES)
+    pairs = [(fold(p), cell) for table in tables for cell, p in enumerate(table)]
     return sorted(pairs, key=lambda pc: len(pc[0]), reverse=True)
 
 
@@ -44,10 +49,7 @@ def _german_forms(adjective: str) -> list[str]:
 GERMAN = Lexicon(
     colours={form: c for c, de in tasks_de.COLOURS.items() for form in _german_forms(de)},
     shapes={s.lower(): k for k, s in tasks_de.SHAPES.items()} | {s.lower(): k for k, s in tasks_de.PLURALS.items()},
-    places=_longest_first(
-        [(p.lower(), cell) for cell, p in enumerate(tasks_de.PLACE_PHRASES)]
-        + [(p.lower(), cell) for cell, p in enumerate(tasks_de.PLACES)]
-    ),
+    places=_places(tasks_de, str.lower),
     counts={"kein": 0, "keine": 0, "null": 0} | {w: i for i, w in enumerate(tasks_de.NUMBERS) if i},
     yes="ja",
     no="nein",
@@ -58,10 +60,7 @@ GERMAN = Lexicon(
 CHINESE = Lexicon(
     colours={z: c for c, z in tasks_zh.COLOURS.items()},
     shapes={z: s for s, z in tasks_zh.SHAPES.items()},
-    places=_longest_first(
-        [(p, cell) for cell, p in enumerate(tasks_zh.PLACE_PHRASES)]
-        + [(p, cell) for cell, p in enumerate(tasks_zh.PLACES)]
-    ),
+    places=_places(tasks_zh),
     counts={"没有": 0, "零": 0, "二": 2} | {w: i for i, w in enumerate(tasks_zh.NUMBERS) if i},
     yes="有",
     no="没有",
