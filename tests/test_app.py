@@ -56,20 +56,13 @@ def client(tiny_world):
     demo.close()
 
 
-def trace_args(
-    tiny_world,
-    drafter="text-only",
-    gamma=4,
-    greedy=True,
-    temperature=0.8,
-    top_p=0.95,
-    seed=0,
-    max_new=24,
-    question=QUESTION,
-    preset=TINY,
-):
+def trace_args(tiny_world, **change):
+    """/trace's arguments in order: the second example image, then the request's fields up to
+    max_new_tokens (`form.FIELDS`): parse's defaults for the tiny preset's text-only drafter on
+    QUESTION for 24 tokens, with `change`."""
+    values = session.DEFAULTS | dict(question=QUESTION, preset=TINY, drafter="text-only", max_new_tokens=24) | change
     image = handle_file(str(tiny_world / "examples" / "1.png"))
-    return (image, question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new)
+    return (image, *(values[name] for name in form.FIELDS[: form.FIELDS.index("max_new_tokens") + 1]))
 
 
 @pytest.mark.parametrize("drafter", ["text-only", "image-aware"])
@@ -84,7 +77,7 @@ def test_greedy_race_gives_identical_texts_for_both_runs(client, tiny_world, dra
 
 
 def test_trace_token_kinds_and_counts_agree_with_its_metrics(client, tiny_world):
-    result = client.predict(*trace_args(tiny_world, gamma=3, max_new=40), api_name="/trace")
+    result = client.predict(*trace_args(tiny_world, gamma=3, max_new_tokens=40), api_name="/trace")
     run = result["runs"]["speculative"]
     tokens, rounds, numbers = run["trace"]["tokens"], run["trace"]["rounds"], run["metrics"]
     kinds = [t["kind"] for t in tokens]
@@ -108,7 +101,7 @@ def test_trace_token_kinds_and_counts_agree_with_its_metrics(client, tiny_world)
 
 
 def test_trace_gives_the_gamma_sweep_exact_at_the_race_gamma_and_none_for_sampling(client, tiny_world):
-    result = client.predict(*trace_args(tiny_world, gamma=3, max_new=40), api_name="/trace")
+    result = client.predict(*trace_args(tiny_world, gamma=3, max_new_tokens=40), api_name="/trace")
     sweep = result["gamma_sweep"]
     assert [row["gamma"] for row in sweep] == list(range(1, 11))
     assert all(set(row) == {"gamma", "tau", "alpha", "mbsu", "scaled_speedup", "predicted_speedup"} for row in sweep)
@@ -122,7 +115,7 @@ def test_trace_gives_the_gamma_sweep_exact_at_the_race_gamma_and_none_for_sampli
 
 
 def test_trace_gives_every_strategy_of_the_preset_at_the_race_gamma_its_own_exactly(client, tiny_world):
-    result = client.predict(*trace_args(tiny_world, gamma=3, max_new=40), api_name="/trace")
+    result = client.predict(*trace_args(tiny_world, gamma=3, max_new_tokens=40), api_name="/trace")
     table = result["strategies"]
     assert [row["strategy"] for row in table] == list(loader.PRESETS[TINY].drafter_names())
     assert all(row["gamma"] == 3 and row["left_out"] is None for row in table)
@@ -143,7 +136,7 @@ def test_sampled_races_repeat_exactly_for_a_seed(client, tiny_world):
 
 
 def test_smallest_budget_gives_one_token_from_the_prefill(client, tiny_world):
-    result = client.predict(*trace_args(tiny_world, gamma=10, max_new=1), api_name="/trace")
+    result = client.predict(*trace_args(tiny_world, gamma=10, max_new_tokens=1), api_name="/trace")
     for run in ("speculative", "autoregressive"):
         assert [t["kind"] for t in result["runs"][run]["trace"]["tokens"]] == ["target"]
         assert result["runs"][run]["trace"]["rounds"] == []
@@ -160,7 +153,7 @@ def test_smallest_budget_gives_one_token_from_the_prefill(client, tiny_world):
             "image-aware+tree, prompt-lookup, staged.",
         ),
         ({"gamma": 50}, "gamma (drafts per round) must be a whole number from 1 to 10; got 50."),
-        ({"max_new": 0}, "max new tokens must be a whole number from 1 to 512; got 0."),
+        ({"max_new_tokens": 0}, "max new tokens must be a whole number from 1 to 512; got 0."),
         ({"greedy": False, "temperature": 0}, "temperature must be a number in (0, 5]; got 0."),
         ({"greedy": False, "top_p": 1.01}, "top-p must be a number in (0, 1]; got 1.01."),
         ({"greedy": False, "seed": None}, "seed must be a whole number from 0 to 4294967295; got None."),
@@ -193,7 +186,7 @@ def shown_outputs() -> list[str]:
 
 
 def test_trace_races_a_second_drafter_when_asked_and_returns_every_lane(client, tiny_world):
-    args = trace_args(tiny_world, drafter="text-only", gamma=3, max_new=24)
+    args = trace_args(tiny_world, drafter="text-only", gamma=3, max_new_tokens=24)
     result = client.predict(*args, 0.0, "image-aware", api_name="/trace")
     assert list(result["runs"]) == ["speculative", "speculative-2", "autoregressive"]
     assert result["settings"]["lanes"] == {
@@ -205,7 +198,9 @@ def test_trace_races_a_second_drafter_when_asked_and_returns_every_lane(client, 
     for lane in ("speculative", "speculative-2"):
         assert result["runs"][lane]["trace"]["summary"]["token_ids"] == ar  # greedy: every lane lossless
         assert result["comparisons"][lane]["identical"] is True
-    alone = client.predict(*trace_args(tiny_world, drafter="image-aware", gamma=3, max_new=24), api_name="/trace")
+    alone = client.predict(
+        *trace_args(tiny_world, drafter="image-aware", gamma=3, max_new_tokens=24), api_name="/trace"
+    )
     rounds = [(r["drafted_ids"], r["n_accepted"]) for r in alone["runs"]["speculative"]["trace"]["rounds"]]
     assert [(r["drafted_ids"], r["n_accepted"]) for r in result["runs"]["speculative-2"]["trace"]["rounds"]] == rounds
     assert result["gamma_sweep"][2]["tau"] == result["runs"]["speculative"]["metrics"]["tau"]  # the first lane's

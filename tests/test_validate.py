@@ -20,18 +20,7 @@ pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure function
 PRESETS = {
     "p": Preset("p", "target", (DrafterSpec("text-only", "text-only", "d"), DrafterSpec("aware", "image-aware", "d")))
 }
-VALID = dict(
-    question="What is this?",
-    preset="p",
-    drafter="text-only",
-    gamma=4,
-    greedy=True,
-    temperature=0.8,
-    top_p=0.95,
-    seed=0,
-    max_new_tokens=64,
-    min_confidence=0.0,
-)
+VALID = session.DEFAULTS | dict(question="What is this?", preset="p", drafter="text-only", max_new_tokens=64)
 
 
 def parse(**change):
