@@ -174,9 +174,16 @@ def pixels(image: Image.Image) -> list:
     return list(image.get_flattened_data())
 
 
+def row(mode: str, values: list) -> Image.Image:
+    """A one-row image of `mode` whose pixels are `values`, left to right."""
+    image = Image.new(mode, (len(values), 1))
+    for x, value in enumerate(values):
+        image.putpixel((x, 0), value)
+    return image
+
+
 def test_rgb_passes_unchanged(tmp_path):
-    image = Image.new("RGB", (2, 1), (10, 20, 30))
-    image.putpixel((1, 0), (200, 100, 0))
+    image = row("RGB", [(10, 20, 30), (200, 100, 0)])
     rgb, notes = validate.open_image(saved(tmp_path, image, "a.png"))
     assert rgb.mode == "RGB" and pixels(rgb) == [(10, 20, 30), (200, 100, 0)] and notes == []
 
@@ -190,9 +197,7 @@ def test_animated_gif_uses_its_first_frame(tmp_path):
 
 
 def test_transparency_is_composited_on_white(tmp_path):
-    rgba = Image.new("RGBA", (3, 1))
-    for x, value in enumerate([(255, 0, 0, 128), (0, 0, 255, 0), (0, 255, 0, 255)]):
-        rgba.putpixel((x, 0), value)
+    rgba = row("RGBA", [(255, 0, 0, 128), (0, 0, 255, 0), (0, 255, 0, 255)])
     rgb, notes = validate.open_image(saved(tmp_path, rgba, "a.png"))
     # over white: c * a/255 + 255 * (1 - a/255), per channel
     assert pixels(rgb) == [(255, 127, 127), (255, 255, 255), (0, 255, 0)]
@@ -213,18 +218,14 @@ def test_palette_with_a_transparent_index_shows_white_there(tmp_path):
 
 
 def test_grayscale_and_one_bit_become_grey_rgb(tmp_path):
-    grey = Image.new("L", (2, 1), 77)
-    grey.putpixel((1, 0), 255)
+    grey = row("L", [77, 255])
     assert pixels(validate.open_image(saved(tmp_path, grey, "l.png"))[0]) == [(77, 77, 77), (255, 255, 255)]
-    bits = Image.new("1", (2, 1), 0)
-    bits.putpixel((1, 0), 1)
+    bits = row("1", [0, 1])
     assert pixels(validate.open_image(saved(tmp_path, bits, "1.png"))[0]) == [(0, 0, 0), (255, 255, 255)]
 
 
 def test_cmyk_becomes_rgb(tmp_path):
-    cmyk = Image.new("CMYK", (3, 1))
-    for x, value in enumerate([(255, 0, 0, 0), (0, 0, 0, 0), (0, 0, 0, 255)]):
-        cmyk.putpixel((x, 0), value)
+    cmyk = row("CMYK", [(255, 0, 0, 0), (0, 0, 0, 0), (0, 0, 0, 255)])
     rgb, _ = validate.open_image(saved(tmp_path, cmyk, "c.tif"))
     assert pixels(rgb) == [(0, 255, 255), (255, 255, 255), (0, 0, 0)]
     jpeg, _ = validate.open_image(saved(tmp_path, Image.new("CMYK", (8, 8), (0, 255, 0, 0)), "c.jpg", quality=100))
