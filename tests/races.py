@@ -56,6 +56,11 @@ def references(world, cases, max_new=MAX_NEW):
     return refs
 
 
+def verified_by(world) -> dict:
+    """A drafter's keywords for being verified by `world`'s target: its vocabulary size and stop ids."""
+    return dict(target_vocab_size=world.target.vocab_size, stop_ids=world.target.stop_ids)
+
+
 def request(**fields):
     """A session Request by name: a greedy race of the tiny world's `text-partly` drafter at γ 3
     for 24 new tokens, with `fields` changed."""
@@ -63,3 +68,8 @@ def request(**fields):
 
     race = dict(question="Describe the image.", preset="tiny", drafter="text-partly", gamma=3, sampling=GREEDY)
     return session.Request(**(race | dict(max_new_tokens=MAX_NEW) | fields))
+
+
+def embedded(**fields):
+    """`request` of the embedded preset's text-only drafter at γ 4, with `fields` changed."""
+    return request(**(dict(preset="embedded", drafter="text-only", gamma=4) | fields))

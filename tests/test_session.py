@@ -163,14 +163,7 @@ def test_two_lanes_race_beside_autoregressive_decoding_each_as_it_decodes_alone(
 @pytest.mark.fast
 def test_two_lanes_ask_zerogpu_for_three_runs_of_time_and_a_greedy_race_for_its_sweep_too(monkeypatch):
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")  # the work budget's estimate at the preset's ZeroGPU seconds a step
-    one = races.request(
-        question="q",
-        preset="embedded",
-        drafter="text-only",
-        gamma=4,
-        sampling=Sampling(greedy=False),
-        max_new_tokens=100,
-    )
+    one = races.embedded(question="q", sampling=Sampling(greedy=False), max_new_tokens=100)
     two = dataclasses.replace(one, second_drafter="image-aware")
     assert session._race_duration(two, None) > session._race_duration(one, None)
     # 100 tokens x (1.82 + 1.82 + 1) steps x 1.25 (sampling) + 3 set-ups of 20, at 0.05 s a step

@@ -304,19 +304,12 @@ def test_preload_names_follow_the_space_and_the_variable(monkeypatch):
 
 def test_the_duration_asked_for_grows_with_the_request_and_is_capped(monkeypatch):
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")  # the work budget's estimate (demo.session.budget.race)
-    request = races.request(
-        question="Describe.",
-        preset="embedded",
-        drafter="text-only",
-        gamma=4,
-        sampling=Sampling(greedy=False),
-        max_new_tokens=128,
-    )
+    request = races.embedded(question="Describe.", sampling=Sampling(greedy=False), max_new_tokens=128)
     assert session._race_duration(request, None) == 24  # 491 target steps at the preset's 0.05 s a step
-    greedy = races.request(question="Describe.", preset="embedded", drafter="text-only", gamma=4, max_new_tokens=128)
+    greedy = races.embedded(question="Describe.", max_new_tokens=128)
     # and the γ sweep's 10 x 0.15 x 128 steps, and the table of strategies' 3.20 x 128 (16 strategies)
     assert session._race_duration(greedy, None) == 50
-    longer = races.request(question="Describe.", preset="embedded", drafter="text-only", gamma=10, max_new_tokens=512)
+    longer = races.embedded(question="Describe.", gamma=10, max_new_tokens=512)
     assert session._race_duration(longer, None) == zerogpu.MAX_DURATION
 
 
