@@ -26,7 +26,6 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from ..evaluate import command_line
 from ..scenes import Scene
 from ..scoring import letter_in, pairs_in, position_in, score, words
 from ..tasks import Example, corpus
@@ -178,6 +177,8 @@ def print_tables(r: dict) -> None:
 
 
 def main() -> None:
+    from ..evaluate import command_line  # here, as in `diagnose`: the parsing stays pure Python
+
     command_line(__doc__.split("\n\n")[0], diagnose, print_tables, n_help="held-out examples per task")
 
 
