@@ -56,18 +56,7 @@ def test_a_token_depends_on_the_image_when_the_image_at_least_doubles_its_probab
 def families(tmp_path_factory):
     import tiny_families
 
-    from demo.models import loader
-
-    root = tmp_path_factory.mktemp("ablation-families")
-    built = {}
-    for family in tiny_families.FAMILIES:
-        preset = tiny_families.build(family, root / family)
-        loader.PRESETS[preset.name] = preset
-        built[family] = loader.load(preset.name)
-    yield built
-    for loaded in built.values():
-        del loader.PRESETS[loaded.preset.name]
-        loader._LOADED.pop(loaded.preset.name, None)
+    yield from tiny_families.registered(tmp_path_factory.mktemp("ablation-families"))
 
 
 @pytest.mark.parametrize("family", ["llava", "qwen2_5_vl", "idefics3"])

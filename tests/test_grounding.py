@@ -94,16 +94,7 @@ def test_llava_patches_map_row_major_onto_the_square_grid(world):
 
 @pytest.fixture(scope="module")
 def families(tmp_path_factory):
-    root = tmp_path_factory.mktemp("grounding-families")
-    built = {}
-    for family in tiny_families.FAMILIES:
-        preset = tiny_families.build(family, root / family)
-        loader.PRESETS[preset.name] = preset
-        built[family] = loader.load(preset.name)
-    yield built
-    for loaded in built.values():
-        del loader.PRESETS[loaded.preset.name]
-        loader._LOADED.pop(loaded.preset.name, None)
+    yield from tiny_families.registered(tmp_path_factory.mktemp("grounding-families"))
 
 
 def test_qwen_merged_patches_map_through_the_grid_thw(families):

@@ -15,7 +15,6 @@ from demo.engine.sampling import Sampling
 from demo.engine.speculative import Target, autoregressive_generate, speculative_generate
 from demo.engine.target_lm import TargetCache, TargetLM
 from demo.engine.trees import keep_path, visibility
-from demo.models import loader
 from demo.models.families import FAMILIES
 from demo.models.loader import Loaded, Preset
 from demo.models.vocab import image_placeholder_ids, stop_ids_of
@@ -32,18 +31,7 @@ def lean_twin(target: Target, lean: bool = True) -> Target:
 @pytest.fixture(scope="module")
 def families(tmp_path_factory):
     """Each hub family's tiny preset, loaded: family -> Loaded."""
-    root, loaded = tmp_path_factory.mktemp("lean-families"), {}
-    for family in tiny_families.FAMILIES:
-        try:
-            preset = tiny_families.build(family, root / family)
-        except ImportError:  # transformers 5.17: Idefics3's image processor needs torchvision
-            continue
-        loader.PRESETS[preset.name] = preset
-        loaded[family] = loader.load(preset.name)
-    yield loaded
-    for family in loaded:
-        loader.PRESETS.pop(f"tiny-{family}", None)
-        loader._LOADED.pop(f"tiny-{family}", None)
+    yield from tiny_families.registered(tmp_path_factory.mktemp("lean-families"), skip_missing=True)
 
 
 def case(name, world, families):

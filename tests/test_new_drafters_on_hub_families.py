@@ -18,18 +18,7 @@ TOKENS = [40, 41, 42, 43, 44, 45, 46]
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    root, names = tmp_path_factory.mktemp("tree-families"), {}
-    for family in tiny_families.FAMILIES:
-        try:
-            preset = tiny_families.build(family, root / family)
-        except ImportError:  # transformers 5.17: Idefics3's image processor needs torchvision
-            continue
-        loader.PRESETS[preset.name] = preset
-        names[family] = preset.name
-    yield names
-    for name in names.values():
-        del loader.PRESETS[name]
-        loader._LOADED.pop(name, None)
+    yield from tiny_families.registered(tmp_path_factory.mktemp("tree-families"), load=False, skip_missing=True)
 
 
 @pytest.fixture(params=tiny_families.FAMILIES)

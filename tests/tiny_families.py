@@ -272,3 +272,26 @@ def build(family: str, root: Path) -> Preset:
         family=family,
         image_kwargs=IMAGE_KWARGS[family],
     )
+
+
+def registered(root: Path, *, load: bool = True, skip_missing: bool = False):
+    """For a module's fixture (`yield from`): every family's tiny preset built under root and
+    registered with the loader; yields family -> its Loaded (`load`: False, its preset's name),
+    then unregisters them and forgets what was loaded of them. `skip_missing`: leave out a family
+    this transformers cannot build (5.17's Idefics3 image processor needs torchvision)."""
+    from demo.models import loader
+
+    names = {}
+    for family in FAMILIES:
+        try:
+            preset = build(family, root / family)
+        except ImportError:
+            if not skip_missing:
+                raise
+            continue
+        loader.PRESETS[preset.name] = preset
+        names[family] = preset.name
+    yield {family: loader.load(name) for family, name in names.items()} if load else names
+    for name in names.values():
+        del loader.PRESETS[name]
+        loader._LOADED.pop(name, None)
