@@ -101,6 +101,12 @@ def second_choices(preset: str) -> list[str]:
 ENDONYMS = {"en": "English", "de": "Deutsch", "zh": "中文"}  # each language by its own name
 
 
+def _sampling_slider(field: str, most: float, label: str, info: str) -> gr.Slider:
+    """A sampling setting's slider from 0.05 to `most` in steps of 0.05, at the request's default
+    for `field`; hidden until Decoding is set to sampling."""
+    return gr.Slider(0.05, most, value=session.DEFAULTS[field], step=0.05, label=label, info=info, visible=False)
+
+
 def inputs(default_preset: str, examples: list[Example], languages: tuple[str, ...] = ("en",)) -> SimpleNamespace:
     """The left column (image, examples, and the examples' language where the world speaks more
     than English) and the settings; returns the components by name."""
@@ -214,24 +220,10 @@ def inputs(default_preset: str, examples: list[Example], languages: tuple[str, .
         with gr.Row():
             # carries /race's `greedy` itself: True for greedy, False for sampling
             c.decoding = gr.Radio(DECODING, value=True, label="Decoding", elem_id="decoding")
-            c.temperature = gr.Slider(
-                0.05,
-                2.0,
-                value=session.DEFAULTS["temperature"],
-                step=0.05,
-                label="Temperature",
-                info="divides the logits of both models: lower is more deterministic",
-                visible=False,
+            c.temperature = _sampling_slider(
+                "temperature", 2.0, "Temperature", "divides the logits of both models: lower is more deterministic"
             )
-            c.top_p = gr.Slider(
-                0.05,
-                1.0,
-                value=session.DEFAULTS["top_p"],
-                step=0.05,
-                label="Top-p",
-                info="keep the fewest tokens whose probability reaches this",
-                visible=False,
-            )
+            c.top_p = _sampling_slider("top_p", 1.0, "Top-p", "keep the fewest tokens whose probability reaches this")
             c.seed = gr.Number(
                 session.DEFAULTS["seed"],
                 precision=0,
