@@ -9,9 +9,15 @@ generator and `PICKS`: the same files every time.
 """
 
 import json
+import random
+import re
+from collections import Counter
+from functools import cache
 from pathlib import Path
 
-from .tasks import LANGUAGES, TASKS, heldout_examples
+from . import scoring_languages, tasks_de, tasks_en, tasks_zh
+from .scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES
+from .tasks import LANGUAGES, TASKS, heldout_examples, in_language, qa
 
 # Which held-out examples of each task the gallery shows: indices into
 # `heldout_examples(task, n, seed=SEED)`, the same scenes in every language. Every family is
@@ -64,3 +70,70 @@ def write_examples(directory: Path, seed: int = SEED) -> list[dict]:
         (directory / language_file(language)).write_text(json.dumps(entries, indent=1, ensure_ascii=False) + "\n")
         out[language] = entries
     return out["en"]
+
+
+# Every fact sentence, checked (issue 53): the world's scoring reads a description's (place, colour,
+# shape) triples only, and a description also states how many shapes there are, their sizes, its
+# colours and, in some forms, how many cells are empty. `facts(language, text)` reads each sentence's
+# fact words (numbers, sizes, colours, shapes, places, each as its canonical value); a sentence is
+# true of a scene when the world itself states it of that scene in one of its forms (the reference
+# answers of FORMS_READ seeds, `tasks.qa`); `states_only_true_facts` asks that of every fact
+# sentence of an answer, so "Alle zwei Formen sind klein" of two large shapes fails.
+CHECKED = ("description", "caption")  # the tasks whose every sentence states facts of the whole scene
+FORMS_READ = 64
+
+
+@cache
+def _lexicon(language: str) -> tuple[dict[str, tuple[str, object]], re.Pattern]:
+    """Surface form -> (kind, value) of a language's fact words, and one pattern matching them,
+    longest first (so "三角形" is a shape before "三" is a number, "top left" a place before "top")."""
+    if language == "en":
+        shapes = {s: s for s in SHAPES} | {tasks_en.plural(s): s for s in SHAPES}
+        places = [(p, cell) for table in (POSITION_PHRASES, POSITIONS) for cell, p in enumerate(table)]
+        forms = {c: ("colour", c) for c in COLOURS} | {w: ("shape", v) for w, v in shapes.items()}
+        forms |= {w: ("count", i) for i, w in enumerate(tasks_en.NUMBERS) if i}
+        forms |= {"large": ("size", "large"), "small": ("size", "small")}
+    else:
+        lex = scoring_languages.LEXICONS[language]
+        places = lex.places
+        forms = {w: ("colour", c) for w, c in lex.colours.items()} | {w: ("shape", v) for w, v in lex.shapes.items()}
+        if language == "de":
+            forms |= {w: ("count", i) for i, w in enumerate(tasks_de.NUMBERS) if i}
+        else:  # a number counts with its measure word: 一幅 (an intro's "a drawing") is no fact
+            forms |= {f"{w}个": ("count", i) for i, w in enumerate(tasks_zh.NUMBERS) if i} | {"两个": ("count", 2)}
+        if language == "de":
+            sizes = {
+                f: v
+                for v, de in tasks_de.SIZES.items()
+                for f in (tasks_de.inflect(de, e) for e in ("", "e", "er", "es", "en"))
+            }
+        else:
+            sizes = {"大的": "large", "小的": "small"}
+        forms |= {w: ("size", v) for w, v in sizes.items()}
+    forms |= {p.lower(): ("place", cell) for p, cell in places}
+    alternation = "|".join(sorted(map(re.escape, forms), key=len, reverse=True))
+    return forms, re.compile(rf"\b(?:{alternation})\b" if language != "zh" else alternation)
+
+
+def facts(language: str, text: str) -> Counter:
+    """The fact sentences of `text`: each sentence's fact words as a sorted tuple, counted."""
+    forms, pattern = _lexicon(language)
+    split = r"(?<=。)" if language == "zh" else r"(?<=\.)\s+"
+    found = Counter()
+    for sentence in re.split(split, text):
+        words = tuple(sorted(map(str, (forms[w] for w in pattern.findall(sentence.lower())))))
+        if words:
+            found[words] += 1
+    return found
+
+
+def true_facts(task: str, example) -> set:
+    """Every fact sentence the world states of the example's scene for `task`, in its language."""
+    answers = (qa(in_language(task, example.language), example.scene, random.Random(k)) for k in range(FORMS_READ))
+    return {sentence for pair in answers if pair for sentence in facts(example.language, pair[1])}
+
+
+def states_only_true_facts(task: str, example, answer: str) -> bool:
+    """Whether every fact sentence of `answer` is one the world states of the scene (CHECKED tasks;
+    the others are true)."""
+    return task not in CHECKED or set(facts(example.language, answer)) <= true_facts(task, example)
