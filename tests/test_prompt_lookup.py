@@ -92,6 +92,19 @@ def test_greedy_prompt_lookup_identical_on_every_task_family_gamma_and_budget():
     assert embedded.mismatches(PROMPT_LOOKUP, range(1, 9), (1, 2, 5, 17, 128)) == []
 
 
+@pytest.mark.fast
+def test_the_exactness_sweeps_covering_design_runs_every_pair_of_task_gamma_and_budget():
+    """The slow sweeps (prompt lookup, trees, layer skip) run `embedded.design`, not the full
+    product: every task at every gamma (twice), and every budget beside every task and gamma."""
+    tasks, gammas, budgets = range(8), range(1, 9), (1, 2, 5, 17, 128)
+    runs = embedded.design(len(tasks), gammas, budgets)
+    assert len(runs) == len(set(runs)) == 2 * len(tasks) * len(gammas)  # two fifths of the 320
+    levels = (tasks, gammas, budgets)
+    for a, b in ((0, 1), (0, 2), (1, 2)):
+        assert {(run[a], run[b]) for run in runs} == {(x, y) for x in levels[a] for y in levels[b]}
+    assert {(g, b) for t, g, b in runs if t == 0 and b == 128} == {(2, 128), (4, 128), (7, 128)}  # the long answer
+
+
 def resample_from_p(p, q, drafts, generator):
     """A wrong rule: the right acceptances, then the target's token drawn from p itself."""
     u = torch.rand(drafts.shape, generator=generator)
