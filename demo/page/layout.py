@@ -278,6 +278,11 @@ def how_it_works() -> SimpleNamespace:
     return h
 
 
+def _lane_html(value: str, label: str, elem_id: str) -> gr.HTML:
+    """A lane's panel or stats: HTML without a load script, named `label` for API callers."""
+    return gr.HTML(value, js_on_load=None, label=label, elem_id=elem_id)
+
+
 def race_view() -> SimpleNamespace:
     """The race's outputs: outcome, every lane's panel and stats (the second speculative lane's
     hidden until a second drafter is picked), charts, block views, downloads."""
@@ -289,39 +294,17 @@ def race_view() -> SimpleNamespace:
     second = lanes.empty_second()
     with gr.Row(equal_height=False):
         with gr.Column(min_width=320):
-            v.spd_panel = gr.HTML(
-                render.panel_html(empty, "Speculative", "drafter + target", lane="lane-1"),
-                js_on_load=None,
-                label="speculative panel",
-                elem_id="spd-panel",
-            )
-            v.spd_stats = gr.HTML(
-                stats_tables.speculative_stats_html(empty, None),
-                js_on_load=None,
-                label="speculative stats",
-                elem_id="spd-stats",
-            )
+            spd = render.panel_html(empty, "Speculative", "drafter + target", lane="lane-1")
+            v.spd_panel = _lane_html(spd, "speculative panel", "spd-panel")
+            v.spd_stats = _lane_html(stats_tables.speculative_stats_html(empty, None), "speculative stats", "spd-stats")
         # The second speculative lane shows while a second drafter is picked (`demo.page.server`).
         with gr.Column(min_width=320, visible=False, elem_id="spd2-column") as v.spd2_column:
-            v.spd2_panel = gr.HTML(
-                second["spd2_panel"], js_on_load=None, label="second speculative panel", elem_id="spd2-panel"
-            )
-            v.spd2_stats = gr.HTML(
-                second["spd2_stats"], js_on_load=None, label="second speculative stats", elem_id="spd2-stats"
-            )
+            v.spd2_panel = _lane_html(second["spd2_panel"], "second speculative panel", "spd2-panel")
+            v.spd2_stats = _lane_html(second["spd2_stats"], "second speculative stats", "spd2-stats")
         with gr.Column(min_width=320):
-            v.ar_panel = gr.HTML(
-                render.panel_html(empty, "Autoregressive (target only)", "one forward per token", lane="lane-ar"),
-                js_on_load=None,
-                label="autoregressive panel",
-                elem_id="ar-panel",
-            )
-            v.ar_stats = gr.HTML(
-                stats_tables.autoregressive_stats_html(empty),
-                js_on_load=None,
-                label="autoregressive stats",
-                elem_id="ar-stats",
-            )
+            ar = render.panel_html(empty, "Autoregressive (target only)", "one forward per token", lane="lane-ar")
+            v.ar_panel = _lane_html(ar, "autoregressive panel", "ar-panel")
+            v.ar_stats = _lane_html(stats_tables.autoregressive_stats_html(empty), "autoregressive stats", "ar-stats")
     vars(v).update(vars(how_it_works()))
     # Empty charts at load: the browser fetches plotly.js before the first Run, not during it.
     for row, pair in CHARTS.items():
