@@ -25,6 +25,7 @@ os.environ.setdefault("DEMO_BUDGET_LEARN", "0")
 
 import races  # noqa: E402
 import tiny  # noqa: E402
+from browser_app import app_url, chromium  # noqa: E402, F401 (one browser and app per worker, for every browser file)
 
 from demo.engine.drafters import Drafter  # noqa: E402
 from demo.engine.speculative import Target  # noqa: E402
@@ -82,14 +83,26 @@ def answers(world):
 # reordering, which puts the files with the most tests first). The soak and the browser tests each
 # run a server beside their client or browser, and beside each other they slowed each other most:
 # with soak then browser first the soak took 153-174 s and the suite 486 s; with trees and layer
-# skip (one process of arithmetic each) beside the soak instead, 115 s and 472 s (2026-12-05). The soak
-# has since been cut to about 65 s (30 races), and the suite to 421-451 s.
+# skip (one process of arithmetic each) beside the soak instead, 115 s and 472 s (2026-12-05).
+# The quick training run (test_world) is the longest single test and goes first; the feature
+# drafters' sweep next to it. The browser files follow one another: each worker starts one app and
+# one Chromium (browser_app) for all the browser files it takes. The exactness sweeps of trees,
+# layer skip and prompt lookup run a covering design since (two fifths of their runs).
 SLOWEST_FIRST = (
+    "test_world.py",
     "test_soak.py",
+    "test_feature_drafters.py",
     "test_trees.py",
     "test_layer_skip.py",
     "test_browser.py",
-    "test_world.py",
+    "test_browser_class.py",
+    "test_browser_classroom.py",
+    "test_browser_controls.py",
+    "test_browser_feature.py",
+    "test_browser_proof.py",
+    "test_browser_errors.py",
+    "test_space.py",
+    "test_analysis_tab.py",
     "test_prompt_lookup.py",
     "test_sampling.py",
 )

@@ -19,46 +19,33 @@ import re
 import time
 from pathlib import Path
 
+import browser_app
 import pytest
 import tiny
-from playwright.sync_api import sync_playwright
-from test_app import write_examples
 
 from demo import session
 from demo.bench import page as page_bench
 from demo.bench.page import DRAWN
 from demo.models import loader
-from demo.page import layout, server
+from demo.page import server
 
 pytestmark = pytest.mark.slow  # servers and browsers: seconds each, the full suite only
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = Path(os.environ.get("SCREENSHOT_DIR", ROOT / "runs" / "screenshots"))
-EMBEDDED = Path(loader.PRESETS[loader.DEFAULT_PRESET].target).exists() and layout.load_examples()
+EMBEDDED = browser_app.embedded()
 
 
 @pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as playwright:
-        browser = page_bench.launch_chromium(playwright)
-        yield browser
-        browser.close()
+def browser(chromium):
+    """Chromium: one per test worker (browser_app's, through conftest), shared by every browser file."""
+    return chromium
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """The app in this process, its preset warmed up first (as launch() does in the background)."""
-    if EMBEDDED:
-        preset, examples = loader.DEFAULT_PRESET, loader.ASSETS / "examples"
-    else:
-        root = tmp_path_factory.mktemp("tiny-world")
-        preset, examples = tiny.save_preset(root).name, root / "examples"
-        write_examples(examples)
-    session.warm_up(preset)
-    demo = server.build_demo(default_preset=preset, examples_dir=examples)
-    server.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)
-    yield demo.local_url
-    demo.close()
+def served(app_url):
+    """The app's address: one app per test worker (browser_app's), its preset warmed up first."""
+    return app_url
 
 
 def shoot(page, name: str) -> None:
