@@ -100,7 +100,6 @@ SLOWEST_FIRST = (
     "test_browser_controls.py",
     "test_browser_feature.py",
     "test_browser_proof.py",
-    "test_browser_errors.py",
     "test_space.py",
     "test_analysis_tab.py",
     "test_prompt_lookup.py",

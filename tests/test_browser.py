@@ -235,16 +235,25 @@ def test_two_drafters_race_side_by_side_and_a_token_opens_its_round(browser, ser
     page.close()
 
 
-def test_races_in_one_tab_leave_no_dropped_chart_behind(browser, served):
-    """Gradio draws a chart into a new plot element now and then and never purges the old one, whose
-    plotly window-resize listener kept it and its SVG alive (about 45 a race); the page purges them."""
+def test_three_races_in_one_tab_raise_no_page_errors_and_leave_no_dropped_chart_behind(browser, served):
+    """Two behaviours of three races in one tab (once test_browser_errors.py's
+    test_three_races_raise_no_page_errors, and test_races_in_one_tab_leave_no_dropped_chart_behind).
+    No page errors (issue 54): headless Chromium had logged 215 Plotly errors over 8 races ("Cannot
+    read properties of undefined (reading '_redrawFromAutoMarginCount')", and '_rehover'): the page's
+    script purged a plot element Gradio dropped while plotly was still drawing it; every uncaught
+    error and unhandled rejection counts (Playwright's "pageerror"). No dropped chart: Gradio draws a
+    chart into a new plot element now and then and never purges the old one, whose plotly
+    window-resize listener kept it and its SVG alive (about 45 a race); the page frees them."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(f"{error.name}: {error.message}"))
     cdp = page.context.new_cdp_session(page)
     cdp.send("Performance.enable")
     page.goto(served)
     page.wait_for_selector(DRAWN)
     page.locator("#examples .thumbnail-item").first.click()
     page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
+    page.wait_for_selector("#image img")
     page.fill("#max-new input[type=number]", "48")
     page.press("#max-new input[type=number]", "Enter")
 
@@ -252,7 +261,9 @@ def test_races_in_one_tab_leave_no_dropped_chart_behind(browser, served):
         page.click("#run")
         page.wait_for_selector("#run[disabled]", timeout=30_000)
         page.wait_for_selector("#run:not([disabled])", timeout=120_000)
-        page.wait_for_timeout(600)  # the last plotly redraw
+        page.wait_for_selector("#outcome .badge", timeout=30_000)
+        page.wait_for_timeout(1000)  # the charts' last redraws, and any error they throw
+        assert not errors, f"{len(errors)} page errors, the first: {errors[0]}"
         window = cdp.send("Runtime.evaluate", {"expression": "window"})["result"]["objectId"]
         listeners = cdp.send("DOMDebugger.getEventListeners", {"objectId": window})["listeners"]
         cdp.send("HeapProfiler.collectGarbage")
