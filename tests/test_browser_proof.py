@@ -1,7 +1,8 @@
 """The proof section in a real browser (issue 56), at a desktop and a phone width: after a race,
 the time split chart and its sentence, the answer's image-dependent tokens marked; then Check
-exactness, whose panels show the lane and the target alone passing and the broken rule failing.
-Screenshots go where tests/test_browser.py puts its own (proof-1400.png, proof-420.png)."""
+exactness, whose panels show the lane and the target alone passing and the broken rule failing;
+and the Analysis tab's law check over a batch of one. Screenshots go where tests/test_browser.py
+puts its own (proof-1400.png, proof-420.png, analysis-law-1400.png, analysis-law-420.png)."""
 
 import pytest
 from test_browser import EMBEDDED, browser, served, shoot  # noqa: F401 (fixtures)
