@@ -158,7 +158,28 @@ class Drafter:
         return state
 
 
-class DraftState:
+class ReadBack:
+    """`Drafting.draft` for a state that drafts on the device (its `propose`)."""
+
+    def draft(self, answer, n, sampling, generator, min_confidence: float = 0.0) -> tuple[list[int], torch.Tensor]:
+        """`propose`, read back: (drafts, q [len(drafts), target_vocab_size]), the drafts cut
+        after the first stop token (the state may hold drafts past it; `rollback` forgets them)."""
+        drafts, q = self.propose(answer, n, sampling, generator, min_confidence)
+        ids = drafts.tolist()
+        keep = cut_after_stop(ids, self.drafter.stop_ids)
+        return ids[:keep], q[:keep]
+
+
+class OnDevice:
+    """`Drafting.propose` for a state that drafts on the host (its `draft`)."""
+
+    def propose(self, answer, n, sampling, generator, min_confidence: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """`draft`'s drafts as a long tensor [m] on the device, and their q [m, target_vocab_size]."""
+        drafts, q = self.draft(answer, n, sampling, generator, min_confidence)
+        return ids_on(self.drafter.device, drafts), q
+
+
+class DraftState(ReadBack):
     """One run's drafting: the drafter's KV cache and which answer tokens it holds."""
 
     def __init__(self, drafter: Drafter, cache: DynamicCache, prompt_last: int):
@@ -255,21 +276,6 @@ class DraftState:
             if step < n - 1:
                 logits = self.extend(token, len(answer) + step)
         return torch.stack(drafts), self.widen(qs)
-
-    def draft(
-        self,
-        answer: list[int],
-        n: int,
-        sampling: Sampling,
-        generator: torch.Generator,
-        min_confidence: float = 0.0,
-    ) -> tuple[list[int], torch.Tensor]:
-        """`propose`, read back: (drafts, q [len(drafts), target_vocab_size]), the drafts cut
-        after the first stop token (the state may hold drafts past it; `rollback` forgets them)."""
-        drafts, q = self.propose(answer, n, sampling, generator, min_confidence)
-        ids = drafts.tolist()
-        keep = cut_after_stop(ids, self.drafter.stop_ids)
-        return ids[:keep], q[:keep]
 
     def rollback(self, n_answer: int) -> None:
         """Keep only what the cache holds for the first n_answer answer tokens."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from demo.engine.drafters import cut_after_stop, ids_on
+from demo.engine.drafters import OnDevice, cut_after_stop
 from demo.engine.sampling import Sampling
 
 MAX_NGRAM = 3  # longest tail matched; the prompt-lookup-decoding reference uses 3 (transformers: 2)
@@ -88,7 +88,7 @@ class PromptLookup:
         return PromptLookupState(self, ids)
 
 
-class PromptLookupState:
+class PromptLookupState(OnDevice):
     """One run's prompt lookup: the prompt's ids; the answer comes with every `draft` call."""
 
     def __init__(self, lookup_drafter: PromptLookup, prompt_ids: list[int]):
@@ -113,18 +113,6 @@ class PromptLookupState:
         if drafts:
             q[torch.arange(len(drafts)), torch.tensor(drafts)] = 1.0
         return drafts, q
-
-    def propose(
-        self,
-        answer: list[int],
-        n: int,
-        sampling: Sampling,
-        generator: torch.Generator,
-        min_confidence: float = 0.0,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`draft`'s drafts as a long tensor [m] on the device, and their q [m, target_vocab_size]."""
-        drafts, q = self.draft(answer, n, sampling, generator, min_confidence)
-        return ids_on(self.drafter.device, drafts), q
 
     def rollback(self, n_answer: int) -> None:
         """Nothing to forget: the history is rebuilt from the answer at every `draft`."""
