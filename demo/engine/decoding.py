@@ -19,7 +19,7 @@ from transformers import DynamicCache
 
 from demo.engine.compat import cache_keyword
 from demo.engine.detokenize import Detokenizer
-from demo.engine.events import RunStart, Stop
+from demo.engine.events import RoundEvent, RunStart, Stop, TokenEvent
 from demo.engine.lean_target import CAPACITY, WIDTHS, LeanTarget
 from demo.engine.target_lm import TargetCache
 
@@ -243,6 +243,37 @@ def emitted(state: Decoding, tokens: list[int], round_index: int, fields_of) -> 
         if state.stop:
             break
     return out
+
+
+def round_events(
+    state: Decoding,
+    index: int,
+    drafts: list[int],
+    drafted_texts,
+    n_accepted: int,
+    target_id: int,
+    tokens,
+    seconds,
+    **more,
+) -> tuple[list[TokenEvent], RoundEvent]:
+    """A round's events, all stamped with the run's clock at the round's end: a TokenEvent of each
+    emitted token (`tokens`: `emitted`'s fields) and the RoundEvent (`seconds`: drafting's and
+    verifying's; `more`: its detail, and a tree's or staged drafting's own fields). Chains and
+    trees end their rounds through it."""
+    t = state.clock.total
+    return [TokenEvent(**fields, t=t) for fields in tokens], RoundEvent(
+        index=index,
+        drafted_ids=tuple(drafts),
+        drafted_texts=drafted_texts,
+        n_accepted=n_accepted,
+        target_id=target_id,
+        n_emitted=len(tokens),
+        stop=state.stop,
+        draft_seconds=seconds[0],
+        verify_seconds=seconds[1],
+        t=t,
+        **more,
+    )
 
 
 INSPECT_TOP_K = 5  # tokens of each distribution the inspector shows

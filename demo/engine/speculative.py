@@ -40,7 +40,7 @@ from collections.abc import Iterator
 import torch
 
 from demo.engine import trees
-from demo.engine.decoding import INSPECT_TOP_K, Decoding, Laps, Prompt, Stopwatch, Target, emitted
+from demo.engine.decoding import INSPECT_TOP_K, Decoding, Laps, Prompt, Stopwatch, Target, emitted, round_events
 from demo.engine.detokenize import Detokenizer, piece_texts
 from demo.engine.drafters import Drafter, Drafting, ids_on
 from demo.engine.events import (
@@ -177,22 +177,11 @@ def speculative_round(state: Decoding, drafting: Drafting, index: int) -> tuple[
         tokens = emitted(
             state, drafts[: v.n_accepted] + [v.token], index, lambda j: token_fields(j, drafts, drafted_texts, v)
         )
-    draft_s, verify_s = laps.seconds()
+    seconds = laps.seconds()
     detail = round_detail(drafts, drafted_texts, v, target.tokenizer)  # off the clock: display only
-    events = [TokenEvent(**fields, t=clock.total) for fields in tokens]
-    return events, RoundEvent(
-        index=index,
-        drafted_ids=tuple(drafts),
-        drafted_texts=drafted_texts,
-        n_accepted=v.n_accepted,
-        target_id=v.token,
-        n_emitted=len(tokens),
-        stop=state.stop,
-        draft_seconds=draft_s,
-        verify_seconds=verify_s,
-        t=clock.total,
-        detail=detail,
-        stages=getattr(drafting, "stages", None),  # staged drafting: its lookup stage's (guesses, confirmed)
+    stages = getattr(drafting, "stages", None)  # staged drafting: its lookup stage's (guesses, confirmed)
+    return round_events(
+        state, index, drafts, drafted_texts, v.n_accepted, v.token, tokens, seconds, detail=detail, stages=stages
     )
 
 

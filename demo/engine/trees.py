@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from demo.engine.decoding import Decoding, Target, emitted, ranked
+from demo.engine.decoding import Decoding, Target, emitted, ranked, round_events
 from demo.engine.detokenize import piece_texts
 from demo.engine.drafters import Drafter, DraftState
 from demo.engine.events import (
@@ -345,17 +345,8 @@ def tree_round(state: Decoding, drafting: DraftState, index: int) -> tuple[list[
         tokens = emitted(state, path + [v.token], index, lambda j: _token_fields(j, tree, v, target.tokenizer))
         drafts = [tree.tokens[i] for i in walked(tree, v)]
     detail = tree_detail(tree, v, target.tokenizer)  # off the clock: display only
-    return [TokenEvent(**fields, t=clock.total) for fields in tokens], RoundEvent(
-        index=index,
-        drafted_ids=tuple(drafts),
-        drafted_texts=piece_texts(target.tokenizer, drafts),  # whole characters, as in speculative_round
-        n_accepted=len(v.path),
-        target_id=v.token,
-        n_emitted=len(tokens),
-        stop=state.stop,
-        draft_seconds=draft_s,
-        verify_seconds=verify_s,
-        t=clock.total,
-        detail=detail,
-        tree=tree_event(tree, v, target.tokenizer) if n else None,
+    texts = piece_texts(target.tokenizer, drafts)  # whole characters, as in speculative_round
+    shape = tree_event(tree, v, target.tokenizer) if n else None
+    return round_events(
+        state, index, drafts, texts, len(v.path), v.token, tokens, (draft_s, verify_s), detail=detail, tree=shape
     )
