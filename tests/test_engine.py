@@ -244,14 +244,7 @@ def test_after_rejection_target_logits_equal_fresh_forward_over_same_prefix(worl
 def test_drafter_with_prefix_vocabulary_never_proposes_ids_it_lacks(world, tok, references):
     small = tiny.llama(tok)
     small.resize_token_embeddings(len(tok) - 50)
-    lacking = Drafter(
-        small,
-        name="small-vocab",
-        kind="text-only",
-        target_vocab_size=world.target.vocab_size,
-        stop_ids=world.target.stop_ids,
-        blocked_ids=frozenset(),
-    )
+    lacking = Drafter(small, name="small-vocab", kind="text-only", blocked_ids=frozenset(), **races.verified_by(world))
     world.drafters["small-vocab"] = lacking
     for (image, question), reference in zip(CASES, references):
         trace = spd(world, "small-vocab", image, question, gamma=4, sampling=Sampling(greedy=False, seed=1))

@@ -35,14 +35,8 @@ def qwen2(tok) -> Qwen2ForCausalLM:
 def drafters(world, tok):
     """Each test drafter on both paths: name -> (transformers Drafter, LeanDrafter)."""
     base = {name: world.drafter(name) for name in ("text-partly", "image-partly")}
-    base["qwen2"] = Drafter(
-        qwen2(tok),
-        name="qwen2",
-        kind="text-only",
-        target_vocab_size=world.target.vocab_size,
-        stop_ids=world.target.stop_ids,
-        blocked_ids=base["text-partly"].blocked_ids,
-    )
+    blocked = base["text-partly"].blocked_ids
+    base["qwen2"] = Drafter(qwen2(tok), name="qwen2", kind="text-only", blocked_ids=blocked, **races.verified_by(world))
     return {name: (d, lean.on_path(d, "lean")) for name, d in base.items()}
 
 
@@ -210,14 +204,8 @@ def test_rotation_matrix_rotates_half_exactly():
 def test_uncovered_architecture_drafts_through_transformers_and_says_so(world, tok, references):
     torch.manual_seed(5)
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=1, n_head=2, n_positions=512)).eval()
-    d = LeanDrafter(
-        gpt2,
-        name="gpt2",
-        kind="text-only",
-        target_vocab_size=world.target.vocab_size,
-        stop_ids=world.target.stop_ids,
-        blocked_ids=world.drafter("text-partly").blocked_ids,
-    )
+    blocked = world.drafter("text-partly").blocked_ids
+    d = LeanDrafter(gpt2, name="gpt2", kind="text-only", blocked_ids=blocked, **races.verified_by(world))
     assert d.path == "transformers" and "architecture 'gpt2'" in d.fallback_reason
     for (image, question), reference in list(zip(CASES, references))[:3]:
         trace = run(world, d, image, question, 3)
