@@ -177,3 +177,18 @@ def test_the_races_own_row_reuses_the_sweeps_replay_at_its_gamma_and_reads_the_s
     assert shown == list(offering.preset.drafter_names())  # still announced in turn
     numbers = ("strategy", "raced", "tau", "alpha", "mbsu", "c", "left_out")
     assert [{k: r[k] for k in numbers} for r in reused] == [{k: r[k] for k in numbers} for r in replayed]
+
+
+def test_the_drafters_that_read_the_targets_features_get_rows_and_the_races_own_is_its_numbers():
+    # the embedded world offers feature, medusa and medusa+tree: their replays read the target's
+    # hidden states behind the race's answer (one target forward, made once for all three)
+    import feature_world as fw
+    from embedded import embedded
+
+    loaded, example = embedded(), fw.example("description")
+    request = session.parse(question=example.question, preset=loaded.preset.name, drafter="feature", max_new_tokens=24)
+    spd, _, rows = table(loaded, request, example.image, swept=True)
+    by_name = {r["strategy"]: r for r in rows}
+    for name in ("feature", "medusa", "medusa+tree"):
+        assert by_name[name]["left_out"] is None and by_name[name]["tau"] >= 1, name
+    assert by_name["feature"]["raced"] and by_name["feature"]["tau"] == metrics.tau(spd)

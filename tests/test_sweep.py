@@ -135,3 +135,23 @@ def test_a_replay_measures_every_round_it_drafts(world):
     )
     assert len(point.draft_seconds) == len(point.rounds) and all(t > 0 for t in point.draft_seconds)
     assert 0 < point.step_seconds < max(point.draft_seconds)
+
+
+@pytest.mark.parametrize("name", ["feature", "medusa", "medusa+tree"])
+def test_a_drafter_that_reads_the_targets_features_replays_its_race_from_one_target_forward(name):
+    # the embedded world's shipped drafters: the replay hands over the features the race handed
+    # over (the prompt's last, then each round's accepted rows), made by one forward over the answer
+    import feature_world as fw
+    from embedded import embedded
+
+    prompt = fw.prompt("description")
+    for gamma in (4, 2):
+        trace = fw.run(name, "description", "en", gamma, 40)
+        answer = list(trace.summary.token_ids)
+        features = sweep.answer_features(embedded().target, prompt.target_inputs, answer)
+        assert features.shape[0] == len(answer)
+        drafter = fw.drafters()[name]
+        point = sweep.replay(drafter, prompt.drafter_inputs, answer, gamma=gamma, max_new_tokens=40, features=features)
+        assert point.rounds == rounds_of(trace), gamma
+    with pytest.raises(ValueError, match="hidden states"):
+        sweep.replay(drafter, prompt.drafter_inputs, answer, gamma=4, max_new_tokens=40)

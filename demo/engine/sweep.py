@@ -13,7 +13,10 @@ the target's argmax does not depend on how its forwards are batched (true up to 
 round-off at near-ties). Adaptive drafting (min_confidence > 0) is replayed as it runs. A tree
 drafter's rounds are replayed as trees (`demo.engine.trees.draft_tree`, then the walk along the
 answer), with each round's drafter steps and verify width for the cost model. Prompt lookup and
-layer-skip replay through the same calls as any drafter. Each round's drafting is timed (the
+layer-skip replay through the same calls as any drafter. A drafter that reads the target's hidden
+states (`drafters.Observing`) is handed them as the race handed them, after the prefill and after
+each round, for the positions it accepted; `answer_features` makes them with one target forward
+over the answer (equal to the race's up to float round-off: one forward, not the race's batches). Each round's drafting is timed (the
 device synchronised around it), so a replay also measures what a drafter step costs here.
 """
 
@@ -32,6 +35,19 @@ GREEDY = Sampling()
 
 
 @torch.inference_mode()
+def answer_features(target, target_inputs: dict, answer: list[int]) -> torch.Tensor:
+    """The target's last hidden states behind its answer: row j is the state whose logits gave
+    answer[j] (row 0 the prompt's last position), [len(answer), C]. One prefill and one forward over
+    the answer, off the race's clock."""
+    cache = target.new_cache()
+    _, first = target.prefill(target_inputs, cache, True)  # [1, C]
+    if len(answer) == 1:
+        return first
+    _, rest = target.forward(answer[:-1], cache, True)  # [len(answer) - 1, C]
+    return torch.cat([first, rest])
+
+
+@torch.inference_mode()
 def replay(
     drafter: Drafter,
     drafter_inputs: dict,
@@ -40,10 +56,17 @@ def replay(
     gamma: int,
     max_new_tokens: int,
     min_confidence: float = 0.0,
+    features: torch.Tensor | None = None,
 ) -> SweepPoint:
     """The rounds a greedy race whose target wrote `answer` (its token ids, the prefill's first)
-    would have had with draft length gamma."""
+    would have had with draft length gamma. A drafter that reads the target's hidden states needs
+    `features`, `answer_features` of the same answer."""
     state = drafter.start(drafter_inputs)
+    observe = getattr(state, "observe", None)  # a feature drafter: as `speculative._prefill` hands them
+    if observe is not None:
+        if features is None:
+            raise ValueError("a drafter that reads the target's hidden states replays with them (answer_features)")
+        observe(features[:1])
     generator = torch.Generator(device=drafter.device)  # greedy drafting draws nothing
     clock = Stopwatch(drafter.device)
     rounds, costs, seconds, n = [], [], [], 1  # the prefill wrote answer[0]
@@ -79,6 +102,8 @@ def replay(
         # 3. roll back (a tree's drafting already left the drafter at the answer), and 4. emit
         #    the accepted drafts and the target's token, cut at the end.
         state.rollback(n + n_accepted)
+        if observe is not None:  # the verify forward's rows: the answer's last token, then the accepted drafts
+            observe(features[n : n + n_accepted + 1])
         emitted = min(n_accepted + 1, len(answer) - n)
         rounds.append((made, n_accepted, emitted))
         seconds.append(clock.last)
@@ -94,9 +119,18 @@ def sweep(
     max_new_tokens: int,
     min_confidence: float = 0.0,
     gammas: tuple[int, ...] = GAMMAS,
+    features: torch.Tensor | None = None,
 ) -> list[SweepPoint]:
     """`replay` at each gamma of `gammas`."""
     return [
-        replay(drafter, drafter_inputs, answer, gamma=g, max_new_tokens=max_new_tokens, min_confidence=min_confidence)
+        replay(
+            drafter,
+            drafter_inputs,
+            answer,
+            gamma=g,
+            max_new_tokens=max_new_tokens,
+            min_confidence=min_confidence,
+            features=features,
+        )
         for g in gammas
     ]

@@ -50,6 +50,7 @@ def replays(request, prompts, spd: Trace, ar: Trace) -> Iterator[SweepPoint]:
             gamma=gamma,
             max_new_tokens=request.max_new_tokens,
             min_confidence=request.min_confidence,
+            features=prompts.features(request.drafter, answer),
         )
 
 

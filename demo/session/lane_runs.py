@@ -84,6 +84,7 @@ class Prompts:
         self.loaded, self.question, self.image = loaded, question, image
         self._target_inputs = None
         self._made: dict[str, Prompt] = {}
+        self._features: tuple[tuple[int, ...], object] | None = None  # (answer, its target features)
 
     @property
     def target_inputs(self) -> dict:
@@ -100,6 +101,18 @@ class Prompts:
             self._target_inputs = made.target_inputs
             self._made[base] = made
         return self._made[base]
+
+    def features(self, drafter: str, answer: list[int]):
+        """The target's hidden states behind `answer` (`sweep.answer_features`: one target forward,
+        made once per answer) where `drafter` reads them to replay it, else None."""
+        if not getattr(self.loaded.drafter(drafter), "reads_features", False):
+            return None
+        if self._features is None or self._features[0] != tuple(answer):
+            from demo.engine import sweep  # torch: imported on first use
+
+            made = sweep.answer_features(self.loaded.target, self(drafter).target_inputs, answer)
+            self._features = (tuple(answer), made)
+        return self._features[1]
 
     def checked(self, drafter: str, max_new_tokens: int) -> Prompt:
         """`self(drafter)`, refused (InvalidInput) where the models cannot read the image and

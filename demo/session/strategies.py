@@ -90,7 +90,8 @@ def _left_out(request, name: str, why: str) -> dict:
 
 def _row(request, loaded, prompt: Callable, answer: list[int], name: str, step_costs, point=None) -> dict:
     """The record of strategy `name`: its replay's numbers (`point`: that replay, already made), or
-    why it has none. prompt(name) makes the race's prompt for that strategy's drafter."""
+    why it has none. prompt(name) makes the race's prompt for that strategy's drafter, and
+    prompt.features(name, answer) the target's hidden states a feature drafter replays with."""
     from demo.engine import sweep  # torch: imported on first use
 
     record = {"strategy": name, "raced": name in request.drafters, "gamma": request.gamma}
@@ -107,6 +108,7 @@ def _row(request, loaded, prompt: Callable, answer: list[int], name: str, step_c
                 gamma=request.gamma,
                 max_new_tokens=request.max_new_tokens,
                 min_confidence=request.min_confidence,
+                features=prompt.features(name, answer),
             )
     except Exception as error:  # one strategy's failure leaves the others' rows
         log.warning("the strategy table could not replay %r", name, exc_info=error)
