@@ -18,7 +18,10 @@ size sentence is not ("One of them is large and two are small" of two large shap
 Chinese alike). No held-out scene was found whose description the shipped target states right in
 every sentence in all three languages (issue 53, measured 2026-12-05 with batched greedy
 generation: 1 of the first 32 one-shape scenes and 0 of 32 three-shape scenes of one large and two
-small shapes right in English alone; the one, number 22, raced again: wrong in German and Chinese).
+small shapes right in English alone; the one, number 22, raced again: wrong in German and Chinese;
+then 3 of 24 two-shape scenes of one large and one small right in English, none in German; 0 of 62
+one-shape and 4 of 72 two-small-shape scenes right in German, none in English; English leans to
+"One of them is large and ... small", German to "Alle ... Formen sind klein": docs/world-languages.md).
 The test says so exactly, and fails the day that changes.
 """
 
