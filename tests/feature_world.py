@@ -1,6 +1,6 @@
 """The target-feature drafters on the embedded world, built once and shared by their tests.
 
-`feature`, `medusa`, `medusa+tree` and `staged` from the shipped checkpoints in assets/world
+`feature`, `feature+tree`, `medusa`, `medusa+tree` and `staged` from the shipped checkpoints in assets/world
 (`python -m demo.world.train_heads`) on the embedded target, and one prompt per task family and
 language. Until the drafter registry names them, the tests build them here, from the engine.
 """
@@ -22,7 +22,7 @@ from demo.engine.trees import TreeDrafter
 from demo.world.tasks import LANGUAGES, TASKS, heldout_examples
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets" / "world"
-NAMES = ("feature", "medusa", "medusa+tree", "staged")
+NAMES = ("feature", "feature+tree", "medusa", "medusa+tree", "staged")
 GREEDY = Sampling()
 
 
@@ -38,6 +38,7 @@ def drafters() -> dict:
     )
     return {
         "feature": feature,
+        "feature+tree": TreeDrafter(feature, name="feature+tree"),
         "medusa": medusa,
         "medusa+tree": TreeDrafter(medusa, name="medusa+tree"),
         "staged": StagedDrafter(loaded.drafter("text-only"), name="staged"),

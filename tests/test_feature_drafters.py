@@ -4,7 +4,7 @@ they are exact (greedy: the target's own answer; sampling: the target's law, wit
 must fail), and the two paths where a draft with q(x) = 0 would break the law fail loudly.
 
 The greedy sweep is the slow tier: every drafter on every task family in every language, with
-gammas 1-8 spread over them (96 cells, a covering design rather than the 768-cell product); the
+gammas 1-8 spread over them (120 cells, a covering design rather than the 960-cell product); the
 fast tier runs descriptions in each language at gammas 1, 4 and 8.
 """
 
@@ -74,7 +74,7 @@ def test_greedy_runs_write_the_targets_own_answer(language):
 def covering_cells() -> list[tuple[str, str, str, int]]:
     """Every drafter on every task family in every language, once each, its gamma turning with the
     task: for a drafter and a language the eight task families take the eight gammas 1-8, so each
-    drafter meets every gamma in every language and every task family, in 96 of the 768 cells."""
+    drafter meets every gamma in every language and every task family, in 120 of the 960 cells."""
     return [
         (name, task, language, 1 + (t + 3 * l + 2 * d) % 8)
         for d, name in enumerate(fw.NAMES)
@@ -153,7 +153,7 @@ class _SampledFromArgmax(MedusaState):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["feature", "medusa", "medusa+tree"])
+@pytest.mark.parametrize("kind", ["feature", "feature+tree", "medusa", "medusa+tree"])
 def test_sampled_runs_follow_the_targets_law(small, kind):
     from demo.engine.trees import TreeDrafter
 

@@ -176,6 +176,7 @@ register(
         load=f"{FEATURE}:feature",
         step=0.02,
         reads="text",
+        tree=True,  # "feature+tree": EAGLE-2's form, top-k of its own chained states through trees.py
         languages=("en", "de", "zh"),
         unusable=feature_assets.no_checkpoint("feature"),
     )
