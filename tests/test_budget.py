@@ -57,9 +57,10 @@ def test_the_pages_default_race_and_the_longest_single_drafter_race_fit(monkeypa
     monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
     default = budget.race(race())  # γ 4, 128 new tokens, greedy: its γ sweep and table counted
     # per token: the chain lane 1.1 + 4 x 0.18, the autoregressive lane 1, the sweep 10 x 0.15, the
-    # table's 16 strategies 5 x 0.15 (model drafters) + 5 x 0.3 (their trees) + 0.02 (lookup) + 0.7 (layer-skip)
-    # + 0.02 (feature) + 0.02 + 0.04 (medusa and its tree) + 0.15 (staged), each its registered kind's step
-    assert default.seconds == pytest.approx((128 * (1.82 + 1 + 1.5 + 3.20) + 40) * 0.02)
+    # table's 17 strategies 5 x 0.15 (model drafters) + 5 x 0.3 (their trees) + 0.02 (lookup) + 0.7 (layer-skip)
+    # + 0.02 + 0.04 (feature and its tree) + 0.02 + 0.04 (medusa and its tree) + 0.15 (staged), each its
+    # registered kind's step
+    assert default.seconds == pytest.approx((128 * (1.82 + 1 + 1.5 + 3.24) + 40) * 0.02)
     budget.check(default)
     assert budget.limit(default) == pytest.approx(2 * default.seconds)
     budget.check(budget.race(race(gamma=10, max_new_tokens=512)))

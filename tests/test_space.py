@@ -307,7 +307,7 @@ def test_the_duration_asked_for_grows_with_the_request_and_is_capped(monkeypatch
     request = races.embedded(question="Describe.", sampling=Sampling(greedy=False), max_new_tokens=128)
     assert session._race_duration(request, None) == 24  # 491 target steps at the preset's 0.05 s a step
     greedy = races.embedded(question="Describe.", max_new_tokens=128)
-    # and the γ sweep's 10 x 0.15 x 128 steps, and the table of strategies' 3.20 x 128 (16 strategies)
+    # and the γ sweep's 10 x 0.15 x 128 steps, and the table of strategies' 3.24 x 128 (17 strategies)
     assert session._race_duration(greedy, None) == 50
     longer = races.embedded(question="Describe.", gamma=10, max_new_tokens=512)
     assert session._race_duration(longer, None) == zerogpu.MAX_DURATION
