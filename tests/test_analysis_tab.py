@@ -20,7 +20,6 @@ from gradio_client.exceptions import AppError
 from test_rejections import STOPS, shapes_trace, yes_trace
 
 from demo.bench import soak
-from demo.bench.page import launch_chromium
 from demo.models import loader, presets
 from demo.page import analysis_tab, layout, text
 from demo.page.analysis_tab import Batch, Run
@@ -461,34 +460,31 @@ def test_an_english_batch_shows_no_language_breakdown(monkeypatch, served):
 
 
 @pytest.mark.slow
-def test_the_tab_in_chromium_runs_shows_a_trace_and_races_it_on_the_race_tab(served):
-    from playwright.sync_api import sync_playwright
-
+def test_the_tab_in_chromium_runs_shows_a_trace_and_races_it_on_the_race_tab(served, chromium):
+    # the worker's one Chromium (tests/browser_app.py): a second Playwright in one process fails
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = launch_chromium(playwright)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.goto(served.local_url)
-        page.get_by_role("tab", name="Analysis").click()
-        gamma_label = page.locator("#an-gamma label, #an-gamma [data-testid='block-info']").first
-        assert gamma_label.bounding_box()["height"] < 40  # one line (27.6 px); "γ: drafts per round" took 47 to 66
-        page.click("#an-drafter input")
-        page.get_by_role("option", name="image-aware").click()  # compared with text-only, already picked
-        page.locator("#an-n input[type=number]").fill("2")
-        page.locator("#an-n input[type=number]").press("Enter")
-        page.click("#an-run")
-        page.wait_for_function("document.querySelector('#an-status').innerText.startsWith('Done')", timeout=60_000)
-        assert page.locator("#an-chart-category .js-plotly-plot").count() == 1
-        page.screenshot(path=str(SHOTS / "analysis-tab.png"), full_page=True)
-        page.click("#an-runs [data-testid='cell-1-1']")  # the second run: the image-aware drafter
-        page.wait_for_selector("#an-trace-view .tok")
-        assert "image-aware drafter" in page.locator("#an-trace-view").inner_text()
-        page.screenshot(path=str(SHOTS / "analysis-trace.png"), full_page=True)
-        page.click("#an-to-race")
-        page.wait_for_function("(document.querySelector('#raced') || {}).innerText?.startsWith('Raced')")
-        raced = page.locator("#raced").inner_text()
-        assert "with tiny-analysis/image-aware, γ = 4, greedy, 8 tokens, adaptive off, image given" in raced
-        browser.close()
+    page = chromium.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(served.local_url)
+    page.get_by_role("tab", name="Analysis").click()
+    gamma_label = page.locator("#an-gamma label, #an-gamma [data-testid='block-info']").first
+    assert gamma_label.bounding_box()["height"] < 40  # one line (27.6 px); "γ: drafts per round" took 47 to 66
+    page.click("#an-drafter input")
+    page.get_by_role("option", name="image-aware").click()  # compared with text-only, already picked
+    page.locator("#an-n input[type=number]").fill("2")
+    page.locator("#an-n input[type=number]").press("Enter")
+    page.click("#an-run")
+    page.wait_for_function("document.querySelector('#an-status').innerText.startsWith('Done')", timeout=60_000)
+    assert page.locator("#an-chart-category .js-plotly-plot").count() == 1
+    page.screenshot(path=str(SHOTS / "analysis-tab.png"), full_page=True)
+    page.click("#an-runs [data-testid='cell-1-1']")  # the second run: the image-aware drafter
+    page.wait_for_selector("#an-trace-view .tok")
+    assert "image-aware drafter" in page.locator("#an-trace-view").inner_text()
+    page.screenshot(path=str(SHOTS / "analysis-trace.png"), full_page=True)
+    page.click("#an-to-race")
+    page.wait_for_function("(document.querySelector('#raced') || {}).innerText?.startsWith('Raced')")
+    raced = page.locator("#raced").inner_text()
+    assert "with tiny-analysis/image-aware, γ = 4, greedy, 8 tokens, adaptive off, image given" in raced
+    page.close()
 
 
 def test_analysis_headline_bins_rejections_by_image_attention_and_links_the_most_image_dependent():

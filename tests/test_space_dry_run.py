@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import real_tokenizers as real
 from gradio_client import handle_file
-from playwright.sync_api import sync_playwright
 
 from demo.bench import page as page_bench
 from demo.bench import soak
@@ -83,37 +82,34 @@ def test_trace_answers_with_whole_tokens(space):
     assert sum(len(r["drafted_ids"]) for r in spd["rounds"]) > 0  # the Vicuna drafter drafted
 
 
-def test_the_page_offers_the_preset_and_shows_its_tokens_at_phone_width(space):
-    url, _ = space
-    with sync_playwright() as playwright:
-        browser = page_bench.launch_chromium(playwright)
-        page = browser.new_page(viewport={"width": 420, "height": 900})
-        try:
-            page.goto(url)
-            page.wait_for_selector(DRAWN, timeout=60_000)
-            assert page.input_value("#preset input") == PRESET
-            page.click("#preset input")
-            options = [o.split("\n")[-1].strip() for o in page.get_by_role("option").all_inner_texts()]  # "✓\nname"
-            assert options == [PRESET]  # preloaded: exactly what loaded at start-up
-            page.keyboard.press("Escape")
-            assert page.input_value("#drafter input") == DRAFTER
-            page.locator("#examples .thumbnail-item").first.click()  # the first example, 16 tokens
-            page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
-            page.wait_for_selector("#image img")
-            page.fill("#max-new input[type=number]", "16")
-            page.press("#max-new input[type=number]", "Enter")
-            page.click("#run")
-            page.wait_for_selector("#outcome .badge", timeout=300_000)
-            page.wait_for_selector("#run:not([disabled])", timeout=60_000)
-            texts = page.locator("#spd-panel .tok").all_inner_texts()
-            assert len(texts) > 1 and all(t and "\ufffd" not in t for t in texts)
-            assert page.locator("#ar-panel .tok").all_inner_texts() == texts  # greedy: the same tokens
-            assert "lossless ✓ identical outputs" in page.inner_text("#outcome")
-            width = page.evaluate("document.documentElement.scrollWidth")
-            assert width <= 420  # nothing runs off a phone's screen
-            page.wait_for_timeout(400)  # the last plotly redraw, before the screenshot
-        finally:
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(SHOTS / "llava-preset-phone.png"), full_page=True)  # on a failure too
-            page.close()
-            browser.close()
+def test_the_page_offers_the_preset_and_shows_its_tokens_at_phone_width(space, chromium):
+    url, _ = space  # the worker's one Chromium (tests/browser_app.py): a second Playwright in one process fails
+    page = chromium.new_page(viewport={"width": 420, "height": 900})
+    try:
+        page.goto(url)
+        page.wait_for_selector(DRAWN, timeout=60_000)
+        assert page.input_value("#preset input") == PRESET
+        page.click("#preset input")
+        options = [o.split("\n")[-1].strip() for o in page.get_by_role("option").all_inner_texts()]  # "✓\nname"
+        assert options == [PRESET]  # preloaded: exactly what loaded at start-up
+        page.keyboard.press("Escape")
+        assert page.input_value("#drafter input") == DRAFTER
+        page.locator("#examples .thumbnail-item").first.click()  # the first example, 16 tokens
+        page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
+        page.wait_for_selector("#image img")
+        page.fill("#max-new input[type=number]", "16")
+        page.press("#max-new input[type=number]", "Enter")
+        page.click("#run")
+        page.wait_for_selector("#outcome .badge", timeout=300_000)
+        page.wait_for_selector("#run:not([disabled])", timeout=60_000)
+        texts = page.locator("#spd-panel .tok").all_inner_texts()
+        assert len(texts) > 1 and all(t and "\ufffd" not in t for t in texts)
+        assert page.locator("#ar-panel .tok").all_inner_texts() == texts  # greedy: the same tokens
+        assert "lossless ✓ identical outputs" in page.inner_text("#outcome")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 420  # nothing runs off a phone's screen
+        page.wait_for_timeout(400)  # the last plotly redraw, before the screenshot
+    finally:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "llava-preset-phone.png"), full_page=True)  # on a failure too
+        page.close()
