@@ -44,6 +44,7 @@ from demo.session import budget, failures, gamma_sweep
 if TYPE_CHECKING:
     from demo.engine.events import Trace
     from demo.engine.metrics import SweepPoint
+    from demo.session.lane_runs import Prompts
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +89,10 @@ def _left_out(request, name: str, why: str) -> dict:
     )
 
 
-def _row(request, loaded, prompt: Callable, answer: list[int], name: str, step_costs, point=None) -> dict:
+def _row(request, loaded, prompts: Prompts, answer: list[int], name: str, step_costs, point=None) -> dict:
     """The record of strategy `name`: its replay's numbers (`point`: that replay, already made), or
-    why it has none. prompt(name) makes the race's prompt for that strategy's drafter, and
-    prompt.features(name, answer) the target's hidden states a feature drafter replays with."""
+    why it has none. prompts(name) makes the race's prompt for that strategy's drafter, and
+    prompts.features(name, answer) the target's hidden states a feature drafter replays with."""
     from demo.engine import sweep  # torch: imported on first use
 
     record = {"strategy": name, "raced": name in request.drafters, "gamma": request.gamma}
@@ -103,12 +104,12 @@ def _row(request, loaded, prompt: Callable, answer: list[int], name: str, step_c
         if point is None:
             point = sweep.replay(
                 drafter,
-                prompt(name).drafter_inputs,
+                prompts(name).drafter_inputs,
                 answer,
                 gamma=request.gamma,
                 max_new_tokens=request.max_new_tokens,
                 min_confidence=request.min_confidence,
-                features=prompt.features(name, answer),
+                features=prompts.features(name, answer),
             )
     except Exception as error:  # one strategy's failure leaves the others' rows
         log.warning("the strategy table could not replay %r", name, exc_info=error)
