@@ -108,7 +108,9 @@ def test_a_race_teaches_an_annotated_round_the_gamma_sweep_and_p_and_q(browser, 
     page.wait_for_selector(DRAWN)
     assert "Run the race and one of its rounds is explained here" in page.inner_text("#how-round")
     assert "appears once the race runs" in page.inner_text("#chart-sweep")  # no meaningless axes before a run
-    page_bench.first_token(page)
+    first_example(page, max_new=32)  # a round, the sweep and p and q need no whole answer
+    page.click("#run")
+    page.wait_for_selector("#outcome .badge", timeout=120_000)
     page.wait_for_function("document.querySelector('#sweep-note').innerText.includes('Rule of thumb')", timeout=120_000)
     # 1. the annotated round, beside the results, from this race
     how = page.inner_text("#how-round")
@@ -142,6 +144,22 @@ def test_a_race_teaches_an_annotated_round_the_gamma_sweep_and_p_and_q(browser, 
         assert page.locator(chart).bounding_box()["width"] > 340, chart
     shoot(page, "teach-phone.png")
     page.close()
+
+
+def set_max_new(page, n: int) -> None:
+    page.fill("#max-new input[type=number]", str(n))
+    page.press("#max-new input[type=number]", "Enter")
+
+
+def first_example(page, max_new: int | None = None) -> None:
+    """Pick the first example (its image, question and reference), at most `max_new` new tokens.
+    Races that check what a race shows, not its whole answer, are short: the first example's
+    whole description (the default 128 tokens) took 12-17 s a race in the suite."""
+    page.locator("#examples .thumbnail-item").first.click()
+    page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
+    page.wait_for_selector("#image img")
+    if max_new is not None:
+        set_max_new(page, max_new)
 
 
 def pick(page, dropdown: str, value: str) -> None:
@@ -180,8 +198,7 @@ def test_two_drafters_race_side_by_side_and_a_token_opens_its_round(browser, ser
     page.goto(served)
     page.wait_for_selector(DRAWN)
     assert not page.locator("#spd2-panel").is_visible()  # one speculative lane until a second drafter is picked
-    page.locator("#examples .thumbnail-item").first.click()
-    page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
+    first_example(page, max_new=32)
     pick(page, "drafter2", "image-aware")
     page.wait_for_selector("#spd2-panel", state="visible")
     assert page.locator("#blocks2").is_visible()
@@ -251,11 +268,7 @@ def test_three_races_in_one_tab_raise_no_page_errors_and_leave_no_dropped_chart_
     cdp.send("Performance.enable")
     page.goto(served)
     page.wait_for_selector(DRAWN)
-    page.locator("#examples .thumbnail-item").first.click()
-    page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
-    page.wait_for_selector("#image img")
-    page.fill("#max-new input[type=number]", "48")
-    page.press("#max-new input[type=number]", "Enter")
+    first_example(page, max_new=48)
 
     def race() -> tuple[int, float]:
         page.click("#run")
@@ -280,8 +293,7 @@ def test_a_token_tree_lane_draws_each_rounds_tree_in_its_block_view(browser, ser
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(served)
     page.wait_for_selector(DRAWN)
-    page.locator("#examples .thumbnail-item").first.click()
-    page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
+    first_example(page, max_new=32)
     pick(page, "drafter", "text-only+tree")
     page.click("#run")
     page.wait_for_selector("#outcome .badge", timeout=120_000)

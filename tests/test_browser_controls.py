@@ -9,7 +9,7 @@ one line. Screenshots go where tests/test_browser.py puts its own.
 
 import pytest
 import tiny
-from test_browser import browser, served, shoot  # noqa: F401  (fixtures)
+from test_browser import browser, first_example, served, shoot  # noqa: F401  (fixtures)
 
 from demo.bench.page import DRAWN
 from demo.page import drafter_notes, layout
@@ -124,8 +124,7 @@ def test_a_sampled_race_promises_no_gamma_sweep_and_the_preset_lists_every_draft
       const note = document.querySelector("#sweep-note");
       new MutationObserver(() => window.sweepNotes.push(note.innerText)).observe(
         note, {subtree: true, childList: true, characterData: true}); }""")
-    page.locator("#examples .thumbnail-item").first.click()
-    page.wait_for_selector("#image img")
+    first_example(page, max_new=24)  # a sampled race, short: what the note says needs no whole answer
     page.get_by_label("sampling").check()
     page.click("#run")
     page.wait_for_selector("#outcome .badge", timeout=180_000)
