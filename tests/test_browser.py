@@ -13,7 +13,6 @@ Start and first-token times are printed, not asserted: `python -m demo.bench.pag
 them against their targets.
 """
 
-import json
 import os
 import re
 import time
@@ -454,42 +453,5 @@ def test_the_first_page_load_starts_the_warm_up_once(browser, monkeypatch):
         demo.close()
 
 
-def test_hovering_a_rejected_token_shows_where_the_target_looked_on_the_image(browser, served):
-    page = browser.new_page(viewport={"width": 420, "height": 900})
-    page.goto(served)
-    page.wait_for_selector(DRAWN, timeout=120_000)
-    if EMBEDDED:  # a short caption: a shape in one corner, whose colour and place the text-only drafter cannot see
-        page.set_input_files("#image input[type=file]", str(loader.ASSETS / "examples" / "caption-1.png"))
-        page.wait_for_selector("#image img")
-        page.fill("#question textarea", "Write a short caption for this image.")
-        page.click("#run")
-    else:
-        page_bench.first_token(page)
-    page.wait_for_selector("#spd-panel .heatmap", timeout=300_000)  # read after the race, off its clocks
-    heatmap = page.locator("#spd-panel .heatmap")
-    page.locator("#image .hm-overlay").wait_for(timeout=30_000)  # drawn over the uploaded image itself
-    cells = page.locator("#image .hm-overlay .hm-cell")
-    assert cells.count() == 9 if EMBEDDED else cells.count() >= 1  # the embedded target's 3 x 3 patches
-    rejected = page.locator("#spd-panel .tok-resampled")
-    assert rejected.count() >= 1
-    maps = json.loads(heatmap.get_attribute("data-maps"))
-    token = max(
-        (rejected.nth(k) for k in range(rejected.count())), key=lambda t: max(maps[int(t.get_attribute("data-index"))])
-    )
-    token.hover()  # the rejection where the target looked at the image most
-    index = token.get_attribute("data-index")
-    caption = heatmap.locator(".hm-caption").inner_text()
-    assert caption.startswith(f"#{index} ") and "rejected here" in caption
-    assert caption.endswith("of the target's attention on the image")
-    assert heatmap.get_attribute("data-shown") == index
-    tints = cells.evaluate_all("cells => cells.map(c => getComputedStyle(c).backgroundColor)")
-    assert len(set(tints)) > 1  # the cells differ: a map, not a wash
-    box = heatmap.bounding_box()
-    assert box["x"] >= 0 and box["x"] + box["width"] <= 420  # fits the phone's width
-    heatmap.scroll_into_view_if_needed()
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    heatmap.screenshot(path=str(SHOTS / "heatmap-420.png"))
-    page.set_viewport_size({"width": 1400, "height": 1000})
-    page.wait_for_timeout(300)
-    page.locator("#spd-panel").screenshot(path=str(SHOTS / "heatmap-desktop.png"))
-    page.close()
+# Hovering a rejected token shows where the target looked on the image: in test_browser_class.py,
+# read from the caption race its heatmap and punctuation tests share (one race a width for three).

@@ -1,7 +1,10 @@
 """A class on a busy Space, in a real browser at 1400 and 420 px (issue 53): the headline reads the
 same over three identical races; a punctuation rejection's reason names punctuation, not the
-image; the heatmap lies over the input image itself. One page load per width and test; the
-screenshots go under runs/screenshots/ (or $SCREENSHOT_DIR) as class-<width>-*.png."""
+image; the heatmap lies over the input image itself, and a rejected token's map says where the
+target looked. One page load per width and test (the last three behaviours read from one caption
+race); the screenshots go under runs/screenshots/ (or $SCREENSHOT_DIR) as class-<width>-*.png."""
+
+import json
 
 import pytest
 from test_browser import EMBEDDED, browser, first_example, served, shoot  # noqa: F401 (the fixtures)
@@ -50,39 +53,27 @@ def test_the_headline_reads_the_same_over_three_identical_races(browser, served,
     page.close()
 
 
-@pytest.mark.skipif(not EMBEDDED, reason="the semicolon rejection is the embedded world's")
 @pytest.mark.parametrize("width, height", WIDTHS)
-def test_a_punctuation_rejection_is_explained_as_punctuation(browser, served, width, height):  # noqa: F811
+def test_a_caption_race_maps_attention_over_the_input_image_and_explains_its_punctuation_rejection(
+    browser,  # noqa: F811
+    served,  # noqa: F811
+    width,
+    height,
+):
+    """One caption race a width, read three ways (three tests once, each racing it anew): the heatmap
+    lies over the input image itself; hovering the rejection where the target looked at the image
+    most shows that token's map and says so; stepping to the round that rejected a semicolon says
+    it was a punctuation choice, not something the drafter could not see (the embedded world's)."""
     page = browser.new_page(viewport={"width": width, "height": height})
     page.goto(served)
     page.wait_for_selector(DRAWN, timeout=120_000)
-    caption_race(page)
-    told = []
-    for _ in range(8):  # step through the race's rounds, up to the one whose draft ';' was rejected
-        page.click("#next-round")
-        page.wait_for_function("document.querySelector('#how-round').innerText.includes('of this race')")
-        told.append(page.inner_text("#how-round"))
-        if "rejected ‘;’" in told[-1]:
-            break
-    punct = told[-1]
-    assert "rejected ‘;’" in punct, told
-    assert "a punctuation or spacing choice" in punct and "cannot see the image" not in punct
-    page.locator("#how-round").scroll_into_view_if_needed()
-    shoot(page, f"class-{width}-punctuation.png")
-    page.close()
-
-
-@pytest.mark.parametrize("width, height", WIDTHS)
-def test_the_heatmap_lies_over_the_input_image(browser, served, width, height):  # noqa: F811
-    page = browser.new_page(viewport={"width": width, "height": height})
-    page.goto(served)
-    page.wait_for_selector(DRAWN, timeout=120_000)
-    if EMBEDDED:
+    if EMBEDDED:  # a shape in one corner, whose colour and place the text-only drafter cannot see
         caption_race(page)
     else:
-        page.locator("#examples .thumbnail-item").first.click()
-        page.wait_for_selector("#image img")
+        first_example(page)
         race(page)
+
+    # 1. The heatmap lies over the input image, not under the lane.
     page.wait_for_selector("#spd-panel .heatmap", timeout=300_000)  # read after the race, off its clocks
     overlay = page.locator("#image .hm-overlay")
     overlay.wait_for(timeout=30_000)
@@ -95,7 +86,9 @@ def test_the_heatmap_lies_over_the_input_image(browser, served, width, height): 
     assert page.locator("#spd-panel .hm-cell").count() == 0  # not under the lane any more
     heatmap = page.locator("#spd-panel .heatmap")
     rows, cols = int(heatmap.get_attribute("data-rows")), int(heatmap.get_attribute("data-cols"))
-    assert overlay.locator(".hm-cell").count() == rows * cols
+    cells = overlay.locator(".hm-cell")
+    assert cells.count() == rows * cols
+    assert cells.count() == 9 if EMBEDDED else cells.count() >= 1  # the embedded target's 3 x 3 patches
     tints = "g => [...g.querySelectorAll('.hm-cell')].map(c => getComputedStyle(c).backgroundColor)"
     first = overlay.evaluate(tints)
     tokens = page.locator("#spd-panel .tok")
@@ -108,4 +101,41 @@ def test_the_heatmap_lies_over_the_input_image(browser, served, width, height): 
     page.locator("#image").scroll_into_view_if_needed()
     shoot(page, f"class-{width}-heatmap.png")
     page.locator("#image").screenshot(path=str(shoot.__globals__["SHOTS"] / f"class-{width}-heatmap-image.png"))
+
+    # 2. Hovering the rejection where the target looked at the image most shows where it looked.
+    rejected = page.locator("#spd-panel .tok-resampled")
+    assert rejected.count() >= 1
+    maps = json.loads(heatmap.get_attribute("data-maps"))
+    token = max(
+        (rejected.nth(k) for k in range(rejected.count())), key=lambda t: max(maps[int(t.get_attribute("data-index"))])
+    )
+    token.hover()
+    index = token.get_attribute("data-index")
+    caption = heatmap.locator(".hm-caption").inner_text()
+    assert caption.startswith(f"#{index} ") and "rejected here" in caption
+    assert caption.endswith("of the target's attention on the image")
+    assert heatmap.get_attribute("data-shown") == index
+    assert len(set(cells.evaluate_all("cells => cells.map(c => getComputedStyle(c).backgroundColor)"))) > 1  # a map
+    box = heatmap.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= width  # fits the page's width
+    heatmap.scroll_into_view_if_needed()
+    if width == 420:
+        heatmap.screenshot(path=str(shoot.__globals__["SHOTS"] / "heatmap-420.png"))
+    else:
+        page.locator("#spd-panel").screenshot(path=str(shoot.__globals__["SHOTS"] / "heatmap-desktop.png"))
+
+    # 3. The round that rejected the drafter's ';' is explained as punctuation, not the image.
+    if EMBEDDED:  # the semicolon rejection is the embedded world's
+        told = []
+        for _ in range(8):  # step through the race's rounds, up to the one whose draft ';' was rejected
+            page.click("#next-round")
+            page.wait_for_function("document.querySelector('#how-round').innerText.includes('of this race')")
+            told.append(page.inner_text("#how-round"))
+            if "rejected ‘;’" in told[-1]:
+                break
+        punct = told[-1]
+        assert "rejected ‘;’" in punct, told
+        assert "a punctuation or spacing choice" in punct and "cannot see the image" not in punct
+        page.locator("#how-round").scroll_into_view_if_needed()
+        shoot(page, f"class-{width}-punctuation.png")
     page.close()
