@@ -35,7 +35,7 @@ def test_the_verify_forward_returns_the_hidden_states_its_logits_were_read_from(
     cache = target.new_cache()
     inputs = fw.prompt("caption").target_inputs
     logits, features = target.prefill(inputs, cache, features=True)
-    assert features.shape == (1, 384)
+    assert features.shape == (inputs["input_ids"].shape[1], 384)  # every prompt position, the image's included
     E = target.model.get_output_embeddings().weight.detach().float()
     torch.testing.assert_close(features[-1].float() @ E.T, logits.float(), rtol=1e-4, atol=1e-4)
     with torch.inference_mode():  # as a round runs it (the lean cache holds inference tensors)
@@ -52,7 +52,8 @@ def test_a_feature_round_costs_one_target_forward_and_observes_the_accepted_posi
     monkeypatch.setattr(MedusaState, "observe", lambda self, f: seen.append(f.shape[0]) or observe(self, f))
     trace = fw.run("medusa", "description", "en", 4, 40)
     assert len(calls) == len(trace.rounds)  # one verify forward per round, nothing else
-    assert seen == [1] + [r.n_accepted + 1 for r in trace.rounds]  # the prompt's last, then each round's
+    prompt_rows = fw.prompt("description", "en").target_inputs["input_ids"].shape[1]
+    assert seen == [prompt_rows] + [r.n_accepted + 1 for r in trace.rounds]  # the prompt's rows, then each round's
 
 
 def test_a_checkpoint_for_another_hidden_size_is_refused_at_load_with_a_sentence(tmp_path):

@@ -140,7 +140,7 @@ def test_a_replay_measures_every_round_it_drafts(world):
 @pytest.mark.parametrize("name", ["feature", "medusa", "medusa+tree"])
 def test_a_drafter_that_reads_the_targets_features_replays_its_race_from_one_target_forward(name):
     # the embedded world's shipped drafters: the replay hands over the features the race handed
-    # over (the prompt's last, then each round's accepted rows), made by one forward over the answer
+    # over (the prompt's rows, then each round's accepted rows), made by one forward over the answer
     import feature_world as fw
     from embedded import embedded
 
@@ -149,7 +149,7 @@ def test_a_drafter_that_reads_the_targets_features_replays_its_race_from_one_tar
         trace = fw.run(name, "description", "en", gamma, 40)
         answer = list(trace.summary.token_ids)
         features = sweep.answer_features(embedded().target, prompt.target_inputs, answer)
-        assert features.shape[0] == len(answer)
+        assert features.shape[0] == prompt.target_inputs["input_ids"].shape[1] + len(answer) - 1
         drafter = fw.drafters()[name]
         point = sweep.replay(drafter, prompt.drafter_inputs, answer, gamma=gamma, max_new_tokens=40, features=features)
         assert point.rounds == rounds_of(trace), gamma

@@ -67,7 +67,8 @@ class Target:
 
     def prefill(self, inputs: dict, cache, features: bool = False):
         """Encode the image and the prompt; return the logits for the first answer token: [V]
-        (and with `features` the prompt's last hidden state [1, C])."""
+        (and with `features` the prompt's last hidden states [P, C]: one row per prompt position,
+        the image's included, the last one the state the first token's logits came from)."""
         if not isinstance(cache, TargetCache):
             return self.transformers_prefill(inputs, cache, features)
         dynamic = self.dynamic_cache()
@@ -137,13 +138,14 @@ class Target:
 
 def with_features(out, features: bool, prefill: bool = False):
     """A transformers output as the Target's forwards return it: logits [n, V] (the prefill's
-    last row [V]), and with `features` the last hidden states [n, C] (the prefill's last [1, C]).
+    last row [V]), and with `features` the last hidden states [n, C] (the prefill's: every
+    prompt position's [P, C]).
     transformers' last hidden state is the one after the final norm, which its head reads."""
     logits = out.logits[0, -1] if prefill else out.logits[0]
     if not features:
         return logits
     hidden = out.hidden_states[-1][0]
-    return logits, hidden[-1:] if prefill else hidden
+    return logits, hidden
 
 
 @dataclass(frozen=True)

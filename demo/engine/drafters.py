@@ -93,11 +93,12 @@ class Observing(Drafting, Protocol):
     """A drafting state that reads the target's last hidden states (`demo.engine.feature`).
 
     The engine hands them over after each target forward it already runs, with no forward of its
-    own, so a round still costs T(gamma + 1) + gamma * D: after the prefill the prompt's last
-    position's [1, C], after each round the rows of the accepted positions (the answer's last
-    token before the round, then each accepted draft) [n_accepted + 1, C]. The last row is always
-    the target's state at the answer position just before its newest token. A drafter asks for
-    them with `reads_features = True`."""
+    own, so a round still costs T(gamma + 1) + gamma * D: after the prefill every prompt
+    position's [P, C] (the image's positions and the question's: what the target made of them),
+    after each round the rows of the accepted positions (the answer's last token before the round,
+    then each accepted draft) [n_accepted + 1, C]. The last row is always the target's state at
+    the answer position just before its newest token. A drafter asks for them with
+    `reads_features = True`."""
 
     def observe(self, features: torch.Tensor) -> None:
         """Take the target's last hidden states [k, C] (on the device) of the answer's newest positions."""

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from demo.engine import heads
+from demo.engine import feature_steps, heads
 from demo.engine.drafters import DraftState
 
 
@@ -73,6 +74,20 @@ class FeatureDrafter:
 
 
 class SpeculatorDrafter(FeatureDrafter):
+    """On a CPU it steps in NumPy (`feature_steps`), where that step agrees with the torch one."""
+
+    def __init__(self, net, target_model, **kw):
+        super().__init__(net, target_model, **kw)
+        self.numpy = None
+        self.fallback_reason = feature_steps.supported(self.device, net)
+        if self.fallback_reason is None:
+            step = feature_steps.NumpySpeculator(net, self.E, self.embed)
+            self.fallback_reason = feature_steps.agrees(step, net, self.E, self.embed)
+            if self.fallback_reason is None:
+                self.numpy = step
+                self.path = "NumPy step (target features)"
+                self._blocked_np = self.blocked.cpu().numpy()
+
     def start(self, inputs: dict | None) -> SpeculatorState:
         """A run's state; it reads no prompt of its own (the prefill's features arrive by `observe`)."""
         return SpeculatorState(self)
@@ -98,15 +113,34 @@ class _FeatureState(DraftState):
 
 
 class SpeculatorState(_FeatureState):
-    """The speculator's states along the drafted path: states[i] after feeding answer position base - 1 + i."""
+    """The speculator's states along the drafted path: states[i] after feeding answer position
+    base - 1 + i (NumPy arrays on the NumPy step, else tensors); with `look`, the prompt's keys
+    and values, made from the prefill's rows (the first `observe`)."""
 
     def __init__(self, drafter: SpeculatorDrafter):
         super().__init__(drafter)
-        self.states: list[torch.Tensor] = []
+        self.states: list = []
+        self.seen = None  # `look`'s keys and values of the prompt
+        self.prompted = False
+
+    def observe(self, features: torch.Tensor) -> None:
+        super().observe(features)
+        d = self.drafter
+        if not self.prompted:  # the prefill's rows: the whole prompt
+            self.prompted = True
+            if d.net.look is not None:
+                self.seen = d.numpy.prepare(features) if d.numpy else d.net.look.prepare(features.float())
+        if d.numpy is not None:
+            self.feature = self.feature.cpu().numpy()
 
     def _step(self, token) -> torch.Tensor:
-        d = self.drafter
-        s = d.net.step(len(self.states), self.states[-1] if self.states else self.feature, d.embed[token])
+        d, k = self.drafter, len(self.states)
+        s = self.states[-1] if self.states else self.feature
+        if d.numpy is not None:
+            s, logits = d.numpy.step(k, s, int(token), self.seen)
+            self.states.append(s)
+            return torch.from_numpy(logits)
+        s = d.net.step(k, s, d.embed[token], self.seen)
         self.states.append(s)
         return d.logits(s)
 
@@ -124,6 +158,30 @@ class SpeculatorState(_FeatureState):
 
     def rollback(self, n_answer: int) -> None:
         del self.states[max(0, n_answer - self.base + 1) :]
+
+    @torch.inference_mode()
+    def propose(self, answer, n, sampling, generator, min_confidence: float = 0.0):
+        """`DraftState.propose`; a greedy chain on the NumPy step stays in NumPy: each draft the
+        argmax of the masked logits, q their softmax (what `warp` gives in greedy mode)."""
+        d = self.drafter
+        if d.numpy is None or not sampling.greedy or n == 0:
+            return super().propose(answer, n, sampling, generator, min_confidence)
+        if self.feature is None:
+            raise RuntimeError("a feature drafter drafts only after the target's features reached it (observe)")
+        self.base, self.states = len(answer), []
+        s, token, drafts, qs = self.feature, answer[-1], [], []
+        for step in range(n):  # the states kept as `propose`'s catch_up and extends keep them
+            s, logits = d.numpy.step(step, s, token, self.seen)
+            self.states.append(s)
+            logits[d._blocked_np] = -np.inf
+            q = np.exp(logits - logits.max())
+            q /= q.sum()
+            if step > 0 and min_confidence > 0 and q.max() < min_confidence:
+                break
+            token = int(q.argmax())
+            drafts.append(token)
+            qs.append(q)
+        return torch.tensor(drafts, dtype=torch.long), torch.from_numpy(np.stack(qs))
 
 
 class MedusaState(_FeatureState):

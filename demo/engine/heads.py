@@ -10,6 +10,9 @@ the target's own output embedding, frozen and not stored: a checkpoint holds onl
                  s_k @ E^T. `shared` (EAGLE-style): one g for every step, trained to also regress
                  s_k onto the target's f_{j+k}; else the multi-stage MLP speculator (one g per
                  stage, the last reused past its stages). docs/drafters-feature.md compares them.
+                 With `look` heads, each step first attends over the target's states of the
+                 prompt (`Look`: the image's positions and the question's, as the prefill left
+                 them), so every draft of a chain sees the picture through the target's eyes.
     MedusaHeads  k residual heads on f_j: head i (1-based) gives logits for token j + 1 + i (the
                  target's own head gives token j + 1, which the round already has).
     load / save  a checkpoint: safetensors, its settings in the header's metadata; load refuses
@@ -43,19 +46,62 @@ class Stage(nn.Module):
         return s + self.down(F.silu(self.up(x)))
 
 
-class Speculator(nn.Module):
-    """See the module docstring. `stages` g's (1 when shared)."""
+class Look(nn.Module):
+    """s -> s + attention(s, the prompt's rows): `heads` heads of size `dim` from the speculator's
+    state to P rows of the target's last hidden state over the prompt (the image's positions and
+    the question's). The rows' keys and values are made once per run (`prepare`); a step costs a
+    query, P scores per head and a weighted sum. `out` starts at zero, so an untrained Look is
+    the identity."""
 
-    def __init__(self, hidden: int, inner: int, stages: int, shared: bool):
+    def __init__(self, hidden: int, heads: int, dim: int):
+        super().__init__()
+        self.heads, self.dim = heads, dim
+        self.norm_p = nn.LayerNorm(hidden)
+        self.norm_s = nn.LayerNorm(hidden)
+        self.q = nn.Linear(hidden, heads * dim, bias=False)
+        self.k = nn.Linear(hidden, heads * dim, bias=False)
+        self.v = nn.Linear(hidden, heads * dim, bias=False)
+        self.out = nn.Linear(heads * dim, hidden, bias=False)
+        nn.init.zeros_(self.out.weight)
+
+    def prepare(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompt's rows [..., P, C] -> keys and values [..., heads, P, dim]."""
+        p = self.norm_p(rows)
+        split = lambda x: x.unflatten(-1, (self.heads, self.dim)).transpose(-3, -2)  # noqa: E731
+        return split(self.k(p)), split(self.v(p))
+
+    def forward(self, s: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask=None) -> torch.Tensor:
+        """States s [..., n, C] that read the same prompt, its `prepare`d keys and values
+        [..., heads, P, dim] (and mask [..., P], True on the rows there, for padded batches)
+        -> s plus what each read [..., n, C]."""
+        q = self.q(self.norm_s(s)).unflatten(-1, (self.heads, self.dim))  # [..., n, heads, dim]
+        scores = torch.einsum("...nhd,...hpd->...nhp", q, keys) / self.dim**0.5
+        if mask is not None:
+            scores = scores.masked_fill(~mask[..., None, None, :], float("-inf"))
+        read = torch.einsum("...nhp,...hpd->...nhd", scores.softmax(-1), values)
+        return s + self.out(read.flatten(-2))
+
+
+class Speculator(nn.Module):
+    """See the module docstring. `stages` g's (1 when shared); `look` heads of attention over the
+    prompt's rows before every stage (0: none)."""
+
+    def __init__(self, hidden: int, inner: int, stages: int, shared: bool, look: int = 0, look_dim: int = 64):
         super().__init__()
         self.hidden, self.inner, self.shared = hidden, inner, shared
         self.stages = nn.ModuleList(Stage(hidden, inner) for _ in range(1 if shared else stages))
+        self.look = Look(hidden, look, look_dim) if look else None
 
     def settings(self) -> dict:
-        return dict(kind="feature", hidden=self.hidden, inner=self.inner, stages=len(self.stages), shared=self.shared)
+        out = dict(kind="feature", hidden=self.hidden, inner=self.inner, stages=len(self.stages), shared=self.shared)
+        return out | (dict(look=self.look.heads, look_dim=self.look.dim) if self.look else {})
 
-    def step(self, k: int, s: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
-        """The state after the k-th draft step (0-based) from state s and the token's embedding e."""
+    def step(self, k: int, s: torch.Tensor, e: torch.Tensor, seen=None) -> torch.Tensor:
+        """The state after the k-th draft step (0-based) from state s and the token's embedding e;
+        with `look`, `seen` is the prompt's (keys, values[, mask]) from `look.prepare`."""
+        if self.look is not None:  # the states that read one prompt side by side: [*lead, n, C]
+            lead = seen[0].shape[:-3]
+            s = self.look(s.reshape(*lead, -1, s.shape[-1]), *seen).reshape(s.shape)
         return self.stages[min(k, len(self.stages) - 1)](s, e)
 
 
@@ -77,7 +123,8 @@ class MedusaHeads(nn.Module):
 
 def build(settings: dict) -> Speculator | MedusaHeads:
     if settings["kind"] == "feature":
-        return Speculator(settings["hidden"], settings["inner"], settings["stages"], settings["shared"])
+        look = dict(look=settings["look"], look_dim=settings["look_dim"]) if settings.get("look") else {}
+        return Speculator(settings["hidden"], settings["inner"], settings["stages"], settings["shared"], **look)
     if settings["kind"] == "medusa":
         return MedusaHeads(settings["hidden"], settings["heads"])
     raise ValueError(f"unknown head kind {settings['kind']!r}")

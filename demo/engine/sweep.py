@@ -36,15 +36,16 @@ GREEDY = Sampling()
 
 @torch.inference_mode()
 def answer_features(target, target_inputs: dict, answer: list[int]) -> torch.Tensor:
-    """The target's last hidden states behind its answer: row j is the state whose logits gave
-    answer[j] (row 0 the prompt's last position), [len(answer), C]. One prefill and one forward over
-    the answer, off the race's clock."""
+    """The target's last hidden states over its prompt and behind its answer, as a race hands them
+    to a drafter: the prompt's P rows (the prefill's), then one row per answer token but the last,
+    so that row P - 1 + j is the state whose logits gave answer[j]: [P + len(answer) - 1, C]. One
+    prefill and one forward over the answer, off the race's clock."""
     cache = target.new_cache()
-    _, first = target.prefill(target_inputs, cache, True)  # [1, C]
+    _, prompt = target.prefill(target_inputs, cache, True)  # [P, C]
     if len(answer) == 1:
-        return first
+        return prompt
     _, rest = target.forward(answer[:-1], cache, True)  # [len(answer) - 1, C]
-    return torch.cat([first, rest])
+    return torch.cat([prompt, rest])
 
 
 @torch.inference_mode()
@@ -66,7 +67,8 @@ def replay(
     if observe is not None:
         if features is None:
             raise ValueError("a drafter that reads the target's hidden states replays with them (answer_features)")
-        observe(features[:1])
+        P = len(features) - len(answer) + 1  # the prompt's rows come first
+        observe(features[:P])
     generator = torch.Generator(device=drafter.device)  # greedy drafting draws nothing
     clock = Stopwatch(drafter.device)
     rounds, costs, seconds, n = [], [], [], 1  # the prefill wrote answer[0]
@@ -103,7 +105,7 @@ def replay(
         #    the accepted drafts and the target's token, cut at the end.
         state.rollback(n + n_accepted)
         if observe is not None:  # the verify forward's rows: the answer's last token, then the accepted drafts
-            observe(features[n : n + n_accepted + 1])
+            observe(features[P - 1 + n : P + n + n_accepted])
         emitted = min(n_accepted + 1, len(answer) - n)
         rounds.append((made, n_accepted, emitted))
         seconds.append(clock.last)

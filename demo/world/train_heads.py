@@ -45,6 +45,9 @@ PER_TASK = {"description": 240} | {t: 40 for t in TASKS if t != "description"}
 UNROLL = 4  # draft steps the speculator is trained over (it chains on past them)
 MEDUSA_HEADS = 5
 BATCH = 256  # answer positions per step
+PER = 8  # of them from one conversation, for a speculator with `look` (`by_conversation`)
+INNER = 2  # the shared stage's inner width, times the hidden size
+LOOK = 4  # the speculator's heads of attention over the prompt's states (`heads.Look`)
 STEPS, MEDUSA_STEPS = 400, 400  # the shipped checkpoints'; --steps 2000: docs/drafters-feature.md
 # The speculator's token loss: this share (`--distil`) is the cross-entropy against the target's
 # whole next-token distribution (f_{j+1+k} @ E^T, free from the features at hand), the rest against
@@ -104,6 +107,47 @@ def target_data(target, processor, rows) -> dict:
     return dict(feats=torch.cat(feats), nxt=torch.cat(nxt), left=torch.cat(left), seq=torch.cat(seq))
 
 
+@torch.no_grad()
+def prompt_states(target, processor, rows) -> dict:
+    """The target's last hidden states over each conversation's prompt (image positions and
+    question), as the engine's prefill hands them to a drafter: prompt [N, P, C] fp16, right-
+    padded, and prompt_len [N]. One forward over the prompts alone (causal: the rows are the
+    prefill's, whatever follows)."""
+    tok = processor.tokenizer
+    prompts = [encode(tok, ex.question, None)[0] for _, _, ex in rows]
+    pixels = processor.image_processor([ex.image for _, _, ex in rows], return_tensors="pt")["pixel_values"]
+    width = max(map(len, prompts))
+    out = torch.zeros(len(rows), width, target.get_output_embeddings().weight.shape[1], dtype=torch.float16)
+    for start in range(0, len(rows), 32):
+        idx = list(range(start, min(start + 32, len(rows))))
+        batch = collate([(prompts[i], prompts[i]) for i in idx], tok.pad_token_id)
+        h = target(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            pixel_values=pixels[idx],
+            output_hidden_states=True,
+        ).hidden_states[-1]
+        for b, i in enumerate(idx):
+            out[i, : len(prompts[i])] = h[b, : len(prompts[i])].half()
+    return dict(prompt=out, prompt_len=torch.tensor([len(p) for p in prompts]))
+
+
+def seen(model: heads.Speculator, data: dict, idx: torch.Tensor, per: int | None = None):
+    """What a speculator with `look` reads at positions idx: its prompts' keys, values and masks
+    (`Look.prepare`, once per conversation). With `per` (a `by_conversation` batch: runs of `per`
+    positions of one conversation) one per run; else one per position. None without `look`."""
+    if model.look is None:
+        return None
+    if per:
+        seqs, which = data["seq"][idx[::per]], None
+    else:
+        seqs, which = data["seq"][idx].unique(return_inverse=True)
+    rows = data["prompt"][seqs].float()  # [S, P, C]
+    mask = torch.arange(rows.shape[1]) < data["prompt_len"][seqs][:, None]  # [S, P]
+    keys, values = model.look.prepare(rows)
+    return (keys, values, mask) if which is None else (keys[which], values[which], mask[which])
+
+
 def _at(data: dict, idx: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rows idx + k (clamped): features, next tokens, and whether they are still in idx's answer."""
     j = (idx + k).clamp(max=len(data["nxt"]) - 1)
@@ -114,11 +158,11 @@ def speculator_loss(
     model: heads.Speculator, E: torch.Tensor, data: dict, idx: torch.Tensor, distil: float = DISTIL
 ) -> torch.Tensor:
     f, _, _ = _at(data, idx, 0)
-    s, loss = f, 0.0
+    s, loss, prompt = f, 0.0, seen(model, data, idx, PER)
     for k in range(UNROLL):
         _, token, _ = _at(data, idx, k)  # the token just sampled: j + 1 + k
         f_next, label, ok = _at(data, idx, k + 1)  # the target's f_{j+1+k} and its token j + 2 + k
-        s = model.step(k, s, F.embedding(token, E))
+        s = model.step(k, s, F.embedding(token, E), prompt)
         log_q = (s @ E.T).log_softmax(-1)
         ce = F.nll_loss(log_q, label, reduction="none")
         if distil:  # the target's whole distribution there, f_{j+1+k} @ E^T, not only its argmax
@@ -147,9 +191,9 @@ def held_out_chain(model, E: torch.Tensor, data: dict, idx: torch.Tensor, gamma:
     if isinstance(model, heads.MedusaHeads):
         drafts = list((model(f) @ E.T).argmax(-1)[:, :gamma].T)
     else:
-        s, x = f, token
+        s, x, prompt = f, token, seen(model, data, idx)
         for k in range(gamma):
-            s = model.step(k, s, F.embedding(x, E))
+            s = model.step(k, s, F.embedding(x, E), prompt)
             x = (s @ E.T).argmax(-1)
             drafts.append(x)
     alive = torch.ones(len(idx), dtype=torch.bool)
@@ -161,16 +205,38 @@ def held_out_chain(model, E: torch.Tensor, data: dict, idx: torch.Tensor, gamma:
     return float(total.mean())
 
 
+def by_conversation(data: dict, train_idx: torch.Tensor, g: torch.Generator, per: int = PER):
+    """A batch's positions: BATCH // per conversations, per positions each (a speculator with
+    `look` prepares each conversation's prompt once per batch)."""
+    seq = data["seq"][train_idx]
+    order = train_idx[seq.argsort(stable=True)]
+    seqs, counts = seq.unique(return_counts=True)
+    starts = torch.cumsum(counts, 0) - counts
+
+    def batch() -> torch.Tensor:
+        pick = torch.randint(len(seqs), (BATCH // per,), generator=g)
+        offset = (torch.rand(len(pick), per, generator=g) * counts[pick, None]).long()
+        return order[(starts[pick, None] + offset).flatten()]
+
+    return batch
+
+
 def fit(model, loss_of, data: dict, train_idx: torch.Tensor, steps: int, lr: float, seed: int, probe=None) -> list:
     """AdamW, warm-up then cosine; every 500 steps (and the last) the loss and, given `probe`, its
     figure (the held-out chain) are logged, so a run's curve is in the log."""
     g = torch.Generator().manual_seed(seed)
+    looks = getattr(model, "look", None) is not None
+    batch = (
+        by_conversation(data, train_idx, g)
+        if looks
+        else lambda: train_idx[torch.randint(len(train_idx), (BATCH,), generator=g)]
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     curve = []
     for step in range(steps):
         for group in opt.param_groups:  # warm-up, then cosine
             group["lr"] = lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + math.cos(math.pi * step / steps))
-        idx = train_idx[torch.randint(len(train_idx), (BATCH,), generator=g)]
+        idx = batch()
         loss = loss_of(model, idx)
         opt.zero_grad()
         loss.backward()
@@ -195,6 +261,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--scale", type=float, default=1.0, help="conversations per task, times this")
     parser.add_argument("--data", type=Path, default=None, help="cache the target's data here (reused if present)")
+    parser.add_argument("--inner", type=int, default=INNER, help="the speculator's inner width, times the hidden size")
+    parser.add_argument(
+        "--look", type=int, default=LOOK, help="the speculator's heads of attention over the prompt (0: none)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     t0 = time.time()
@@ -204,6 +274,10 @@ def main() -> None:
         data = torch.load(args.data)
     else:
         data = target_data(target, processor, conversations(args.seed, args.scale))
+        if args.data is not None:
+            torch.save(data, args.data)
+    if "prompt" not in data:  # a cache made before `look`: the prompts' states, once
+        data |= prompt_states(target, processor, conversations(args.seed, args.scale))
         if args.data is not None:
             torch.save(data, args.data)
     E = target.get_output_embeddings().weight.detach().float()  # [V, C], tied to the input embedding
@@ -220,8 +294,13 @@ def main() -> None:
         distil=args.distil,
     )
     print(f"data: {log}", flush=True)
-    forms = {"eagle-style (shared, 1 stage)": heads.Speculator(hidden, 2 * hidden, UNROLL, shared=True)}
+    forms = {
+        f"eagle-style (shared, 1 stage{f', looks at the prompt: {args.look} heads' if args.look else ''})": heads.Speculator(
+            hidden, args.inner * hidden, UNROLL, shared=True, look=args.look
+        )
+    }
     if args.compare:
+        forms["eagle-style (shared, 1 stage)"] = heads.Speculator(hidden, 2 * hidden, UNROLL, shared=True)
         forms["mlp speculator (4 stages)"] = heads.Speculator(hidden, hidden, UNROLL, shared=False)
     results = {}
     for i, (name, model) in enumerate(forms.items()):
