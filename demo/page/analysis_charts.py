@@ -19,14 +19,18 @@ from demo.page.charts import MODEBAR
 from demo.session.rejections import CATEGORIES, is_grounded
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")  # Okabe-Ito
-DRAFTER_COLOURS = {"text-only": "#E69F00", "image-aware": "#0072B2"}  # the same in every figure
+# The seed's three answers to "does a drafter need to see the image?" keep one colour in every
+# figure: blind, sighted, and reading the target's hidden state. Any other drafter takes a colour
+# none of them has, by its place in the figure, so no two drafters of a figure share one.
+DRAFTER_COLOURS = {"text-only": "#E69F00", "image-aware": "#0072B2", "feature": "#009E73"}
+FREE_COLOURS = tuple(c for c in PALETTE if c not in DRAFTER_COLOURS.values())
 HEIGHT = 330
 GROUPS = ("image-grounded", "text and template")
 LABELS = {"punctuation": "punct."}  # axis labels short enough to sit side by side
 
 
 def colour(drafter: str, i: int) -> str:
-    return DRAFTER_COLOURS.get(drafter, PALETTE[i % len(PALETTE)])
+    return DRAFTER_COLOURS.get(drafter, FREE_COLOURS[i % len(FREE_COLOURS)])
 
 
 def _layout(title: str, empty: bool, **extra) -> dict:
