@@ -1,13 +1,14 @@
 """Every fact sentence of a description is checked (issue 53): the world's scoring reads the
-(place, colour, shape) triples only, so a wrong count or size passed. The answers below are the
-shipped target's, greedy, on the gallery's first description before it was re-picked."""
+(place, colour, shape) triples only, so a wrong count or size passed, and so did a description
+answered with one sentence. The answers below are the shipped target's, greedy: on the gallery's
+first description before it was re-picked (`WRONG`), and on held-out description 22 (`ONE_SENTENCE`)."""
 
 import random
 
 import pytest
 
-from demo.world import scoring, tasks
-from demo.world.gallery import facts, states_only_true_facts
+from demo.world import scoring, tasks, tasks_de, tasks_en, tasks_zh
+from demo.world.gallery import SEED, describes_in_full, facts, states_only_true_facts
 from demo.world.scenes import Obj, Scene
 
 TWO_LARGE = Scene(
@@ -27,6 +28,9 @@ WRONG = {  # each right but for its size sentence (and German's closing count)
     "zh": "这张图片在淡色的背景上画着一幅平面的彩色图画。在左上角可以看到一个大的红色圆形。在右下角可以看到一个大的蓝色三角形。"
     "图中总共有两个图形。其中一个是大的，一个是小的。图中的颜色有红色和蓝色。图中没有其他东西，看起来干净而简洁。",
 }
+
+
+ONE_SENTENCE = "In the centre, a small purple triangle."  # English, held-out description 22 (one small shape)
 
 
 def example(language: str, seed: int = 0) -> tasks.Example:
@@ -53,3 +57,26 @@ def test_facts_reads_each_sentences_numbers_sizes_colours_shapes_and_places():
         ("('count', 2)",): 1,
         ("('place', 0)", "('shape', 'triangle')"): 1,  # 三角形 is a shape, not a three
     }
+
+
+def test_a_description_in_one_true_sentence_is_right_but_not_in_full():
+    one_shape = tasks.heldout_examples("description", 23, seed=SEED)[22]
+    assert scoring.score("description", one_shape, ONE_SENTENCE)
+    assert states_only_true_facts("description", one_shape, ONE_SENTENCE)  # every sentence it states is true
+    assert not describes_in_full("description", one_shape, ONE_SENTENCE)  # no count, size or colour sentence
+    assert describes_in_full("description", one_shape, one_shape.answer)
+
+
+SIZES = {"en": tasks_en._size_summary, "de": tasks_de._sizes, "zh": tasks_zh._sizes}  # the size sentence
+
+
+@pytest.mark.parametrize("language", ["en", "de", "zh"])
+def test_every_form_of_the_worlds_description_is_in_full_and_one_without_its_size_sentence_is_not(language):
+    reference = example(language)
+    for seed in range(8):  # any wording, any closing sentence
+        assert describes_in_full("description", reference, example(language, seed).answer)
+    size_sentence = SIZES[language](TWO_LARGE)
+    assert size_sentence in reference.answer
+    without = reference.answer.replace(size_sentence, "")
+    assert states_only_true_facts("description", reference, without)
+    assert not describes_in_full("description", reference, without)

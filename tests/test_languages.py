@@ -151,7 +151,9 @@ def test_a_world_speaks_english_and_each_language_whose_drafter_stage_12_saved_b
     ]
 
 
-def test_the_page_examples_are_the_same_scenes_in_each_language_and_each_finds_its_reference(tmp_path):
+def test_the_page_examples_are_the_same_scenes_in_each_language_but_the_description_and_each_finds_its_reference(
+    tmp_path,
+):
     from demo.page.examples import load_examples, reference_for
     from demo.world.gallery import write_examples
 
@@ -159,7 +161,9 @@ def test_the_page_examples_are_the_same_scenes_in_each_language_and_each_finds_i
     english, german, chinese = (load_examples(tmp_path, lang) for lang in LANGUAGES)
     assert len(english) == len(german) == len(chinese) > 0
     for e, d, z in zip(english, german, chinese):
-        assert e.image == d.image == z.image and e.task == d.task == z.task
+        assert e.task == d.task == z.task
+        own = e.task == "description"  # each language describes its own scene (demo.world.gallery.PICKS)
+        assert (len({e.image, d.image, z.image}) == 3) if own else (e.image == d.image == z.image)
         assert (e.language, d.language, z.language) == LANGUAGES
         assert detect(d.question).language == "de" and detect(z.question).language == "zh"
         assert reference_for(d.image, d.question, tmp_path) == d.answer != e.answer

@@ -74,7 +74,8 @@ def tune_allocator() -> bool:
 
 def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dict[str, list[Example]]) -> None:
     """The events. The page's small events skip the queue, so a full queue never blocks them.
-    `examples`: the gallery in each language the world speaks, the same scenes in the same order."""
+    `examples`: the gallery in each language the world speaks, the same tasks in the same order,
+    the same scenes but the description's (each language shows its own: `demo.world.gallery`)."""
 
     def example_in(language, index) -> Example:
         shown = examples.get(language) or examples["en"]
@@ -85,11 +86,17 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
         return example.image, example.question, layout.reference_html(example), evt.index
 
     def on_example_language(language, index):
-        """The picked example asked again in the language chosen (nothing to do before a pick)."""
+        """The picked example asked again in the language chosen, on that language's image where
+        its scene differs (nothing to do before a pick)."""
         if index is None:
-            return gr.skip(), gr.skip()
+            return gr.skip(), gr.skip(), gr.skip()
         example = example_in(language, index)
-        return example.question, layout.reference_html(example)
+        own_scene = len({example_in(lang, index).image for lang in examples}) > 1
+        return example.question, layout.reference_html(example), example.image if own_scene else gr.skip()
+
+    def thumbnails(language):
+        """The gallery's images in the language chosen (its description is its own scene)."""
+        return gr.Gallery(value=[(e.image, e.task.replace("_", " ")) for e in examples.get(language) or examples["en"]])
 
     def on_preset(name, max_new):
         names = layout.drafter_choices(name) if name in presets.PRESETS else []
@@ -123,7 +130,10 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     c.question.input(lambda: render.UPLOAD_NOTE, None, c.reference, **small)  # a free question: no reference
     picked = gr.State(None)  # the index of the example last picked, asked again when the language changes
     c.gallery.select(on_example, c.example_language, [c.image, c.question, c.reference, picked], **small)
-    c.example_language.change(on_example_language, [c.example_language, picked], [c.question, c.reference], **small)
+    c.example_language.change(
+        on_example_language, [c.example_language, picked], [c.question, c.reference, c.image], **small
+    )
+    c.example_language.change(thumbnails, c.example_language, c.gallery, **small)
     c.image.upload(lambda: (render.UPLOAD_NOTE, None), None, [c.reference, picked], **small)
     c.preset.change(on_preset, [c.preset, c.max_new], [c.drafter, c.drafter2, c.preset_info, c.max_new], **small)
     language = gr.State("en")  # the language the drafter was last picked for: the page starts in English
