@@ -1,7 +1,7 @@
 """Train the drafters that read the target's hidden state: `feature` and `medusa`.
 
-    python -m demo.world.train_heads            # data, the speculator (400 steps), Medusa heads, save
-    python -m demo.world.train_heads --compare  # and the multi-stage MLP form, on the same batches
+    python -m demo.world.train_heads            # data, the speculator (2000 steps), Medusa heads (400), save
+    python -m demo.world.train_heads --compare  # and the forms without the look, on the same data
 
 Distilled on the target's own outputs: training-split conversations of every task family in
 English, German and Chinese (descriptions most), one teacher-forced forward of the shipped (fp16)
@@ -13,8 +13,12 @@ embedding scores every head):
     feature   `heads.Speculator`, unrolled over UNROLL steps on its own predicted state, fed the
               target's tokens (a round only goes on past a draft the target accepted, i.e. its
               token): cross-entropy on the next token at each step, and with `shared` (the
-              EAGLE-style form) a smooth-L1 pull of s_k onto the target's f_{j+k}. With
-              --compare both forms train on the same batches; the longer held-out chain ships.
+              EAGLE-style form) a smooth-L1 pull of s_k onto the target's f_{j+k}. With `look`
+              (LOOK heads) every step also attends over the target's states of its conversation's
+              prompt (`prompt_states`: the image's positions and the question's, as the prefill
+              hands them over); its batches take PER positions from each of BATCH // PER
+              conversations. With --compare the forms without it train too; the longer held-out
+              chain ships.
     medusa    `heads.MedusaHeads`: head i's cross-entropy on token j + 1 + i.
 
 Held out: every tenth conversation; the figure is the mean number of leading drafts
@@ -46,9 +50,9 @@ UNROLL = 4  # draft steps the speculator is trained over (it chains on past them
 MEDUSA_HEADS = 5
 BATCH = 256  # answer positions per step
 PER = 8  # of them from one conversation, for a speculator with `look` (`by_conversation`)
-INNER = 2  # the shared stage's inner width, times the hidden size
+INNER = 1  # the shared stage's inner width, times the hidden size (2: as long a chain, more to read a step)
 LOOK = 4  # the speculator's heads of attention over the prompt's states (`heads.Look`)
-STEPS, MEDUSA_STEPS = 400, 400  # the shipped checkpoints'; --steps 2000: docs/drafters-feature.md
+STEPS, MEDUSA_STEPS = 2000, 400  # the shipped checkpoints' (docs/drafters-feature.md)
 # The speculator's token loss: this share (`--distil`) is the cross-entropy against the target's
 # whole next-token distribution (f_{j+1+k} @ E^T, free from the features at hand), the rest against
 # its argmax. 0: at 400 steps the whole distribution gave a shorter greedy chain (held out 2.12 vs
