@@ -27,7 +27,7 @@ from demo.session.proof_runs import K_MAX
 # `paradox_example` at γ 4, 96 tokens, made with tests/races.py): layer skip accepted 76% of its
 # drafts (τ 3.96) and ran ×0.96, its drafting costing 2.8 single target steps a round (its drafter is
 # 4 of the target's 6 layers); the text-only drafter accepted 70% (τ 3.80) and ran ×1.93. On another
-# description (the gallery's first), layer skip again ran ×1.09-1.36 at 59%.
+# description (held-out 55, then the gallery's first), layer skip again ran ×1.09-1.36 at 59%.
 PARADOX_DRAFTER = "layer-skip"
 PARADOX = (
     "<p class='paradox-note'><b>High acceptance, little speedup.</b> Layer skip drafts with 4 of the target's "
