@@ -398,6 +398,8 @@ def test_analysis_tab_finds_rejections_and_races_a_run_on_the_race_tab(browser, 
     page.goto(served)
     page.wait_for_selector("#chart-pos .main-svg")
     page.get_by_role("tab", name="Analysis").click()
+    page.click("#an-task input")  # captions: short answers with rejections (a mixed batch may draw descriptions)
+    page.get_by_role("option", name="caption", exact=True).click()
     page.locator("#an-n input[type=number]").fill("2")
     page.locator("#an-n input[type=number]").press("Enter")
     page.click("#an-run")
