@@ -1,6 +1,6 @@
 """The decoding engine: one exact speculative loop that yields typed events.
 
-Its 25 modules (tests/test_layers.py checks that this list names every one):
+Its 26 modules (tests/test_layers.py checks that this list names every one):
 
     events        the event types, the contract with everything else
     speculative   the speculative round and both generators
@@ -13,6 +13,7 @@ Its 25 modules (tests/test_layers.py checks that this list names every one):
     layerskip     the target drafting for itself with layers skipped
     feature       drafters that read the target's hidden state (a speculator, Medusa heads)
     heads         the networks those drafters run, and their checkpoints
+    feature_steps  the speculator's draft step in NumPy on a CPU
     staged        staged drafting: a drafter drafted by lookup
     lean          lean drafting: a drafter's step at the cost of its arithmetic
     lean_lm       the lean language model over a static KV cache
