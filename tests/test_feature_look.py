@@ -84,20 +84,39 @@ def test_a_padded_batch_reads_each_prompt_as_alone():
 
 
 @pytest.mark.parametrize("look", [0, 2], ids=["plain", "looking"])
-def test_the_numpy_step_computes_the_torch_step(look):
+@pytest.mark.parametrize("vocab", [None, (1, 2, 5, 7, 11, 40)], ids=["every id", "some ids"])
+def test_the_numpy_step_computes_the_torch_step(look, vocab):
     net = speculator(look)
-    target = TinyTarget()
-    E = target.embed.weight.detach()
-    step = feature_steps.NumpySpeculator(net, E, E)
-    assert feature_steps.agrees(step, net, E, E) is None
+    if vocab:
+        net.restrict(torch.tensor(vocab))
+    d = drafter(net)
+    assert d.numpy is not None  # it passed its check at load (`feature_steps.agrees`)
     rows, s, token = torch.randn(8, C), torch.randn(C), 7
-    seen, seen_np = (net.look.prepare(rows), step.prepare(rows)) if look else (None, None)
+    seen, seen_np = (net.look.prepare(rows), d.numpy.prepare(rows)) if look else (None, None)
     s_np = s.numpy()
     for k in range(5):  # a chain on its own states
-        s = net.step(k, s, E[token], seen)
-        s_np, logits_np = step.step(k, s_np, token, seen_np)
-        np.testing.assert_allclose(logits_np, (s @ E.T).numpy(), rtol=1e-4, atol=1e-4)
+        s = net.step(k, s, d.embed[token], seen)
+        s_np, logits_np = d.numpy.step(k, s_np, token, seen_np)
+        np.testing.assert_allclose(logits_np, d.logits(s).numpy(), rtol=1e-4, atol=1e-4)
         token = int(logits_np.argmax())
+
+
+def test_a_restricted_speculator_drafts_only_its_ids_and_its_q_is_zero_elsewhere(tmp_path):
+    net = speculator()
+    net.restrict(torch.tensor([40, 1, 2, 5, 7, 11, 3]))  # 3 is blocked: never proposed anyway
+    path = tmp_path / "drafter-feature.safetensors"
+    heads.save(net, path)
+    loaded = heads.load(path, C)
+    assert loaded.vocab.dtype == torch.long and loaded.vocab.tolist() == [1, 2, 3, 5, 7, 11, 40]
+    d = drafter(loaded)
+    for fast in (True, False):
+        state = d.start(None)
+        state.observe(torch.randn(9, C))
+        propose = state.propose if fast else lambda *a, **k: DraftState.propose(state, *a, **k)
+        drafts, q = propose([5, 8], 6, Sampling(), torch.Generator())
+        assert set(drafts.tolist()) <= {1, 2, 5, 7, 11, 40}
+        assert q.shape == (6, V) and (q[:, [i for i in range(V) if i not in (1, 2, 5, 7, 11, 40)]] == 0).all()
+        torch.testing.assert_close(q.sum(-1), torch.ones(6))
 
 
 def test_a_numpy_step_that_disagrees_is_refused_and_the_torch_step_drafts(monkeypatch):

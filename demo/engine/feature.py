@@ -55,6 +55,8 @@ class FeatureDrafter:
         self.target_vocab_size = self.usable = out.shape[0]
         self.blocked = torch.zeros(self.usable, dtype=torch.bool, device=self.device)
         self.blocked[[i for i in blocked_ids if i < self.usable]] = True
+        self.vocab = getattr(net, "vocab", None)  # a speculator's draftable ids (None: all)
+        self.E_rows = self.E if self.vocab is None else self.E[self.vocab]  # [V or len(vocab), C]
 
     @classmethod
     def load(cls, path: Path, target, *, name: str, blocked_ids: frozenset[int] = frozenset()):
@@ -69,8 +71,13 @@ class FeatureDrafter:
         return token_id < self.usable and token_id not in self.blocked_ids
 
     def logits(self, s: torch.Tensor) -> torch.Tensor:
-        """States [..., C] -> logits over the target's vocabulary [..., V]."""
-        return s @ self.E.T
+        """States [..., C] -> logits over the target's vocabulary [..., V] (-inf outside the
+        ids a speculator drafts from, `heads.Speculator.restrict`)."""
+        if self.vocab is None:
+            return s @ self.E.T
+        out = s.new_full((*s.shape[:-1], self.usable), float("-inf"))
+        out[..., self.vocab] = s @ self.E_rows.T
+        return out
 
 
 class SpeculatorDrafter(FeatureDrafter):
@@ -82,11 +89,13 @@ class SpeculatorDrafter(FeatureDrafter):
         self.fallback_reason = feature_steps.supported(self.device, net)
         if self.fallback_reason is None:
             step = feature_steps.NumpySpeculator(net, self.E, self.embed)
-            self.fallback_reason = feature_steps.agrees(step, net, self.E, self.embed)
+            self.fallback_reason = feature_steps.agrees(step, self, net)
             if self.fallback_reason is None:
                 self.numpy = step
                 self.path = "NumPy step (target features)"
-                self._blocked_np = self.blocked.cpu().numpy()
+                rows = self.vocab.cpu().numpy() if self.vocab is not None else np.arange(self.usable)
+                self._rows = rows  # the ids the NumPy step scores, in its logits' order
+                self._blocked_rows = self.blocked.cpu().numpy()[rows]
 
     def start(self, inputs: dict | None) -> SpeculatorState:
         """A run's state; it reads no prompt of its own (the prefill's features arrive by `observe`)."""
@@ -171,17 +180,19 @@ class SpeculatorState(_FeatureState):
         self.base, self.states = len(answer), []
         s, token, drafts, qs = self.feature, answer[-1], [], []
         for step in range(n):  # the states kept as `propose`'s catch_up and extends keep them
-            s, logits = d.numpy.step(step, s, token, self.seen)
+            s, logits = d.numpy.step_rows(step, s, token, self.seen)  # over the draftable ids
             self.states.append(s)
-            logits[d._blocked_np] = -np.inf
+            logits[d._blocked_rows] = -np.inf
             q = np.exp(logits - logits.max())
             q /= q.sum()
             if step > 0 and min_confidence > 0 and q.max() < min_confidence:
                 break
-            token = int(q.argmax())
+            token = int(d._rows[q.argmax()])
             drafts.append(token)
             qs.append(q)
-        return torch.tensor(drafts, dtype=torch.long), torch.from_numpy(np.stack(qs))
+        full = np.zeros((len(qs), d.usable), dtype=np.float32)
+        full[:, d._rows] = np.stack(qs)
+        return torch.tensor(drafts, dtype=torch.long), torch.from_numpy(full)
 
 
 class MedusaState(_FeatureState):

@@ -5,15 +5,16 @@ costs a few microseconds of dispatch (a step makes about twenty): the same step 
 affine maps folded ahead of time, takes about a third of the time (docs/drafters-feature.md
 measures it). It computes what `heads.Speculator.step` computes, in another order:
 
-    look      z = norm(s); q = Wq (g * z + b) / sqrt(d) = (Wq * g / sqrt(d)) z + Wq b / sqrt(d);
-              scores_h = K_h q_h (every head in one product with the keys as a block-diagonal
-              matrix); s += sum_h softmax(scores_h) (V_h Wout_h^T): the values are made and
-              multiplied by the output projection once per run (`prepare`), so a step reads them
-              in one product
+    look      z = norm(s); q_h = Wq_h (g * z + b) / sqrt(d); scores_h = K_h q_h
+              = (K_h Wq_h g / sqrt(d)) z + K_h Wq_h b / sqrt(d); s += sum_h softmax(scores_h)
+              (V_h Wout_h^T): the keys times the query's map, and the values times the output
+              projection, are made once per run (`prepare`), so a step reads the prompt in two
+              products and never the query's map
     stage     x = [g_s * norm(s) + b_s, g_e * norm(e) + b_e], s' = s + Wd silu(Wu x + bu) + bd:
               the norms' scales and shifts go into Wu and bu, and Wu's token half times
               norm(e), plus bu, is a table over the vocabulary, made once: a step adds one row
-    logits    E s' (the target's own output embedding)
+    logits    E s' (the target's own output embedding; only the rows of the ids it drafts from,
+              `heads.Speculator.restrict`, and -inf elsewhere)
 
 `norm` is LayerNorm without its affine part (eps 1e-5, as nn.LayerNorm), applied as a scalar on
 the product it feeds. Rounding differs from
@@ -76,7 +77,9 @@ class NumpySpeculator:
 
     def __init__(self, net: heads.Speculator, E: torch.Tensor, embed: torch.Tensor):
         self.stages = [_Stage(stage, embed) for stage in net.stages]
-        self.E = _np(E)  # [V, C]
+        self.V = E.shape[0]
+        self.vocab = None if net.vocab is None else net.vocab.cpu().numpy()
+        self.E = _np(E if net.vocab is None else E[net.vocab.cpu()])  # [V or len(vocab), C]
         self.look = net.look
         if net.look is not None:
             self.heads, self.dim = net.look.heads, net.look.dim
@@ -85,30 +88,44 @@ class NumpySpeculator:
             self.q_b = _np(q @ norm.bias.detach().float())
 
     @torch.inference_mode()
-    def prepare(self, rows: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """The prompt's rows [P, C] -> the keys as one block-diagonal matrix [h * P, h * d] (each
-        head's scores in one product) and the values times the output projection [h * P, C]."""
+    def prepare(self, rows: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The prompt's rows [P, C] -> what a step reads of them: the query's map and the keys
+        folded into one matrix, scores = (K_h Wq_h) norm(s) + K_h q_b_h, [h * P, C] and
+        [h * P], and the values times the output projection [h * P, C]."""
         keys, values = self.look.prepare(rows.float())  # [h, P, d] each
+        q_w = torch.from_numpy(self.q_w).unflatten(0, (self.heads, self.dim))  # [h, d, C]
+        q_b = torch.from_numpy(self.q_b).unflatten(0, (self.heads, self.dim))  # [h, d]
         out = self.look.out.weight.detach().float().unflatten(1, (self.heads, self.dim))  # [C, h, d]
         seen = torch.einsum("hpd,chd->hpc", values, out)  # [h, P, C]
-        return _np(torch.block_diag(*keys)), _np(seen.flatten(0, 1))
+        scores = torch.einsum("hpd,hdc->hpc", keys, q_w)  # [h, P, C]
+        bias = torch.einsum("hpd,hd->hp", keys, q_b)
+        return _np(scores.flatten(0, 1)), _np(bias.flatten()), _np(seen.flatten(0, 1))
 
-    def step(self, k: int, s: np.ndarray, token: int, seen) -> tuple[np.ndarray, np.ndarray]:
+    def step_rows(self, k: int, s: np.ndarray, token: int, seen) -> tuple[np.ndarray, np.ndarray]:
         """The state after the k-th draft step from state s [C] and the token just drafted, and
-        its logits [V]."""
+        its logits over the ids it drafts from [len(vocab)] (all V without a vocabulary)."""
         if self.look is not None:
-            keys, values = seen
+            scores_w, scores_b, values = seen
             c, r = _centred(s)
-            q = self.q_w @ c
-            q *= r
-            q += self.q_b
-            scores = (keys @ q).reshape(self.heads, -1)  # [h, P]
+            scores = scores_w @ c
+            scores *= r
+            scores += scores_b
+            scores = scores.reshape(self.heads, -1)  # [h, P]
             scores -= scores.max(-1, keepdims=True)
             w = np.exp(scores)
             w /= w.sum(-1, keepdims=True)
             s = s + w.reshape(-1) @ values
         s = self.stages[min(k, len(self.stages) - 1)](s, token)
         return s, self.E @ s
+
+    def step(self, k: int, s: np.ndarray, token: int, seen) -> tuple[np.ndarray, np.ndarray]:
+        """`step_rows` with the logits over the whole vocabulary [V] (-inf off the vocabulary)."""
+        s, rows = self.step_rows(k, s, token, seen)
+        if self.vocab is None:
+            return s, rows
+        logits = np.full(self.V, -np.inf, dtype=np.float32)
+        logits[self.vocab] = rows
+        return s, logits
 
 
 def supported(device: torch.device, net) -> str | None:
@@ -120,12 +137,12 @@ def supported(device: torch.device, net) -> str | None:
     return None
 
 
-def agrees(numpy_step: NumpySpeculator, net: heads.Speculator, E: torch.Tensor, embed: torch.Tensor) -> str | None:
-    """Check the NumPy step against the torch modules on a seeded state and prompt, over three
-    chained steps: None where the logits agree (to 1e-3 of their scale) and pick the same token,
-    else why not."""
+def agrees(numpy_step: NumpySpeculator, drafter, net: heads.Speculator) -> str | None:
+    """Check the NumPy step against the torch step (`drafter.logits` of `net.step`) on a seeded
+    state and prompt, over three chained steps: None where the logits agree (to 1e-3 of their
+    scale, and -inf at the same ids) and pick the same token, else why not."""
     g = torch.Generator().manual_seed(0)
-    C = E.shape[1]
+    C = drafter.E.shape[1]
     s = torch.randn(C, generator=g) * 3
     rows = torch.randn(7, C, generator=g) * 3
     with torch.inference_mode():
@@ -133,12 +150,14 @@ def agrees(numpy_step: NumpySpeculator, net: heads.Speculator, E: torch.Tensor, 
         seen_np = numpy_step.prepare(rows) if net.look is not None else None
         s_np, token = _np(s), 1
         for k in range(3):
-            s = net.step(k, s, embed[token].float(), seen)
-            logits = s @ E.float().T
+            s = net.step(k, s, drafter.embed[token].float(), seen)
+            logits = drafter.logits(s).numpy()
             s_np, logits_np = numpy_step.step(k, s_np, token, seen_np)
-            scale = float(logits.abs().max())
-            gap = float(np.abs(logits_np - logits.numpy()).max())
-            if gap > 1e-3 * max(scale, 1.0) or int(logits.argmax()) != int(logits_np.argmax()):
+            there = np.isfinite(logits)
+            if (there != np.isfinite(logits_np)).any():
+                return f"the NumPy step scores other ids than the torch step at step {k}"
+            gap = float(np.abs(logits_np[there] - logits[there]).max())
+            if gap > 1e-3 * max(float(np.abs(logits[there]).max()), 1.0) or logits.argmax() != logits_np.argmax():
                 return f"the NumPy step's logits differ from the torch step's by {gap:.2e} at step {k}"
             token = int(logits.argmax())
     return None

@@ -86,15 +86,26 @@ class Speculator(nn.Module):
     """See the module docstring. `stages` g's (1 when shared); `look` heads of attention over the
     prompt's rows before every stage (0: none)."""
 
-    def __init__(self, hidden: int, inner: int, stages: int, shared: bool, look: int = 0, look_dim: int = 64):
+    def __init__(
+        self, hidden: int, inner: int, stages: int, shared: bool, look: int = 0, look_dim: int = 64, vocab: int = 0
+    ):
         super().__init__()
         self.hidden, self.inner, self.shared = hidden, inner, shared
         self.stages = nn.ModuleList(Stage(hidden, inner) for _ in range(1 if shared else stages))
         self.look = Look(hidden, look, look_dim) if look else None
+        # the token ids it drafts from (`restrict`); None: the target's whole vocabulary
+        self.register_buffer("vocab", torch.zeros(vocab, dtype=torch.long) if vocab else None)
+
+    def restrict(self, ids: torch.Tensor) -> None:
+        """Draft only from `ids` (the tokens the target wrote in the training answers): its
+        logits elsewhere are -inf, so its q is zero there and a step scores only those rows of
+        the output embedding."""
+        self.vocab = ids.detach().long().unique().to(self.stages[0].up.weight.device)
 
     def settings(self) -> dict:
         out = dict(kind="feature", hidden=self.hidden, inner=self.inner, stages=len(self.stages), shared=self.shared)
-        return out | (dict(look=self.look.heads, look_dim=self.look.dim) if self.look else {})
+        out |= dict(look=self.look.heads, look_dim=self.look.dim) if self.look else {}
+        return out | (dict(vocab=len(self.vocab)) if self.vocab is not None else {})
 
     def step(self, k: int, s: torch.Tensor, e: torch.Tensor, seen=None) -> torch.Tensor:
         """The state after the k-th draft step (0-based) from state s and the token's embedding e;
@@ -124,17 +135,20 @@ class MedusaHeads(nn.Module):
 def build(settings: dict) -> Speculator | MedusaHeads:
     if settings["kind"] == "feature":
         look = dict(look=settings["look"], look_dim=settings["look_dim"]) if settings.get("look") else {}
-        return Speculator(settings["hidden"], settings["inner"], settings["stages"], settings["shared"], **look)
+        shape = (settings["hidden"], settings["inner"], settings["stages"], settings["shared"])
+        return Speculator(*shape, **look, vocab=settings.get("vocab", 0))
     if settings["kind"] == "medusa":
         return MedusaHeads(settings["hidden"], settings["heads"])
     raise ValueError(f"unknown head kind {settings['kind']!r}")
 
 
 def save(module: Speculator | MedusaHeads, path: Path, extra: dict | None = None) -> None:
-    """fp16 weights and the settings (plus `extra`, e.g. the training figures) in the header."""
+    """fp16 weights (token ids as they are) and the settings (plus `extra`, e.g. the training
+    figures) in the header."""
     from safetensors.torch import save_file
 
-    tensors = {k: v.detach().to(torch.float16).contiguous() for k, v in module.state_dict().items()}
+    half = lambda v: v.to(torch.float16) if v.is_floating_point() else v  # noqa: E731
+    tensors = {k: half(v.detach()).contiguous() for k, v in module.state_dict().items()}
     meta = {"settings": json.dumps(module.settings()), "extra": json.dumps(extra or {})}
     save_file(tensors, str(path), metadata=meta)
 
@@ -157,5 +171,5 @@ def load(path: Path, hidden_size: int, device: torch.device | str = "cpu") -> Sp
             f"{hidden_size}: it was trained for another target and cannot draft for this one."
         )
     module = build(settings)
-    module.load_state_dict({k: v.float() for k, v in load_file(str(path)).items()})
+    module.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in load_file(str(path)).items()})
     return module.to(device).eval().requires_grad_(False)
