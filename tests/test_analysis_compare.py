@@ -78,7 +78,11 @@ def test_the_tabs_drafter_control_picks_up_to_three_and_the_gamma_label_has_room
     found = {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
     drafter, gamma = found["an-drafter"], found["an-gamma"]
     assert drafter.multiselect and drafter.max_choices == 3
-    assert [c[1] for c in drafter.choices] == ["text-only", "image-aware", "multilingual", "german", "chinese"]
+    assert [c[1] for c in drafter.choices] == [  # every drafter a race may name: the three kinds compared side by side
+        *("text-only", "text-only+tree", "image-aware", "image-aware+tree", "multilingual", "multilingual+tree"),
+        *("german", "german+tree", "chinese", "chinese+tree", "prompt-lookup", "layer-skip"),
+        *("feature", "feature+tree", "medusa", "medusa+tree", "staged"),
+    ]
     assert drafter.value == ["text-only"]
     assert gamma.min_width >= 190 and gamma.label == "γ (drafts)"  # one line beside its number box, at 420 px too
 

@@ -255,7 +255,8 @@ def test_a_drafter_the_preset_lacks_is_refused_with_a_message(served):
     with pytest.raises(gr.Error) as refused:
         next(analysis_tab.analyze(PRESET, "caption", "no-such-drafter", 3, 2, 0))
     assert refused.value.message == (
-        f"Unknown drafter for preset 'tiny-analysis': 'no-such-drafter'. Choose one of: text-only, image-aware, {BOTH}."
+        "Unknown drafter for preset 'tiny-analysis': 'no-such-drafter'. Choose one of: text-only, text-only+tree, "
+        f"image-aware, image-aware+tree, prompt-lookup, staged, {BOTH}."
     )
 
 
@@ -469,7 +470,7 @@ def test_the_tab_in_chromium_runs_shows_a_trace_and_races_it_on_the_race_tab(ser
     gamma_label = page.locator("#an-gamma label, #an-gamma [data-testid='block-info']").first
     assert gamma_label.bounding_box()["height"] < 40  # one line (27.6 px); "γ: drafts per round" took 47 to 66
     page.click("#an-drafter input")
-    page.get_by_role("option", name="image-aware").click()  # compared with text-only, already picked
+    page.get_by_role("option", name="image-aware", exact=True).click()  # compared with text-only, already picked
     page.locator("#an-n input[type=number]").fill("2")
     page.locator("#an-n input[type=number]").press("Enter")
     page.click("#an-run")

@@ -3,7 +3,7 @@ greedily with one drafter or each of a preset's drafters, parsed by name as a ra
 is (`demo.session.parse`), every value checked by `validate` and refused with its name and range.
 
     parse_analysis(preset=, task=, drafter=, gamma=, n=, seed=, language=) -> AnalysisRequest
-    drafter_choices(preset)   the drafter values the API takes: the preset's drafters, then BOTH
+    drafter_choices(preset)   the drafter values the API takes: every drafter a race may name, then BOTH
                               (the page's control picks one to MAX_COMPARED of them: a list)
     spoken()                  the languages the shipped world speaks (English first)
 """
@@ -52,8 +52,13 @@ def spoken() -> tuple[str, ...]:
 
 
 def drafter_choices(preset: str) -> list[str]:
-    names = [s.name for s in presets.PRESETS[preset].drafters] if preset in presets.PRESETS else []
-    return names + [BOTH] if len(names) > 1 else names
+    """Every drafter a race on `preset` may name (`Preset.drafter_names`: its model drafters and
+    the registered kinds, the target-feature drafters among them), then BOTH where it has more
+    than one model drafter."""
+    if preset not in presets.PRESETS:
+        return []
+    names = list(presets.PRESETS[preset].drafter_names())
+    return names + [BOTH] if len(presets.PRESETS[preset].drafters) > 1 else names
 
 
 def parse_analysis(
@@ -92,7 +97,7 @@ def parse_analysis(
 
 
 def _drafters(preset: str, drafter, known: list[str]) -> tuple[str, ...]:
-    """The drafters asked: one name, BOTH (each of the preset's), or a list of one to MAX_COMPARED
+    """The drafters asked: one name, BOTH (each of the preset's model drafters), or a list of one to MAX_COMPARED
     distinct names (the page's Compare), in the order given."""
     name = f"drafter for preset {preset!r}"
     if isinstance(drafter, list | tuple):
@@ -104,4 +109,4 @@ def _drafters(preset: str, drafter, known: list[str]) -> tuple[str, ...]:
             )
         return tuple(validate.choice(name, d, names) for d in drafter)
     drafter = validate.choice(name, drafter, known)
-    return tuple(d for d in known if d != BOTH) if drafter == BOTH else (drafter,)
+    return tuple(s.name for s in presets.PRESETS[preset].drafters) if drafter == BOTH else (drafter,)
