@@ -1,6 +1,7 @@
 """The work budget (issue 43): a request's worst-case compute, estimated from the request alone,
 refused with what fits when it exceeds the deployment's budget; a running request's own limit."""
 
+import re
 import time
 
 import pytest
@@ -94,14 +95,14 @@ def test_an_analysis_compares_two_drafters_on_eight_examples_or_three_on_vqa_and
     assert str(refused.value) == (
         "This request asks for 32 examples x 2 drafters (answers of up to 160 tokens): up to about 248 s of compute "
         "here, and this deployment allows 60 s a request so that no visitor holds it for long. To run it, lower N "
-        "examples to 7 or less, or compare fewer drafters, pick one language, or pick shorter answers (a vqa task); "
+        "examples to 8 or less, or compare fewer drafters, pick one language, or pick shorter answers (a vqa task); "
         "or run your own copy with `DEMO_BUDGET_SECONDS=0 python app.py`, which lifts the budget."
     )
     budget.check(
         estimate("all", 8, two)
     )  # 58 s: each run counted to its reference answer, not to 160 tokens; 8 ablations
     budget.check(estimate("vqa", 8, three))  # 60 s
-    with pytest.raises(InvalidInput, match="lower N examples to 5 or less"):
+    with pytest.raises(InvalidInput, match="lower N examples to 4 or less"):  # the first 5 hold both descriptions
         budget.check(estimate("all", 8, three))  # 83 s: two descriptions of 160 tokens
     # without the answers, every run counts 160 tokens: the worst case of any example; each example's ablation 40
     assert budget.analysis("embedded", two, 8, 8, 4, 160).steps == pytest.approx(2 * 8 * (160 * 1.82 + 20) + 8 * 40)
@@ -160,3 +161,22 @@ def test_the_table_of_strategies_replays_what_fits_beside_the_race_its_own_draft
     assert budget.table_strategies(race(greedy=False, temperature=1.0)) == ()  # no table after sampling
     monkeypatch.setenv(budget.BUDGET_ENV, "0")  # no budget (a local copy): every strategy, however long
     assert budget.table_strategies(long) == names
+
+
+@pytest.mark.parametrize("task", ["all", "description", "caption", "vqa"])
+@pytest.mark.parametrize("drafters", [["text-only", "image-aware"], ["text-only", "image-aware", "feature"]])
+def test_an_analysis_refusals_advice_is_true_the_n_it_names_fits_and_one_more_does_not(monkeypatch, task, drafters):
+    # the examples differ (a description counts 160 tokens, a yes/no a few): the advice counts the
+    # first N examples themselves, the ones a smaller request gets (the mix is prefix-stable)
+    monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
+
+    def estimate(n):
+        items = examples_for(task, n, 0, ("en",))
+        return budget.analysis("embedded", drafters, n, len(items), 4, 160, [item.answer for item in items])
+
+    with pytest.raises(InvalidInput) as refused:
+        budget.check(estimate(32))
+    most = int(re.search(r"lower N examples to (\d+) or less", str(refused.value)).group(1))
+    budget.check(estimate(most))
+    with pytest.raises(InvalidInput):
+        budget.check(estimate(most + 1))
