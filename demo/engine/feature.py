@@ -1,24 +1,27 @@
 """Drafters that read the target's hidden state: `feature` (a speculator) and `medusa` (heads).
 
-Neither sees the prompt or the image itself: each reads f, the target's last hidden state, which
-the engine hands over after every target forward it runs anyway (`drafters.Observing`: after the
-prefill, the prompt's last position; after a round, the accepted positions). So the image reaches
-them through the target's own eyes, and a round still costs T(gamma + 1) + gamma * D, D being a
-few small matrix products. Their networks and checkpoints are `demo.engine.heads`; both score
-tokens with the target's own output embedding.
+Neither sees the image itself or reads the prompt's tokens: each reads the target's last hidden
+states, which the engine hands over after every target forward it runs anyway
+(`drafters.Observing`: after the prefill, every prompt position's; after a round, the accepted
+positions'). So the image reaches them through the target's own eyes, and a round still costs
+T(gamma + 1) + gamma * D, D being a few small matrix products. Their networks and checkpoints are
+`demo.engine.heads`; both score tokens with the target's own output embedding.
 
-    FeatureDrafter   `heads.Speculator`: s_0 = f at the answer position before the target's newest
+    SpeculatorDrafter `heads.Speculator`: s_0 = f at the answer position before the target's newest
                      token x_0, then s_k = g(s_{k-1}, e(x_{k-1})) and draft x_k from s_k @ E^T:
-                     it chains gamma drafts on its own predicted state.
+                     it chains gamma drafts on its own predicted state; with `look`, each step
+                     first attends over the prompt's rows from the prefill. On a CPU it steps in
+                     NumPy (`feature_steps`), where that step passed its check at load.
     MedusaDrafter    `heads.MedusaHeads`: head i drafts position i from f alone (a chain of top-1
                      per head, at most one draft per head); through `trees.TreeDrafter`, top-k per
                      head: "medusa+tree".
 
 Their states are `DraftState`s without a KV cache: `catch_up` / `extend` / `rollback` (the step
 API trees draft with) keep the speculator's states along the drafted path, and `propose` is
-DraftState's own, so every draft is a sample of the q it reports (or q's argmax), and
-verification is exact for any weights. q is the warped softmax of the logits over the target's
-whole vocabulary, image placeholders masked.
+DraftState's own (a greedy chain on the NumPy step computes the same thing in NumPy), so every
+draft is a sample of the q it reports (or q's argmax), and verification is exact for any weights.
+q is the warped softmax of the logits over the target's vocabulary, image placeholders masked
+(and, for a speculator restricted to the ids it drafts from, zero on the others).
 """
 
 from __future__ import annotations
@@ -85,11 +88,10 @@ class SpeculatorDrafter(FeatureDrafter):
 
     def __init__(self, net, target_model, **kw):
         super().__init__(net, target_model, **kw)
-        self.numpy = None
-        self.fallback_reason = feature_steps.supported(self.device, net)
-        if self.fallback_reason is None:
+        self.numpy = None  # off a CPU the torch step is the one meant, not a fallback
+        if feature_steps.supported(self.device, net) is None:
             step = feature_steps.NumpySpeculator(net, self.E, self.embed)
-            self.fallback_reason = feature_steps.agrees(step, self, net)
+            self.fallback_reason = feature_steps.agrees(step, self, net)  # why the torch step drafts, if it does
             if self.fallback_reason is None:
                 self.numpy = step
                 self.path = "NumPy step (target features)"
