@@ -128,8 +128,13 @@ def test_a_caption_race_maps_attention_over_the_input_image_and_explains_its_pun
     if EMBEDDED:  # the semicolon rejection is the embedded world's
         told = []
         for _ in range(8):  # step through the race's rounds, up to the one whose draft ';' was rejected
+            before = page.inner_text("#how-round")
             page.click("#next-round")
-            page.wait_for_function("document.querySelector('#how-round').innerText.includes('of this race')")
+            page.wait_for_function(  # the next round's story, not the last one read again
+                "before => { const t = document.querySelector('#how-round').innerText;"
+                " return t.includes('of this race') && t !== before; }",
+                arg=before,
+            )
             told.append(page.inner_text("#how-round"))
             if "rejected ‘;’" in told[-1]:
                 break

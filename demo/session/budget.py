@@ -54,6 +54,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, replace
+from itertools import accumulate
 
 from demo.models import drafter_kinds, presets, zerogpu
 from demo.session.validate import InvalidInput
@@ -119,9 +120,7 @@ class Estimate:
     asked: str  # e.g. "3 lanes x 440 new tokens (text-only+tree, image-aware at γ 8, sampling)"
     advice: str  # other ways to ask for less
     busy: str = ""  # what a slowed machine adds to the estimate (`slowdown`), said with it
-    # each unit's own steps, in order, where units differ (an analysis's examples: a description
-    # costs more than a yes/no), so that `most` counts the units a smaller request would hold
-    each: tuple[float, ...] = ()
+    each: tuple[float, ...] = ()  # each unit's own steps where they differ (a description > a yes/no)
 
     @property
     def steps(self) -> float:
@@ -137,12 +136,7 @@ class Estimate:
         room = seconds / step_seconds(self.preset) - self.fixed
         if not self.each:
             return max(0, int(room // self.per_unit))
-        used = 0
-        for k, steps in enumerate(self.each):
-            used += steps
-            if used > room:
-                return k
-        return len(self.each)
+        return sum(1 for used in accumulate(self.each) if used <= room)  # the first units' own steps
 
 
 def drafter_step(drafter: str, preset: str) -> float:
@@ -304,10 +298,9 @@ def analysis(
         asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} (answers of up to {max(lengths)} tokens)"
     advice = "compare fewer drafters, pick one language, or pick shorter answers (a vqa task)"
     # a smaller N asks for the first of the same examples (the mix is prefix-stable), N in each language
-    each = [length * per_token + setups for length in lengths]
-    per_n = tuple(sum(each[i : i + runs // max(n, 1)]) for i in range(0, runs, max(1, runs // max(n, 1))))
+    each, per = [length * per_token + setups for length in lengths], max(1, runs // max(n, 1))
     estimate = Estimate(preset, 0.0, steps / max(n, 1), n, "N examples", asked, advice, _busy(preset, drafters))
-    return replace(estimate, each=per_n) if answers and runs % max(n, 1) == 0 else estimate
+    return replace(estimate, each=tuple(sum(each[i : i + per]) for i in range(0, runs, per))) if answers else estimate
 
 
 # The sampling law checked over a batch (`demo.session.batch_law`), per example: a prefill of the
