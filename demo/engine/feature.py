@@ -89,15 +89,13 @@ class SpeculatorDrafter(FeatureDrafter):
     def __init__(self, net, target_model, **kw):
         super().__init__(net, target_model, **kw)
         self.numpy = None  # off a CPU the torch step is the one meant, not a fallback
-        if feature_steps.supported(self.device, net) is None:
+        if feature_steps.supported(self.device, net):
             step = feature_steps.NumpySpeculator(net, self.E, self.embed)
             self.fallback_reason = feature_steps.agrees(step, self, net)  # why the torch step drafts, if it does
             if self.fallback_reason is None:
                 self.numpy = step
                 self.path = "NumPy step (target features)"
-                rows = self.vocab.cpu().numpy() if self.vocab is not None else np.arange(self.usable)
-                self._rows = rows  # the ids the NumPy step scores, in its logits' order
-                self._blocked_rows = self.blocked.cpu().numpy()[rows]
+                self._blocked_rows = self.blocked.cpu().numpy()[step.rows]  # in the NumPy logits' order
 
     def start(self, inputs: dict | None) -> SpeculatorState:
         """A run's state; it reads no prompt of its own (the prefill's features arrive by `observe`)."""
@@ -132,15 +130,12 @@ class SpeculatorState(_FeatureState):
         super().__init__(drafter)
         self.states: list = []
         self.seen = None  # `look`'s keys and values of the prompt
-        self.prompted = False
 
     def observe(self, features: torch.Tensor) -> None:
         super().observe(features)
         d = self.drafter
-        if not self.prompted:  # the prefill's rows: the whole prompt
-            self.prompted = True
-            if d.net.look is not None:
-                self.seen = d.numpy.prepare(features) if d.numpy else d.net.look.prepare(features.float())
+        if d.net.look is not None and self.seen is None:  # the first rows are the prefill's: the whole prompt
+            self.seen = d.numpy.prepare(features) if d.numpy else d.net.look.prepare(features.float())
         if d.numpy is not None:
             self.feature = self.feature.cpu().numpy()
 
@@ -189,11 +184,11 @@ class SpeculatorState(_FeatureState):
             q /= q.sum()
             if step > 0 and min_confidence > 0 and q.max() < min_confidence:
                 break
-            token = int(d._rows[q.argmax()])
+            token = int(d.numpy.rows[q.argmax()])
             drafts.append(token)
             qs.append(q)
         full = np.zeros((len(qs), d.usable), dtype=np.float32)
-        full[:, d._rows] = np.stack(qs)
+        full[:, d.numpy.rows] = np.stack(qs)
         return torch.tensor(drafts, dtype=torch.long), torch.from_numpy(full)
 
 

@@ -78,8 +78,9 @@ class NumpySpeculator:
     def __init__(self, net: heads.Speculator, E: torch.Tensor, embed: torch.Tensor):
         self.stages = [_Stage(stage, embed) for stage in net.stages]
         self.V = E.shape[0]
-        self.vocab = None if net.vocab is None else net.vocab.cpu().numpy()
-        self.E = _np(E if net.vocab is None else E[net.vocab.cpu()])  # [V or len(vocab), C]
+        self.restricted = net.vocab is not None  # `heads.Speculator.restrict`
+        self.rows = net.vocab.cpu().numpy() if self.restricted else np.arange(self.V)  # the ids it scores, in order
+        self.E = _np(E[self.rows])  # [len(rows), C]
         self.look = net.look
         if net.look is not None:
             self.heads, self.dim = net.look.heads, net.look.dim
@@ -121,20 +122,16 @@ class NumpySpeculator:
     def step(self, k: int, s: np.ndarray, token: int, seen) -> tuple[np.ndarray, np.ndarray]:
         """`step_rows` with the logits over the whole vocabulary [V] (-inf off the vocabulary)."""
         s, rows = self.step_rows(k, s, token, seen)
-        if self.vocab is None:
+        if not self.restricted:
             return s, rows
         logits = np.full(self.V, -np.inf, dtype=np.float32)
-        logits[self.vocab] = rows
+        logits[self.rows] = rows
         return s, logits
 
 
-def supported(device: torch.device, net) -> str | None:
-    """Why the NumPy step cannot run this speculator, or None when it can."""
-    if device.type != "cpu":
-        return f"the drafter is on {device.type}, not the CPU"
-    if not isinstance(net, heads.Speculator):
-        return "not a speculator"
-    return None
+def supported(device: torch.device, net) -> bool:
+    """Whether the NumPy step can run this speculator: a speculator on the CPU."""
+    return device.type == "cpu" and isinstance(net, heads.Speculator)
 
 
 def agrees(numpy_step: NumpySpeculator, drafter, net: heads.Speculator) -> str | None:
