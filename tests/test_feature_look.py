@@ -166,3 +166,22 @@ def test_the_adaptive_numpy_chain_stops_where_the_generic_one_does():
         propose = state.propose if fast else lambda *a, **k: DraftState.propose(state, *a, **k)
         lengths.append(len(propose([5, 8], 8, Sampling(), torch.Generator(), min_confidence=0.5)[0]))
     assert lengths[0] == lengths[1] < 8
+
+
+@pytest.mark.parametrize("scale", [0.01, 100.0], ids=["scores that exp keeps", "scores that overflow exp"])
+def test_the_numpy_look_subtracts_each_heads_max_only_where_exp_could_overflow(scale):
+    net = speculator()
+    with torch.no_grad():
+        net.look.q.weight.mul_(scale)
+    d = drafter(net)
+    assert d.numpy is not None
+    rows, s, token = torch.randn(8, C), torch.randn(C), 7
+    seen, seen_np = net.look.prepare(rows), d.numpy.prepare(rows)
+    assert seen_np[3] == (scale > 1)  # `prepare`'s bound on the scores says whether to shift
+    expected = d.logits(net.step(0, s, d.embed[token], seen)).numpy()
+    _, logits = d.numpy.step(0, s.numpy(), token, seen_np)
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
+    if scale > 1:  # the negative control: the same scores unshifted overflow, and the step is lost
+        with np.errstate(over="ignore", invalid="ignore"):
+            _, unshifted = d.numpy.step(0, s.numpy(), token, (*seen_np[:3], False))
+        assert not np.isfinite(unshifted).all()

@@ -95,7 +95,8 @@ class SpeculatorDrafter(FeatureDrafter):
             if self.fallback_reason is None:
                 self.numpy = step
                 self.path = "NumPy step (target features)"
-                self._blocked_rows = self.blocked.cpu().numpy()[step.rows]  # in the NumPy logits' order
+                blocked = self.blocked.cpu().numpy()[step.rows]  # in the NumPy logits' order
+                self._blocked_rows = blocked if blocked.any() else None  # a restricted speculator has none
 
     def start(self, inputs: dict | None) -> SpeculatorState:
         """A run's state; it reads no prompt of its own (the prefill's features arrive by `observe`)."""
@@ -175,21 +176,23 @@ class SpeculatorState(_FeatureState):
         if self.feature is None:
             raise RuntimeError("a feature drafter drafts only after the target's features reached it (observe)")
         self.base, self.states = len(answer), []
-        s, token, drafts, qs = self.feature, answer[-1], [], []
+        s, token, drafts = self.feature, answer[-1], []
+        q = np.zeros((n, d.usable), dtype=np.float32)  # zero off the ids it drafts from
         for step in range(n):  # the states kept as `propose`'s catch_up and extends keep them
             s, logits = d.numpy.step_rows(step, s, token, self.seen)  # over the draftable ids
             self.states.append(s)
-            logits[d._blocked_rows] = -np.inf
-            q = np.exp(logits - logits.max())
-            q /= q.sum()
-            if step > 0 and min_confidence > 0 and q.max() < min_confidence:
+            if d._blocked_rows is not None:
+                logits[d._blocked_rows] = -np.inf
+            top = logits.argmax()
+            terms = np.exp(logits - logits[top])  # softmax's terms, the largest 1
+            p_top = 1.0 / terms.sum()  # q's largest probability
+            if step > 0 and min_confidence > 0 and p_top < min_confidence:
                 break
-            token = int(d.numpy.rows[q.argmax()])
+            terms *= p_top
+            q[step][d.numpy.rows] = terms
+            token = int(d.numpy.rows[top])
             drafts.append(token)
-            qs.append(q)
-        full = np.zeros((len(qs), d.usable), dtype=np.float32)
-        full[:, d.numpy.rows] = np.stack(qs)
-        return torch.tensor(drafts, dtype=torch.long), torch.from_numpy(full)
+        return torch.from_numpy(np.array(drafts, dtype=np.int64)), torch.from_numpy(q[: len(drafts)])
 
 
 class MedusaState(_FeatureState):

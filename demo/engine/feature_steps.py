@@ -17,9 +17,15 @@ measures it). It computes what `heads.Speculator.step` computes, in another orde
               `heads.Speculator.restrict`, and -inf elsewhere)
 
 `norm` is LayerNorm without its affine part (eps 1e-5, as nn.LayerNorm), applied as a scalar on
-the product it feeds. Rounding differs from
+the product it feeds: the maps that read norm(s) have their rows centred and one more row that
+gives s's mean (`_centring`), so a step never makes s's centred copy. Rounding differs from
 the torch modules' in the last bits; `SpeculatorDrafter` checks the two agree at load and keeps
 the torch step where they do not.
+
+Why so few operations: in a race the target's verify forward runs between two rounds and evicts
+the drafter's weights and NumPy's own code and data from the caches, so the round's first step
+costs about three later ones (docs/drafters-feature.md). Every distinct NumPy operation is paid
+again cold there, so each one left out counts.
 """
 
 from __future__ import annotations
@@ -36,11 +42,22 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return np.ascontiguousarray(t.detach().float().cpu().numpy())
 
 
-def _centred(x: np.ndarray, eps: float = 1e-5) -> tuple[np.ndarray, float]:
-    """LayerNorm without its scale and shift, as (x - mean, 1 / std): the caller multiplies a
-    product of the centred vector by the scalar, which saves a pass over it."""
-    c = x - x.mean()
-    return c, 1.0 / math.sqrt(float(c @ c) / len(c) + eps)
+EXP_SAFE = 80.0  # |x| <= 80: exp(x) is a normal float32 (and 1,000 of them sum below its max)
+
+
+def _centring(w: torch.Tensor) -> torch.Tensor:
+    """A map W [n, C] -> [W - W's row means; 1/C] [n + 1, C]: its product with x is W's with x's
+    centred copy, then x's mean, so a step never makes the centred copy."""
+    C = w.shape[1]
+    return torch.cat([w - w.mean(1, keepdim=True), torch.full((1, C), 1.0 / C)])
+
+
+def _scale(x: np.ndarray, mean, eps: float = 1e-5) -> float:
+    """LayerNorm's 1 / std of x, from its mean: the caller multiplies a product of x by it. The
+    variance as E[x^2] - mean^2 loses no precision that counts here: on the target's states the
+    squared mean is at most 4% of E[x^2], and the load-time check (`agrees`) compares the result."""
+    mean = float(mean)
+    return 1.0 / math.sqrt(max(float(x @ x) / len(x) - mean * mean, 0.0) + eps)
 
 
 class _Stage:
@@ -50,7 +67,8 @@ class _Stage:
         C = stage.norm_s.normalized_shape[0]
         up, bias = stage.up.weight.detach().float(), stage.up.bias.detach().float()  # [I, 2C], [I]
         on_s, on_e = up[:, :C], up[:, C:]
-        self.on_s = _np(on_s * stage.norm_s.weight.detach().float())  # [I, C]
+        # rows centred, so that on_s @ s is on_s @ (s - mean(s)), and a last row that gives mean(s)
+        self.on_s = _np(_centring(on_s * stage.norm_s.weight.detach().float()))  # [I + 1, C]
         bias = bias + on_s @ stage.norm_s.bias.detach().float() + on_e @ stage.norm_e.bias.detach().float()
         with torch.no_grad():  # every token's half of the product, and the bias, once: [V, I]
             scaled = on_e * stage.norm_e.weight.detach().float()
@@ -59,9 +77,9 @@ class _Stage:
         self.down, self.down_bias = _np(stage.down.weight), _np(stage.down.bias)  # [C, I], [C]
 
     def __call__(self, s: np.ndarray, token: int) -> np.ndarray:
-        c, r = _centred(s)
-        h = self.on_s @ c
-        h *= r
+        h = self.on_s @ s
+        h, mean = h[:-1], h[-1]
+        h *= _scale(s, mean)
         h += self.token_rows[token]
         t = np.exp(-h)
         t += 1.0
@@ -89,10 +107,11 @@ class NumpySpeculator:
             self.q_b = _np(q @ norm.bias.detach().float())
 
     @torch.inference_mode()
-    def prepare(self, rows: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def prepare(self, rows: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
         """The prompt's rows [P, C] -> what a step reads of them: the query's map and the keys
-        folded into one matrix, scores = (K_h Wq_h) norm(s) + K_h q_b_h, [h * P, C] and
-        [h * P], and the values times the output projection [h * P, C]."""
+        folded into one matrix, scores = (K_h Wq_h) norm(s) + K_h q_b_h, [h * P + 1, C] (its rows
+        centred, `_centring`) and [h * P], the values times the output projection [h * P, C], and
+        whether a step must subtract each head's largest score before exp (`EXP_SAFE`)."""
         keys, values = self.look.prepare(rows.float())  # [h, P, d] each
         q_w = torch.from_numpy(self.q_w).unflatten(0, (self.heads, self.dim))  # [h, d, C]
         q_b = torch.from_numpy(self.q_b).unflatten(0, (self.heads, self.dim))  # [h, d]
@@ -100,19 +119,24 @@ class NumpySpeculator:
         seen = torch.einsum("hpd,chd->hpc", values, out)  # [h, P, C]
         scores = torch.einsum("hpd,hdc->hpc", keys, q_w)  # [h, P, C]
         bias = torch.einsum("hpd,hd->hp", keys, q_b)
-        return _np(scores.flatten(0, 1)), _np(bias.flatten()), _np(seen.flatten(0, 1))
+        scores, bias = _centring(scores.flatten(0, 1)), bias.flatten()
+        # |a score| <= |its row| |norm(s)| + |its bias|, and |norm(s)| <= sqrt(C): within EXP_SAFE,
+        # exp cannot overflow or flush a head's every weight to zero, so no head's max is subtracted
+        bound = scores[:-1].norm(dim=1).max() * scores.shape[1] ** 0.5 + bias.abs().max()
+        return _np(scores), _np(bias), _np(seen.flatten(0, 1)), bool(bound > EXP_SAFE or len(bias) > 1000)
 
     def step_rows(self, k: int, s: np.ndarray, token: int, seen) -> tuple[np.ndarray, np.ndarray]:
         """The state after the k-th draft step from state s [C] and the token just drafted, and
         its logits over the ids it drafts from [len(vocab)] (all V without a vocabulary)."""
         if self.look is not None:
-            scores_w, scores_b, values = seen
-            c, r = _centred(s)
-            scores = scores_w @ c
-            scores *= r
+            scores_w, scores_b, values, shift = seen
+            scores = scores_w @ s
+            scores, mean = scores[:-1], scores[-1]
+            scores *= _scale(s, mean)
             scores += scores_b
             scores = scores.reshape(self.heads, -1)  # [h, P]
-            scores -= scores.max(-1, keepdims=True)
+            if shift:  # only where exp could overflow (`prepare`): softmax is the same either way
+                scores -= scores.max(-1, keepdims=True)
             w = np.exp(scores)
             w /= w.sum(-1, keepdims=True)
             s = s + w.reshape(-1) @ values
