@@ -408,6 +408,13 @@ def test_analysis_tab_finds_rejections_and_races_a_run_on_the_race_tab(browser, 
     assert page.inner_text("#an-status").startswith("Done: 2 examples × 1 drafter")
     assert page.locator("#an-runs [data-testid='cell-1-0']").count() == 1  # the second run's row
     shoot(page, "analysis.png")
+    page.set_viewport_size({"width": 420, "height": 1000})  # a phone: the tables scroll sideways, whole
+    page.wait_for_timeout(500)
+    widths = "sel => [sel + ' th.header-cell', sel + ' .virtual-row .body-cell'].map(s => Array.from(document.querySelectorAll(s), e => Math.round(e.getBoundingClientRect().width)))"
+    for table in ("#an-words", "#an-runs"):
+        headers, cells = page.evaluate(widths, table)
+        assert headers == cells[: len(headers)], (table, headers, cells)  # each header over its column
+    page.set_viewport_size({"width": 1400, "height": 1000})
     page.click("#an-runs [data-testid='cell-0-1']")
     page.wait_for_selector("#an-trace-view .tok")
     tokens = "sel => Array.from(document.querySelectorAll(sel), e => [e.className, e.dataset.round, e.firstChild.textContent])"
