@@ -133,8 +133,8 @@ def draft_tree(
         q = state.q(logits, sampling)  # [V_d]
         k = shape.children(depth)
         if sampling.greedy:
-            top = torch.topk(q, min(k, q.shape[-1]))
-            tokens = [int(t) for p, t in zip(top.values, top.indices) if p > 0]
+            top = torch.topk(q, min(k, q.shape[-1]))  # read back as lists: a tensor iterated costs per item
+            tokens = [t for p, t in zip(top.values.tolist(), top.indices.tolist()) if p > 0]
         else:
             tokens = sample(q.expand(k, -1), generator).tolist()  # k i.i.d. draws
         tree.q[parent] = state.widen([q])[0]  # [V]
