@@ -414,6 +414,8 @@ def test_analysis_tab_finds_rejections_and_races_a_run_on_the_race_tab(browser, 
     for table in ("#an-words", "#an-runs"):
         headers, cells = page.evaluate(widths, table)
         assert headers == cells[: len(headers)], (table, headers, cells)  # each header over its column
+    category, position = (page.locator(f"#an-chart-{c}").bounding_box() for c in ("category", "position"))
+    assert category["y"] + category["height"] <= position["y"]  # the two charts, one above the other
     page.set_viewport_size({"width": 1400, "height": 1000})
     page.click("#an-runs [data-testid='cell-0-1']")
     page.wait_for_selector("#an-trace-view .tok")

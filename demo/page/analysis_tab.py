@@ -60,6 +60,7 @@ from demo.page.analysis_view import (
     summaries,
     words_table,
 )
+from demo.page.layout import CHART_MIN_WIDTH
 from demo.page.runs import export_dir, page_error, page_run, positional, stopper
 from demo.session import batches, failures, validate
 from demo.session.batches import drafter_choices, spoken
@@ -311,18 +312,20 @@ def analysis_tab(race: RaceControls) -> None:
         visible=False,
         elem_id="an-languages",
     )
-    with gr.Row():
+    with gr.Row():  # side by side on a desktop, one above the other on a phone (as the Race tab's)
         by_category = gr.Plot(
             analysis_charts.category_figure({}),
             label="rejection by category chart",
             show_label=False,
             elem_id="an-chart-category",
+            min_width=CHART_MIN_WIDTH,
         )
         by_position = gr.Plot(
             analysis_charts.position_figure({}),
             label="rejection by position chart",
             show_label=False,
             elem_id="an-chart-position",
+            min_width=CHART_MIN_WIDTH,
         )
     words = gr.Dataframe(
         words_table({}),
