@@ -5,6 +5,7 @@ target looked. One page load per width and test (the last three behaviours read 
 race); the screenshots go under runs/screenshots/ (or $SCREENSHOT_DIR) as class-<width>-*.png."""
 
 import json
+import re
 
 import pytest
 from test_browser import EMBEDDED, browser, first_example, served, shoot  # noqa: F401 (the fixtures)
@@ -128,12 +129,12 @@ def test_a_caption_race_maps_attention_over_the_input_image_and_explains_its_pun
     if EMBEDDED:  # the semicolon rejection is the embedded world's
         told = []
         for _ in range(8):  # step through the race's rounds, up to the one whose draft ';' was rejected
-            before = page.inner_text("#how-round")
+            before = re.search(r"Round (\d+) of this race", page.inner_text("#how-round"))
             page.click("#next-round")
-            page.wait_for_function(  # the next round's story, not the last one read again
-                "before => { const t = document.querySelector('#how-round').innerText;"
-                " return t.includes('of this race') && t !== before; }",
-                arg=before,
+            page.wait_for_function(  # the next round's story: another round's number, not only a new time above it
+                "before => { const m = document.querySelector('#how-round').innerText.match(/Round (\\d+) of this race/);"
+                " return m !== null && m[1] !== before; }",
+                arg=before.group(1) if before else "",
             )
             told.append(page.inner_text("#how-round"))
             if "rejected ‘;’" in told[-1]:
