@@ -411,9 +411,12 @@ def test_analysis_tab_finds_rejections_and_races_a_run_on_the_race_tab(browser, 
     page.set_viewport_size({"width": 420, "height": 1000})  # a phone: the tables scroll sideways, whole
     page.wait_for_timeout(500)
     widths = "sel => [sel + ' th.header-cell', sel + ' .virtual-row .body-cell'].map(s => Array.from(document.querySelectorAll(s), e => Math.round(e.getBoundingClientRect().width)))"
+    scrolled = "sel => { const w = document.querySelector(sel + ' .table-wrap'); w.scrollLeft = w.scrollWidth;"
+    scrolled += " const ths = document.querySelectorAll(sel + ' th.header-cell'); return ths[ths.length - 1].getBoundingClientRect().right; }"
     for table in ("#an-words", "#an-runs"):
         headers, cells = page.evaluate(widths, table)
         assert headers == cells[: len(headers)], (table, headers, cells)  # each header over its column
+        assert page.evaluate(scrolled, table) <= 420, table  # scrolled sideways, the last column is in view
     category, position = (page.locator(f"#an-chart-{c}").bounding_box() for c in ("category", "position"))
     assert category["y"] + category["height"] <= position["y"]  # the two charts, one above the other
     page.set_viewport_size({"width": 1400, "height": 1000})
