@@ -378,6 +378,7 @@ def analysis_tab(race: RaceControls) -> None:
         concurrency_limit=1,
         concurrency_id="analysis",  # a queue of its own: a long analysis never holds a race up
         preprocess=False,
+        trigger_mode="always_last",  # a click just after an analysis's last update waits for its end (see server)
     )  # every value as sent reaches `batches.parse_analysis`, as on /race
     small = {"api_visibility": "private", "queue": False}  # never behind decoding in the queue
     stop.click(stop_analysis, None, stop, **small)  # the analysis ends itself: see `runs.stop`

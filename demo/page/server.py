@@ -159,6 +159,11 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     # then the page-only Adaptive box (`handlers.PAGE_ONLY`)
     fields = [c.question, c.preset, c.drafter, c.gamma, c.decoding, c.temperature, c.top_p, c.seed, c.max_new]
     decode = {"concurrency_limit": 1, "concurrency_id": "race", "preprocess": False}  # analyses queue apart
+    # A run's last update turns its button on before the run has ended (its handler still closes the
+    # race and tidies the session), and Gradio drops a click on a button whose event is still running
+    # (trigger_mode "once"): a click in that gap went nowhere. "always_last" holds it until the run ends.
+    # While a run streams its button is off, so this never queues a second run behind the first.
+    after_the_run = {"trigger_mode": "always_last"}
     raced = c.run.click(
         handlers.positional(handlers.run_race),  # its accelerator part is `session.gpu_race`
         [c.image, *fields, c.threshold, c.drafter2, c.adaptive],
@@ -166,6 +171,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
         api_name="race",
         show_progress="hidden",
         **decode,
+        **after_the_run,
     )
     proof_view.wire(v.proof, raced, last, c.image, fields)  # after each race, and Check exactness (/exactness)
     c.replay.click(
@@ -175,6 +181,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
         api_visibility="private",
         show_progress="hidden",
         concurrency_limit=8,
+        **after_the_run,
     )  # replays mostly sleep
     step = gr.State(0)  # the round the step mode shows (0: none yet); a new race starts it over
     c.run.click(lambda: 0, None, step, **small)
