@@ -10,23 +10,39 @@ about 6 MB alive until then, and the server's memory grew in steps (docs/soak.md
 from __future__ import annotations
 
 import gc
+import sys
+import time
 from collections.abc import Callable
 
 import torch
 
+HOLD_S = 30.0  # the switch interval while `work` runs: how long another thread waits for the GIL
 
-def left_in_cycles(work: Callable[[], object]) -> list:
+
+def left_in_cycles(work: Callable[[], object], *, alone: bool = True) -> list:
     """Every object that `work()` leaves only to the cyclic collector (gc.DEBUG_SAVEALL keeps what
-    a collection finds, instead of freeing it)."""
-    gc.collect()
-    gc.set_debug(gc.DEBUG_SAVEALL)
+    a collection finds, instead of freeing it).
+
+    The process's other threads (a test server's, a client's left by an earlier test) make garbage of
+    their own, which a collection finds too: 49 HTTP responses failed a drawing's test in a
+    whole-suite run. So, `alone`, they wait meanwhile: each takes the turn it is owed (a short
+    sleep), then none gets the GIL back before `work` lets go of it (I/O, a sleep, a native call that
+    releases it) or HOLD_S pass. Those threads wait on sockets; a thread that computes without
+    pause would hold this one up to HOLD_S."""
+    interval = sys.getswitchinterval()
+    if alone:
+        sys.setswitchinterval(HOLD_S)
+        time.sleep(0.01)
     try:
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
         work()
         gc.collect()
         return list(gc.garbage)
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
+        sys.setswitchinterval(interval)
 
 
 def tensors(objects: list) -> list[torch.Tensor]:
