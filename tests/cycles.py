@@ -27,14 +27,16 @@ def left_in_cycles(work: Callable[[], object], *, alone: bool = True) -> list:
     their own, which a collection finds too: 49 HTTP responses failed a drawing's test in a
     whole-suite run. So, `alone`, they wait meanwhile: each takes the turn it is owed (a short
     sleep), then none gets the GIL back before `work` lets go of it (I/O, a sleep, a native call that
-    releases it) or HOLD_S pass. Those threads wait on sockets; a thread that computes without
-    pause would hold this one up to HOLD_S."""
+    releases it) or HOLD_S pass; the collections before `work` go on until one finds nothing. Those
+    threads wait on sockets; a thread that computes without pause would hold this one up to HOLD_S."""
     interval = sys.getswitchinterval()
     if alone:
         sys.setswitchinterval(HOLD_S)
         time.sleep(0.01)
     try:
-        gc.collect()
+        for _ in range(10 if alone else 1):  # a collection's finalizers (a socket's close) let others in
+            if not gc.collect():  # nothing found, no finalizer run: nobody else had a turn
+                break
         gc.set_debug(gc.DEBUG_SAVEALL)
         work()
         gc.collect()
