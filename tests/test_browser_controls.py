@@ -1,7 +1,8 @@
 """The race's controls in a real browser, as a person uses them, at a desktop and a phone width.
 
-Stop: after a race that was stopped, the next race's Stop reads "Stop" again (a label written over
-in the browser once stayed "Stopping…" in every later race), and each of its states is readable: the
+Stop: after a race that was stopped, Run clicked the moment it turns on starts the next race (while
+the stopped race's handler still ended, such a click once went nowhere), that race's Stop reads "Stop"
+again (a label written over in the browser once stayed "Stopping…" in every later race), and each of its states is readable: the
 contrast of its rendered colours (getComputedStyle), WCAG's ratio, is at least 4.5:1. A sampled race
 promises no γ sweep (it has none), and the preset's note lists every drafter of the menu with its
 one line. Screenshots go where tests/test_browser.py puts its own.
