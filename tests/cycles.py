@@ -30,10 +30,10 @@ def left_in_cycles(work: Callable[[], object], *, alone: bool = True) -> list:
     releases it) or HOLD_S pass; the collections before `work` go on until one finds nothing. Those
     threads wait on sockets; a thread that computes without pause would hold this one up to HOLD_S."""
     interval = sys.getswitchinterval()
-    if alone:
-        sys.setswitchinterval(HOLD_S)
-        time.sleep(0.01)
     try:
+        if alone:
+            sys.setswitchinterval(HOLD_S)
+            time.sleep(0.01)
         for _ in range(10 if alone else 1):  # a collection's finalizers (a socket's close) let others in
             if not gc.collect():  # nothing found, no finalizer run: nobody else had a turn
                 break
