@@ -128,7 +128,7 @@ def category_figure(summaries: dict[str, dict]) -> go.Figure:
             barmode="group",
             bargap=0.25,
             showlegend=len(summaries) > 1,
-            xaxis={"tickangle": 0, "automargin": True},
+            xaxis={"automargin": True},  # labels turn where they would overlap (a phone)
         ),
     )
 
