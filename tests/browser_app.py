@@ -51,4 +51,20 @@ def app_url(tmp_path_factory):
     demo = server.build_demo(default_preset=preset, examples_dir=examples)
     server.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)
     yield demo.local_url
+    settle(demo)
     demo.close()
+
+
+def settle(demo, timeout_s: float = 120.0) -> None:
+    """Wait until the app runs and holds no queued event. A test may end while work it started goes
+    on (a race's image ablation, which follows the race the test read), and a process that exits
+    while a worker thread is inside a torch forward aborts ("terminate called without an active
+    exception", rc 134: one test file run alone, one run in three)."""
+    import time
+
+    queue, deadline = demo._queue, time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        running = any(job is not None for job in queue.active_jobs)
+        if not running and not any(q.queue for q in queue.event_queue_per_concurrency_id.values()):
+            return
+        time.sleep(0.1)
