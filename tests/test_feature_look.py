@@ -109,6 +109,7 @@ def test_a_restricted_speculator_drafts_only_its_ids_and_its_q_is_zero_elsewhere
     loaded = heads.load(path, C)
     assert loaded.vocab.dtype == torch.long and loaded.vocab.tolist() == [1, 2, 3, 5, 7, 11, 40]
     d = drafter(loaded)
+    assert d.numpy is not None and np.shares_memory(d.numpy.E, d.E_rows.numpy())  # its rows of E, held once
     for fast in (True, False):
         state = d.start(None)
         state.observe(torch.randn(9, C))

@@ -74,13 +74,8 @@ class FeatureDrafter:
         return token_id < self.usable and token_id not in self.blocked_ids
 
     def logits(self, s: torch.Tensor) -> torch.Tensor:
-        """States [..., C] -> logits over the target's vocabulary [..., V] (-inf outside the
-        ids a speculator drafts from, `heads.Speculator.restrict`)."""
-        if self.vocab is None:
-            return s @ self.E.T
-        out = s.new_full((*s.shape[:-1], self.usable), float("-inf"))
-        out[..., self.vocab] = s @ self.E_rows.T
-        return out
+        """States [..., C] -> logits over the target's vocabulary [..., V] (`heads.logits`)."""
+        return heads.logits(s, self.E_rows, self.vocab, self.usable)
 
 
 class SpeculatorDrafter(FeatureDrafter):
@@ -90,7 +85,7 @@ class SpeculatorDrafter(FeatureDrafter):
         super().__init__(net, target_model, **kw)
         self.numpy = None  # off a CPU the torch step is the one meant, not a fallback
         if feature_steps.supported(self.device, net):
-            step = feature_steps.NumpySpeculator(net, self.E, self.embed)
+            step = feature_steps.NumpySpeculator(net, self.E_rows, len(self.E), self.embed)
             self.fallback_reason = feature_steps.agrees(step, self, net)  # why the torch step drafts, if it does
             if self.fallback_reason is None:
                 self.numpy = step

@@ -93,12 +93,14 @@ class _Stage:
 class NumpySpeculator:
     """`heads.Speculator`'s step for one drafter: weights folded once, a run's prompt once."""
 
-    def __init__(self, net: heads.Speculator, E: torch.Tensor, embed: torch.Tensor):
+    def __init__(self, net: heads.Speculator, E_rows: torch.Tensor, V: int, embed: torch.Tensor):
+        """E_rows: the output embedding's rows of the ids it drafts from (E[net.vocab], or all of E),
+        float32 on the CPU: read in place, not copied; V: the target's vocabulary size."""
         self.stages = [_Stage(stage, embed) for stage in net.stages]
-        self.V = E.shape[0]
+        self.V = V
         self.restricted = net.vocab is not None  # `heads.Speculator.restrict`
         self.rows = net.vocab.cpu().numpy() if self.restricted else np.arange(self.V)  # the ids it scores, in order
-        self.E = _np(E[self.rows])  # [len(rows), C]
+        self.E = _np(E_rows)  # [len(rows), C]
         self.look = net.look
         if net.look is not None:
             self.heads, self.dim = net.look.heads, net.look.dim

@@ -15,6 +15,8 @@ the target's own output embedding, frozen and not stored: a checkpoint holds onl
                  them), so every draft of a chain sees the picture through the target's eyes.
     MedusaHeads  k residual heads on f_j: head i (1-based) gives logits for token j + 1 + i (the
                  target's own head gives token j + 1, which the round already has).
+    logits       a state's logits over the target's vocabulary, -inf off a restricted speculator's ids
+                 (the NumPy step, `feature_steps`, writes the same rule in NumPy)
     load / save  a checkpoint: safetensors, its settings in the header's metadata; load refuses
                  one whose hidden size is not the target's, with a sentence.
 
@@ -130,6 +132,17 @@ class MedusaHeads(nn.Module):
     def forward(self, f: torch.Tensor) -> torch.Tensor:
         """f [..., C] -> the heads' features [..., k, C] (each scored by the target's E)."""
         return torch.stack([f + F.silu(head(f)) for head in self.heads], dim=-2)
+
+
+def logits(s: torch.Tensor, E_rows: torch.Tensor, vocab: torch.Tensor | None, V: int) -> torch.Tensor:
+    """States [..., C] -> logits over the target's vocabulary [..., V]: s @ E^T, where a speculator
+    restricted to `vocab` (`Speculator.restrict`) scores only those rows (E_rows = E[vocab]) and is
+    -inf elsewhere, so its q is zero there. Unrestricted (vocab None), E_rows is E."""
+    if vocab is None:
+        return s @ E_rows.T
+    out = s.new_full((*s.shape[:-1], V), float("-inf"))
+    out[..., vocab] = s @ E_rows.T
+    return out
 
 
 def build(settings: dict) -> Speculator | MedusaHeads:

@@ -200,10 +200,10 @@ def held_out_chain(model, E: torch.Tensor, data: dict, idx: torch.Tensor, gamma:
         drafts = list((model(f) @ E.T).argmax(-1)[:, :gamma].T)
     else:
         s, x, prompt = f, token, seen(model, data, idx)
-        off = None if model.vocab is None else ~torch.isin(torch.arange(len(E)), model.vocab)  # `restrict`
+        E_rows = E if model.vocab is None else E[model.vocab]
         for k in range(gamma):
             s = model.step(k, s, F.embedding(x, E), prompt)
-            x = (s @ E.T if off is None else (s @ E.T).masked_fill(off, float("-inf"))).argmax(-1)
+            x = heads.logits(s, E_rows, model.vocab, len(E)).argmax(-1)
             drafts.append(x)
     alive = torch.ones(len(idx), dtype=torch.bool)
     total = torch.zeros(len(idx))
