@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 from demo.models import presets  # noqa: E402
 from demo.page import layout  # noqa: E402
-from demo.page.analysis_tab import RaceControls, analysis_tab  # noqa: E402
+from demo.page.analysis.tab import RaceControls, analysis_tab  # noqa: E402
 
 
 def build_standalone(default_preset: str = presets.DEFAULT_PRESET) -> gr.Blocks:

@@ -23,7 +23,7 @@ def chromium():
     """Debian's headless Chromium, driven by Playwright."""
     from playwright.sync_api import sync_playwright
 
-    from demo.bench import page as page_bench
+    from demo.lab.bench import page as page_bench
 
     with sync_playwright() as playwright:
         browser = page_bench.launch_chromium(playwright)

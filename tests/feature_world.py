@@ -1,7 +1,7 @@
 """The target-feature drafters on the embedded world, built once and shared by their tests.
 
 `feature`, `feature+tree`, `medusa`, `medusa+tree` and `staged` from the shipped checkpoints in assets/world
-(`python -m demo.world.train_heads`) on the embedded target, and one prompt per task family and
+(`python -m demo.lab.training.train_heads`) on the embedded target, and one prompt per task family and
 language. Until the drafter registry names them, the tests build them here, from the engine.
 """
 

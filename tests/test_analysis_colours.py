@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from demo.page import analysis_charts
+from demo.page.analysis import charts as analysis_charts
 from demo.session import batches
 
 pytestmark = pytest.mark.fast

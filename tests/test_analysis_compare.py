@@ -3,7 +3,7 @@ counts and a 95% interval, and the control that picks them."""
 
 import pytest
 
-from demo.page import analysis_charts
+from demo.page.analysis import charts as analysis_charts
 from demo.session import batches
 from demo.session.validate import InvalidInput
 
@@ -57,7 +57,7 @@ def test_each_category_bar_shows_its_counts_and_its_95_percent_interval():
 def test_the_tabs_drafter_control_picks_up_to_three_and_the_gamma_label_has_room():
     import gradio as gr
 
-    from demo.page import analysis_tab
+    from demo.page.analysis import tab as analysis_tab
 
     with gr.Blocks() as demo:
         with gr.Tabs() as tabs:

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from demo.page import analysis_view, attention_view
+from demo.page import attention_view
+from demo.page.analysis import view as analysis_view
 from demo.session import image_rejections
 from demo.session.rejections import Observation
 

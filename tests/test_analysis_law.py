@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from demo.page import analysis_law
+from demo.page.analysis import law as analysis_law
 from demo.session import batch_law
 
 

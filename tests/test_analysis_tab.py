@@ -19,10 +19,11 @@ import tiny
 from gradio_client.exceptions import AppError
 from test_rejections import STOPS, shapes_trace, yes_trace
 
-from demo.bench import soak
+from demo.lab.bench import soak
 from demo.models import loader, presets
-from demo.page import analysis_tab, layout, text
-from demo.page.analysis_tab import Batch, Run
+from demo.page import layout, text
+from demo.page.analysis import tab as analysis_tab
+from demo.page.analysis.tab import Batch, Run
 from demo.page.runs import positional
 from demo.session import batches, rejections, validate
 from demo.session.batches import BOTH
@@ -526,7 +527,7 @@ def test_analysis_headline_bins_rejections_by_image_attention_and_links_the_most
 def test_the_headline_says_but_only_where_the_shares_differ_as_shown():
     from types import SimpleNamespace
 
-    from demo.page import analysis_view
+    from demo.page.analysis import view as analysis_view
 
     run = SimpleNamespace(
         example=0, language="en", obs=[], drafter="text-only", trace=SimpleNamespace(image_attention=None)

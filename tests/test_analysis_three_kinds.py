@@ -4,7 +4,8 @@ that reads the target's hidden state, side by side on the same examples, each in
 
 import pytest
 
-from demo.page import analysis_charts, analysis_tab
+from demo.page.analysis import charts as analysis_charts
+from demo.page.analysis import tab as analysis_tab
 from demo.session import batches
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ and nothing else is served openly: Gradio's /monitoring summary is off."""
 import httpx
 import pytest
 
-from demo.bench import soak
+from demo.lab.bench import soak
 from demo.page import server
 
 

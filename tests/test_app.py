@@ -18,9 +18,9 @@ from gradio_client.exceptions import AppError
 from test_render import ar_trace, spd_trace
 
 from demo import session
-from demo.bench import soak
 from demo.engine import export, metrics
 from demo.engine.events import RoundEvent, Trace
+from demo.lab.bench import soak
 from demo.models import loader
 from demo.page import handlers, layout, server
 from demo.session import form

@@ -9,11 +9,11 @@ import tiny
 import torch
 from races import CASES, MAX_NEW, spd
 
-import demo.bench
-from demo.bench import benchmark, peer
-from demo.bench.cells import Cell, iqr
-from demo.bench.overhead import ForwardTime
+import demo.lab.bench
 from demo.engine.decoding import Target
+from demo.lab.bench import benchmark, peer
+from demo.lab.bench.cells import Cell, iqr
+from demo.lab.bench.overhead import ForwardTime
 from demo.models import loader
 from demo.world.tasks import heldout_examples
 
@@ -157,8 +157,8 @@ def test_a_drafter_with_a_smaller_vocabulary_goes_to_assisted_generation_widened
 
 
 def test_bench_json_is_written_before_the_report_and_without_plotly(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "demo.bench.report", None)  # as on a machine without plotly
-    monkeypatch.delattr(demo.bench, "report", raising=False)  # imported by an earlier test: forget it here too
+    monkeypatch.setitem(sys.modules, "demo.lab.bench.report", None)  # as on a machine without plotly
+    monkeypatch.delattr(demo.lab.bench, "report", raising=False)  # imported by an earlier test: forget it here too
     written = benchmark.write_outputs(tmp_path, [cell()], None, {}, {"preset": "p"}, [])
     assert written == ["cells.csv", "analysis.csv", "bench.json"] and not (tmp_path / "report.html").exists()
     assert json.loads((tmp_path / "bench.json").read_text())["cells"][0]["overhead_ms_per_round"] == 1.5

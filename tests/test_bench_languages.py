@@ -1,11 +1,11 @@
-"""The seed's table (`python -m demo.bench --languages`) on tiny models: cells per language, drafter and gamma."""
+"""The seed's table (`python -m demo.lab.bench --languages`) on tiny models: cells per language, drafter and gamma."""
 
 import json
 
 import pytest
 import tiny
 
-from demo.bench import per_language
+from demo.lab.bench import per_language
 from demo.world.tasks import TASKS
 
 

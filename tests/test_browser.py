@@ -9,7 +9,7 @@ tab, then races one of its runs on the Race tab; `python app.py` serves a usable
 first page load starts the warm-up. It saves screenshots (desktop and phone widths) under
 runs/screenshots/, or $SCREENSHOT_DIR. The embedded models are used when assets/world holds
 them, the tiny random ones otherwise. Chromium missing is a failure, not a skip: CI installs it.
-Start and first-token times are printed, not asserted: `python -m demo.bench.page` measures
+Start and first-token times are printed, not asserted: `python -m demo.lab.bench.page` measures
 them against their targets.
 """
 
@@ -23,8 +23,8 @@ import pytest
 import tiny
 
 from demo import session
-from demo.bench import page as page_bench
-from demo.bench.page import DRAWN
+from demo.lab.bench import page as page_bench
+from demo.lab.bench.page import DRAWN
 from demo.models import loader
 from demo.page import server
 
@@ -79,7 +79,7 @@ def test_example_race_shows_coloured_tokens_both_texts_charts_and_blocks(browser
     page.wait_for_selector("#outcome .badge", timeout=120_000)
     assert "reference answer" in page.inner_text("#reference")
     page.wait_for_selector("#run:not([disabled])")
-    # timed by `python -m demo.bench.page` against its target; printed here for the log
+    # timed by `python -m demo.lab.bench.page` against its target; printed here for the log
     print(f"\nfirst token on screen {first_token_s:.2f} s after Run ({'embedded' if EMBEDDED else 'tiny'} models)")
 
     spd_tokens = page.locator("#spd-panel .tok")
@@ -408,7 +408,7 @@ def test_bad_input_gets_a_message_and_stop_ends_a_race(browser, served, tmp_path
 def test_the_category_chart_names_every_category_readably_at_each_width(browser, tmp_path):
     # Every category, three drafters: at a phone's width the names once ran into one another
     # (eleven labels held level on 380 px); plotly turns them where they would overlap.
-    from demo.page import analysis_charts
+    from demo.page.analysis import charts as analysis_charts
     from demo.session.rejections import CATEGORIES
 
     cell = {"drafted": 10, "rejected": 3, "rejection_rate": 0.3}
@@ -477,7 +477,7 @@ def test_app_py_serves_a_usable_page(browser):
         app.terminate()
         app.wait()
         page.close()
-    # timed by `python -m demo.bench.page` against its target; printed here for the log
+    # timed by `python -m demo.lab.bench.page` against its target; printed here for the log
     print(f"\napp.py start to usable page {usable_s:.2f} s")
 
 

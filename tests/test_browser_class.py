@@ -10,7 +10,7 @@ import re
 import pytest
 from test_browser import EMBEDDED, browser, first_example, served, shoot  # noqa: F401 (the fixtures)
 
-from demo.bench.page import DRAWN
+from demo.lab.bench.page import DRAWN
 from demo.models import loader
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ slow); screenshots under runs/screenshots/ (or $SCREENSHOT_DIR) as classroom-<wi
 import pytest
 from test_browser import EMBEDDED, browser, served, shoot  # noqa: F401 (the fixtures)
 
-from demo.bench.page import DRAWN
+from demo.lab.bench.page import DRAWN
 
 pytestmark = pytest.mark.slow
 

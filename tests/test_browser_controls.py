@@ -14,7 +14,7 @@ import pytest
 import tiny
 from test_browser import browser, first_example, served, shoot  # noqa: F401  (fixtures)
 
-from demo.bench.page import DRAWN
+from demo.lab.bench.page import DRAWN
 from demo.page import drafter_notes, layout, runs
 
 pytestmark = pytest.mark.slow  # a server and a browser

@@ -7,7 +7,7 @@ $SCREENSHOT_DIR) as feature-vs-text-only.png."""
 import pytest
 from test_browser import EMBEDDED, browser, pick, served, shoot  # noqa: F401 (the fixtures)
 
-from demo.bench.page import DRAWN
+from demo.lab.bench.page import DRAWN
 
 pytestmark = [
     pytest.mark.slow,

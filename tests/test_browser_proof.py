@@ -7,7 +7,7 @@ puts its own (proof-1400.png, proof-420.png, analysis-law-1400.png, analysis-law
 import pytest
 from test_browser import EMBEDDED, browser, served, shoot  # noqa: F401 (fixtures)
 
-from demo.bench.page import DRAWN
+from demo.lab.bench.page import DRAWN
 
 pytestmark = pytest.mark.slow
 

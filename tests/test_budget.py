@@ -8,7 +8,7 @@ import pytest
 
 from demo import session
 from demo.models import presets, zerogpu
-from demo.page.analysis_view import examples_for
+from demo.page.analysis.view import examples_for
 from demo.session import budget
 from demo.session.validate import InvalidInput
 

@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_validate import png_bytes
 
-from demo.bench import soak
+from demo.lab.bench import soak
 from demo.models import loader
 from demo.page import handlers, server
 

@@ -7,8 +7,8 @@ import pytest
 import tiny_families
 import torch
 
-from demo.bench import gpu_check, gpu_steps
 from demo.engine import metrics
+from demo.lab.bench import gpu_check, gpu_steps
 from demo.models import loader
 
 

@@ -7,13 +7,13 @@ import tiny_families
 import torch
 from PIL import Image
 
-from demo.bench.grounding_layers import answer
+from demo.lab.bench.grounding_layers import answer
 from demo.models import attention_pass, loader
 from demo.session import rejections as analysis
 from demo.world.scenes import GRID
 from demo.world.tasks import heldout_examples
 
-# From `python -m demo.bench.grounding_layers` (docs/grounding.md): at the embedded preset's layer,
+# From `python -m demo.lab.bench.grounding_layers` (docs/grounding.md): at the embedded preset's layer,
 # 90% of the tokens copied from the question put less than 0.35 of their attention on the image, and
 # 75% of the colour words the question does not give more.
 COPIED_BELOW = COLOUR_ABOVE = 0.35

@@ -15,9 +15,10 @@ import tiny
 from test_reliability import PRESET, args, page_args, raw_call, serve, uploaded
 
 from demo import session
-from demo.bench import soak
+from demo.lab.bench import soak
 from demo.models import presets
-from demo.page import guard, server
+from demo.page import server
+from demo.serve import guard
 from demo.session import budget, validate
 from demo.session.validate import InvalidInput
 

@@ -10,7 +10,7 @@ in the project's code. A round must read exactly once, at its one transfer in `s
 
 What it cannot see: `.to(device)` (on a CPU every device is the CPU, so a copy back cannot be
 told from a no-op; the engine has none), and synchronisations inside CUDA kernels' host code
-that never reach the dispatcher on a CPU. `python -m demo.bench.gpu_check` counts those on a GPU with
+that never reach the dispatcher on a CPU. `python -m demo.lab.bench.gpu_check` counts those on a GPU with
 `torch.cuda.set_sync_debug_mode`.
 """
 

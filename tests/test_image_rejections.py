@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from demo.bench import attention_quartiles
+from demo.lab.bench import attention_quartiles
 from demo.session import image_rejections as ir
 from demo.session.rejections import Observation
 

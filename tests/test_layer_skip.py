@@ -10,11 +10,11 @@ import torch
 from races import CASES, MAX_NEW, ar, spd
 from transformers import DynamicCache
 
-from demo.bench import layerskip_search as search
 from demo.engine import metrics
 from demo.engine.layerskip import LayerSkipDrafter, unsupported
 from demo.engine.sampling import sample
 from demo.engine.sweep import replay
+from demo.lab.bench import layerskip_search as search
 from demo.models.loader import Loaded, Preset
 from demo.models.presets import LAYER_SKIP, PRESETS
 

@@ -16,55 +16,54 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "demo"
 
 # The layers, as packages (dotted prefixes): each lists what none of its modules may import.
-# engine < models < session < page | bench; world is the embedded world, below everything but
-# training-only for the bench.
-WORLD_TRAINING = (
-    "demo.world.train",
-    "demo.world.stage_tools",
-    "demo.world.new_tokens",
-    "demo.world.recipe",
-    "demo.world.data",
-    "demo.world.fit",
-    "demo.world.experiments",
-)
+# engine < models < session < page | serve; world is the embedded world's runtime data, below
+# everything. lab (benchmarks, the world's training, experiments) and deploy sit beside the app:
+# nothing the app runs imports them.
+APP_FORBIDS = ("demo.lab", "demo.deploy")
 LAYERS = {
     "engine": (
         ("demo.engine",),
-        ("gradio", "plotly", "demo.models", "demo.world", "demo.session", "demo.page", "demo.bench", "demo.deploy"),
+        ("gradio", "plotly", "demo.models", "demo.world", "demo.session", "demo.page", "demo.serve", *APP_FORBIDS),
     ),
     "models": (
         ("demo.models",),
-        ("gradio", "plotly", "demo.world", "demo.session", "demo.page", "demo.bench", "demo.deploy"),
+        ("gradio", "plotly", "demo.world", "demo.session", "demo.page", "demo.serve", *APP_FORBIDS),
     ),
-    "session": (("demo.session",), ("gradio", "plotly", "demo.page", "demo.bench", "demo.deploy", *WORLD_TRAINING)),
+    "session": (("demo.session",), ("gradio", "plotly", "demo.page", "demo.serve", *APP_FORBIDS)),
     # The page reads runs through the session: it touches no model, cache or logits itself.
     "page": (
         ("demo.page",),
         (
             "torch",
             "transformers",
-            "demo.bench",
-            "demo.deploy",
+            *APP_FORBIDS,
             "demo.models.loader",
             "demo.engine.speculative",
             "demo.engine.drafters",
             "demo.engine.sampling",
-            *WORLD_TRAINING,
         ),
     ),
+    # The server's front door: the guard, visitors' shares, the upload folder; no run, no page.
+    "serve": (
+        ("demo.serve",),
+        ("torch", "transformers", "demo.engine", "demo.models.loader", "demo.page", *APP_FORBIDS),
+    ),
     # The benchmark drives the page only as a client (over HTTP, or its launch function).
-    "bench": (("demo.bench",), ("demo.page.handlers", "demo.page.analysis_tab", "demo.deploy")),
+    "lab": (("demo.lab",), ("demo.page.handlers", "demo.page.analysis.tab", "demo.deploy")),
     "world": (
         ("demo.world",),
-        ("gradio", "plotly", "demo.engine", "demo.models", "demo.session", "demo.page", "demo.bench", "demo.deploy"),
+        ("gradio", "plotly", "demo.engine", "demo.models", "demo.session", "demo.page", "demo.serve", *APP_FORBIDS),
     ),
     # Deployment stages the app's files; it reaches no run, page or benchmark.
-    "deploy": (("demo.deploy",), ("gradio", "plotly", "demo.engine", "demo.session", "demo.page", "demo.bench")),
+    "deploy": (
+        ("demo.deploy",),
+        ("gradio", "plotly", "demo.engine", "demo.session", "demo.page", "demo.serve", "demo.lab"),
+    ),
 }
 MAX_LINES = 400
 # The one import across the layers' rule: the world trains the hidden-state drafters' networks,
 # which the engine runs (plain torch modules, no model call; issue 55).
-ALLOWED = {("demo.world.train_heads", "demo.engine.heads")}
+ALLOWED = set()
 
 
 def _module_name(path: Path) -> str:

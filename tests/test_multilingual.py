@@ -9,8 +9,8 @@ import random
 import pytest
 import torch
 
+from demo.lab.training.recipe import FULL, LANGUAGE_MIX
 from demo.world import ASSETS, tasks_de, tasks_zh
-from demo.world.recipe import FULL, LANGUAGE_MIX
 from demo.world.scenes import Obj, Scene
 from demo.world.scoring import score
 from demo.world.scoring_languages import CHINESE, GERMAN, count_in, pairs_in, position_in
@@ -122,7 +122,7 @@ def test_task_keys_name_their_language():
 def _grown():
     from transformers import AutoTokenizer
 
-    from demo.world.tokenization import extend_tokenizer
+    from demo.lab.training.tokenization import extend_tokenizer
 
     english = AutoTokenizer.from_pretrained(ASSETS / "drafter-text")
     texts = corpus(40, 0, "de") + corpus(40, 0, "zh")
@@ -143,8 +143,8 @@ def test_grown_tokenizer_keeps_english_as_it_was_and_shortens_the_new_languages(
 
 
 def test_grown_embeddings_start_at_the_mean_of_their_pieces():
-    from demo.world.models import build
-    from demo.world.new_tokens import grow_embeddings
+    from demo.lab.training.models import build
+    from demo.lab.training.new_tokens import grow_embeddings
 
     english, grown = _grown()
     torch.manual_seed(0)
@@ -161,7 +161,7 @@ def test_grown_embeddings_start_at_the_mean_of_their_pieces():
 
 
 def test_language_drafters_are_at_most_a_tenth_of_the_target():
-    from demo.world.models import build
+    from demo.lab.training.models import build
 
     _, grown = _grown()
     target = sum(p.numel() for p in build("target", grown).parameters())
@@ -173,9 +173,9 @@ def test_language_drafters_are_at_most_a_tenth_of_the_target():
 
 
 def test_translated_words_start_from_their_english_rows_each_language_with_its_own_direction():
+    from demo.lab.training.models import build
+    from demo.lab.training.new_tokens import TRANSLATED_SCALE, grow_embeddings, token_language
     from demo.world import translation
-    from demo.world.models import build
-    from demo.world.new_tokens import TRANSLATED_SCALE, grow_embeddings, token_language
 
     english, grown = _grown()
     lexicons = translation.lexicon("de") | translation.lexicon("zh")
@@ -214,10 +214,10 @@ def test_quiet_directions_leave_every_english_answer_token_the_targets_argmax():
     English answer position."""
     from transformers import AutoProcessor, LlavaForConditionalGeneration
 
+    from demo.lab.training.data import ScenePool, item_batch, sample_items
+    from demo.lab.training.new_tokens import grow_embeddings, quiet_directions
+    from demo.lab.training.recipe import ENGLISH_KEEP
     from demo.world import translation
-    from demo.world.data import ScenePool, item_batch, sample_items
-    from demo.world.new_tokens import grow_embeddings, quiet_directions
-    from demo.world.recipe import ENGLISH_KEEP
 
     english, grown = _grown()
     processor = AutoProcessor.from_pretrained(ASSETS / "drafter-image")
@@ -247,9 +247,9 @@ def test_stage_ten_keeps_the_english_targets_right_answers_and_the_worlds_answer
 
     from transformers import AutoProcessor, LlavaForConditionalGeneration
 
-    from demo.world.data import ScenePool, encode, sample_items
-    from demo.world.multilingual import english_answers
-    from demo.world.stage_tools import World
+    from demo.lab.training.data import ScenePool, encode, sample_items
+    from demo.lab.training.multilingual import english_answers
+    from demo.lab.training.stage_tools import World
 
     english, _ = _grown()
     processor = AutoProcessor.from_pretrained(ASSETS / "drafter-image")
@@ -289,9 +289,9 @@ def test_lookup_facts_in_other_languages_state_the_scene():
 
 
 def test_only_the_new_rows_learn_beside_the_body_at_its_own_rate():
-    from demo.world.fit import fit
-    from demo.world.models import build
-    from demo.world.new_tokens import grow_embeddings, new_rows_only
+    from demo.lab.training.fit import fit
+    from demo.lab.training.models import build
+    from demo.lab.training.new_tokens import grow_embeddings, new_rows_only
 
     english, grown = _grown()
     torch.manual_seed(0)
@@ -320,7 +320,7 @@ def test_agreement_reads_ids_past_a_drafters_vocabulary_as_unknown_and_never_rig
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from demo.world.evaluate import agreement
+    from demo.lab.training.evaluate import agreement
 
     torch.manual_seed(0)
     config = LlamaConfig(

@@ -34,11 +34,12 @@ from gradio_client.utils import QueueError
 from PIL import Image
 from test_validate import png_bytes
 
-from demo.bench import soak
 from demo.engine import drafters, speculative, sweep
 from demo.engine.events import RoundEvent
+from demo.lab.bench import soak
 from demo.models import loader, presets
-from demo.page import guard, handlers, runs, server, strategy_table
+from demo.page import handlers, runs, server, strategy_table
+from demo.serve import guard
 from demo.session import budget, lane_runs, offers, validate
 
 PRESET = "tiny-reliability"
@@ -342,7 +343,7 @@ def test_uploads_over_the_size_limit_are_refused(app, client, world, tmp_path):
 @pytest.mark.parametrize("n", [40])
 def test_concurrent_clients_each_get_the_solo_result_or_a_full_queue_at_once(app, client, world, monkeypatch, n):
     """`n` visitors at once, each from its own address (as a Space's proxy reports them: each visitor
-    may hold only one running and one waiting race, `demo.page.visitors`): each gets the result it
+    may hold only one running and one waiting race, `demo.serve.visitors`): each gets the result it
     gets alone, token for token, or (beyond the queue's QUEUE_SIZE) is told at once that it is full.
     40 visitors cover the 16 this also ran (9 s): at least QUEUE_SIZE (32) of them must be served,
     each with its solo result, so the visitors up to the queue's size all are."""

@@ -1,4 +1,4 @@
-"""A short soak of the served app (`demo.bench.soak`): memory stays flat over many races.
+"""A short soak of the served app (`demo.lab.bench.soak`): memory stays flat over many races.
 
 The app runs in a child process on the embedded preset, driven through gradio_client. Before the
 fix each /race left its panels and figures in the visitor's Gradio session for good: 0.7 MiB per
@@ -18,7 +18,7 @@ import torch
 from cycles import left_in_cycles, tensors
 
 from demo import ROOT
-from demo.bench import soak
+from demo.lab.bench import soak
 from demo.models import loader
 from demo.page import server
 

@@ -25,11 +25,12 @@ import torch
 from gradio_client import handle_file
 
 from demo import session
-from demo.bench import soak
 from demo.deploy import space
 from demo.engine.sampling import Sampling
+from demo.lab.bench import soak
 from demo.models import drafter_loaders, loader, preloading, presets, zerogpu
-from demo.page import analysis_tab, layout, server
+from demo.page import layout, server
+from demo.page.analysis import tab as analysis_tab
 from demo.session import offers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +64,7 @@ def test_stage_writes_exactly_the_space_files(tmp_path):
         "assets/world/target/model.safetensors",
         "demo/deploy/space.py",
     } <= files
-    assert not any(f.startswith(("tests/", "runs/", ".git/", ".ci/")) or "__pycache__" in f for f in files)
+    assert not any(f.startswith(("tests/", "runs/", ".git/", ".ci/", "demo/lab/")) or "__pycache__" in f for f in files)
     for name in copied:  # copied as they are
         assert (folder / name).stat().st_size == (ROOT / name).stat().st_size, name
     requirements = (folder / "requirements.txt").read_text().splitlines()

@@ -18,9 +18,9 @@ import pytest
 import real_tokenizers as real
 from gradio_client import handle_file
 
-from demo.bench import page as page_bench
-from demo.bench import soak
-from demo.bench.page import DRAWN
+from demo.lab.bench import page as page_bench
+from demo.lab.bench import soak
+from demo.lab.bench.page import DRAWN
 
 pytestmark = pytest.mark.slow  # a server and a browser: the full suite only
 

@@ -4,7 +4,7 @@ import json
 
 import tiny
 
-from demo.bench import steps
+from demo.lab.bench import steps
 from demo.models import loader
 
 

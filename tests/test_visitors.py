@@ -21,7 +21,7 @@ import torch
 from test_reliability import PRESET, args, page_args, serve
 
 from demo.models import loader, presets
-from demo.page import guard, upload_folder, visitors
+from demo.serve import guard, upload_folder, visitors
 from demo.session import budget
 
 MIB = 2**20

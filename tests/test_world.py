@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
+from demo.lab.training.data import encode
 from demo.world import ASSETS
-from demo.world.data import encode
 from demo.world.scenes import COLOURS, MAX_OBJECTS, SHAPES, sample_scenes, split_of
 from demo.world.scoring import score
 from demo.world.tasks import TASKS, heldout_examples, image_grounded_words, train_examples
@@ -141,15 +141,15 @@ def test_shipped_models_load_with_transformers_alone_and_drafters_are_small():
 
 @functools.cache
 def _shipped_target():
-    from demo.world.evaluate import load_target
+    from demo.lab.training.evaluate import load_target
 
     return load_target(ASSETS)  # loaded once for the tests below
 
 
 def _shipped_target_accuracy(task: str) -> float:
-    """The share `python -m demo.world.evaluate` reports for the target: the same 100 held-out
+    """The share `python -m demo.lab.training.evaluate` reports for the target: the same 100 held-out
     examples (seed 0), greedy, at most 200 new tokens."""
-    from demo.world.evaluate import answers
+    from demo.lab.training.evaluate import answers
 
     examples, texts = answers(*_shipped_target(), task, 100, max_new_tokens=200, seed=0)
     return sum(score(task, e, t) for e, t in zip(examples, texts)) / len(examples)
@@ -183,10 +183,10 @@ def test_quick_training_run_writes_models_that_load(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, LlavaForConditionalGeneration
 
+    from demo.lab.training.multilingual import train_languages
+    from demo.lab.training.recipe import QUICK
+    from demo.lab.training.train import train
     from demo.world.gallery import PER_TASK
-    from demo.world.multilingual import train_languages
-    from demo.world.recipe import QUICK
-    from demo.world.train import train
 
     threads = torch.get_num_threads()
     torch.set_num_threads(3)
@@ -230,7 +230,7 @@ def test_quick_training_run_writes_models_that_load(tmp_path):
 def test_quick_recipe_is_the_full_one_with_fewer_steps_and_smaller_batches():
     from dataclasses import fields, is_dataclass
 
-    from demo.world.recipe import FULL, QUICK
+    from demo.lab.training.recipe import FULL, QUICK
 
     sizes = {
         "steps",
@@ -281,9 +281,7 @@ def test_quick_recipe_is_the_full_one_with_fewer_steps_and_smaller_batches():
 
 @pytest.mark.slow
 def test_the_recipe_and_the_evaluation_do_not_import_the_experiments():
-    script = (
-        "import sys, demo.world.train, demo.world.evaluate; print(sorted(m for m in sys.modules if 'experiments' in m))"
-    )
+    script = "import sys, demo.lab.training.train, demo.lab.training.evaluate; print(sorted(m for m in sys.modules if 'experiments' in m))"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -298,7 +296,7 @@ def test_no_world_module_is_over_500_lines():
 def test_lookup_gap_shifts_only_the_positions_after_the_last_image_token():
     import torch
 
-    from demo.world.experiments.object_lookup import gapped_positions
+    from demo.lab.experiments.object_lookup import gapped_positions
 
     image = 7
     ids = torch.tensor([[1, image, image, 4, 5], [image, 3, 4, 5, 0]])
@@ -307,7 +305,7 @@ def test_lookup_gap_shifts_only_the_positions_after_the_last_image_token():
 
 
 def test_lookup_splits_questions_by_key_and_knows_the_chance_of_a_random_object():
-    from demo.world.experiments.object_lookup import chance, key_of
+    from demo.lab.experiments.object_lookup import chance, key_of
     from demo.world.scenes import Obj, Scene
     from demo.world.tasks import Example
 
@@ -327,8 +325,8 @@ def test_lookup_at_gap_zero_is_the_apps_teacher_forced_argmax():
     import torch
     from transformers import AutoProcessor, LlavaForConditionalGeneration
 
-    from demo.world.evaluate import encode_examples
-    from demo.world.experiments.object_lookup import predictions, probes
+    from demo.lab.experiments.object_lookup import predictions, probes
+    from demo.lab.training.evaluate import encode_examples
 
     model = LlavaForConditionalGeneration.from_pretrained(ASSETS / "target", dtype=torch.float32)
     processor = AutoProcessor.from_pretrained(ASSETS / "target")
@@ -350,7 +348,7 @@ def test_lookup_at_gap_zero_is_the_apps_teacher_forced_argmax():
 def test_recall_facts_are_every_lookup_the_scene_answers():
     import random
 
-    from demo.world.experiments.recall import facts
+    from demo.lab.experiments.recall import facts
     from demo.world.scenes import Obj, Scene
 
     scene = Scene(
@@ -371,8 +369,8 @@ def test_recall_facts_are_every_lookup_the_scene_answers():
 def test_recall_rows_mark_each_value_right_after_its_key(form):
     import random
 
-    from demo.world.experiments.recall import facts, row
-    from demo.world.tokenization import IMAGE_SEQ_LENGTH
+    from demo.lab.experiments.recall import facts, row
+    from demo.lab.training.tokenization import IMAGE_SEQ_LENGTH
 
     tok = _world_tokenizer()
     scene = sample_scenes("heldout", 20, 0)[7]
@@ -389,7 +387,7 @@ def test_recall_rows_mark_each_value_right_after_its_key(form):
 
 
 def test_recall_experiment_is_deterministic():
-    from demo.world.experiments.recall import run
+    from demo.lab.experiments.recall import run
 
     first, second = (run(32, 1, 4, "is", every=2, heldout=40, pool=100) for _ in range(2))
     strip = [{k: v for k, v in entry.items() if k != "seconds"} for entry in first]
@@ -407,7 +405,7 @@ def _world_tokenizer():
 def test_lookup_facts_state_every_unique_key_once_and_rows_hold_them_after_the_image():
     import random
 
-    from demo.world.data import fact_batches, facts
+    from demo.lab.training.data import fact_batches, facts
     from demo.world.scenes import Obj, Scene
 
     scene = Scene(
@@ -437,7 +435,7 @@ def test_verification_facts_say_yes_exactly_when_the_scene_agrees():
     import random
     import re
 
-    from demo.world.data import facts, verification_facts
+    from demo.lab.training.data import facts, verification_facts
     from demo.world.scenes import sample_scene
 
     scene_rng = random.Random(1)
@@ -464,7 +462,7 @@ def test_verification_facts_say_yes_exactly_when_the_scene_agrees():
 def test_verification_questions_carry_no_loss_only_their_verdicts_do():
     import random
 
-    from demo.world.data import fact_batches, facts
+    from demo.lab.training.data import fact_batches, facts
     from demo.world.scenes import Obj, Scene
 
     scene = Scene((Obj("circle", "red", "large", 0), Obj("cross", "blue", "small", 4)))
@@ -487,7 +485,7 @@ def test_verification_questions_carry_no_loss_only_their_verdicts_do():
 
 
 def test_diagnose_takes_a_caption_apart_item_by_item():
-    from demo.world.experiments.diagnose import caption_items, caption_tally
+    from demo.lab.experiments.diagnose import caption_items, caption_tally
     from demo.world.scenes import Obj, Scene
 
     scene = Scene((Obj("circle", "blue", "large", 4), Obj("square", "blue", "small", 5)))
@@ -513,7 +511,7 @@ def test_diagnose_takes_a_caption_apart_item_by_item():
 
 
 def test_diagnose_flags_descriptions_with_broken_words_or_multiple_choice_phrasing():
-    from demo.world.experiments.diagnose import corpus_words, description_tally
+    from demo.lab.experiments.diagnose import corpus_words, description_tally
 
     vocabulary = corpus_words(50)
     reference = heldout_examples("description", 3)
@@ -525,7 +523,7 @@ def test_diagnose_flags_descriptions_with_broken_words_or_multiple_choice_phrasi
 
 
 def test_diagnose_takes_a_multiple_choice_answers_checks_apart():
-    from demo.world.experiments.diagnose import mc_tally, options_of
+    from demo.lab.experiments.diagnose import mc_tally, options_of
     from demo.world.scenes import SHAPES
     from demo.world.scoring import letter_in
 
@@ -575,7 +573,7 @@ def test_diagnose_takes_a_multiple_choice_answers_checks_apart():
 
 
 def test_multiple_choice_checks_the_options_in_order_up_to_the_concluded_one():
-    from demo.world.experiments.diagnose import CHECK, options_of
+    from demo.lab.experiments.diagnose import CHECK, options_of
 
     kinds = Counter()
     for e in heldout_examples("multiple_choice", 60):
@@ -609,7 +607,7 @@ def test_brief_multiple_choice_is_the_early_question_with_yes_no_checks():
 
 
 def test_final_multiple_choice_counts_by_the_captions_listing_with_count_and_place_options_in_order():
-    from demo.world.experiments.diagnose import options_of
+    from demo.lab.experiments.diagnose import options_of
     from demo.world.scenes import POSITIONS, scene_stream
     from demo.world.tasks import qa
     from demo.world.tasks_en import EARLY, NUMBERS
@@ -644,7 +642,7 @@ def test_final_multiple_choice_counts_by_the_captions_listing_with_count_and_pla
 
 
 def test_the_lm_stage_and_the_tokenizer_see_only_brief_multiple_choice():
-    from demo.world.recipe import CURRICULUM, LM_MIX, MIX, in_form
+    from demo.lab.training.recipe import CURRICULUM, LM_MIX, MIX, in_form
     from demo.world.tasks import corpus
     from demo.world.tasks_en import BRIEF, EARLY
 
@@ -658,7 +656,7 @@ def test_the_lm_stage_and_the_tokenizer_see_only_brief_multiple_choice():
 
 
 def test_a_check_row_puts_the_loss_on_the_checks_letter_and_end_with_the_reason_as_context():
-    from demo.world.data import check_row, encode
+    from demo.lab.training.data import check_row, encode
 
     tok = _world_tokenizer()
     for e in heldout_examples("multiple_choice", 12):
@@ -678,7 +676,7 @@ def test_drill_batches_hold_whole_multiple_choice_turns_on_pool_scenes_with_thei
 
     import torch
 
-    from demo.world.data import DRILLS_PER_ROW, check_row, drill_batches
+    from demo.lab.training.data import DRILLS_PER_ROW, check_row, drill_batches
     from demo.world.scenes import sample_scenes
     from demo.world.tasks import qa
 
@@ -712,7 +710,7 @@ def test_drill_batches_hold_whole_multiple_choice_turns_on_pool_scenes_with_thei
 def test_option_probe_counts_a_row_only_when_every_token_from_its_start_is_predicted():
     import torch
 
-    from demo.world.probes import all_right
+    from demo.lab.training.probes import all_right
 
     rows = [([5, 6, 7, 8], None), ([5, 9, 9, 9], None)]
     pred = torch.tensor([[6, 7, 8, 0], [9, 9, 4, 0]])  # the logit at j predicts token j + 1
@@ -727,7 +725,7 @@ def test_copy_accuracy_is_one_on_the_second_copy_for_a_model_that_copies_and_zer
 
     import torch
 
-    from demo.world.experiments.diagnose import copy_accuracy
+    from demo.lab.experiments.diagnose import copy_accuracy
 
     length, vocab = 12, list(range(5, 50))
 

@@ -42,6 +42,7 @@ INCLUDE = (
     "docs/",
     ".gitattributes",
 )  # copied as they are
+EXCLUDE = ("demo/lab/",)  # benchmarks and training: nothing the Space runs imports them
 LFS_LIMIT = 10 * 2**20  # the hub refuses files above this that LFS/Xet does not carry
 
 
@@ -69,7 +70,11 @@ def source_files(root: Path = ROOT) -> list[str]:
     return sorted(
         f
         for f in listed
-        if f and (root / f).is_file() and any(f == i or f.startswith(i) for i in INCLUDE) and "__pycache__" not in f
+        if f
+        and (root / f).is_file()
+        and any(f == i or f.startswith(i) for i in INCLUDE)
+        and not f.startswith(EXCLUDE)
+        and "__pycache__" not in f
     )
 
 

@@ -6,7 +6,7 @@ decoder layers it keeps, the final norm and the output head. It sees the image a
 does: its prefill merges the image features into the prompt's embeddings with LLaVA's own
 `get_image_features` and placeholder mask (`embed_prompt`), then runs its layers over them. Later
 steps are text. Which layers it skips is chosen per preset by a search on training-split prompts
-(`demo.bench.layerskip_search`) and stored in `Preset.skip_layers`.
+(`demo.lab.bench.layerskip_search`) and stored in `Preset.skip_layers`.
 
 Its KV cache is its own: a DynamicCache of the target's configuration in which only the layers
 it runs are ever written (a skipped layer's entry stays empty, and `crop` passes over it). The

@@ -12,7 +12,7 @@ On a CPU, a 0.6M-parameter drafter's step is bound by per-call cost, not arithme
 operation passes through the dispatcher (a few microseconds here), and a `LeanLM` step makes
 about fifty of them. NumPy's ufuncs and BLAS matrix-vector products on float32 arrays cost about
 a microsecond a call plus the work, so the same step, written here over the same memory, takes
-about half the time (`python -m demo.bench.steps`).
+about half the time (`python -m demo.lab.bench.steps`).
 
 Same memory, not copies:
     weights    NumPy views of LeanLM's tensors (the transformers modules' own storage, q/k/v and

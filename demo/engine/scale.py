@@ -4,7 +4,7 @@ A race on a shared CPU times its steps as the machine lets it, so a speedup read
 moves from one rerun to the next while τ, α and MBSU (counts of tokens) do not. Priced at fixed
 ratios instead, a speedup follows from the counts alone and repeats exactly. The ratios here are
 the ones measured for the paper's setting (Gagrani et al. 2024: LLaVA 1.5 7B with a 68M drafter),
-on an NVIDIA H200 on 2026-12-04 (`python -m demo.bench.gpu_check`, the note
+on an NVIDIA H200 on 2026-12-04 (`python -m demo.lab.bench.gpu_check`, the note
 `shared/notes/gpu-2026-12-04.md`, part 2): a llava-1.5-7b-shaped target (7.06B parameters,
 576 image tokens, context 681) in bf16, T1 = 20.67 ms for one token, T(γ+1) for γ = 1..8 as
 listed in VERIFY_MS, and one step of a vicuna-68m-shaped drafter D = 0.235 ms (lean forward and
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 
-SOURCE = "an NVIDIA H200, 2026-12-04: shared/notes/gpu-2026-12-04.md, part 2 (python -m demo.bench.gpu_check)"
+SOURCE = "an NVIDIA H200, 2026-12-04: shared/notes/gpu-2026-12-04.md, part 2 (python -m demo.lab.bench.gpu_check)"
 SETTING = "a llava-1.5-7b-shaped target with a 68M drafter on an H200"
 T1_MS = 20.67  # one target step over one token
 VERIFY_MS = (22.17, 22.62, 22.39, 23.93, 26.06, 23.70, 22.35, 22.57)  # T(γ+1) for γ = 1..8

@@ -12,7 +12,7 @@ included, and only what they show is gone. For every answer token it gives
     dependent   the image makes the token at least RATIO times likelier (log p_with - log p_without
                 >= log RATIO): the answer needed the picture there
 
-RATIO comes from `python -m demo.bench.ablation_agreement` (docs/grounding.md): on the embedded
+RATIO comes from `python -m demo.lab.bench.ablation_agreement` (docs/grounding.md): on the embedded
 world's held-out answers in three languages, doubling separates the colour, shape and count words
 the question does not give (56% dependent) from the template words (1%). A flip alone is not
 enough: the target's near ties ("in the" / "in this", 0.51 against 0.49) flip on nothing.

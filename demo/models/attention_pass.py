@@ -21,7 +21,7 @@ Where the image is, per family (`layout`):
                 each a g x g grid after the pixel shuffle, row-major; tiles placed at their row
                 and column, every thumbnail cell spread over the tiles' cells it covers
 
-Which layers: `LAYERS` (the experiment in demo/world/experiments/grounding_layers.py picks them
+Which layers: `LAYERS` (the experiment in demo/lab/experiments/grounding_layers.py picks them
 for the embedded world, docs/grounding.md); elsewhere the middle third of the decoder.
 """
 
@@ -37,7 +37,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from demo.engine.grounding import ImageAttention
 
-# The layers averaged, by preset; elsewhere the middle third. `python -m demo.bench.grounding_layers`
+# The layers averaged, by preset; elsewhere the middle third. `python -m demo.lab.bench.grounding_layers`
 # (2026-12-04, 72 held-out questions, 24 per language): layer 1 of 6 alone best separates grounded
 # words the question does not give from template words (AUC 0.81: en 0.84, de 0.85, zh 0.78;
 # all six layers 0.75), docs/grounding.md.

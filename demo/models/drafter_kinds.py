@@ -31,7 +31,7 @@ device, feedable, start) and its `kind` is this registration's `kind`.
 What each field feeds:
 - `name`, `tree`, `unusable`: the drafters a preset offers, in registration order
   (`Preset.drafter_names`, hence the Drafter menus, the API's validation, the table of
-  strategies, the γ sweep and `python -m demo.bench --drafters all`), and the reasons shown for
+  strategies, the γ sweep and `python -m demo.lab.bench --drafters all`), and the reasons shown for
   those it cannot offer (`Preset.unusable`).
 - `line`, `languages`: the line under the Drafter menu (`demo.page.drafter_notes.describe`).
 - `load`: `demo.models.loader.Loaded.drafter`.

@@ -1,7 +1,7 @@
 """Where the hidden-state drafters' checkpoints are, and why a preset cannot offer them: plain
 paths, no torch (`demo.models.drafter_kinds` reads them before any model is loaded).
 
-A hidden-state drafter is trained for one target (`python -m demo.world.train_heads`): its
+A hidden-state drafter is trained for one target (`python -m demo.lab.training.train_heads`): its
 checkpoint sits beside the target's directory. Hub presets have none.
 """
 

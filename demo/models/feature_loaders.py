@@ -1,7 +1,7 @@
 """Loaders of the drafters that read the target's hidden state, and of the staged drafter
 (`demo.models.drafter_kinds` registers them as "feature", "medusa" and "staged").
 
-A hidden-state drafter is trained for one target (`python -m demo.world.train_heads`): its
+A hidden-state drafter is trained for one target (`python -m demo.lab.training.train_heads`): its
 checkpoint sits beside the target's directory, `drafter-feature.safetensors` or
 `drafter-medusa.safetensors`. A preset whose target has none (every hub preset) does not offer
 it, and says why in one line (`unusable`). A checkpoint made for a target of another hidden size

@@ -5,5 +5,5 @@ HTML (`render`), the charts (`charts`, `analysis_charts`) and the launch.
 
 Reads runs only through the session layer (`demo.session`) and the traces it returns: the page
 touches no caches or logits. May import the engine's event types and metrics, the models' preset
-table and the world's vocabulary; never the benchmark (`demo.bench`) nor world training.
+table and the world's vocabulary; never the benchmark (`demo.lab.bench`) nor world training.
 """

@@ -1,5 +1,5 @@
 """The Analysis tab's image-attention view: was the drafter rejected where the target looked at
-the image? Pure functions of a batch (`demo.page.analysis_view.Batch`): the headline sentence,
+the image? Pure functions of a batch (`demo.page.analysis.view.Batch`): the headline sentence,
 the rejection rate per bin of the target's image-attention share for each drafter (the paper's
 comparison is the text-only drafter against the image-aware one), and the rejections where the
 target looked at the image most, each linked to its run's trace (the page's script selects that

@@ -109,7 +109,7 @@ def _level(y: float, text: str, colour: str) -> tuple[dict, dict]:
 # new plot element and drops the old one without `Plotly.purge`; plotly's window "resize" listener
 # (Gradio sets `responsive`) then holds the dropped element and its whole SVG for good: about 45
 # of them a race, and the tab grew by ~15,000 DOM nodes and 6.7 MiB of JS heap a race
-# (`python -m demo.bench.page --runs 0 --races N`). Each plot element that has left the page loses
+# (`python -m demo.lab.bench.page --runs 0 --races N`). Each plot element that has left the page loses
 # that listener, and responsive is turned off so that a redraw still under way does not add it back.
 # Not `Plotly.purge`: the element is often dropped while plotly is still drawing it (Gradio redraws
 # a chart every 0.5 s of a race), and a purge then took the layout from under that drawing, which

@@ -20,7 +20,7 @@ CHART_EVERY = 0.5  # and of the charts, which cost the browser more to draw
 # yield costs Gradio a whole update even when nothing changed: each output left out is a gr.skip(),
 # which Gradio 6 turns into a fresh component and its config (14 ms for the Race tab's 24 outputs).
 # At 0.02 s those heartbeats were a third of the server's CPU per 32-token race on the embedded
-# models: 1.48-1.51 s, against 1.04-1.14 s at 0.1 s (`python -m demo.bench.soak --requests 12
+# models: 1.48-1.51 s, against 1.04-1.14 s at 0.1 s (`python -m demo.lab.bench.soak --requests 12
 # --warmup 3 --every 12 --mix chain --one-session`, run twice each, interleaved). While the lanes
 # decode the page's redraws (every PANEL_EVERY s) come first anyway.
 HEARTBEAT_EVERY = 0.1

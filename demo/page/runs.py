@@ -11,7 +11,7 @@ end, one folder for the downloads, and the per-visitor copies Gradio leaves behi
     export_dir()                 the one folder per process the downloads are written to
 
 No decoding here and nothing of either tab's layout: the Race tab's handlers are
-`demo.page.handlers`, the Analysis tab's `demo.page.analysis_tab`.
+`demo.page.handlers`, the Analysis tab's `demo.page.analysis.tab`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The Gradio app: the page put together, its events wired, and its launch.
 
     build_demo()   the page: the Race tab (`demo.page.layout`, handlers in `demo.page.handlers`)
-                   and the Analysis tab (`demo.page.analysis_tab`), with two API endpoints:
+                   and the Analysis tab (`demo.page.analysis.tab`), with two API endpoints:
                    /race (the Run button) and /trace (the same race as one JSON document)
     launch(demo)   serve it, and warm the default preset up in the background once the first
                    page has loaded, unless the presets were preloaded at start-up (a Space, or
@@ -35,8 +35,10 @@ from starlette.middleware import Middleware
 from demo import session
 from demo.engine.events import Trace
 from demo.models import presets, zerogpu
-from demo.page import analysis_tab, classroom, drafter_notes, guard, handlers, layout, proof_view, render, teach, text
+from demo.page import classroom, drafter_notes, handlers, layout, proof_view, render, teach, text
+from demo.page.analysis import tab as analysis_tab
 from demo.page.layout import EXAMPLES_DIR, Example
+from demo.serve import guard
 from demo.session import offers, validate
 
 log = logging.getLogger(__name__)
@@ -350,7 +352,7 @@ def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_siz
     Defaults a caller may override through kwargs: listen on 127.0.0.1 (or $GRADIO_SERVER_NAME),
     no share link, no /monitoring page, the public URL from `public_root`, SESSIONS sessions kept. Always: at most
     `queue_size` requests waiting, uploads up to `validate.MAX_FILE_BYTES`, the request guard
-    (`demo.page.guard`: 4xx for malformed calls, the upload folder's cap, uploads per client), no
+    (`demo.serve.guard`: 4xx for malformed calls, the upload folder's cap, uploads per client), no
     Python errors shown to users (show_error=False), the page's theme and CSS. Returns what `Blocks.launch` returns; pass prevent_thread_lock=True to get
     control back.
     """

@@ -141,7 +141,7 @@ its replay, c, MBSU and the predicted speedup, sorted by the last; the race's ow
 **Languages.** A drafter is accepted only where it writes what the target would, so a question in
 another language changes acceptance: the English-only text drafter, at γ = 4, makes τ = 3.67 on
 English questions but 1.03 on German and 1.00 on Chinese ones (8 held-out questions each, greedy;
-`python -m demo.bench --languages en,de,zh`, docs/world-languages.md), because it never learnt
+`python -m demo.lab.bench --languages en,de,zh`, docs/world-languages.md), because it never learnt
 German and lacks the Chinese tokens; the German and Chinese drafters, trained on the target's own
 answers in their language, make 3.02 and 3.38 there. So the page picks the question's language's
 drafter.

@@ -18,9 +18,9 @@ from collections import Counter
 from functools import cache
 from pathlib import Path
 
-from . import scoring_languages, tasks_de, tasks_en, tasks_zh
-from .scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES
-from .tasks import LANGUAGES, TASKS, heldout_examples, in_language, qa
+from demo.world import scoring_languages, tasks_de, tasks_en, tasks_zh
+from demo.world.scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES
+from demo.world.tasks import LANGUAGES, TASKS, heldout_examples, in_language, qa
 
 # Which held-out examples of each task the gallery shows: indices into
 # `heldout_examples(task, n, seed=SEED, language=...)`. Every family is covered, captions and

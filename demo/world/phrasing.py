@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 
-from .scenes import COLOURS, SHAPES, Obj, Scene
+from demo.world.scenes import COLOURS, SHAPES, Obj, Scene
 
 # The task families every language writes (`tasks.TASKS` is this tuple; see `tasks`).
 TASKS = (

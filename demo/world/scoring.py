@@ -14,10 +14,10 @@ language is scored by `scoring_languages.score`, with the same rules.
 import re
 from collections import Counter
 
-from . import scoring_languages
-from .scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES, Scene
-from .tasks import Example
-from .tasks_en import NUMBERS, plural
+from demo.world import scoring_languages
+from demo.world.scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES, Scene
+from demo.world.tasks import Example
+from demo.world.tasks_en import NUMBERS, plural
 
 _COLOUR = "|".join(COLOURS)
 _SHAPE = "|".join(sorted(list(SHAPES) + [plural(s) for s in SHAPES], key=len, reverse=True))

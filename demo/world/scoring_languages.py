@@ -15,9 +15,9 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from . import tasks_de, tasks_zh
-from .scenes import Scene
-from .tasks import Example
+from demo.world import tasks_de, tasks_zh
+from demo.world.scenes import Scene
+from demo.world.tasks import Example
 
 
 @dataclass(frozen=True)

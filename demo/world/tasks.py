@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from . import tasks_en
-from .phrasing import TASKS, ask
-from .scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES, SIZES, Scene, render, scene_stream
-from .tasks_en import BRIEF, NUMBERS, plural
+from demo.world import tasks_en
+from demo.world.phrasing import TASKS, ask
+from demo.world.scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES, SIZES, Scene, render, scene_stream
+from demo.world.tasks_en import BRIEF, NUMBERS, plural
 
 # The languages the world speaks: English in `tasks_en`, German in `tasks_de`, Chinese in
 # `tasks_zh`. A task of another language than English is named "de/caption" in a mix
@@ -66,7 +66,7 @@ def qa(task: str, scene: Scene, rng: random.Random) -> tuple[str, str] | None:
     earlier forms."""
     language, task = split_task(task)
     if language != "en":  # imported here: the language modules import this one
-        from . import tasks_de, tasks_zh
+        from demo.world import tasks_de, tasks_zh
 
         tables = {"de": tasks_de, "zh": tasks_zh}[language]
     else:

@@ -11,8 +11,8 @@ masculine or neuter: every shape noun is one of them).
 
 import random
 
-from .phrasing import LETTERS, asked, cap, counted, draw_options, forms, listing, nameable, unique
-from .scenes import GRID, Obj, Scene
+from demo.world.phrasing import LETTERS, asked, cap, counted, draw_options, forms, listing, nameable, unique
+from demo.world.scenes import GRID, Obj, Scene
 
 COLOURS = {"red": "rot", "orange": "orange", "yellow": "gelb", "green": "grün", "blue": "blau", "purple": "violett"}
 SHAPES = {"circle": "Kreis", "square": "Quadrat", "triangle": "Dreieck", "cross": "Kreuz"}

@@ -9,8 +9,8 @@ too; `tasks_de` and `tasks_zh` write multiple choice's checks as `checks` does.
 
 import random
 
-from .phrasing import LETTERS, cap, counted, draw_options, forms, listing, nameable, unique
-from .scenes import COLOURS, GRID, POSITIONS, SHAPES, Obj, Scene
+from demo.world.phrasing import LETTERS, cap, counted, draw_options, forms, listing, nameable, unique
+from demo.world.scenes import COLOURS, GRID, POSITIONS, SHAPES, Obj, Scene
 
 NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 

@@ -10,8 +10,8 @@ punctuation (":", "，", "。"), so the byte-level pre-tokenizer always cuts a l
 
 import random
 
-from .phrasing import LETTERS, asked, counted, draw_options, forms, nameable, unique
-from .scenes import GRID, Obj, Scene
+from demo.world.phrasing import LETTERS, asked, counted, draw_options, forms, nameable, unique
+from demo.world.scenes import GRID, Obj, Scene
 
 COLOURS = {"red": "红色", "orange": "橙色", "yellow": "黄色", "green": "绿色", "blue": "蓝色", "purple": "紫色"}
 SHAPES = {"circle": "圆形", "square": "正方形", "triangle": "三角形", "cross": "十字形"}

@@ -15,9 +15,9 @@ Pure Python.
 
 import random
 
-from . import tasks_de, tasks_zh
-from .scenes import COLOURS, POSITIONS, SHAPES, SIZES, Obj, Scene
-from .tasks_en import NUMBERS, plural
+from demo.world import tasks_de, tasks_zh
+from demo.world.scenes import COLOURS, POSITIONS, SHAPES, SIZES, Obj, Scene
+from demo.world.tasks_en import NUMBERS, plural
 
 # The words a German place is made of, and the English they mean.
 GERMAN_PLACE_WORDS = {"oben": "top", "unten": "bottom", "links": "left", "rechts": "right", "mitte": "centre"}
