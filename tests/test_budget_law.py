@@ -13,27 +13,28 @@ from demo.session import batch_law, budget
 from demo.session.validate import InvalidInput
 
 
-def test_the_batch_law_check_is_estimated_and_refused_with_what_fits(monkeypatch):
+def test_the_batch_law_check_is_estimated_and_shortened_to_the_examples_that_fit(monkeypatch):
     monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
     full = budget.law_check("embedded", "text-only", 4, 2, 200, batch_law.SHARE)
     # per example: two prefills (40), the law (1 + 100 prefixes), the target alone (1 + 200), the
     # p-values (10), at 0.02 s a step; and 6 s of the lanes' draws
     assert full.steps == pytest.approx(4 * (352 + 6.0 / 0.02))
     assert full.seconds == pytest.approx(52.16)
-    budget.check(full)  # the tab's default batch (its first 4 examples) is admitted
+    assert budget.fit(full) == (full, "")  # the tab's default batch (its first 4 examples) runs whole
     assert budget.limit(full) == 60.0
     monkeypatch.setenv(budget.BUDGET_ENV, "20")
-    with pytest.raises(InvalidInput) as refused:
-        budget.check(full)
-    assert str(refused.value) == (
-        "This request asks for the sampling law of 2 tokens checked 200 times each way on 4 examples (text-only): "
-        "up to about 52 s of compute here, and this deployment allows 20 s a request so that no visitor holds it for "
-        "long. To run it, lower N examples to 1 or less, or check one example at a time with the Race tab's Check "
-        "exactness; or run your own copy with `DEMO_BUDGET_SECONDS=0 python app.py`, which lifts the budget."
+    assert budget.fit(full)[1] == (
+        "1 of the 4 examples you asked for fit in the 20 s a request may take, so the check runs 1."
     )
-    monkeypatch.setenv(budget.BUDGET_ENV, "20")
-    with pytest.raises(InvalidInput, match="lower N examples to 1 or less"):
-        batch_law.LawBatch("embedded", "text-only", [None] * 4, 4)  # refused before any work
+    assert len(batch_law.LawBatch("embedded", "text-only", [None] * 4, 4).call[2]) == 1  # before any work
+    monkeypatch.setenv(budget.BUDGET_ENV, "5")
+    with pytest.raises(InvalidInput) as refused:
+        budget.fit(full)
+    assert str(refused.value) == (
+        "This check asks for the sampling law of 2 tokens checked 200 times each way on 4 examples (text-only), and "
+        "not even its smallest version (1 example) fits in the 5 s a request may take here. To run it, check one "
+        "example at a time with the Race tab's Check exactness."
+    )
 
 
 @pytest.fixture(scope="module")

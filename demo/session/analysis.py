@@ -1,7 +1,9 @@
 """An analysis, as one object: what the Analysis tab consumes (session layer, no Gradio).
 
-    analysis = Analysis(request, items)   refuses (InvalidInput, Unavailable) what exceeds the
-                                          budget or is not served here, before any work
+    analysis = Analysis(request, items)   refuses (InvalidInput, Unavailable) what is not served
+                                          here or cannot fit the budget even at one example;
+                                          shortens one that does to the first N that fit (every
+                                          drafter on each), `shortened` saying so
     analysis.events()                     Running / Decoded items as they come (`decode_examples`);
                                           the limit is armed as they start, and checked before
                                           each run, so a stop costs at most the run at hand
@@ -93,7 +95,11 @@ class Analysis:
             request.max_new_tokens,
             [item.answer for item in items],
         )
-        budget.check(self.estimate)  # what exceeds the budget is refused, with what would fit
+        # the largest that fits: the first N examples, every drafter on each (refused: not even one)
+        self.estimate, self.shortened = budget.fit(self.estimate)
+        if self.shortened:
+            per = max(1, len(items) // max(request.n, 1))  # one example a language asked
+            self.request, self.items = replace(request, n=self.estimate.units), items[: self.estimate.units * per]
         self.deadline = budget.Deadline()
         self.ending: str | None = None
 

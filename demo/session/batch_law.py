@@ -93,9 +93,9 @@ class LawBatch:
 
     def __init__(self, preset: str, drafter: str, items: list, gamma: int, k: int = K, n: int = N, seed: int = 0):
         offers.check_available(preset)
-        self.call = (preset, drafter, items, gamma, k, n, seed)
-        self.estimate = budget.law_check(preset, drafter, len(items), k, n, SHARE)
-        budget.check(self.estimate)  # what exceeds the budget is refused, with what would fit
+        estimate = budget.law_check(preset, drafter, len(items), k, n, SHARE)
+        self.estimate, self.shortened = budget.fit(estimate)  # the first examples that fit (refused: not one)
+        self.call = (preset, drafter, items[: self.estimate.units], gamma, k, n, seed)
         self.deadline = budget.Deadline()
         self.ending: str | None = None
 

@@ -137,8 +137,9 @@ def analyze(preset, task, drafter, gamma, n, seed, language="en", page: gr.Reque
             preset=preset, task=task, drafter=drafter, gamma=gamma, n=n, seed=seed, language=language
         )
         items = examples_for(request.task, request.n, request.seed, request.languages)
-        analysis = session.Analysis(request, items)  # refuses what is not served or exceeds the budget
-    except Exception as error:
+        analysis = session.Analysis(request, items)  # refuses what is not served or cannot fit the budget
+    except Exception as error:  # said where the results go, an earlier analysis's results cleared
+        yield _view(None, status_html(failures.message(error), error=True), busy=False)
         raise page_error(failures.message(error)) from None
     with page_run(page, "analysis") as run:
         yield from _analyze(run.holds(analysis))
@@ -147,7 +148,8 @@ def analyze(preset, task, drafter, gamma, n, seed, language="en", page: gr.Reque
 def _analyze(analysis: session.Analysis) -> dict:
     r, items = analysis.request, analysis.items
     batch = Batch(r.preset, r.task, list(r.drafters), r.gamma, r.n, r.seed, r.max_new_tokens, language=r.language)
-    yield _view(batch, status_html("Loading the models…", 0.0), busy=True)
+    said = f"{analysis.shortened} " * bool(analysis.shortened)  # the budget shortened it: said where it runs
+    yield _view(batch, status_html(f"{said}Loading the models…", 0.0), busy=True)
     started = time.perf_counter()
     total = len(items) * len(r.drafters)
     try:
@@ -155,7 +157,7 @@ def _analyze(analysis: session.Analysis) -> dict:
             for step in steps:
                 if isinstance(step, session.Running):
                     item = items[step.example]
-                    note = f"example {step.example + 1}/{len(items)} · {step.drafter} drafter · "
+                    note = f"{said}example {step.example + 1}/{len(items)} · {step.drafter} drafter · "
                     note += item.task.replace("_", " ")
                     if item.language != "en":
                         note += f" · {LANGUAGE_NAMES[item.language]}"
@@ -172,7 +174,7 @@ def _analyze(analysis: session.Analysis) -> dict:
         return
     batch.seconds = time.perf_counter() - started
     done = (
-        f"Done: {len(items)} examples × {len(r.drafters)} drafter{'s' * (len(r.drafters) > 1)} in "
+        f"{said}Done: {len(items)} examples × {len(r.drafters)} drafter{'s' * (len(r.drafters) > 1)} in "
         f"{batch.seconds:.1f} s (greedy, at most {batch.max_new_tokens} new tokens). "
         "Select a row to see its trace."
     )
