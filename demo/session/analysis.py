@@ -5,7 +5,7 @@
                                           shortens one that does to the first N that fit (every
                                           drafter on each), `shortened` saying so
     analysis.events()                     Running / Decoded items as they come (`decode_examples`);
-                                          the limit is armed as they start, and checked before
+                                          the limit is armed once its models are loaded, and checked before
                                           each run, so a stop costs at most the run at hand
     analysis.stop()                       ends it before the next run (the page's Stop)
     analysis.ending                       once `events()` is over: "finished", "stopped" or
@@ -109,10 +109,13 @@ class Analysis:
 
     def events(self) -> Iterator[Running | Decoded]:
         r = self.request
-        self.deadline.arm(budget.limit(self.estimate))  # from now: past its limit, it ends after the run at hand
         ended = None  # how it ended before its last run, if it did
         with closing(decode_examples(r.preset, list(r.drafters), self.items, r.gamma, r.max_new_tokens)) as steps:
             for step in steps:
+                if (
+                    self.deadline.ends is None
+                ):  # its models loaded: past its limit from now, it ends after the run at hand
+                    self.deadline.arm(budget.limit(self.estimate))
                 if isinstance(step, Running) and self.deadline.ended:
                     ended = "over budget" if self.deadline.over else "stopped"
                     break

@@ -323,7 +323,7 @@ def analysis(
 # at the lane's token cost (`token_steps`, sampling).
 LAW_PREFIXES = 100
 PVALUE_STEPS = 10
-MIN_DRAWS = 100  # the fewest draws a way a single check is shortened to, else refused
+MIN_DRAWS = 50  # the fewest draws a way a single check is shortened to, else refused
 
 
 def _law_fixed(k: int) -> float:
