@@ -196,3 +196,43 @@ def test_a_race_is_checked_again_at_ready_where_a_warm_up_it_waited_for_measured
     with pytest.raises(InvalidInput, match="at this machine's present speed"):
         seen.extend(race.events())
     assert not any(isinstance(item, session.Lane) for item in seen) and race.ready is None
+
+
+def test_a_race_resent_as_its_shortening_offered_finishes_within_its_limit_in_nineteen_of_twenty(
+    learning, uploads, monkeypatch
+):
+    """A busy machine whose speed wanders (each target forward 6-12 ms of a simulated clock where
+    the budget counts 2 ms a step): a race of 300 tokens is shortened, and the same race resent at
+    the tokens the sentence offered finishes within its limit, each try learning from the last."""
+    import random
+    import re
+
+    now, wander = [0.0], random.Random(7)
+    clock = SimpleNamespace(perf_counter=lambda: now[0], monotonic=lambda: now[0])
+    monkeypatch.setattr(decoding, "time", clock)
+    monkeypatch.setattr(budget, "time", clock)
+    forward = decoding.Target.forward
+
+    def busy(self, *args, **kwargs):
+        now[0] += 0.006 * wander.uniform(1.0, 2.0)
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(decoding.Target, "forward", busy)
+    monkeypatch.setenv(budget.BUDGET_ENV, "1.5")
+    monkeypatch.setattr(budget, "step_seconds", lambda preset: 0.002)
+    call, held = (str(uploads / "q.png"), uploads), []
+
+    def race(max_new_tokens):
+        sampling = Sampling(greedy=False, temperature=0.3, seed=len(held))
+        fields = dict(question="Describe the image.", preset="tiny-learning", drafter="text-only", gamma=3)
+        return session.Race(session.Request(**fields, sampling=sampling, max_new_tokens=max_new_tokens), *call)
+
+    list(race(12).events())  # the machine's speed, first measured
+    while len(held) < 20:
+        offered = int(re.search(r"so the race runs (\d+)\.", budget.fit_race(race(300).request)[2]).group(1))
+        resent = race(offered)
+        started = now[0]
+        result = list(resent.events())[-1]
+        assert resent.shortened == "" and len(resent.traces["autoregressive"].tokens) <= offered
+        held.append(result.ending == "finished" and now[0] - started <= result.limit)
+    assert sum(held) >= 19, held
