@@ -21,7 +21,6 @@ from demo import session
 from demo.engine import export
 from demo.page import render
 from demo.page.analysis import charts as analysis_charts
-from demo.page.analysis import law as analysis_law
 from demo.page.analysis.view import (
     TASK_CHOICES,
     Batch,
@@ -342,7 +341,6 @@ def analysis_tab(race: RaceControls) -> None:
                 to_race = gr.Button(
                     "Race this example on the Race tab ▶", interactive=False, visible=False, elem_id="an-to-race"
                 )
-    analysis_law.law_section(race.preset, task, drafter, gamma, n, seed, language)
     batch, selected = gr.State(None), gr.State(None)
 
     outputs = {"status": status, "headline": headline, "by_category": by_category, "by_position": by_position}
