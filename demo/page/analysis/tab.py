@@ -21,6 +21,7 @@ from demo import session
 from demo.engine import export
 from demo.page import render
 from demo.page.analysis import charts as analysis_charts
+from demo.page.analysis.records import observations_csv, record, run_html
 from demo.page.analysis.view import (
     TASK_CHOICES,
     Batch,
@@ -29,9 +30,6 @@ from demo.page.analysis.view import (
     headline_html,
     language_choices,
     languages_table,
-    observations_csv,
-    record,
-    run_html,
     runs_table,
     several_languages,
     status_html,
