@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 import os
 
+import torch
+
 from demo.engine import export, metrics
 from demo.session import rejections
 
@@ -119,6 +121,7 @@ def example_row(meta: dict, decoded, seconds: float, seed: int | None) -> dict:
         "acceptance_rate_per_pos": [_nan(x) for x in names["acceptance_rate_per_pos"]],
         "seconds": seconds,
         "worker_pid": os.getpid(),
+        "torch_threads": torch.get_num_threads(),  # p and q are bit-equal to a run with as many threads
     }
 
 

@@ -7,7 +7,8 @@ A part is a folder written under a temporary name and renamed when whole (parts/
 examples, errors), so a killed run leaves whole parts only; a run started again with the same
 --out reads which examples its parts hold and maps only the others. An example already committed
 is never written again (a retried block's rows are dropped), so each example is in the results
-once. Actors restart where a worker dies (`max_restarts`), and their tasks are retried.
+once. Actors restart where a worker dies (Ray Data's default for actor pools), and their tasks
+are retried.
 """
 
 from __future__ import annotations
@@ -75,10 +76,8 @@ def _start_ray(address: str | None, workers: int) -> bool:
         return False
     os.environ.setdefault("RAY_agent_register_timeout_ms", AGENT_WAIT_MS)
     address = address or os.environ.get("RAY_ADDRESS")
-    root = str(Path(__file__).resolve().parents[2])
-    if address:
-        env = {"working_dir": root, "excludes": [".git", "runs", "tests", "assets/world/training"]}
-        ray.init(address=address, runtime_env=env, log_to_driver=False)
+    if address:  # the workers import this project as the driver does: the same path on every node
+        ray.init(address=address, log_to_driver=False)
     else:
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     return True
@@ -143,13 +142,14 @@ def run(
     for tmp in (out / "parts").glob(".tmp-*"):  # a part a killed run did not finish
         shutil.rmtree(tmp)
     held = committed(out)
+    resumed = len(held)  # examples an earlier run wrote
     todo = table.filter(pc.invert(pc.is_in(table["example"], pa.array(list(held), pa.int64()))))
     started, resources = _now(), {}
     if todo.num_rows:
         resources = _map(todo, out, held, preset, drafters, settings, world, workers, address, gpus_per_worker,
                          block, on_part, progress, total=table.num_rows)  # fmt: skip
     counts = consolidate(out)
-    manifest = _manifest(out, asked, world, workers, gpus_per_worker, resources, started, counts, len(held))
+    manifest = _manifest(out, asked, world, workers, gpus_per_worker, resources, started, counts, resumed)
     from demo.batch import report
 
     report.write(out)
@@ -174,9 +174,7 @@ def _map(todo, out, held, preset, drafters, settings, world, workers, address, g
             batch_format="pyarrow",
             num_cpus=cpus,
             num_gpus=gpus or None,
-            max_restarts=-1,  # a worker that dies is started again
-            max_task_retries=-1,  # and the block it held is sent again
-        )
+        )  # Ray Data's actor pools restart a worker that dies (max_restarts -1) and resend its block
         bar = tqdm(total=total, initial=len(held), unit="example", disable=not progress, desc="batch")
         for done in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
             tables = {name: [] for name in TABLES}
