@@ -38,6 +38,7 @@ from demo.models import presets, zerogpu
 from demo.page import classroom, drafter_notes, handlers, layout, proof_view, render, teach, text
 from demo.page.analysis import tab as analysis_tab
 from demo.page.layout import EXAMPLES_DIR, Example
+from demo.page.runs import page_only
 from demo.serve import guard
 from demo.session import offers, validate
 
@@ -167,7 +168,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     # While a run streams its button is off, so this never queues a second run behind the first.
     after_the_run = {"trigger_mode": "always_last"}
     raced = c.run.click(
-        handlers.positional(handlers.run_race),  # its accelerator part is `session.gpu_race`
+        page_only(handlers.positional(handlers.run_race)),  # its accelerator part is `session.gpu_race`
         [c.image, *fields, c.threshold, c.drafter2, c.adaptive],
         outputs,
         api_name="race",
@@ -201,7 +202,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     min_confidence = gr.Number(0.0, visible=False)  # /trace's default: off (the page's slider starts at 0.5)
     trace_out = gr.JSON(visible=False, label="trace")
     gr.Button(visible=False).click(
-        handlers.trace_api,
+        handlers.trace,  # the MCP tool "trace", described by its docstring
         [c.image, *fields, min_confidence, c.drafter2],
         trace_out,
         api_name="trace",
@@ -362,6 +363,7 @@ def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_siz
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     kwargs.setdefault("share", False)
     kwargs.setdefault("enable_monitoring", False)  # Gradio's /monitoring summary is open to anyone
+    kwargs.setdefault("mcp_server", True)  # /trace and /exactness as MCP tools, through the same guard
     kwargs.setdefault("state_session_capacity", SESSIONS)
     middleware = Middleware(guard.Guard, arity=arity_refusal, folder=handlers.uploads)
     kwargs["app_kwargs"] = {**kwargs.get("app_kwargs", {}), "middleware": [middleware]}

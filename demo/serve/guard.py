@@ -11,6 +11,8 @@
         each with its sentence, before it queues. A direct /run of a queued function (a race, an
         analysis) would skip the queue and every visitor's share: 403 with the way in. Any other
         direct call that fails is 422 with the app's sentence (Gradio answers every failure 500)
+    POST /gradio_api/mcp/...
+        an MCP message is capped as a call's body; its tool call joins the queue through the calls above
     POST /gradio_api/upload
         one request carries at most MAX_UPLOAD_REQUEST bytes (one file at the page's limit, with
         room for the form around it), whatever it claims; each visitor may send UPLOAD_MIB_PER_MINUTE
@@ -53,6 +55,7 @@ MAX_UPLOAD_REQUEST = MAX_FILE_BYTES + MIB  # one file at the limit and its multi
 MAX_CALL_BODY = 4 * MIB  # a queue join or direct call is JSON with a file reference, never the file
 CALLS = ("/gradio_api/queue/join", "/gradio_api/run/", "/gradio_api/api/", "/gradio_api/call/")
 UPLOAD = "/gradio_api/upload"
+MCP = "/gradio_api/mcp"  # MCP messages: capped as a call's body; a tool call then joins through CALLS
 
 
 def setting(name: str, default: int) -> int:
@@ -155,6 +158,21 @@ def _as_4xx(send):
     return sending
 
 
+async def _read(receive) -> bytes | None:
+    """A request's body, or None past MAX_CALL_BODY (or when the client went away)."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if size > MAX_CALL_BODY:
+            return None
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
 async def _answer(send, status: int, detail: str, headers: tuple = ()) -> None:
     body = json.dumps({"detail": detail}).encode()
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
@@ -181,7 +199,26 @@ class Guard:
             return await self._upload(scope, receive, send)
         if scope.get("method") == "POST" and path.startswith(CALLS) and not path.startswith("/gradio_api/call/v2"):
             return await self._call(scope, receive, send, path)
+        if scope.get("method") == "POST" and path.startswith(MCP):
+            return await self._mcp(scope, receive, send)
         return await self.app(scope, receive, send)
+
+    async def _mcp(self, scope, receive, send):
+        """An MCP message: at most MAX_CALL_BODY; its tool call reaches the page as a queue join from
+        this server (Gradio's loopback client, with the caller's headers), so through `_call`."""
+        body = await _read(receive)
+        if body is None:
+            return await _answer(send, 413, f"An MCP message may be at most {MAX_CALL_BODY // MIB} MiB of JSON.")
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
 
     async def _call(self, scope, receive, send, path: str):
         chunks, size = [], 0

@@ -38,7 +38,7 @@ from demo.page.analysis.view import (
     words_table,
 )
 from demo.page.layout import CHART_MIN_WIDTH
-from demo.page.runs import export_dir, page_error, page_run, positional, stopper
+from demo.page.runs import export_dir, page_error, page_only, page_run, positional, stopper
 from demo.session import batches, failures, validate
 from demo.session.batches import drafter_choices, spoken
 from demo.world.tasks import LANGUAGE_NAMES
@@ -351,7 +351,7 @@ def analysis_tab(race: RaceControls) -> None:
     outputs |= {"go": go, "stop": stop, "by_language": by_language}
     open_section(outputs, OUTPUTS, _view)  # a batch's files, shown as a live analysis is
     go.click(
-        positional(analyze, OUTPUTS),
+        page_only(positional(analyze, OUTPUTS)),
         [race.preset, task, drafter, gamma, n, seed, language],
         [outputs[name] for name in OUTPUTS],
         api_name="analysis",
