@@ -522,8 +522,8 @@ def test_analysis_headline_bins_rejections_by_image_attention_and_links_the_most
     ) in text
     # text-only: 0-10%: 6 accepted; 10-20%: the "." rejected; 20-30%, 30-50%: none; 50-100%: 3 of 3
     assert (
-        '<tr><th>text-only</th><td>0% <span class="n">(0/6)</span></td><td>100% <span class="n">(1/1)</span></td>'
-        '<td>–</td><td>–</td><td>100% <span class="n">(3/3)</span></td></tr>'
+        '<tr><th>text-only</th><td>0% <span class="n">(0/6; 95% 0%–39%)</span></td><td>100% <span class="n">(1/1; 95% 21%–100%)</span></td>'
+        '<td>–</td><td>–</td><td>100% <span class="n">(3/3; 95% 44%–100%)</span></td></tr>'
     ) in text
     links = [line.split('data-run="')[1][0] for line in text.split("<li>")[1:]]
     assert links == ["1", "2", "1", "1", "1"]  # 80%, 70%, 60%, 50%, 10%
