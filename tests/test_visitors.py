@@ -177,15 +177,15 @@ def test_the_share_sentence_says_what_the_visitor_holds():
     waiting = [Event("b", "1.1.1.1"), Event("c", "2.2.2.2"), Event("d", "2.2.2.2")]
     queue.event_queue_per_concurrency_id = {"race": type("E", (), {"queue": list(waiting)})()}
     share = visitors.Share()
-    assert share.refusal(queue, "race", "1.1.1.1", None).startswith("You have a race running and one waiting; ")
-    assert share.refusal(queue, "race", "2.2.2.2", None).startswith("You have two races waiting; ")
-    assert share.refusal(queue, "race", "3.3.3.3", "a") is None  # its page's session holds one running race
-    assert share.refusal(queue, "analysis", "1.1.1.1", None) is None  # analyses queue apart
+    assert share.refusal(queue, "race", "1.1.1.1").startswith("You have a race running and one waiting; ")
+    assert share.refusal(queue, "race", "2.2.2.2").startswith("You have two races waiting; ")
+    assert share.refusal(queue, "analysis", "1.1.1.1") is None  # analyses queue apart
     visitors.fair(queue, "race")  # 1.1.1.1 has one running: its waiting one goes behind 2.2.2.2's first
     order = [e.session_hash for e in queue.event_queue_per_concurrency_id["race"].queue]
     assert order == ["c", "b", "d"]
-    queue.event_queue_per_concurrency_id["race"].queue.append(Event("a", "5.5.5.5"))  # page a, another address
-    assert share.refusal(queue, "race", "3.3.3.3", "a").startswith("You have a race running and one waiting; ")
+    queue.event_queue_per_concurrency_id["race"].queue.append(Event("b", "5.5.5.5"))  # page b's hash, copied
+    assert share.refusal(queue, "race", "1.1.1.1").startswith("You have a race running and one waiting; ")
+    assert share.refusal(queue, "race", "3.3.3.3") is None  # the share is the address's, whatever hash it sends
 
 
 # --- uploads ------------------------------------------------------------------------------------
