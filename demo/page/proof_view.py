@@ -138,7 +138,7 @@ def exactness(image, question, preset, drafter, gamma, temperature, top_p, seed,
     """
     try:
         request = _request(question, preset, drafter, gamma, False, temperature, top_p, seed, K_MAX + 2)
-        result = proof_runs.check_law(request, image, runs_uploads(), k=int(k))
+        result = proof_runs.check_law(request, image, runs_uploads(), k=k)
     except Exception as error:
         message = failures.message(error)
         raise runs.page_error(message) from None

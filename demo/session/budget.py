@@ -140,8 +140,8 @@ class Estimate:
 def drafter_step(drafter: str, preset: str) -> float:
     """A drafter's step, in target steps: its registered kind's (`demo.models.drafter_kinds`); a
     drafter of no registered kind costs a text-only drafter's."""
-    kind = drafter_kinds.kind_of(presets.PRESETS.get(preset), drafter)
-    return (kind or drafter_kinds.of("text-only")).step
+    offer = presets.PRESETS[preset].drafter(drafter) if preset in presets.PRESETS else None
+    return (offer.kind if offer else drafter_kinds.of("text-only")).step
 
 
 def token_steps(drafter: str | None, gamma: int, greedy: bool, preset: str) -> float:
