@@ -182,3 +182,29 @@ def test_an_analysis_shortened_runs_the_n_its_sentence_names_which_fits_and_one_
     most = int(re.search(r"so the analysis runs (\d+)\.", said).group(1))
     assert most == fitted.units and budget.fit(estimate(most))[1] == ""
     assert budget.fit(estimate(most + 1))[1]
+
+
+def test_a_single_law_check_counts_the_law_and_the_targets_draws_and_is_shortened_or_refused(monkeypatch):
+    monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
+    # the check: k 3, γ 10: two prefills (40), the law (1 + 2 x 100 prefixes), the p-values (10), one
+    # step more; per draw the lane's 3 rounds and the broken rule's 1 at γ 4 (its drafts stop at k + 1), sampled,
+    # and the target's 2
+    heavy = budget.law("embedded", "text-only", 10, 3, 200)
+    assert heavy.fixed == pytest.approx(40 + 1 + 200 + 1 + 10)
+    assert heavy.per_unit == pytest.approx(4 * (1.1 + 4 * 0.18) * 1.25 + 2)
+    assert budget.fit(heavy) == (heavy, "")  # 49 s: it runs whole
+    monkeypatch.setenv(budget.BUDGET_ENV, "20")
+    fitted, said = budget.fit(heavy)
+    assert budget.MIN_DRAWS <= fitted.units < 200 and fitted.seconds <= 20
+    assert (
+        said
+        == f"{fitted.units} of the 200 draws you asked for fit in the 20 s a request may take, so the check runs {fitted.units}."
+    )
+    monkeypatch.setenv(budget.BUDGET_ENV, "8")
+    with pytest.raises(InvalidInput) as refused:
+        budget.fit(heavy)
+    assert str(refused.value) == (
+        "This check asks for the sampling law of 3 tokens drawn 200 times each way (text-only at γ 10), and not even "
+        "its smallest version (50 draws) fits in the 8 s a request may take here. To run it, check fewer tokens (k), "
+        "or lower γ."
+    )

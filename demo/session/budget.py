@@ -1,6 +1,6 @@
 """The work budget: the compute a request asks, from the request alone, at this machine's speed.
 
-`race`, `analysis`, `law_check` and `law` estimate target steps (one target forward for one token)
+`race`, `analysis` and `law` estimate target steps (one target forward for one token)
 for the worst case: every draft rejected, every lane to max new tokens. `fit` runs the largest
 version that fits DEMO_BUDGET_SECONDS (0: no budget) and says so in one sentence, refusing only
 what cannot fit even at its smallest; `Deadline` ends a request at its `limit`. Seconds are steps x
@@ -142,8 +142,8 @@ def check(estimate: Estimate) -> None:
 def drafter_step(drafter: str, preset: str) -> float:
     """A drafter's step, in target steps: its registered kind's (`demo.models.drafter_kinds`); a
     drafter of no registered kind costs a text-only drafter's."""
-    kind = drafter_kinds.kind_of(presets.PRESETS.get(preset), drafter)
-    return (kind or drafter_kinds.of("text-only")).step
+    offer = presets.PRESETS[preset].drafter(drafter) if preset in presets.PRESETS else None
+    return (offer.kind if offer else drafter_kinds.of("text-only")).step
 
 
 def token_steps(drafter: str | None, gamma: int, greedy: bool, preset: str) -> float:
@@ -318,9 +318,8 @@ def analysis(
 # the drafter, the exact law of the k tokens after the first (one target forward per prefix it
 # extends: at most LAW_PREFIXES for each token after the first, `exactness.law`), the target alone's
 # draws (one forward per distinct prefix: 1 + (k - 1) x n at most) and the p-values (PVALUE_STEPS).
-# The batch's lanes' draws are timed (`share` seconds an example), so they count as seconds; a single
-# check's are counted: each draw of the lane at most k rounds, of the broken rule one a draft, both
-# at the lane's token cost (`token_steps`, sampling).
+# Each draw is counted: the lane's at most k rounds, the broken rule's one a draft, both at the
+# lane's token cost (`token_steps`, sampling).
 LAW_PREFIXES = 100
 PVALUE_STEPS = 10
 MIN_DRAWS = 50  # the fewest draws a way a single check is shortened to, else refused
@@ -328,14 +327,6 @@ MIN_DRAWS = 50  # the fewest draws a way a single check is shortened to, else re
 
 def _law_fixed(k: int) -> float:
     return 2 * SETUP_STEPS + 1 + (k - 1) * LAW_PREFIXES + 1 + PVALUE_STEPS
-
-
-def law_check(preset: str, drafter: str, examples: int, k: int, n: int, share: float) -> Estimate:
-    """The worst case of the sampling law checked on `examples` examples, k tokens, n draws a way."""
-    per_example = (_law_fixed(k) + (k - 1) * n) * slowdown(preset) + share / step_seconds(preset)
-    asked = f"the sampling law of {k} tokens checked {n} times each way on {examples} examples ({drafter})"
-    advice = ("check one example at a time with the Race tab's Check exactness",)
-    return Estimate(preset, 0.0, per_example, examples, "examples", "check", asked, advice, _slowest(preset, [drafter]))
 
 
 def law(preset: str, drafter: str, gamma: int, k: int, n: int) -> Estimate:

@@ -141,9 +141,11 @@ class _Bench:
         self.first = list(self.state.answer)  # the prefill's token and the walk's: the target's, in every lane
         self.prompt_len = self.state.cache.get_seq_length()
         self._detok = lambda: Detokenizer(target.tokenizer)
-        # A drafter reading the target's features keeps the newest (`observe`), which no rollback
-        # restores: each draw starts from the state the walk left, as the raced lane was there.
+        # A drafter reading the target's features keeps the newest (`observe`), and the run the rows
+        # it has not seen yet, which no rollback restores: each draw starts from the state the walk
+        # left, as the raced lane was there.
         self._kept = {a: v for a, v in vars(self.drafting).items() if a in ("feature", "base", "rows")}
+        self._features = self.state.features
 
     def _walk(self, start) -> None:
         """Down the target's greedy answer, one token a round (the lane's own rounds, drafting
@@ -174,6 +176,7 @@ class _Bench:
         self.drafting.rollback(len(self.first))
         for name, value in self._kept.items():
             setattr(self.drafting, name, value)
+        state.features = self._features
         state.answer[:] = self.first
         state.stop = None
         state.detok = self._detok()
@@ -229,7 +232,8 @@ class _Bench:
         while not self._done():
             answer = state.answer
             n = min(state.start.gamma, state.start.max_new_tokens - len(answer) - 1)
-            drafts, _ = self.drafting.propose(answer, n, sampling, self.generator)
+            drafts, _ = self.drafting.propose(answer, n, sampling, self.generator, 0.0, state.features)
+            state.features = None  # seen: the broken rule reads no features of its verify
             ids = drafts.tolist()
             ids = ids[: cut_after_stop(ids, self.target.stop_ids)]
             logits = self.target.forward(torch.cat([ids_on(self.target.device, [answer[-1]]), drafts]), state.cache)
