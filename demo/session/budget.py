@@ -119,7 +119,7 @@ def fit(estimate: Estimate) -> tuple[Estimate, str]:
         advice = ", or ".join([*estimate.advice, *["try again in a minute"] * busy]) or f"ask for fewer {estimate.noun}"
         raise InvalidInput(
             f"{'This machine is busy: t' if busy else 'T'}his {estimate.what} asks for {estimate.asked}, and not even "
-            f"its smallest version ({least} {estimate.noun[:-1] if least == 1 else estimate.noun}) fits in the {allowed:g} s a request may take here"
+            f"its smallest version ({least} {estimate.noun[:-1] if least == 1 else estimate.noun}) fits in the {allowed:.3g} s a request may take here"
             f"{speed}. To run it, {advice}."
         )
     return replace(estimate, units=most), shortened(estimate, most)
@@ -128,7 +128,7 @@ def fit(estimate: Estimate) -> tuple[Estimate, str]:
 def shortened(estimate: Estimate, runs: int) -> str:
     """The sentence that says a request runs `runs` of its units, where the budget has room."""
     said = (
-        f"{runs} of the {estimate.units} {estimate.noun} you asked for fit in the {budget_seconds():g} s a request "
+        f"{runs} of the {estimate.units} {estimate.noun} you asked for fit in the {budget_seconds():.3g} s a request "
         f"may take, so the {estimate.what} runs {runs}."
     )
     return f"This machine is busy: {said}" if estimate.slow > 1 else said
