@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
+
+from demo.engine.sampling import Sampling
 
 ALPHA = 1e-3  # a way fails when its p-value is below this: one seeded check in a thousand would by chance
 MC_DRAWS = 4000  # Monte Carlo draws of the TV's null law (the smallest p-value is 1 / 4001)
@@ -135,7 +137,8 @@ class _Bench:
         # never touch the first k tokens' law (draft i is drawn from q given drafts < i, and decided
         # by its own uniform draw), so the law checked is the raced lane's, at a fraction of its cost.
         start = speculative.run_start(target, drafter, gamma=gamma, sampling=sampling, max_new_tokens=k + 2)
-        self.state, self.drafting, _, _ = speculative._prefill(target, prompt, start, self.generator, drafter)
+        greedy = replace(start, sampling=Sampling())  # the first token too is the greedy race's (`_walk`)
+        self.state, self.drafting, _, _ = speculative._prefill(target, prompt, greedy, self.generator, drafter)
         self.play = trees.tree_round if drafter.tree is not None else speculative.speculative_round
         self._walk(start)
         self.first = list(self.state.answer)  # the prefill's token and the walk's: the target's, in every lane
@@ -151,10 +154,8 @@ class _Bench:
         """Down the target's greedy answer, one token a round (the lane's own rounds, drafting
         nothing), to the first position whose next token the target is unsure of at these settings
         (its most likely below SURE), at most WALK tokens: a law of several outcomes to check."""
-        from dataclasses import replace
-
         from demo.engine.drafters import ids_on
-        from demo.engine.sampling import Sampling, warp
+        from demo.engine.sampling import warp
         from demo.engine.speculative import speculative_round
 
         state = self.state
