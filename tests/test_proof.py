@@ -61,9 +61,12 @@ def test_the_law_panels_show_each_way_against_the_exact_law_and_colour_the_broke
     summary = proof.law_summary(CHECK)
     assert summary.count("law-pass") == 2 and summary.count("law-fail") == 1
     assert "does not write the target's law" in summary and "below 0.001" in summary
-    assert "The broken rule passed here" not in summary
-    blind = CHECK | {"passed": {"target": True, "speculative": True, "broken": True}}
-    assert "The broken rule passed here" in proof.law_summary(blind)  # a control that could not fail says so
+    assert "law-note" not in summary
+    note = "The broken rule passed: 100 draws a way were too few to tell its law from the target law here."
+    blind = CHECK | {"passed": {"target": True, "speculative": True, "broken": True}, "note": note}
+    assert f"<li class='law-note'>{note}" in proof.law_summary(blind)  # a control that could not fail says why
+    shortened = "This machine is busy: 60 of the 200 draws you asked for fit in the 60 s a request may take."
+    assert shortened in proof.law_summary(CHECK | {"shortened": shortened})  # the budget's sentence, with it
 
 
 @pytest.mark.fast
