@@ -24,6 +24,7 @@ from demo.models import loader, presets
 from demo.page import layout, text
 from demo.page.analysis import tab as analysis_tab
 from demo.page.analysis.tab import Batch, Run
+from demo.page.analysis.view import rate as view_rate
 from demo.page.runs import positional
 from demo.session import batches, rejections, validate
 from demo.session.batches import BOTH
@@ -229,7 +230,11 @@ def test_analysis_streams_progress_then_charts_tables_and_downloads_that_agree(s
     status, headline, by_category, by_position, words, runs, csv_file, json_file, languages = job.result()
     assert "Done: 2 examples × 2 drafters" in status and "at most 8 new tokens" in status
     assert [row[2] for row in runs["data"]] == ["text-only", "image-aware"] * 2
-    assert json.loads(by_category["plot"])["layout"]["title"]["text"] == "Rejection rate by word category"
+    title = json.loads(by_category["plot"])["layout"]["title"]["text"]
+    assert (
+        title
+        == "Rejection rate by word category<br><sup>whiskers: 95% Wilson interval · labels: rejected/drafted</sup>"
+    )
     record = json.loads(Path(json_file["value"]).read_text())
     assert record["settings"] | {"drafters": None} == {
         "preset": PRESET,
@@ -407,10 +412,10 @@ def test_a_batch_in_two_languages_is_broken_down_per_language_and_drafter(monkey
             runs = [r for r in batch.runs if r.language == language and r.drafter == drafter]
             rounds = [x for r in runs for x in r.trace.rounds]
             tau = sum(x.n_emitted for x in rounds) / len(rounds)
-            alpha = sum(x.n_accepted for x in rounds) / sum(len(x.drafted_ids) for x in rounds)
+            alpha = view_rate(sum(x.n_accepted for x in rounds), sum(len(x.drafted_ids) for x in rounds))
             grounded = [o for r in runs for o in r.obs if rejections.is_grounded(o.category)]
-            accepted = sum(o.accepted for o in grounded) / len(grounded) if grounded else None
-            correct = f"{sum(r.correct for r in runs)}/2"
+            accepted = view_rate(sum(o.accepted for o in grounded), len(grounded))
+            correct = view_rate(sum(r.correct for r in runs), 2)
             pairs.append((language, drafter, 2))
             expected.append(
                 [
@@ -418,12 +423,12 @@ def test_a_batch_in_two_languages_is_broken_down_per_language_and_drafter(monkey
                     drafter,
                     2,
                     round(tau, 2),
-                    round(100 * alpha, 1),
+                    alpha,
                     correct,
-                    None if accepted is None else round(100 * accepted, 1),
+                    accepted,
                 ]
             )
-            line = f"<p><b>{name}</b>, {drafter} drafter: τ = {tau:.2f}, α = {alpha:.0%}, {correct} answers correct, "
+            line = f"<p><b>{name}</b>, {drafter} drafter: τ = {tau:.2f}, α = {alpha}, {correct} answers correct, "
             assert line in headline
     rows = languages_table.value["data"]
     assert [[None if isinstance(v, float) and math.isnan(v) else v for v in row] for row in rows] == expected
