@@ -275,7 +275,7 @@ def trace(image, *sent):
         for item in race.events():
             if isinstance(item, session.RaceResult):
                 rows, table = list(item.rows), list(item.strategies)
-                yield export.payload(request.settings(), race.traces, rows, table) | item.said()
+                yield export.payload(race.request.settings(), race.traces, rows, table) | item.said()
                 return
             round_ended = isinstance(item, session.Lane) and isinstance(item.event, RoundEvent)
             if isinstance(item, session.Loading | session.Sweeping) or (
