@@ -91,6 +91,7 @@ def answers(world):
 SLOWEST_FIRST = (
     "test_world.py",
     "test_soak.py",
+    "test_batch.py",
     "test_feature_drafters.py",
     "test_trees.py",
     "test_layer_skip.py",
