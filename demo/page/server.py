@@ -366,6 +366,7 @@ def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_siz
     middleware = Middleware(guard.Guard, arity=arity_refusal, folder=handlers.uploads)
     kwargs["app_kwargs"] = {**kwargs.get("app_kwargs", {}), "middleware": [middleware]}
     demo.queue(max_size=queue_size, default_concurrency_limit=1)
+    demo._queue.ANALYTICS_MAX_EVENTS = 100  # for /monitoring, which is off: Gradio kept 10,000 events' records
     if warm:
         # Not at once: importing torch and transformers holds the GIL for seconds, and the first
         # page's requests would wait on it. The first page load starts the warm-up; a timer

@@ -145,6 +145,17 @@ class Share:
             if self.joining_now[key] <= 0:
                 del self.joining_now[key]
             fair(queue, concurrency_id)
+            tidy(queue)
+
+
+def tidy(queue) -> None:
+    """Forget the sessions whose calls have all been answered: Gradio keeps each one's message
+    queue (2,000 of them, about 3 KiB each once used) and its empty set of event ids for good,
+    and gradio_client opens a session per client."""
+    for session, ids in list(queue.pending_event_ids_session.items()):
+        if not ids:  # its stream closed when the last id went
+            del queue.pending_event_ids_session[session]
+            queue.pending_messages_per_session.pop(session, None)
 
 
 GAVE_WAY = (
