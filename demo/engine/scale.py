@@ -43,13 +43,16 @@ def verify_ratio(width: int) -> float:
     return measured[width - 2] if width - 2 < len(measured) else max(measured)
 
 
+# D/T1 of one step of each drafter kind, as its registration gives it (`demo.models.drafter_kinds`,
+# which fills this); None: the share c of the target's parameters it runs.
+STEP_RATIOS: dict[str, float | None] = {}
+
+
 def draft_ratio(kind: str | None, c: float) -> float:
-    """D/T1 of one drafter step of this kind of drafter (`c`: its parameters over the target's)."""
-    if kind == "prompt-lookup":
-        return 0.0
-    if kind == "self":
-        return c if not math.isnan(c) else 1.0
-    return DRAFT_RATIO
+    """D/T1 of one drafter step of this kind of drafter (`c`: its parameters over the target's);
+    a drafter of no registered kind is priced as the 68M drafter."""
+    ratio = STEP_RATIOS.get(kind, DRAFT_RATIO)
+    return ratio if ratio is not None else c if not math.isnan(c) else 1.0
 
 
 def rounds_cost(steps_and_widths: list[tuple[int, int]], d: float) -> float:

@@ -1,11 +1,11 @@
-"""The front door (docs/reliability.md): the ASGI middleware `Guard`, checking every way in before
+"""The front door (docs/reliability.md): the ASGI middleware `Guard` checks every way in before
 Gradio sees it (`demo.page.server.launch` installs it; Gradio 6.31 has no such hook).
 
-    POST /gradio_api/queue/join, /call/NAME, /call/v2/NAME, /run/NAME, /api/NAME   a malformed
-        body, an unknown function, the wrong values (by position or name) are 4xx with a sentence,
-        never 500; a join beyond its visitor's share (`demo.serve.visitors`) 429, one naming an
-        evicted image 410 (gradio_client hears either as its AppError); a direct /run of a queued
-        function 403; a direct call's failure 422 with the app's sentence
+    POST /gradio_api/queue/join, /call/NAME, /call/v2/NAME, /run/NAME, /api/NAME, /mcp/...
+        a malformed body, an unknown function, the wrong values (by position or name): 4xx with a
+        sentence, never 500; a join beyond its visitor's share (`demo.serve.visitors`) 429, one
+        naming an evicted image 410 (gradio_client hears either as its AppError); a direct /run of
+        a queued function 403; an MCP message is capped as a call's body, its tool call a join
     POST /gradio_api/upload   at most MAX_UPLOAD_REQUEST bytes; per visitor UPLOAD_MIB_PER_MINUTE
         and UPLOAD_FILES_PER_MINUTE files a minute (429, Retry-After); room made under
         UPLOAD_FOLDER_MIB by the folder's ledger (`demo.serve.upload_folder`)
@@ -43,6 +43,7 @@ CALLS = ("/gradio_api/queue/join", "/gradio_api/run/", "/gradio_api/api/", "/gra
 V2 = "/gradio_api/call/v2/"
 GUARDED = "demo.guarded"  # the key the guard sets in the scope of every call it checked
 UPLOAD = "/gradio_api/upload"
+MCP = "/gradio_api/mcp"  # MCP messages: capped as a call's body; a tool call then joins through CALLS
 
 
 def setting(name: str, default: int) -> int:
@@ -145,6 +146,35 @@ def _as_4xx(send):
     return sending
 
 
+async def _body(receive, send, what: str) -> bytes | None:
+    """A request's body; None when the client went away, or past MAX_CALL_BODY (then answered 413)."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if size > MAX_CALL_BODY:
+            return await _answer(send, 413, f"{what} may be at most {MAX_CALL_BODY // MIB} MiB of JSON.")
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _replaying(body: bytes, receive):
+    """A receive that gives the body read once more, then the client's own messages."""
+    replayed = False
+
+    async def replay():
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
 def _session(scope, path: str, body: bytes) -> str | None:
     """The session of a join that gradio_client sent (it says so in x-gradio-user), or None."""
     if not path.startswith("/gradio_api/queue/join") or (b"x-gradio-user", b"api") not in scope.get("headers", []):
@@ -181,32 +211,25 @@ class Guard:
         if scope.get("method") == "POST" and path.startswith(CALLS):
             scope[GUARDED] = True  # what reaches a handler from here on has passed the checks below
             return await self._call(scope, receive, send, path)
+        if scope.get("method") == "POST" and path.startswith(MCP):
+            return await self._mcp(scope, receive, send)
         return await self.app(scope, receive, send)
 
+    async def _mcp(self, scope, receive, send):
+        """An MCP message: at most MAX_CALL_BODY; its tool call reaches the page as a queue join from
+        this server (Gradio's loopback client, with the caller's headers), so through `_call`."""
+        body = await _body(receive, send, "An MCP message")
+        if body is not None:
+            await self.app(scope, _replaying(body, receive), send)
+
     async def _call(self, scope, receive, send, path: str):
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > MAX_CALL_BODY:
-                return await _answer(send, 413, f"A call's body may be at most {MAX_CALL_BODY // MIB} MiB of JSON.")
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
+        body = await _body(receive, send, "A call's body")
+        if body is None:
+            return
         refused, block_fn, data = self._refusal(scope, path, body)
         if refused:
             return await _answer(send, *refused)
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+        replay = _replaying(body, receive)
 
         if block_fn is None or not block_fn.queue:  # a direct call of the page's small events
             return await self.app(scope, replay, _as_4xx(send))

@@ -1,9 +1,11 @@
 """An analysis, as one object: what the Analysis tab consumes (session layer, no Gradio).
 
-    analysis = Analysis(request, items)   refuses (InvalidInput, Unavailable) what exceeds the
-                                          budget or is not served here, before any work
+    analysis = Analysis(request, items)   refuses (InvalidInput, Unavailable) what is not served
+                                          here or cannot fit the budget even at one example;
+                                          shortens one that does to the first N that fit (every
+                                          drafter on each), `shortened` saying so
     analysis.events()                     Running / Decoded items as they come (`decode_examples`);
-                                          the limit is armed as they start, and checked before
+                                          the limit is armed once its models are loaded, and checked before
                                           each run, so a stop costs at most the run at hand
     analysis.stop()                       ends it before the next run (the page's Stop)
     analysis.ending                       once `events()` is over: "finished", "stopped" or
@@ -27,7 +29,7 @@ from demo.session.race_events import Decoded, Running
 from demo.session.request import Request
 
 
-def _examples_duration(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int) -> int:
+def _examples_duration(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int, sampling=None):
     """Seconds an analysis asks ZeroGPU for: the work budget's estimate of it (`budget.analysis`), capped."""
     answers = [item.answer for item in items]
     estimate = budget.analysis(preset, drafters, len(items), len(items), gamma, max_new_tokens, answers)
@@ -35,9 +37,10 @@ def _examples_duration(preset: str, drafters: list[str], items: list, gamma: int
 
 
 @zerogpu.GPU(duration=_examples_duration)
-def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int):
-    """Speculative decoding, greedy, of each example (`.image`, `.question`, `.language`, and what
-    `demo.world.scoring.score` reads) with each drafter, yielding plain data only (on ZeroGPU it runs
+def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int, sampling=None):
+    """Speculative decoding of each example (`.image`, `.question`, `.language`, and what
+    `demo.world.scoring.score` reads, or no `.scene`: not scored) with each drafter, greedy or with
+    `sampling` (example i seeded `sampling.seed + i`), yielding plain data only (on ZeroGPU it runs
     in another process): Running(i, drafter) before each run, then Decoded(i, drafter, trace,
     observations, correct)."""
     from demo.engine.sampling import Sampling
@@ -57,7 +60,7 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
                 preset=preset,
                 drafter=d,
                 gamma=gamma,
-                sampling=Sampling(),
+                sampling=replace(sampling, seed=sampling.seed + i) if sampling else Sampling(),
                 max_new_tokens=max_new_tokens,
             )
             trace = lane_runs.run(loaded, request, item.image, prompts=prompts)
@@ -67,7 +70,8 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
             if ids not in dependence:  # off the run's clock, as the attention
                 dependence[ids] = image_attention.dependence(prompts, item.question, list(ids))
             observations = _with_dependence(observations, dependence[ids])
-            yield Decoded(i, d, trace, observations, score(item.task, item, trace.summary.text))
+            correct = score(item.task, item, trace.summary.text) if getattr(item, "scene", None) else None
+            yield Decoded(i, d, trace, observations, correct)
 
 
 def _with_dependence(observations: list, dependent: tuple[bool, ...] | None) -> list:
@@ -93,7 +97,11 @@ class Analysis:
             request.max_new_tokens,
             [item.answer for item in items],
         )
-        budget.check(self.estimate)  # what exceeds the budget is refused, with what would fit
+        # the largest that fits: the first N examples, every drafter on each (refused: not even one)
+        self.estimate, self.shortened = budget.fit(self.estimate)
+        if self.shortened:
+            per = max(1, len(items) // max(request.n, 1))  # one example a language asked
+            self.request, self.items = replace(request, n=self.estimate.units), items[: self.estimate.units * per]
         self.deadline = budget.Deadline()
         self.ending: str | None = None
 
@@ -103,10 +111,13 @@ class Analysis:
 
     def events(self) -> Iterator[Running | Decoded]:
         r = self.request
-        self.deadline.arm(budget.limit(self.estimate))  # from now: past its limit, it ends after the run at hand
         ended = None  # how it ended before its last run, if it did
         with closing(decode_examples(r.preset, list(r.drafters), self.items, r.gamma, r.max_new_tokens)) as steps:
             for step in steps:
+                if (
+                    self.deadline.ends is None
+                ):  # its models loaded: past its limit from now, it ends after the run at hand
+                    self.deadline.arm(budget.limit(self.estimate))
                 if isinstance(step, Running) and self.deadline.ended:
                     ended = "over budget" if self.deadline.over else "stopped"
                     break

@@ -4,7 +4,7 @@ Launches the app (`demo.page.server.launch`, no warm-up thread) in a child proce
 port, with its own Gradio cache folder, and drives it through gradio_client, one request after
 another, cycling through the embedded world's example images and questions and through MIX: a
 chain race, a tree race, a two-lane race, a sampled race, an analysis (its examples' image ablation
-included), a law check of one prompt (/exactness) and one over a batch of one (/analysis_law).
+included) and a law check of one prompt (/exactness).
 Each request comes from a new visitor (a new Gradio session), as on a public Space; `--one-session`
 sends them all from one. It prints the server's resident memory (RSS, from /proc) after the warm-up
 requests and after every `--every` requests, with the number of files in the server's Gradio
@@ -98,7 +98,7 @@ def race_arguments(image: str, question: str, preset: str, drafter: str, max_new
 
 # The requests a soak cycles through, by kind: each a change to /race's arguments, or one of the
 # calls by name in CALLS: an analysis (each example's image ablation included), the proof section's
-# law check of one prompt (/exactness) and the Analysis tab's law check over a batch (/analysis_law).
+# law check of one prompt (/exactness).
 # The drafters are the embedded preset's (and the tiny test presets'): text-only and image-aware.
 KINDS = {
     "chain": {},
@@ -107,12 +107,10 @@ KINDS = {
     "sampled": {"greedy": False, "temperature": 1.0, "seed": 7},
     "analysis": None,
     "exactness": None,
-    "law": None,
 }
 MIX = ("chain", "tree", "two-lane", "sampled", "chain", "tree", "two-lane", "sampled", "chain", "analysis")
-MIX += ("exactness", "law")
+MIX += ("exactness",)
 ANALYSIS = {"task": "caption", "drafter": "text-only", "gamma": 4, "n": 2, "seed": 0, "language": "en"}
-LAW = ANALYSIS | {"task": "vqa", "n": 1}  # one example: its 6 s of draws, its exact law, its p-values
 K = 2  # /exactness: the tokens after the first whose law is checked
 
 
@@ -121,9 +119,6 @@ def request(client, kind: str, i: int, pairs, preset: str, drafter: str, max_new
     image, question = pairs[i % len(pairs)]
     if kind == "analysis":
         client.predict(preset, *ANALYSIS.values(), api_name="/analysis")
-        return
-    if kind == "law":
-        client.predict(preset, *LAW.values(), api_name="/analysis_law")
         return
     if kind == "exactness":
         from gradio_client import handle_file

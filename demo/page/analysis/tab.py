@@ -21,7 +21,8 @@ from demo import session
 from demo.engine import export
 from demo.page import render
 from demo.page.analysis import charts as analysis_charts
-from demo.page.analysis import law as analysis_law
+from demo.page.analysis.open_batch import open_section
+from demo.page.analysis.records import observations_csv, record, run_html
 from demo.page.analysis.view import (
     TASK_CHOICES,
     Batch,
@@ -30,9 +31,6 @@ from demo.page.analysis.view import (
     headline_html,
     language_choices,
     languages_table,
-    observations_csv,
-    record,
-    run_html,
     runs_table,
     several_languages,
     status_html,
@@ -40,7 +38,7 @@ from demo.page.analysis.view import (
     words_table,
 )
 from demo.page.layout import CHART_MIN_WIDTH
-from demo.page.runs import export_dir, page_error, page_run, positional, stopper
+from demo.page.runs import export_dir, page_error, page_only, page_run, positional, stopper
 from demo.session import batches, failures, validate
 from demo.session.batches import drafter_choices, spoken
 from demo.world.tasks import LANGUAGE_NAMES
@@ -138,8 +136,10 @@ def analyze(preset, task, drafter, gamma, n, seed, language="en", page: gr.Reque
         )
         items = examples_for(request.task, request.n, request.seed, request.languages)
         analysis = session.Analysis(request, items)  # refuses what is not served or exceeds the budget
-    except Exception as error:
-        raise page_error(failures.message(error)) from None
+    except Exception as error:  # the earlier request's results are cleared: none stay under this one's words
+        message = failures.message(error)
+        yield _view(None, status_html(message, error=True), busy=False)
+        raise page_error(message) from None
     with page_run(page, "analysis") as run:
         yield from _analyze(run.holds(analysis))
 
@@ -147,7 +147,8 @@ def analyze(preset, task, drafter, gamma, n, seed, language="en", page: gr.Reque
 def _analyze(analysis: session.Analysis) -> dict:
     r, items = analysis.request, analysis.items
     batch = Batch(r.preset, r.task, list(r.drafters), r.gamma, r.n, r.seed, r.max_new_tokens, language=r.language)
-    yield _view(batch, status_html("Loading the models…", 0.0), busy=True)
+    said = f"{analysis.shortened} " * bool(analysis.shortened)  # the budget shortened it: said where it runs
+    yield _view(batch, status_html(f"{said}Loading the models…", 0.0), busy=True)
     started = time.perf_counter()
     total = len(items) * len(r.drafters)
     try:
@@ -155,7 +156,7 @@ def _analyze(analysis: session.Analysis) -> dict:
             for step in steps:
                 if isinstance(step, session.Running):
                     item = items[step.example]
-                    note = f"example {step.example + 1}/{len(items)} · {step.drafter} drafter · "
+                    note = f"{said}example {step.example + 1}/{len(items)} · {step.drafter} drafter · "
                     note += item.task.replace("_", " ")
                     if item.language != "en":
                         note += f" · {LANGUAGE_NAMES[item.language]}"
@@ -172,7 +173,7 @@ def _analyze(analysis: session.Analysis) -> dict:
         return
     batch.seconds = time.perf_counter() - started
     done = (
-        f"Done: {len(items)} examples × {len(r.drafters)} drafter{'s' * (len(r.drafters) > 1)} in "
+        f"{said}Done: {len(items)} examples × {len(r.drafters)} drafter{'s' * (len(r.drafters) > 1)} in "
         f"{batch.seconds:.1f} s (greedy, at most {batch.max_new_tokens} new tokens). "
         "Select a row to see its trace."
     )
@@ -192,7 +193,9 @@ def show_run(batch: Batch | None, evt: gr.SelectData):
         gr.Image(run.item.image if run else None, visible=run is not None),
         run_html(run, batch.gamma if batch else 0),
         run.number if run else None,
-        gr.Button(interactive=run is not None, visible=run is not None),
+        gr.Button(
+            interactive=run is not None, visible=run is not None and run.trace is not None
+        ),  # a batch's: no image
     )
 
 
@@ -342,14 +345,14 @@ def analysis_tab(race: RaceControls) -> None:
                 to_race = gr.Button(
                     "Race this example on the Race tab ▶", interactive=False, visible=False, elem_id="an-to-race"
                 )
-    analysis_law.law_section(race.preset, task, drafter, gamma, n, seed, language)
     batch, selected = gr.State(None), gr.State(None)
 
     outputs = {"status": status, "headline": headline, "by_category": by_category, "by_position": by_position}
     outputs |= {"words": words, "runs": runs, "batch": batch, "csv_file": csv_file, "json_file": json_file}
     outputs |= {"go": go, "stop": stop, "by_language": by_language}
+    open_section(outputs, OUTPUTS, _view)  # a batch's files, shown as a live analysis is
     go.click(
-        positional(analyze, OUTPUTS),
+        page_only(positional(analyze, OUTPUTS)),
         [race.preset, task, drafter, gamma, n, seed, language],
         [outputs[name] for name in OUTPUTS],
         api_name="analysis",
