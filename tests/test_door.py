@@ -234,3 +234,15 @@ def test_exactness_refuses_a_bad_k_with_its_sentence(app, world, k):  # noqa: F8
     client.close()
     expected = f"k (the tokens after the first that are checked) must be a whole number from 1 to 3; got {k!r}."
     assert str(refused.value) == expected
+
+
+def test_answered_sessions_leave_nothing_behind_in_gradios_queue(app, world):  # noqa: F811
+    client, sessions = Client(app.local_url, verbose=False), []
+    for _ in range(6):  # a new session each, as a fresh gradio_client or a new page has
+        client.reset_session()
+        sessions.append(client.session_hash)
+        client.predict(*args(world), api_name="/trace")
+    client.close()
+    queue = app._queue  # Gradio kept every session's message queue (2,000) and empty set of ids
+    assert len(set(sessions) & set(queue.pending_event_ids_session)) <= 1, queue.pending_event_ids_session
+    assert len(set(sessions) & set(queue.pending_messages_per_session)) <= 1

@@ -1,18 +1,16 @@
 """The Gradio app: the page put together, its events wired, and its launch.
 
     build_demo()   the page: the Race tab (`demo.page.layout`, handlers in `demo.page.handlers`)
-                   and the Analysis tab (`demo.page.analysis.tab`), with two API endpoints:
-                   /race (the Run button) and /trace (the same race as one JSON document)
-    launch(demo)   serve it, and warm the default preset up in the background once the first
-                   page has loaded, unless the presets were preloaded at start-up (a Space, or
-                   DEMO_PRELOAD: `demo.models.zerogpu`); then only those are offered and served
+                   and the Analysis tab (`demo.page.analysis.tab`); API endpoints /race (the Run
+                   button) and /trace (the same race as one JSON document), among others
+    launch(demo)   serve it behind the front door (`demo.serve.guard`), and warm the default preset
+                   up once the first page has loaded, unless the presets were preloaded (a Space,
+                   or DEMO_PRELOAD: `demo.models.zerogpu`)
 
-Two queues, each one request at a time: races (/race, /trace: `concurrency_id="race"`) and
-analyses (/analysis: "analysis"), so that a long analysis never holds a race up; together at most
-QUEUE_SIZE waiting, one more told at once that the queue is full (unless another visitor holds two
-places: one gives way). Each request is bounded by the work budget (`demo.session.budget`). /trace
-and /exactness are MCP tools too. Gradio 6 takes the theme, CSS and script at launch: launch through
-`launch()` (or pass `text.CSS`, `text.JS` and `text.THEME`).
+Two queues, one request at a time each: races (/race, /trace: `concurrency_id="race"`) and
+analyses, at most QUEUE_SIZE waiting in all; each request bounded by the work budget
+(`demo.session.budget`). /trace and /exactness are MCP tools too. Gradio 6 takes the theme, CSS
+and script at launch: use `launch()`.
 """
 
 from __future__ import annotations
@@ -42,11 +40,8 @@ from demo.session import offers, validate
 
 log = logging.getLogger(__name__)
 
-# Requests that may wait, races and analyses together; the next one is refused as "queue full",
-# unless its visitor has none waiting: then another visitor's second place makes room
-# (`demo.serve.visitors.make_place`). A waiting request is a few KiB (its event and values), and
-# each visitor may hold one running and one waiting in each queue: 128 are 32 visitors' worst case
-# twice over, and 64 visitors' ordinary one.
+# Requests that may wait (a few KiB each); beyond, "queue full", unless the joiner has none waiting
+# and another visitor two (`demo.serve.visitors.make_place`). 128: 32 visitors' most, twice over.
 QUEUE_SIZE = 128
 # Visitors' sessions Gradio keeps (their page state: the last race for the replay, the analysis on
 # show), the least recently used dropped beyond it. Gradio keeps 10,000, and each holds a copy of the
@@ -371,6 +366,7 @@ def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_siz
     middleware = Middleware(guard.Guard, arity=arity_refusal, folder=handlers.uploads)
     kwargs["app_kwargs"] = {**kwargs.get("app_kwargs", {}), "middleware": [middleware]}
     demo.queue(max_size=queue_size, default_concurrency_limit=1)
+    demo._queue.ANALYTICS_MAX_EVENTS = 100  # for /monitoring, which is off: Gradio kept 10,000 events' records
     if warm:
         # Not at once: importing torch and transformers holds the GIL for seconds, and the first
         # page's requests would wait on it. The first page load starts the warm-up; a timer

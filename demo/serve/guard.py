@@ -1,31 +1,14 @@
-"""The server's front door: what a request body and an upload may be, checked before Gradio sees them.
+"""The front door (docs/reliability.md): the ASGI middleware `Guard` checks every way in before
+Gradio sees it (`demo.page.server.launch` installs it; Gradio 6.31 has no such hook).
 
-`Guard` is an ASGI middleware in front of Gradio's app (`demo.page.server.launch` installs it):
-
-    POST /gradio_api/queue/join, /call/NAME, /call/v2/NAME (joins), /run/NAME, /api/NAME
-        a body that is not a JSON object (or is nested too deeply to read), names a function the
-        page does not have (fn_index must be a whole number, not true), or sends the wrong number
-        of values (/call/v2: a name the endpoint lacks, a value left out) is answered 4xx with a
-        sentence, never 500: Gradio looks the function up without checking. A join beyond its
-        visitor's share of the queue (one running, one waiting: `demo.serve.visitors`) is answered
-        429, and one naming an image the upload trim removed 410, each with its sentence, before it
-        queues (gradio_client's joins: the sentence as the call's error, its AppError); a newcomer's
-        join into a full queue takes a second place from another visitor. A direct /run of a queued function (a race, an
-        analysis) would skip the queue and every visitor's share: 403 with the way in. Any other
-        direct call that fails is 422 with the app's sentence (Gradio answers every failure 500)
-    POST /gradio_api/mcp/...
-        an MCP message is capped as a call's body; its tool call joins the queue through the calls above
-    POST /gradio_api/upload
-        one request carries at most MAX_UPLOAD_REQUEST bytes (one file at the page's limit, with
-        room for the form around it), whatever it claims; each visitor may send UPLOAD_MIB_PER_MINUTE
-        and UPLOAD_FILES_PER_MINUTE files in any minute (429 with Retry-After beyond either; Gradio
-        takes 1,000 files a request); before each upload the ledger of the upload folder
-        (`demo.serve.upload_folder`) makes room under UPLOAD_FOLDER_MIB, without walking the folder,
-        evicting another visitor's reserved images only when they alone fill it (oldest first)
-
-Gradio 6.31 offers no hook for limiting /gradio_api/upload (its only dependency is the login
-check), so the limits live here. A visitor is `demo.serve.visitors.visitor_of`: the socket's
-address, or on a Space the address the hub's proxy appended to X-Forwarded-For.
+    POST /gradio_api/queue/join, /call/NAME, /call/v2/NAME, /run/NAME, /api/NAME, /mcp/...
+        a malformed body, an unknown function, the wrong values (by position or name): 4xx with a
+        sentence, never 500; a join beyond its visitor's share (`demo.serve.visitors`) 429, one
+        naming an evicted image 410 (gradio_client hears either as its AppError); a direct /run of
+        a queued function 403; an MCP message is capped as a call's body, its tool call a join
+    POST /gradio_api/upload   at most MAX_UPLOAD_REQUEST bytes; per visitor UPLOAD_MIB_PER_MINUTE
+        and UPLOAD_FILES_PER_MINUTE files a minute (429, Retry-After); room made under
+        UPLOAD_FOLDER_MIB by the folder's ledger (`demo.serve.upload_folder`)
 """
 
 from __future__ import annotations

@@ -1,25 +1,15 @@
-"""The upload folder's ledger: whose files it holds, kept as uploads come and go, and the trim that
-makes room for the next upload without crowding any visitor out.
+"""The upload folder's ledger (docs/reliability.md): whose files it holds, kept as uploads come and
+go (no upload walks the folder), and the trim that makes room for the next upload.
 
-    Ledger.start(files)           the files already there at the first upload (one walk, once)
-    Ledger.add(paths, visitor)    an upload Gradio has stored: each file's size (one stat a file)
-    Ledger.make_room(size, v)     delete the files that make `size` more bytes fit the cap
-    Ledger.raced(data)            a call's images have been used (they leave their visitor's reserve)
-    Ledger.evicted_in(data)       the sentence for a call naming an image the trim removed, or None
-                                  (an image stored again, the same bytes at the same path, is back)
-
-No upload walks the folder: the ledger knows the total and each visitor's files, so an upload
-costs the same with 30,000 files in the folder as with 10 (docs/reliability.md). Files leave the
-ledger when the trim deletes them, and once older than MAX_AGE_S, by when Gradio's own sweep
-(`demo.page.server.DELETE_CACHE`: files older than an hour, every 10 minutes) has deleted them.
-What the ledger counts is the uploads; the copies of each race's downloads are not uploads and
-are not counted (two small files a race, and races are one at a time per visitor).
-
-Whose files go first: the uploading visitor's own, oldest first; then other visitors', the one
-holding the most bytes first, oldest first. A visitor's RESERVE_FILES newest images, uploaded less
-than RESERVE_S ago and not raced yet, are reserved: another visitor's upload deletes them only
-when reserved images alone fill the folder, the oldest first, so that no number of addresses
-locks newcomers out; a race naming one is told it was removed.
+    Ledger.start(files) / add(paths, visitor)   the files found at the first upload / stored since
+    Ledger.make_room(size, v)   delete files until `size` more bytes fit the cap: the uploader's
+        own, then others' (the largest holder's first), oldest first; a visitor's RESERVE_FILES
+        newest images, younger than RESERVE_S and not raced, only when such images alone fill
+        the folder (the oldest first: no number of addresses locks newcomers out)
+    Ledger.raced(data) / evicted_in(data)   a call's images leave the reserve / the sentence for
+        a call naming an image the trim removed (stored again, the same bytes, it is back)
+Files leave the ledger when trimmed or older than MAX_AGE_S (Gradio's own hourly sweep). Uploads
+only are counted: a race's two download copies are not.
 """
 
 from __future__ import annotations

@@ -1,40 +1,14 @@
-"""Who a request comes from, and each visitor's share of the queues.
+"""Who a request comes from, and each visitor's share of the queues (docs/reliability.md).
 
-    visitor_of(scope)        the visitor an ASGI request comes from: its address (see below)
-    Share.refusal(...)       the sentence refusing a queue join that would give its visitor more
-                             than one running and one waiting request in that queue, or None
-    Share.joining(...)       a context in which an admitted join reaches Gradio's queue, counted
-                             meanwhile; afterwards the queue is put back in visitor order (`fair`)
-
-**A visitor** is a client address; on a Space, a request's socket address is the hub's proxy, and
-the visitor's address is the one that proxy wrote into X-Forwarded-For. Each proxy appends the
-address it received the connection from, so the header reads
-
-    X-Forwarded-For: <whatever the client sent>, <address proxy 1 saw>, ..., <address proxy N saw>
-
-and only the last PROXY_HOPS entries (DEMO_PROXY_HOPS, 1 by default on a Space: the hub's proxy)
-were written by proxies the app trusts. The entry PROXY_HOPS from the right is the visitor. A
-forged header only adds entries on the left, which are never read: a caller cannot pose as another
-visitor, nor escape its own share by sending a new header each time. Off a Space the header is
-not read at all (anyone could send it); the socket address is the visitor. An IPv6 visitor is its
-/64 network (one household or machine usually holds a whole /64, so counting single addresses
-would give it 2^64 shares). What it cannot tell apart: people behind one address (a school's NAT)
-share one visitor's share.
-
-A request also belongs to the visitor of its session hash (Gradio's per-page id): a page counts
-as one visitor wherever it comes from.
-
-**The share.** Races (`/race`, `/trace`) and analyses (`/analysis`) each have one queue run one
-request at a time (`concurrency_id` "race" and "analysis"). Each visitor may hold at most
-RUNNING_AND_WAITING (2) requests in each, a running one and a waiting one; a third is refused at
-once, before it queues, with a sentence. And the waiting requests are ordered by visitor, round
-robin: a visitor's second request waits behind every other visitor's first (`fair`), so a
-visitor whose first request arrives while another's runs starts after that run, whatever that
-other visitor has waiting. With the work budget bounding each run (`demo.session.budget`), any
-visitor's request starts within about (visitors ahead) x the budget.
-
-Part of the page layer: it reads Gradio's queue (`blocks._queue`, Gradio 6.31) and changes only
-the order of its waiting list.
+    visitor_of(scope)   the visitor: the socket's address (IPv6: its /64), or with PROXY_HOPS
+                        proxies trusted (DEMO_PROXY_HOPS; 1 on a Space, the hub's, else 0) the
+                        X-Forwarded-For entry PROXY_HOPS from the right: forged entries sit left
+    Share.refusal(...)  the sentence refusing a join beyond one running and one waiting request
+                        of its visitor in that queue (races; analyses), or None
+    Share.joining(...)  an admitted join, counted while it reaches Gradio's queue; then the
+                        waiting list is put in visitor order, round robin (`fair`)
+    make_place, tell    a newcomer's place in a full queue; a refusal told to gradio_client
+It reads Gradio's queue (`blocks._queue`, Gradio 6.31) and changes only its waiting lists.
 """
 
 from __future__ import annotations
@@ -96,20 +70,10 @@ def _owner(event) -> str:
 
 def _held(queue, concurrency_id: str, visitor: str) -> tuple[int, int]:
     """(running, waiting) requests of `visitor` in Gradio's queue `concurrency_id`."""
-
-    def theirs(event) -> bool:
-        return _owner(event) == visitor
-
-    running = sum(
-        theirs(event)
-        for job in list(queue.active_jobs)
-        if job
-        for event in job
-        if event.concurrency_id == concurrency_id
-    )
+    running = [e for job in list(queue.active_jobs) if job for e in job if e.concurrency_id == concurrency_id]
     waiting_list = queue.event_queue_per_concurrency_id.get(concurrency_id)
-    waiting = sum(theirs(event) for event in list(waiting_list.queue)) if waiting_list else 0
-    return running, waiting
+    waiting = list(waiting_list.queue) if waiting_list else []
+    return sum(_owner(e) == visitor for e in running), sum(_owner(e) == visitor for e in waiting)
 
 
 def fair(queue, concurrency_id: str) -> None:
@@ -181,6 +145,17 @@ class Share:
             if self.joining_now[key] <= 0:
                 del self.joining_now[key]
             fair(queue, concurrency_id)
+            tidy(queue)
+
+
+def tidy(queue) -> None:
+    """Forget the sessions whose calls have all been answered: Gradio keeps each one's message
+    queue (2,000 of them, about 3 KiB each once used) and its empty set of event ids for good,
+    and gradio_client opens a session per client."""
+    for session, ids in list(queue.pending_event_ids_session.items()):
+        if not ids:  # its stream closed when the last id went
+            del queue.pending_event_ids_session[session]
+            queue.pending_messages_per_session.pop(session, None)
 
 
 GAVE_WAY = (

@@ -11,7 +11,7 @@ requests and after every `--every` requests, with the number of files in the ser
 cache and the server's CPU seconds per request (user + system, from /proc), and ends with one JSON
 line.
 
-    python -m demo.lab.bench.soak --requests 500 --warmup 30   the figure docs/soak.md quotes
+    python -m demo.lab.bench.soak --requests 1000 --warmup 30  the figure docs/soak.md quotes (last 500)
     python -m demo.lab.bench.soak --requests 60 --every 20     a quick look
     python -m demo.lab.bench.soak --tracemalloc 20             what grows, by line, between readings
     python -m demo.lab.bench.soak --mix chain --one-session    the soak as it was before the mix
@@ -188,6 +188,7 @@ def soak(
             last, last_cpu = now, used
     end = rss()
     visitor.close()
+    half = next(s for s in samples if s["requests"] >= requests // 2)  # the figure: the last half
     return {
         "requests": requests,
         "warmup": warmup,
@@ -200,6 +201,9 @@ def soak(
         "rss_end_mib": round(end / MIB, 1),
         "growth_mib": round((end - base) / MIB, 1),
         "growth_per_request_kib": round((end - base) / requests / 1024, 1),
+        "last_half_kib_per_request": round(
+            (end - half["rss_mib"] * MIB) / max(1, requests - half["requests"]) / 1024, 1
+        ),
         "cache_files": files(),
         "seconds": round(time.perf_counter() - started, 1),
         "server_cpu_s_per_request": round((cpu() - first_cpu) / requests, 3),
