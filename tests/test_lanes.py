@@ -43,14 +43,14 @@ def test_two_speculative_lanes_fill_every_lanes_components_by_name():
     assert "text-only: ✗ outputs differ" in update["outcome"] and "image-aware: ✗ outputs differ" in update["outcome"]
     assert [line.name for line in update["race_chart"].data] == ["SPD text-only", "SPD image-aware", "autoregressive"]
     assert len(update["tau_chart"].data) == len(update["hist_chart"].data) == 2
-    # draft and verify bars for each lane, then the target alone's median step as one legend line
-    assert [bar.name for bar in update["time_chart"].data] == [
-        "draft · SPD text-only",
-        "verify · SPD text-only",
-        "draft · SPD image-aware",
-        "verify · SPD image-aware",
-        "target alone: 1 step (median)",
+    # the one time chart: the proof section's split of each lane (drafting, verification, everything else)
+    assert [bar.name for bar in update["time_chart"].data][:3] == [
+        "drafting (γ·D)",
+        "verification (T(γ+1))",
+        "everything else",
     ]
+    assert update["time_chart2"]["visible"] and update["time_note"].count("time-sentence") == 2
+    assert "dependence" not in update  # until the race's call has read the ablation
     assert "the first speculative lane" in update["how_round"]
     assert lanes.ordered({"autoregressive", "speculative-2", "speculative"}) == list(traces)
 

@@ -255,7 +255,6 @@ CHARTS = {
     },
     "charts-3": {
         "sweep_chart": (lambda empty: charts.gamma_sweep([], 0), "gamma sweep chart", "chart-sweep"),
-        "time_chart": (lambda empty: charts.round_times([empty], empty), "time per round chart", "chart-time"),
     },
 }
 

@@ -1,23 +1,21 @@
-"""The page's proof section (issue 56), built and wired in one place: after every race, where each
-speculative lane's time went (chart and sentence) and which answer tokens needed the image; on
-demand, "Check exactness": the sampling law checked live, also the /exactness endpoint.
+"""The page's proof section: after every race, where each speculative lane's time went (chart and
+sentence) and which answer tokens needed the image, both read off the race's own record
+(`demo.page.lanes.view`: the time split from its traces, the ablation its one accelerator call
+read); on demand, "Check exactness": the sampling law of the race shown above, checked live.
 
-    section()                      the components, in the current Blocks context
-    wire(p, raced, last, ...)      after a race (its Run event succeeded): the time split, then the image
-                                   ablation; the button and /exactness: the law check
-
-The views are `demo.page.proof`'s; the work that needs the models is `demo.session.proof_runs`'s.
+    section()                       the components, in the current Blocks context
+    wire(p, last, api_inputs)       the button (the race in `last`) and /exactness (the request's
+                                    fields by name, `form.FIELDS`, then k)
 """
 
 from __future__ import annotations
 
-import html
+import inspect
 from types import SimpleNamespace
 
 import gradio as gr
 
 from demo import session
-from demo.engine.events import Trace
 from demo.page import proof, runs
 from demo.session import failures, form, proof_runs
 from demo.session.proof_runs import K_MAX
@@ -71,78 +69,48 @@ def paradox_example():
     return example.image, example.question, "embedded", PARADOX_DRAFTER
 
 
-def _traces(timeline) -> dict[str, Trace]:
-    traces: dict[str, Trace] = {}
-    for lane, event in timeline:
-        traces.setdefault(lane, Trace()).add(event)
-    return traces
-
-
-def on_race(last, image, question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new):
-    """The race just ended: first each lane's time split (no model), then the ablation."""
-    if not last:
-        yield [gr.skip()] * 4
-        return
-    _, timeline = last
-    traces = _traces(timeline)
-    ar = traces.get("autoregressive")
-    spds = [t for t in traces.values() if t.start is not None and t.start.mode == "speculative" and t.done]
-    if ar is None or not spds:
-        yield [gr.skip()] * 4
-        return
-    splits = [proof.time_split(spd, ar) for spd in spds]
-    note = "".join(f"<p class='time-sentence'>{html.escape(proof.time_sentence(s))}</p>" for s in splits)
-    second = proof.time_figure(splits[1]) if len(splits) > 1 else None
-    yield note, proof.time_figure(splits[0]), gr.update(value=second, visible=second is not None), gr.skip()
-    try:
-        request = _request(question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new)
-        answers = {lane: list(t.summary.token_ids) for lane, t in traces.items() if t.done}
-        read = proof_runs.ablate(request, image, runs_uploads(), answers)
-        lane = "speculative" if "speculative" in read else next(iter(read))
-        yield gr.skip(), gr.skip(), gr.skip(), proof.dependence_html(traces[lane], read[lane])
-    except Exception as error:  # the race stands; only this reading is lost
-        yield gr.skip(), gr.skip(), gr.skip(), f"<p class='ablation-none'>{html.escape(failures.message(error))}</p>"
-
-
-def _request(*values) -> session.Request:
-    """The request of the race form's values, given in the request's field order (`form.FIELDS`,
-    parse's: question, preset, drafter, gamma, greedy, temperature, top_p, seed, max_new_tokens)."""
-    return session.parse(**dict(zip(form.FIELDS, values)))
-
-
 def runs_uploads():
     from demo.page.handlers import uploads
 
     return uploads()
 
 
-def on_check(image, question, preset, drafter, gamma, temperature, top_p, seed, k):
-    """The law check of this prompt and image with the drafter chosen, at the form's sampling settings."""
+def _check(request: session.Request, image, k) -> tuple:
     try:
-        request = _request(question, preset, drafter, gamma, False, temperature, top_p, seed, K_MAX + 2)
         result = proof_runs.check_law(request, image, runs_uploads(), k=int(k))
     except Exception as error:
-        message = failures.message(error)
-        raise runs.page_error(message) from None
+        raise runs.page_error(failures.message(error)) from None
     return proof.law_summary(result), proof.law_figure(result), result
 
 
-def wire(p: SimpleNamespace, raced, last, image, fields: list) -> None:
-    """`raced`: the Run button's event, which sets `last` (the race's record) as it ends; `fields`:
-    the race's question, preset, drafter, gamma, decoding, temperature, top_p, seed, max_new
-    components, in that order."""
-    outputs = [p.time_note, p.time_chart, p.time_chart2, p.dependence]
-    raced.success(
-        on_race, [last, image, *fields], outputs, api_visibility="private", show_progress="hidden", preprocess=False
-    )
-    question, preset, drafter, gamma, _, temperature, top_p, seed, _ = fields
-    p.paradox.click(paradox_example, None, [image, question, preset, drafter], api_visibility="private", queue=False)
-    p.check.click(
-        on_check,
-        [image, question, preset, drafter, gamma, temperature, top_p, seed, p.k],
-        [p.law_note, p.law_chart, p.law_json],
-        api_name="exactness",
-        concurrency_limit=1,
-        concurrency_id="race",
-        preprocess=False,
-    )
+def on_check(last, k):
+    """The law check of the race shown above (its request and image, as raced: `last`)."""
+    if not last or len(last) < 4:
+        raise runs.page_error("Run a race first: the check draws from the race shown above.")
+    _, _, request, image = last[:4]
+    return _check(request, image, k)
+
+
+def exactness_api(image, *sent):
+    """/exactness: the law check of a request given by its fields (`form.FIELDS`, by name), then k."""
+    values = EXACTNESS.bind(image, *sent).arguments
+    try:
+        request = session.parse(**form.fields(values) | {"greedy": False, "max_new_tokens": K_MAX + 2})
+    except Exception as error:
+        raise runs.page_error(failures.message(error)) from None
+    return _check(request, image, values.get("k", 2))
+
+
+_K = inspect.Parameter("k", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=2)
+EXACTNESS = form.signature().replace(parameters=[*form.signature().parameters.values(), _K])
+exactness_api.__signature__ = EXACTNESS  # what Gradio reads /exactness's parameters from
+
+
+def wire(p: SimpleNamespace, last, api_inputs: list) -> None:
+    """The button checks the race in `last` (its record: facts, timeline, request, image);
+    /exactness takes `api_inputs` (the image, the request's fields, as /trace's) and the k radio."""
+    p.paradox.click(paradox_example, None, api_inputs[:4], api_visibility="private", queue=False)  # image .. drafter
+    once = {"concurrency_limit": 1, "concurrency_id": "race", "preprocess": False}
+    outputs = [p.law_note, p.law_chart, p.law_json]
+    p.check.click(on_check, [last, p.k], outputs, api_visibility="private", **once)
+    gr.Button(visible=False).click(exactness_api, [*api_inputs, p.k], outputs, api_name="exactness", **once)

@@ -298,7 +298,12 @@ def outcome_html(
     )
     notes = teach.sampling_note_html(spds[0]) + notes
     reference_badge = teach.reference_badge(ar, reference)
-    return f'<div class="outcome">{"".join(badges)}{reference_badge}{headline}{"".join(whys)}</div>{notes}'
+    how = (
+        f'<details class="how-computed"><summary>How these are computed</summary>{"".join(whys)}</details>'
+        if any(whys)
+        else ""
+    )
+    return f'<div class="outcome">{"".join(badges)}{reference_badge}{headline}{how}</div>{notes}'
 
 
 def loading_html(fraction: float, message: str) -> str:
