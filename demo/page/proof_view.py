@@ -45,10 +45,12 @@ def section() -> SimpleNamespace:
     p = SimpleNamespace()
     with gr.Accordion("Proof: where the time went, the sampling law, the image", open=True, elem_id="proof"):
         gr.HTML(INTRO)
-        p.time_note = gr.HTML(elem_id="time-note")
-        p.time_chart = gr.Plot(show_label=False, elem_id="time-split-chart")
-        p.time_chart2 = gr.Plot(show_label=False, visible=False, elem_id="time-split-chart-2")
-        p.dependence = gr.HTML(elem_id="image-dependence")
+        p.time_note = gr.HTML(elem_id="time-note", label="time split note")
+        p.time_chart = gr.Plot(show_label=False, elem_id="time-split-chart", label="time split chart")
+        p.time_chart2 = gr.Plot(
+            show_label=False, visible=False, elem_id="time-split-chart-2", label="second time split chart"
+        )
+        p.dependence = gr.HTML(elem_id="image-dependence", label="image dependence")
         with gr.Row():
             p.k = gr.Radio(list(range(1, K_MAX + 1)), value=2, label="Tokens checked (k)", elem_id="law-k", scale=2)
             p.check = gr.Button("Check exactness", elem_id="check-exactness", scale=1, min_width=140)
