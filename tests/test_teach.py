@@ -15,7 +15,7 @@ from demo.engine.events import Position, RoundDetail, Trace
 from demo.engine.grounding import ImageAttention
 from demo.engine.sampling import Sampling
 from demo.engine.speculative import speculative_generate
-from demo.page import charts, proof, speedup, teach
+from demo.page import blocks, charts, proof, speedup, teach
 
 pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure functions and tiny models, milliseconds each
 
@@ -74,11 +74,31 @@ def test_a_punctuation_swap_is_never_blamed_on_the_image():
 
 def test_a_grounded_word_is_explained_by_the_image_and_the_targets_attention_on_it():
     looked = teach.annotated_round_html(rejected_at_round_1(" blue", " green", share=0.45))
-    assert "‘ green’ is a colour word, knowable only from the image, and the text-only drafter cannot see" in looked
-    assert "the target put 45% of its attention on the image there, so the image decided it" in looked
+    assert "‘ green’ is a colour word, the kind the image shows, and the text-only drafter cannot see" in looked
+    assert "so it guessed from the words alone; the target put 45% of its attention on the image there." in looked
+    assert "decided" not in looked  # attention alone never says the image decided it
     barely = teach.annotated_round_html(rejected_at_round_1(" blue", " green", share=0.1, kind="image-aware"))
     assert "the image-aware drafter sees the image, but it is a far smaller model" in barely
-    assert "10% of its attention on the image there, so the words before it weighed as much" in barely
+
+
+def test_the_round_and_the_proof_panel_read_the_image_the_same_way_at_each_token():
+    """Attention and ablation both said where they differ; "the image decided it" only where the
+    ablation says the token needed the image (the German colour answer: attention 74%, not needed)."""
+    looked = rejected_at_round_1(" blue", " green", share=0.74)
+    n = len(looked.tokens)
+    looked.ablation = {"dependent": [False] * n, "unavailable": None}
+    told = teach.annotated_round_html(looked)
+    assert "the target looked at the image here (74%), but a blank image gives it about as likely" in told
+    assert "decided it" in told and "image decided" not in told
+    looked.ablation = {"dependent": [True] * n, "unavailable": None}
+    needed = teach.annotated_round_html(looked)
+    assert (
+        "74% of its attention on the image there, and a blank image makes it far less likely, so the image decided it"
+        in needed
+    )
+    [why] = [teach.round_reason(looked, r) for r in looked.rounds if teach.round_reason(looked, r)]
+    assert why.startswith("Why ‘ blue’ was rejected: ‘ green’ is a colour word") and "the image decided it" in why
+    assert f'<p class="why-rejected">{why}</p>' in blocks.blocks_html(looked)  # every rejected round opens its own
     counted = teach.annotated_round_html(rejected_at_round_1(" two", " three"))
     assert "‘ three’ is a count word" in counted and "attention" not in counted.split("count word")[1][:120]
 

@@ -25,10 +25,10 @@ from plotly.subplots import make_subplots
 from demo.engine import metrics
 from demo.engine.events import Trace
 from demo.page.speedup import steps
+from demo.page.teach import LOOKED
 
 DRAFT, VERIFY, OTHER = "#E69F00", "#0072B2", "#999999"  # Okabe-Ito orange and blue, grey
 PASS, FAIL, LAW = "#009E73", "#D55E00", "#000000"
-LOOKED = 0.35  # the attention share above which the target was looking at the image (docs/grounding.md)
 HEIGHT = 300
 
 
