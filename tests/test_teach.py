@@ -246,9 +246,10 @@ def test_rule_of_thumb_takes_the_best_gamma_from_the_exact_tau_at_the_papers_rat
         {"gamma": 3, "tau": 2.7, "alpha": 0.6, "mbsu": 2.4, "scaled_speedup": 2.05, "predicted_speedup": 1.35},
     ]
     text = teach.rule_of_thumb(rows, race_gamma=3)  # this machine's costs would have picked γ = 1
-    assert "at the paper&#x27;s scale the speedup peaks at γ = 2 (×2.10), and γ = 2–3 is within 5% of it" in text
+    assert "projected, the speedup peaks at γ = 2 (×2.10), and γ = 2–3 is within 5% of it" in text
+    assert "; on this machine it peaks at γ = 1 (×1.50)." in text  # this machine's curve names its own best γ
     assert "τ goes 1.80 → 2.70 while α goes 0.80 → 0.60" in text
-    assert "used γ = 3: ×2.05 at the paper&#x27;s scale, ×1.35 at this race&#x27;s measured step costs" in text
+    assert "used γ = 3: ×2.05 projected, ×1.35 on this machine." in text
     figure = charts.gamma_sweep(rows, 3)
     assert [t.name for t in figure.data] == ["τ", "MBSU", "speedup, paper's scale", "speedup, this machine", "α"]
     assert list(figure.data[2].y) == [1.6, 2.1, 2.05] and figure.layout.shapes[0].x0 == 3

@@ -179,7 +179,7 @@ def settings_line(trace: Trace) -> str:
         return f"the target ({params(start.target_params)} parameters), one forward per token · {mode}"
     threshold = start.drafter.min_confidence
     drafts = f"γ ≤ {start.gamma}, adaptive below {threshold:g}" if threshold else f"γ = {start.gamma}"
-    return f"{start.drafter.name} drafter ({_size(start.drafter.params, start.target_params)}, {start.drafter.path} forward) · {drafts} · {mode}"
+    return f"{start.drafter.name} drafter ({_size(start.drafter.params, start.target_params)}) · {drafts} · {mode}"
 
 
 def params(n: int) -> str:
@@ -325,7 +325,7 @@ def reference_html(task: str | None, answer: str | None) -> str:
         )
     garbled = (
         '<p class="fact">The embedded target spells a few rarer Chinese characters in byte pieces it learnt poorly, '
-        "so the end of its Chinese descriptions shows � where it picks a wrong byte (docs/world-languages.md).</p>"
+        "so the end of its Chinese descriptions shows � where it picks a wrong byte.</p>"
         if task == "description" and any("\u4e00" <= c <= "\u9fff" for c in answer)
         else ""
     )

@@ -262,9 +262,9 @@ def sampling_note_html(spd: Trace) -> str:
 
 
 def rule_of_thumb(rows: list[dict], race_gamma: int, whose: str = "") -> str:
-    """One sentence read off the sweep: the γ that the speedup at the paper's fixed ratios prefers
-    (from the sweep's exact τ, so a rerun cannot move it), and how τ and α move (`whose`: which
-    lane's sweep it is, when a race has several)."""
+    """One sentence read off the sweep: the γ that the projection prefers (from the sweep's exact τ,
+    so a rerun cannot move it) and the γ this machine's step costs prefer, and how τ and α move
+    (`whose`: which lane's sweep it is, when a race has several)."""
     scored = [r for r in rows if not math.isnan(r.get("scaled_speedup", math.nan))]
     if not scored:
         return ""
@@ -272,21 +272,23 @@ def rule_of_thumb(rows: list[dict], race_gamma: int, whose: str = "") -> str:
     near = [r["gamma"] for r in scored if r["scaled_speedup"] >= 0.95 * best["scaled_speedup"]]
     first, last = rows[0], rows[-1]
     here = next((r for r in scored if r["gamma"] == race_gamma), None)
+    timed = [r for r in scored if r.get("predicted_speedup") is not None]
     text = (
-        f"Rule of thumb for this prompt{whose}: at the paper's scale the speedup peaks at γ = {best['gamma']} "
+        f"Rule of thumb for this prompt{whose}: projected, the speedup peaks at γ = {best['gamma']} "
         f"(×{best['scaled_speedup']:.2f}), "
-        + (
-            f"and γ = {min(near)}–{max(near)} is within 5% of it. "
-            if len(near) > 1
-            else "and no other γ comes within 5%. "
-        )
-        + f"From γ = {first['gamma']} to {last['gamma']} τ goes "
+        + (f"and γ = {min(near)}–{max(near)} is within 5% of it" if len(near) > 1 else "and no other γ comes within 5%")
+    )
+    if timed:
+        mine = max(timed, key=lambda r: r["predicted_speedup"])
+        text += f"; on this machine it peaks at γ = {mine['gamma']} (×{mine['predicted_speedup']:.2f})"
+    text += (
+        f". From γ = {first['gamma']} to {last['gamma']} τ goes "
         f"{first['tau']:.2f} → {last['tau']:.2f} while α goes {first['alpha']:.2f} → {last['alpha']:.2f}."
     )
     if here is not None:
-        text += f" This race used γ = {race_gamma}: ×{here['scaled_speedup']:.2f} at the paper's scale"
+        text += f" This race used γ = {race_gamma}: ×{here['scaled_speedup']:.2f} projected"
         measured = here.get("predicted_speedup")
-        text += f", ×{measured:.2f} at this race's measured step costs." if measured is not None else "."
+        text += f", ×{measured:.2f} on this machine." if measured is not None else "."
     return f'<div class="sweep-note">{html.escape(text)}</div>'
 
 
