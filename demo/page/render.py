@@ -218,7 +218,8 @@ def panel_html(
     return (
         f'<div class="panel {lane}"{opens}><div class="panel-head"><span class="panel-title">{html.escape(title)}</span>'
         f'<span class="panel-sub">{html.escape(subtitle)}</span>'
-        f'<span class="clock">{clock}</span></div>{skip}{tokens_html(trace, opens=blocks is not None)}'
+        f'<span class="clock">{clock}</span></div>{skip}<div class="panel-body">'
+        f"{tokens_html(trace, opens=blocks is not None)}{heatmap.figure_html(trace)}</div>"
         f"{heatmap.section_html(trace)}</div>"
     )
 
