@@ -56,14 +56,37 @@ def preset_html(name: str) -> str:
     return '<div class="preset-info">' + "<br>".join(line for line in lines if line) + "</div>"
 
 
+def _size(ref: str, estimate: int) -> str:
+    """A model's size as the page says it ("16.3M parameters"), read from its files' headers where
+    they are here, else the preset's estimate; "" where neither says."""
+    from demo.models import hub
+
+    try:
+        path = hub.local(ref)
+        n = (hub.count_params(path) if path else 0) or estimate
+    except Exception:  # unreadable files: the menu stands, only the size is unsaid
+        n = estimate
+    return f"{render.params(n)} parameters" if n else ""
+
+
 def drafters_html(preset: str) -> str:
-    """Every drafter the menu offers, each with its one line (`drafter_notes.describe`): the menu's
-    own note describes only the drafter picked."""
-    rows = "".join(
-        f"<li><b>{html.escape(d)}</b>: {html.escape(drafter_notes.describe(preset, d))}</li>"
-        for d in drafter_choices(preset)
+    """What each model sees and its size, before any run: the target, then every drafter the menu
+    offers with its one line (`drafter_notes.describe`)."""
+    known = presets.PRESETS[preset]
+    specs = {s.name: s for s in known.drafters}
+    target = _size(known.target, known.params)
+    rows = []
+    for d in drafter_choices(preset):
+        spec = specs.get(presets.base_name(d))
+        size = _size(spec.path, spec.params) if spec else ""
+        rows.append(
+            f"<li><b>{html.escape(d)}</b>{f' ({size})' if size else ''}: {html.escape(drafter_notes.describe(preset, d))}</li>"
+        )
+    return (
+        f'<details class="drafter-lines"><summary>The target{f" ({target})" if target else ""} sees the image and '
+        f"the question and has the last word on every token; the drafters offered, their sizes and what each "
+        f"sees</summary><ul>{''.join(rows)}</ul></details>"
     )
-    return f'<details class="drafter-lines"><summary>The drafters offered, one line each</summary><ul>{rows}</ul></details>'
 
 
 def _count(n: int, noun: str) -> str:
