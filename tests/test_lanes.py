@@ -76,6 +76,17 @@ def test_the_preset_line_names_each_drafter_it_cannot_offer_with_the_reason(monk
     assert layout.second_choices("p") == ["none", "d", "d+tree", "prompt-lookup", "staged"]
 
 
+def test_a_preset_not_offered_is_told_in_words_for_visitors_without_paths_or_settings():
+    cache = (
+        "Not in the local Hugging Face cache: llava-hf/llava-1.5-7b-hf, double7/vicuna-68m. Downloads are off: "
+        "set DEMO_ALLOW_DOWNLOADS=1 to fetch them, or put them in the cache beforehand."
+    )
+    told = layout.left_out_html({"llava-1.5-7b": cache, "big": "It needs 30 GB of memory; this machine has 24 GB."})
+    assert "DEMO_" not in told and "cache" not in told and "llava-hf/" not in told
+    assert "<b>llava-1.5-7b</b>: Its models are not on this machine; the project&#x27;s README says how" in told
+    assert "<b>big</b>: It needs 30 GB of memory; this machine has 24 GB." in told  # a reason for visitors stays
+
+
 def test_the_table_lists_each_row_by_predicted_speedup_marks_the_race_and_footnotes_what_was_left_out():
     def row(name, predicted, raced=False, left_out=None):
         numbers = dict(tau=2.5, alpha=0.5, mbsu=2.0, predicted_speedup=predicted, c=0.1, draft_ms=1.25)

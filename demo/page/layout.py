@@ -16,7 +16,7 @@ from demo.engine.events import Trace
 from demo.models import presets
 from demo.page import blocks, charts, classroom, drafter_notes, lanes, render, stats_tables, strategy_table
 from demo.page.examples import EXAMPLES_DIR, Example, load_examples  # noqa: F401 (the page's names)
-from demo.page.text import TIMING
+from demo.page.text import TIMING, for_visitors
 from demo.session import offers, validate
 
 
@@ -47,10 +47,10 @@ def preset_html(name: str) -> str:
     ok, message = offers.availability(name)
     status = "ready" if ok else "unavailable"
     lines = [html.escape(preset.description), html.escape(preset.note)]
-    lines.append(f'<span class="{status}">{"✓" if ok else "✗"} {html.escape(message)}</span>')
+    lines.append(f'<span class="{status}">{"✓" if ok else "✗"} {html.escape(for_visitors(message))}</span>')
     unusable = preset.unusable()
     if unusable:  # one line, opened on demand: it is for whoever deploys the page, not for a class
-        why = "".join(f"<br><b>{html.escape(d)}</b>: {html.escape(w)}." for d, w in unusable.items())
+        why = "".join(f"<br><b>{html.escape(d)}</b>: {html.escape(for_visitors(w + '.'))}" for d, w in unusable.items())
         lines.append(f"<details><summary>{_count(len(unusable), 'drafter')} not offered here</summary>{why}</details>")
     lines.append(drafters_html(name))
     return '<div class="preset-info">' + "<br>".join(line for line in lines if line) + "</div>"
@@ -97,7 +97,7 @@ def left_out_html(left: dict[str, str]) -> str:
     """The presets the selector does not offer, each with why."""
     if not left:
         return ""
-    rows = "".join(f"<br><b>{html.escape(name)}</b>: {html.escape(why)}" for name, why in left.items())
+    rows = "".join(f"<br><b>{html.escape(name)}</b>: {html.escape(for_visitors(why))}" for name, why in left.items())
     return f'<details class="preset-info"><summary>{_count(len(left), "preset")} not offered here</summary>{rows}</details>'
 
 

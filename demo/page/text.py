@@ -5,6 +5,8 @@ Gradio 6 takes the theme, CSS and script at launch (`demo.page.server.launch` pa
 
 from __future__ import annotations
 
+import re
+
 import gradio as gr
 
 from demo import ROOT
@@ -152,6 +154,18 @@ drafter.
 pixels; animated GIFs use their first frame, transparency is shown on white). Questions may be up
 to 4,000 characters, and the question, image and answer must fit the model's context.
 """
+
+
+# A sentence for whoever deploys the page, not for its visitors: a file path, a module, a command
+# line, an environment variable, the model cache.
+DEVELOPER = re.compile(r"python -m|DEMO_|\b[\w./-]+\.(?:md|py)\b|\bdemo\.[a-z_]+|Hugging Face cache")
+ABSENT = "Its models are not on this machine; the project's README says how to add them."
+
+
+def for_visitors(reason: str) -> str:
+    """`reason` without its sentences for developers (`DEVELOPER`), or ABSENT where none is left."""
+    kept = [part for part in re.split(r"(?<=[.;])\s+", reason) if not DEVELOPER.search(part)]
+    return " ".join(kept) or ABSENT
 
 
 def header() -> str:
