@@ -241,6 +241,7 @@ def test_legend_lists_every_kind_with_its_non_colour_cue():
     # the two marks a panel draws that are no kind: a token of spaces alone, and the end of the answer
     assert '<span class="nl">␣</span> a token of spaces alone' in html
     assert f"{teach.END_MARK} the token that ends the answer" in html
+    assert "∅ a draft of no text" in html  # the block view's and the tooltip's mark, named
 
 
 def test_each_lane_says_how_large_its_models_are():

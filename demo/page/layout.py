@@ -6,6 +6,7 @@ keys its updates by); `demo.page.app` puts them together with the Analysis tab a
 
 from __future__ import annotations
 
+import functools
 import html
 from types import SimpleNamespace
 
@@ -56,6 +57,7 @@ def preset_html(name: str) -> str:
     return '<div class="preset-info">' + "<br>".join(line for line in lines if line) + "</div>"
 
 
+@functools.lru_cache(maxsize=64)
 def _size(ref: str, estimate: int) -> str:
     """A model's size as the page says it ("16.3M parameters"), read from its files' headers where
     they are here, else the preset's estimate; "" where neither says."""

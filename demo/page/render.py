@@ -237,6 +237,7 @@ def legend_html() -> str:
     marks = (
         '<span class="legend-item"><span class="nl">␣</span> a token of spaces alone</span>'
         f'<span class="legend-item">{teach.END_MARK} the token that ends the answer</span>'
+        '<span class="legend-item">∅ a draft of no text (a token that only begins a character)</span>'
     )
     return f'<div class="legend" role="list" aria-label="token colours">{items}{chips}{marks}</div>'
 
