@@ -114,8 +114,8 @@ def time_figure(split: dict) -> go.Figure:
     )
     fig.update_layout(
         barmode="stack",
-        height=HEIGHT,
-        margin={"l": 50, "r": 12, "t": 52, "b": 40},
+        height=HEIGHT + 50,
+        margin={"l": 50, "r": 12, "t": 52, "b": 100},
         paper_bgcolor="white",
         plot_bgcolor="white",
         font={"size": 11},
@@ -124,12 +124,13 @@ def time_figure(split: dict) -> go.Figure:
             "font": {"size": 14},
             "x": 0.02,
         },
-        legend={"orientation": "h", "y": -0.22},
+        # under the axis titles, in a margin of its own: never over the bars or the titles, at any width
+        legend={"orientation": "h", "x": 0, "y": -0.32, "yanchor": "top", "font": {"size": 10}},
     )
     fig.update_xaxes(title_text="round (dots: 1 step)", row=1, col=1)
     fig.update_yaxes(title_text="ms", row=1, col=1)
-    fig.update_xaxes(title_text="accepted by position", row=1, col=2)
-    fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=2)
+    fig.update_xaxes(title_text="draft position", row=1, col=2)
+    fig.update_yaxes(range=[0, 1], tickformat=".0%", title_text="accepted", row=1, col=2)
     return fig
 
 

@@ -27,6 +27,11 @@ def steps(x: float) -> str:
     return f"{x:.1f}" if abs(x) >= 0.1 else f"{x:.2f}"
 
 
+def span(low: float, high: float) -> str:
+    """A range as the page prints it: "×0.84–1.03", or one figure where both ends read the same."""
+    return f"×{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"×{low:.2f}–{high:.2f}"
+
+
 def clock_note(spd: Trace, ar: Trace, wall: float) -> str:
     """A warning, only where it changes the reading: the wall-clock ratio more than READING_BAR
     outside this machine's range from the step costs; it names the lane whose clock was hit."""
@@ -42,10 +47,10 @@ def clock_note(spd: Trace, ar: Trace, wall: float) -> str:
         ratio = metrics.decode_seconds(spd) / (len(spd.rounds) * (s["draft"] + s["verify"] + s["other"]))
         hit = f"the speculative lane's clock was hit (its rounds took {ratio:.1f}× their typical cost)"
     text = (
-        f"⚠ Timing is noisy: the wall clock reads ×{wall:.2f}, outside ×{s['low']:.2f}–{s['high']:.2f} of the "
+        f"⚠ Timing is noisy: the wall clock reads ×{wall:.2f}, outside {span(s['low'], s['high'])} of the "
         f"step costs; {hit}. A rerun will time differently; τ and the projection will not."
     )
-    return f'<span class="noisy" role="note">{html.escape(text)}</span>'
+    return f' <span class="noisy" role="note">{html.escape(text)}</span>'
 
 
 def _basis(spd: Trace) -> list[str]:
@@ -59,12 +64,12 @@ def measured_html(spd: Trace, ar: Trace) -> str:
     s = metrics.split(spd, ar)
     if s is None:
         return ""
-    low, high = f"{s['low']:.2f}", f"{s['high']:.2f}"
-    span, ends = (f"×{low}", "") if low == high else (f"×{low}–{high}", "with and without the host's part of a round; ")
+    shown = span(s["low"], s["high"])
+    ends = "" if "–" not in shown else "with and without the host's part of a round; "
     tree = spd.start is not None and spd.start.drafter is not None and spd.start.drafter.tree is not None
     what = f"a tree's verify of {s['width']:.1f} tokens" if tree else f"a verify of {s['width']:.1f} tokens"
     return (
-        f'<span class="wall">measured on this machine: <b>{span}</b> <small>({html.escape(ends)}{what} costs '
+        f'<span class="wall">measured on this machine: <b>{shown}</b> <small>({html.escape(ends)}{what} costs '
         f"{steps(s['verify'] / s['t1'])} single steps here, drafting {steps(s['draft'] / s['t1'])})</small></span>"
     )
 
