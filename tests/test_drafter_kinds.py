@@ -7,11 +7,13 @@ import torch
 from races import CASES
 
 from demo import session
+from demo.engine import scale
+from demo.engine.events import DrafterInfo, RoundEvent, RunStart, Trace
 from demo.engine.lookup import PromptLookup
 from demo.engine.sampling import Sampling
 from demo.models import drafter_kinds, presets
 from demo.models.loader import Loaded, Preset
-from demo.page import drafter_notes
+from demo.page import blocks, drafter_notes, teach
 from demo.session import budget
 from demo.session.validate import InvalidInput
 
@@ -40,9 +42,13 @@ def toy():
             kind="toy",
             name="toy",
             line="a toy: it copies what followed the last token",
-            load=f"{__name__}:load_toy",
+            load=load_toy,
             step=0.5,
+            paper_step=0.25,
             reads="text",
+            teach="the toy copies words and never looks at anything",
+            note=lambda d, target: f"The toy looks {d.max_ngram} token back.",
+            silent="the toy found nothing to copy",
             languages=("en", "de"),
             unusable=lambda preset: "no toys for 7B targets" if preset.name == "llava-1.5-7b" else None,
         )
@@ -70,6 +76,31 @@ def test_a_registered_kind_is_offered_described_and_budgeted_from_its_one_regist
 
 
 @pytest.mark.fast
+def test_a_registered_kinds_words_on_the_page_and_its_price_come_from_its_registration_alone(toy):
+    said = teach.why_rejected("toy", "colour", 0.5, " red", " blue")
+    assert said.endswith(
+        "and the toy copies words and never looks at anything; the target put 50% of its "
+        "attention on the image there, so the image decided it"
+    )
+    assert scale.draft_ratio("toy", 0.9) == 0.25  # the paper-scale price of a step, whatever its size
+    assert presets.PRESETS["embedded"].drafter("toy").kind is toy
+    toy_lane = RunStart("speculative", "t", 10, DrafterInfo("toy", "toy", 0, 0.0), 3, Sampling(), 8)
+    empty = RoundEvent(
+        index=1,
+        drafted_ids=(),
+        drafted_texts=(),
+        n_accepted=0,
+        target_id=5,
+        n_emitted=1,
+        stop=None,
+        draft_seconds=0.0,
+        verify_seconds=0.0,
+        t=0.0,
+    )
+    assert blocks._why_none(Trace(start=toy_lane), empty) == "the toy found nothing to copy"
+
+
+@pytest.mark.fast
 def test_without_the_registration_the_kind_is_nowhere(toy):
     drafter_kinds.unregister("toy")
     try:
@@ -91,3 +122,4 @@ def test_a_registered_kind_is_loaded_by_its_loader_and_raced_exactly(toy, world,
         assert traces["speculative"].start.drafter.kind == "toy"
         assert traces["speculative"].start.drafter.path == "n-gram lookup"
     assert LOADS == [("toy-world", "toy", None)]  # loaded once, then shared by every race
+    assert loaded.notes("toy") == ("The toy looks 1 token back.",)

@@ -63,7 +63,7 @@ class Target:
     # Every forward below takes `features`: False returns the logits; True returns (logits,
     # features), the target's last hidden states at the same rows (after its final norm: the
     # logits are features @ E^T), which the same forward computed anyway. A drafter that reads
-    # them (`drafters.Observing`) gets them for free: no extra forward.
+    # them (`LoadedDrafter.reads_features`) gets them for free: no extra forward.
 
     def prefill(self, inputs: dict, cache, features: bool = False):
         """Encode the image and the prompt; return the logits for the first answer token: [V]
@@ -226,6 +226,9 @@ class Decoding:
     detok: Detokenizer
     answer: list[int]  # token ids so far
     stop: Stop | None = None  # set by the token that ends the run
+    reads_features: bool = False  # the drafter's capabilities (`drafters.LoadedDrafter`), read at the prefill
+    staged: bool = False
+    features: torch.Tensor | None = None  # the target's hidden states the drafter's next `propose` takes
 
     def append(self, token: int) -> str:
         """Add a token to the answer; return its text piece (the rest of the text after a stop)."""

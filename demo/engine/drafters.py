@@ -16,25 +16,12 @@ tree instead of a chain: its `tree` is the shape, None for chains).
 The drafter's vocabulary may be a prefix of the target's (LLaVA-1.5: 32000 of 32064). Ids it
 lacks are kept out of its input, and its distribution `q` is zero on them.
 
-A `Drafter` is loaded once and shared by every run; it holds no per-run state. Each run gets its
-own drafting state (a KV cache and its bookkeeping), so two runs of one drafter never share a
-cache. The engine talks to a drafter through these calls (`Drafting`, the states' contract):
-
-    drafter.start(inputs) -> state   a fresh state: the drafter's own prompt prefilled
-    state.propose(answer, n, ...)    feed the answer tokens not yet seen, propose n tokens, all on
-                                     the device: no value is read back between draft steps
-    state.draft(answer, n, ...)      the same, read back as a list and cut after a stop (host use)
-    state.rollback(n_answer)         forget everything after the first n_answer answer tokens
-
-A model drafter's `propose` drafts all n tokens, even past a stop token: where a draft is a stop
-is known only on the host, and the round cuts there on the device. With a confidence threshold
-(adaptive drafting) it reads q's top probability at each step to stop early: that mode costs a
-host read per draft step, by its nature.
-
-`propose` is made of a lower-level step API, which token trees use directly: `catch_up(answer)`
-(feed the pending answer, return logits), `extend(token, position)` (feed one draft, return
-logits), `q(logits, sampling)` and `rollback`. A subclass changes how a step runs by overriding
-`_forward(ids)` alone (`demo.engine.lean`, `demo.engine.layerskip`).
+A drafter is loaded once and shared by every run (`LoadedDrafter`, its whole contract); each run
+gets its own drafting state (`Drafting`: `start`, `propose`, `draft`, `rollback`), so two runs of
+one drafter never share a cache. `propose` drafts all n tokens on the device, even past a stop
+(the round cuts there); with a confidence threshold it reads q's top probability at each step.
+It is made of a step API that token trees use directly: `catch_up`, `extend`, `q`, `rollback`;
+a subclass changes how a step runs by overriding `_forward(ids)` alone (`lean`, `layerskip`).
 
 Shapes: V_d the drafter's vocabulary, V the target's, n the drafts of a round.
 """
@@ -48,6 +35,7 @@ import torch
 from transformers import DynamicCache
 
 from demo.engine.compat import cache_keyword
+from demo.engine.events import TreeShape
 from demo.engine.sampling import Sampling, sample, warp
 
 
@@ -72,13 +60,27 @@ class Drafting(Protocol):
     `demo.engine.lookup.PromptLookupState` (no model)."""
 
     def propose(
-        self, answer: list[int], n: int, sampling: Sampling, generator: torch.Generator, min_confidence: float = 0.0
+        self,
+        answer: list[int],
+        n: int,
+        sampling: Sampling,
+        generator: torch.Generator,
+        min_confidence: float = 0.0,
+        features: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Drafts [m] (long, on the device) and their q [m, V], m <= n; nothing read back."""
+        """Drafts [m] (long, on the device) and their q [m, V], m <= n; nothing read back.
+        `features`: the target's hidden states it has not seen yet, for a drafter that reads them
+        (`LoadedDrafter.reads_features`): the prompt's rows first, then each round's accepted rows."""
         ...
 
     def draft(
-        self, answer: list[int], n: int, sampling: Sampling, generator: torch.Generator, min_confidence: float = 0.0
+        self,
+        answer: list[int],
+        n: int,
+        sampling: Sampling,
+        generator: torch.Generator,
+        min_confidence: float = 0.0,
+        features: torch.Tensor | None = None,
     ) -> tuple[list[int], torch.Tensor]:
         """`propose` read back: the drafts cut after a stop, and their q [len(drafts), V]."""
         ...
@@ -88,24 +90,54 @@ class Drafting(Protocol):
         ...
 
 
-@runtime_checkable
-class Observing(Drafting, Protocol):
-    """A drafting state that reads the target's last hidden states (`demo.engine.feature`).
+class LoadedDrafter(Protocol):
+    """A loaded drafter, whatever drafts (`Drafter`, `lookup.PromptLookup`, `feature.FeatureDrafter`,
+    `staged.StagedDrafter`, `trees.TreeDrafter`): shared, read-only, by every run."""
 
-    The engine hands them over after each target forward it already runs, with no forward of its
-    own, so a round still costs T(gamma + 1) + gamma * D: after the prefill every prompt
-    position's [P, C] (the image's positions and the question's: what the target made of them),
-    after each round the rows of the accepted positions (the answer's last token before the round,
-    then each accepted draft) [n_accepted + 1, C]. The last row is always the target's state at
-    the answer position just before its newest token. A drafter asks for them with
-    `reads_features = True`."""
+    name: str  # the menu name
+    kind: str  # its registered kind (`demo.models.drafter_kinds`)
+    model: object | None  # its language model (None: no context window of its own)
+    n_params: int
+    path: str  # what drafts: "transformers", "lean", "n-gram lookup", ...
+    fallback_reason: str | None  # why it drafts through a slower path than it could, if it does
+    device: torch.device
+    stop_ids: frozenset[int]
+    usable: int  # it may propose the target's first `usable` ids
+    blocked_ids: frozenset[int]  # never proposed (image placeholders)
+    # Its capabilities, declared by its class and read once where a run starts:
+    reads_features: bool  # its states take the target's hidden states, handed to `propose`
+    staged: bool  # its states report their lookup stage's (guesses, confirmed) per round: `stages`
+    tree: TreeShape | None  # it drafts token trees of this shape (`demo.engine.trees`); None: chains
 
-    def observe(self, features: torch.Tensor) -> None:
-        """Take the target's last hidden states [k, C] (on the device) of the answer's newest positions."""
-        ...
+    def feedable(self, token_id: int) -> bool: ...
+
+    def start(self, inputs: dict | None) -> Drafting: ...
 
 
-class Drafter:
+class Capabilities:
+    """What a drafter can do beyond proposing chains: nothing, unless its class says so."""
+
+    reads_features = False
+    staged = False
+    tree: TreeShape | None = None
+
+
+class OnBase:
+    """A drafter that drafts with another's model (`base`): every fact it does not set, its
+    capabilities included, is the base's."""
+
+    def __init__(self, base: LoadedDrafter, *, name: str):
+        self.base = base
+        self.name = name
+
+    def __getattr__(self, attr: str):
+        return getattr(self.base, attr)
+
+    def feedable(self, token_id: int) -> bool:
+        return self.base.feedable(token_id)
+
+
+class Drafter(Capabilities):
     """A loaded drafter model and what it may propose; shared, read-only, by every run.
 
     `path` names the forward its runs draft with: "transformers" here; `demo.engine.lean.LeanDrafter`
@@ -114,8 +146,6 @@ class Drafter:
 
     path = "transformers"
     fallback_reason: str | None = None
-    tree = None  # a chain drafter; `demo.engine.trees.TreeDrafter` sets its TreeShape
-    reads_features = False  # True: its states are `Observing`, the engine hands them the target's features
 
     def __init__(
         self,
@@ -127,7 +157,6 @@ class Drafter:
         stop_ids: frozenset[int],
         blocked_ids: frozenset[int] = frozenset(),
     ):
-        assert kind in ("text-only", "image-aware", "self"), kind
         self.model = model
         self.device: torch.device = model.device  # read once: transformers' model.device walks the parameters
         self.name = name
@@ -162,10 +191,12 @@ class Drafter:
 class ReadBack:
     """`Drafting.draft` for a state that drafts on the device (its `propose`)."""
 
-    def draft(self, answer, n, sampling, generator, min_confidence: float = 0.0) -> tuple[list[int], torch.Tensor]:
+    def draft(
+        self, answer, n, sampling, generator, min_confidence=0.0, features=None
+    ) -> tuple[list[int], torch.Tensor]:
         """`propose`, read back: (drafts, q [len(drafts), target_vocab_size]), the drafts cut
         after the first stop token (the state may hold drafts past it; `rollback` forgets them)."""
-        drafts, q = self.propose(answer, n, sampling, generator, min_confidence)
+        drafts, q = self.propose(answer, n, sampling, generator, min_confidence, features)
         ids = drafts.tolist()
         keep = cut_after_stop(ids, self.drafter.stop_ids)
         return ids[:keep], q[:keep]
@@ -174,9 +205,11 @@ class ReadBack:
 class OnDevice:
     """`Drafting.propose` for a state that drafts on the host (its `draft`)."""
 
-    def propose(self, answer, n, sampling, generator, min_confidence: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    def propose(
+        self, answer, n, sampling, generator, min_confidence=0.0, features=None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """`draft`'s drafts as a long tensor [m] on the device, and their q [m, target_vocab_size]."""
-        drafts, q = self.draft(answer, n, sampling, generator, min_confidence)
+        drafts, q = self.draft(answer, n, sampling, generator, min_confidence, features)
         return ids_on(self.drafter.device, drafts), q
 
 
@@ -251,8 +284,9 @@ class DraftState(ReadBack):
         sampling: Sampling,
         generator: torch.Generator,
         min_confidence: float = 0.0,
+        features: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Propose n tokens to follow `answer`, on the device.
+        """Propose n tokens to follow `answer`, on the device (`features`: as `Drafting.propose`).
 
         Returns (drafts [m], q [m, target_vocab_size]): the drafts (long) and the distributions
         they were drawn from, zero on ids the drafter cannot propose. m = n, drafting on past a
@@ -261,6 +295,8 @@ class DraftState(ReadBack):
         decision is taken before sampling, from q alone, so every draft is still an exact sample
         of q and verification stays exact; it reads one number back per step.
         """
+        if features is not None:
+            self.observe(features)
         if n == 0:
             return torch.zeros(0, dtype=torch.long, device=self.drafter.device), self.widen([])
         # 1. catch up on the answer.
@@ -277,6 +313,10 @@ class DraftState(ReadBack):
             if step < n - 1:
                 logits = self.extend(token, len(answer) + step)
         return torch.stack(drafts), self.widen(qs)
+
+    def observe(self, features: torch.Tensor) -> None:
+        """Take the target's hidden states [k, C] (`feature` drafters' states; others read none)."""
+        raise TypeError(f"{type(self.drafter).__name__} reads no target features")
 
     def rollback(self, n_answer: int) -> None:
         """Keep only what the cache holds for the first n_answer answer tokens."""

@@ -1,9 +1,8 @@
 """Drafters that read the target's hidden state: `feature` (a speculator) and `medusa` (heads).
 
 Neither sees the image itself or reads the prompt's tokens: each reads the target's last hidden
-states, which the engine hands over after every target forward it runs anyway
-(`drafters.Observing`: after the prefill, every prompt position's; after a round, the accepted
-positions'). So the image reaches them through the target's own eyes, and a round still costs
+states, which the engine hands to `propose` from the target forwards it runs anyway (the
+prefill's every prompt position, then each round's accepted positions). So the image reaches them through the target's own eyes, and a round still costs
 T(gamma + 1) + gamma * D, D being a few small matrix products. Their networks and checkpoints are
 `demo.engine.heads`; both score tokens with the target's own output embedding.
 
@@ -32,15 +31,14 @@ import numpy as np
 import torch
 
 from demo.engine import feature_steps, heads
-from demo.engine.drafters import DraftState
+from demo.engine.drafters import Capabilities, DraftState
 
 
-class FeatureDrafter:
+class FeatureDrafter(Capabilities):
     """A speculator or Medusa heads on a target; shared, read-only, by every run."""
 
     path = "torch (target features)"  # what drafts: a few matrix products, no transformer forward
     fallback_reason: str | None = None
-    tree = None
     reads_features = True
     kind = "target-feature"
 
@@ -94,7 +92,7 @@ class SpeculatorDrafter(FeatureDrafter):
                 self._blocked_rows = blocked if blocked.any() else None  # a restricted speculator has none
 
     def start(self, inputs: dict | None) -> SpeculatorState:
-        """A run's state; it reads no prompt of its own (the prefill's features arrive by `observe`)."""
+        """A run's state; it reads no prompt of its own (the prefill's features come with `propose`)."""
         return SpeculatorState(self)
 
 
@@ -162,10 +160,12 @@ class SpeculatorState(_FeatureState):
         del self.states[max(0, n_answer - self.base + 1) :]
 
     @torch.inference_mode()
-    def propose(self, answer, n, sampling, generator, min_confidence: float = 0.0):
+    def propose(self, answer, n, sampling, generator, min_confidence: float = 0.0, features=None):
         """`DraftState.propose`; a greedy chain on the NumPy step stays in NumPy: each draft the
         argmax of the masked logits, q their softmax (what `warp` gives in greedy mode)."""
         d = self.drafter
+        if features is not None:
+            self.observe(features)
         if d.numpy is None or not sampling.greedy or n == 0:
             return super().propose(answer, n, sampling, generator, min_confidence)
         if self.feature is None:
@@ -212,6 +212,7 @@ class MedusaState(_FeatureState):
     def rollback(self, n_answer: int) -> None:
         """Nothing to forget: the rows depend on f only."""
 
-    def propose(self, answer, n, sampling, generator, min_confidence: float = 0.0):
+    def propose(self, answer, n, sampling, generator, min_confidence: float = 0.0, features=None):
         """DraftState's chain, at most one draft per head."""
-        return super().propose(answer, min(n, len(self.drafter.net.heads)), sampling, generator, min_confidence)
+        n = min(n, len(self.drafter.net.heads))
+        return super().propose(answer, n, sampling, generator, min_confidence, features)

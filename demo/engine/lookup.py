@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from demo.engine.drafters import OnDevice, cut_after_stop
+from demo.engine.drafters import Capabilities, OnDevice, cut_after_stop
 from demo.engine.sampling import Sampling
 
 MAX_NGRAM = 3  # longest tail matched; the prompt-lookup-decoding reference uses 3 (transformers: 2)
@@ -47,19 +47,15 @@ def lookup(history: list[int], n: int, max_ngram: int = MAX_NGRAM) -> list[int]:
     return []
 
 
-class PromptLookup:
-    """The prompt-lookup drafter: no weights, no cache, so nothing to load and nothing to roll back.
-
-    It has the attributes the engine and the loader read from a `Drafter` (name, kind, n_params,
-    path, fallback_reason, tree, stop_ids, device); `model` is None.
-    """
+class PromptLookup(Capabilities):
+    """The prompt-lookup drafter (a `LoadedDrafter`): no weights, no cache, so nothing to load and
+    nothing to roll back; `model` is None."""
 
     kind = "prompt-lookup"
     path = "n-gram lookup"  # what drafts: no forward at all
     fallback_reason: str | None = None
     model = None
     n_params = 0
-    tree = None  # prompt lookup drafts chains only
 
     def __init__(
         self,
@@ -72,7 +68,7 @@ class PromptLookup:
         max_ngram: int = MAX_NGRAM,
     ):
         self.name = name
-        self.target_vocab_size = target_vocab_size
+        self.target_vocab_size = self.usable = target_vocab_size
         self.stop_ids = stop_ids
         self.blocked_ids = blocked_ids  # image placeholders: left out of the history it searches
         self.device = torch.device(device)
@@ -102,6 +98,7 @@ class PromptLookupState(OnDevice):
         sampling: Sampling,
         generator: torch.Generator,
         min_confidence: float = 0.0,
+        features: None = None,
     ) -> tuple[list[int], torch.Tensor]:
         """Up to n drafts copied from the history, cut after a stop token, and their q: one-hot
         rows [len(drafts), target_vocab_size]. Draws nothing from the generator, and its top

@@ -29,13 +29,16 @@ def verify_ratio(width: int) -> float:
     return measured[width - 2] if width - 2 < len(measured) else max(measured)
 
 
+# D/T1 of one step of each drafter kind, as its registration gives it (`demo.models.drafter_kinds`,
+# which fills this); None: the share c of the target's parameters it runs.
+STEP_RATIOS: dict[str, float | None] = {}
+
+
 def draft_ratio(kind: str | None, c: float) -> float:
-    """D/T1 of one drafter step of this kind of drafter (`c`: its parameters over the target's)."""
-    if kind == "prompt-lookup":
-        return 0.0
-    if kind == "self":
-        return c if not math.isnan(c) else 1.0
-    return DRAFT_RATIO
+    """D/T1 of one drafter step of this kind of drafter (`c`: its parameters over the target's);
+    a drafter of no registered kind is priced as the 68M drafter."""
+    ratio = STEP_RATIOS.get(kind, DRAFT_RATIO)
+    return ratio if ratio is not None else c if not math.isnan(c) else 1.0
 
 
 def rounds_cost(steps_and_widths: list[tuple[int, int]], d: float) -> float:
@@ -47,7 +50,7 @@ def rounds_cost(steps_and_widths: list[tuple[int, int]], d: float) -> float:
 
 
 WIDEST = len(VERIFY_MS) + 1  # the widest verify measured there (tokens)
-STEP_MEASURED = ("text-only", "image-aware", "prompt-lookup", "self")  # a step priced from what was measured
+UNMEASURED: set[str] = set()  # the kinds priced at the 68M drafter's step, never measured for them (their Kind says)
 
 
 def unmeasured(kind: str | None, widths: list[int]) -> list[str]:
@@ -60,6 +63,6 @@ def unmeasured(kind: str | None, widths: list[int]) -> list[str]:
             f"({max(verify_ratio(w) for w in range(2, WIDEST + 1)):.2f} T1): wider ones cost at least that, so "
             "the projection is at most this"
         )
-    if kind is not None and kind not in STEP_MEASURED:
+    if kind in UNMEASURED:
         said.append(f"a {kind} drafter step is priced at the 68M drafter's ({DRAFT_RATIO} T1), not measured for it")
     return said

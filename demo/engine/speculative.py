@@ -108,18 +108,17 @@ def _prefill(
         target, start, generator, Stopwatch(target.device), target.new_cache(), Detokenizer(target.tokenizer), []
     )
     clock = state.clock
-    reads = getattr(drafter, "reads_features", False)  # a feature drafter: the prompt's last hidden state too
+    if drafter is not None:  # its capabilities, read once: they hold for the whole run
+        state.reads_features, state.staged = drafter.reads_features, drafter.staged
     with clock:
-        out = target.prefill(prompt.target_inputs, state.cache, reads)
-        logits, features = out if reads else (out, None)
+        out = target.prefill(prompt.target_inputs, state.cache, state.reads_features)
+        logits, state.features = out if state.reads_features else (out, None)  # the prompt's rows, for round 1
         first, p_first = _first_token(logits, start.sampling, generator)
     target_s = clock.last
     drafting, drafter_s = None, 0.0
     if drafter is not None:
         with clock:
             drafting = drafter.start(prompt.drafter_inputs)
-            if reads:
-                drafting.observe(features)
         drafter_s = clock.last
     prefill = PrefillEvent(
         mode=start.mode,
@@ -145,16 +144,17 @@ def speculative_round(state: Decoding, drafting: Drafting, index: int) -> tuple[
         laps.mark()
         # 1. draft on the device: never more than the token budget can take (the round adds one more).
         n_draft = min(start.gamma, start.max_new_tokens - len(answer) - 1)
-        proposed, q = drafting.propose(answer, n_draft, start.sampling, state.generator, start.drafter.min_confidence)
+        proposed, q = drafting.propose(
+            answer, n_draft, start.sampling, state.generator, start.drafter.min_confidence, state.features
+        )
         laps.mark()  # proposed [n] long, q [n, V]
 
         # 2. verify all drafts in one target forward; the rule accepts a prefix and adds the
         #    target's token, on the device.
         last = ids_on(target.device, [answer[-1]])  # [1]
         stops = ids_on(target.device, sorted(target.stop_ids))  # [s]
-        observe = getattr(drafting, "observe", None)  # a feature drafter (`drafters.Observing`)
         record, features = verify(
-            target, state.cache, last, proposed, q, start.sampling, state.generator, stops, observe is not None
+            target, state.cache, last, proposed, q, start.sampling, state.generator, stops, state.reads_features
         )
         laps.mark()
 
@@ -170,8 +170,8 @@ def speculative_round(state: Decoding, drafting: Drafting, index: int) -> tuple[
         if n > v.n_accepted:
             state.cache.crop(-(n - v.n_accepted))
         drafting.rollback(len(answer) + v.n_accepted)
-        if observe is not None:  # the accepted positions' hidden states: last token, accepted drafts
-            observe(features[: v.n_accepted + 1])
+        if state.reads_features:  # the accepted positions' hidden states, for the next round's propose
+            state.features = features[: v.n_accepted + 1]
         # 5. emit the accepted drafts and the target's token, cut after the first stop.
         drafted_texts = piece_texts(target.tokenizer, drafts)  # whole characters, a split one on its last draft
         tokens = emitted(
@@ -179,7 +179,7 @@ def speculative_round(state: Decoding, drafting: Drafting, index: int) -> tuple[
         )
     seconds = laps.seconds()
     detail = round_detail(drafts, drafted_texts, v, target.tokenizer)  # off the clock: display only
-    stages = getattr(drafting, "stages", None)  # staged drafting: its lookup stage's (guesses, confirmed)
+    stages = drafting.stages if state.staged else None  # its lookup stage's (guesses, confirmed)
     return round_events(
         state, index, drafts, drafted_texts, v.n_accepted, v.token, tokens, seconds, detail=detail, stages=stages
     )

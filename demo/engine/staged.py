@@ -22,42 +22,32 @@ from __future__ import annotations
 
 import torch
 
-from demo.engine.drafters import Drafter, DraftState, cut_after_stop, ids_on
+from demo.engine.drafters import Drafter, DraftState, OnBase, ReadBack, ids_on
 from demo.engine.lookup import MAX_NGRAM, lookup
 from demo.engine.sampling import Sampling, sample
 
 
-class StagedDrafter:
+class StagedDrafter(OnBase):
     """A text-only (or image-aware) drafter's model drafting through `StagedState`; its runs are
     the base drafter's states (transformers or lean) with the lookup stage around them."""
 
     kind = "staged"
-    tree = None  # chains only
+    staged, reads_features, tree = True, False, None  # chains of a text drafter, with `stages`
 
     def __init__(self, base: Drafter, *, name: str, max_ngram: int = MAX_NGRAM):
-        self.base = base
-        self.name = name
+        super().__init__(base, name=name)
         self.max_ngram = max_ngram
-        for attr in ("model", "device", "n_params", "stop_ids", "usable", "blocked_ids", "target_vocab_size"):
-            setattr(self, attr, getattr(base, attr))
 
     @property
     def path(self) -> str:
         return f"{self.base.path} + lookup stage"
-
-    @property
-    def fallback_reason(self) -> str | None:
-        return self.base.fallback_reason
-
-    def feedable(self, token_id: int) -> bool:
-        return self.base.feedable(token_id)
 
     def start(self, inputs: dict) -> StagedState:
         prompt = [int(i) for i in inputs["input_ids"][0].tolist() if self.feedable(int(i))]
         return StagedState(self, self.base.start(inputs), prompt)  # the drafter's own prompt, prefilled
 
 
-class StagedState:
+class StagedState(ReadBack):
     """One run: the base drafter's state (`inner`), drafted through the lookup stage; `stages`
     holds the last round's (guesses, confirmed)."""
 
@@ -73,7 +63,13 @@ class StagedState:
 
     @torch.inference_mode()
     def propose(
-        self, answer: list[int], n: int, sampling: Sampling, generator: torch.Generator, min_confidence: float = 0.0
+        self,
+        answer: list[int],
+        n: int,
+        sampling: Sampling,
+        generator: torch.Generator,
+        min_confidence: float = 0.0,
+        features: None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """n drafts of the drafter's own and their q (`DraftState.propose`), with fewer forwards."""
         d, inner = self.drafter, self.inner
@@ -115,12 +111,6 @@ class StagedState:
             self._forget(len(guesses))  # computed ahead, never drafted
         self.stages = (guessed, confirmed)
         return torch.stack(drafts), inner.widen(qs)
-
-    def draft(self, answer, n, sampling, generator, min_confidence: float = 0.0) -> tuple[list[int], torch.Tensor]:
-        drafts, q = self.propose(answer, n, sampling, generator, min_confidence)
-        ids = drafts.tolist()
-        keep = cut_after_stop(ids, self.drafter.stop_ids)
-        return ids[:keep], q[:keep]
 
     def rollback(self, n_answer: int) -> None:
         self.inner.rollback(n_answer)

@@ -14,8 +14,7 @@ round-off at near-ties). Adaptive drafting (min_confidence > 0) is replayed as i
 drafter's rounds are replayed as trees (`demo.engine.trees.draft_tree`, then the walk along the
 answer), with each round's drafter steps and verify width for the cost model. Prompt lookup and
 layer-skip replay through the same calls as any drafter. A drafter that reads the target's hidden
-states (`drafters.Observing`) is handed them as the race handed them, after the prefill and after
-each round, for the positions it accepted; `answer_features` makes them with one target forward
+states is handed them as the race hands them, with the first round and with each next one, for the positions it accepted; `answer_features` makes them with one target forward
 over the answer (equal to the race's up to float round-off: one forward, not the race's batches). Each round's drafting is timed (the
 device synchronised around it), so a replay also measures what a drafter step costs here.
 """
@@ -62,13 +61,12 @@ def replay(
     """The rounds a greedy race whose target wrote `answer` (its token ids, the prefill's first)
     would have had with draft length gamma. A drafter that reads the target's hidden states needs
     `features`, `answer_features` of the same answer."""
-    state = drafter.start(drafter_inputs)
-    observe = getattr(state, "observe", None)  # a feature drafter: as `speculative._prefill` hands them
-    if observe is not None:
+    state, pending = drafter.start(drafter_inputs), None
+    if drafter.reads_features:  # handed to each `propose` as the race hands them
         if features is None:
             raise ValueError("a drafter that reads the target's hidden states replays with them (answer_features)")
         P = len(features) - len(answer) + 1  # the prompt's rows come first
-        observe(features[:P])
+        pending = features[:P]
     generator = torch.Generator(device=drafter.device)  # greedy drafting draws nothing
     clock = Stopwatch(drafter.device)
     rounds, costs, seconds, n = [], [], [], 1  # the prefill wrote answer[0]
@@ -77,7 +75,7 @@ def replay(
         n_draft = min(gamma, max_new_tokens - n - 1)
         if drafter.tree is not None:
             with clock:
-                tree = trees.draft_tree(state, answer[:n], n_draft, drafter.tree, GREEDY, generator)
+                tree = trees.draft_tree(state, answer[:n], n_draft, drafter.tree, GREEDY, generator, pending)
             # 2. the target's verdicts are the answer's own next tokens: walk the tree along them.
             node, n_accepted, rejected = -1, 0, False
             while n + n_accepted < len(answer):
@@ -91,7 +89,7 @@ def replay(
             costs.append((1 + len({p for p in tree.parents if p >= 0}) if tree.tokens else 0, 1 + len(tree.tokens)))
         else:
             with clock:
-                drafts, _ = state.draft(answer[:n], n_draft, GREEDY, generator, min_confidence)
+                drafts, _ = state.draft(answer[:n], n_draft, GREEDY, generator, min_confidence, pending)
             # 2. the target's verdicts are the answer's own next tokens.
             n_accepted = 0
             while (
@@ -104,8 +102,8 @@ def replay(
         # 3. roll back (a tree's drafting already left the drafter at the answer), and 4. emit
         #    the accepted drafts and the target's token, cut at the end.
         state.rollback(n + n_accepted)
-        if observe is not None:  # the verify forward's rows: the answer's last token, then the accepted drafts
-            observe(features[P - 1 + n : P + n + n_accepted])
+        if drafter.reads_features:  # the verify forward's rows: the answer's last token, then the accepted drafts
+            pending = features[P - 1 + n : P + n + n_accepted]
         emitted = min(n_accepted + 1, len(answer) - n)
         rounds.append((made, n_accepted, emitted))
         seconds.append(clock.last)

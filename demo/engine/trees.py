@@ -44,7 +44,7 @@ import torch
 
 from demo.engine.decoding import Decoding, Target, emitted, ranked, round_events
 from demo.engine.detokenize import piece_texts
-from demo.engine.drafters import Drafter, DraftState
+from demo.engine.drafters import Drafter, DraftState, OnBase
 from demo.engine.events import (
     TREE_SHAPE,
     DraftTree,
@@ -59,36 +59,12 @@ from demo.engine.events import (
 from demo.engine.sampling import Sampling, sample, undefined_q, warp
 
 
-class TreeDrafter:
+class TreeDrafter(OnBase):
     """A model drafter drafting token trees: the same model and states, another round."""
 
     def __init__(self, base: Drafter, shape: TreeShape = TREE_SHAPE, *, name: str):
-        self.base = base
+        super().__init__(base, name=name)
         self.tree = shape
-        self.name = name
-        self.kind = base.kind
-        self.model = base.model
-        self.n_params = base.n_params
-        self.stop_ids = base.stop_ids
-        self.usable = base.usable
-        self.blocked_ids = base.blocked_ids
-        self.target_vocab_size = base.target_vocab_size
-        self.reads_features = getattr(base, "reads_features", False)  # Medusa heads: the target's features
-
-    @property
-    def path(self) -> str:
-        return self.base.path
-
-    @property
-    def fallback_reason(self) -> str | None:
-        return self.base.fallback_reason
-
-    @property
-    def device(self) -> torch.device:
-        return self.base.device
-
-    def feedable(self, token_id: int) -> bool:
-        return self.base.feedable(token_id)
 
     def start(self, inputs: dict) -> DraftState:
         return self.base.start(inputs)
@@ -120,10 +96,18 @@ class Tree:
 
 @torch.inference_mode()
 def draft_tree(
-    state: DraftState, answer: list[int], gamma: int, shape: TreeShape, sampling: Sampling, generator: torch.Generator
+    state: DraftState,
+    answer: list[int],
+    gamma: int,
+    shape: TreeShape,
+    sampling: Sampling,
+    generator: torch.Generator,
+    features: torch.Tensor | None = None,
 ) -> Tree:
-    """Draft a tree of depth gamma after `answer` (module docstring, step 1). The state ends
-    holding the answer only."""
+    """Draft a tree of depth gamma after `answer` (module docstring, step 1); `features` as
+    `Drafting.propose` takes them. The state ends holding the answer only."""
+    if features is not None:
+        state.observe(features)
     tree, base, stop_ids = Tree(), len(answer), state.drafter.stop_ids
     if gamma == 0:
         return tree
@@ -323,13 +307,12 @@ def tree_round(state: Decoding, drafting: DraftState, index: int) -> tuple[list[
     # 1. draft a tree of depth gamma at most: never deeper than the token budget can take.
     with clock:
         depth = min(start.gamma, start.max_new_tokens - len(answer) - 1)
-        tree = draft_tree(drafting, answer, depth, start.drafter.tree, start.sampling, state.generator)
+        tree = draft_tree(drafting, answer, depth, start.drafter.tree, start.sampling, state.generator, state.features)
     draft_s = clock.last  # n nodes
 
     # 2. verify the whole tree in one target forward, and walk it from the root.
-    observe = getattr(drafting, "observe", None)  # a feature drafter (`drafters.Observing`)
     with clock:
-        v = verify_tree(target, state.cache, answer[-1], tree, start.sampling, state.generator, observe is not None)
+        v = verify_tree(target, state.cache, answer[-1], tree, start.sampling, state.generator, state.reads_features)
     verify_s = clock.last
 
     with clock:
@@ -338,8 +321,8 @@ def tree_round(state: Decoding, drafting: DraftState, index: int) -> tuple[list[
         #    the answer: the path reaches it next round.
         n = len(tree.tokens)
         keep_path(state.cache, state.cache.get_seq_length() - n, v.path, n)
-        if observe is not None:  # the hidden states of the last token and the accepted path
-            observe(v.hidden[[0] + [i + 1 for i in v.path]])
+        if state.reads_features:  # the hidden states of the last token and the accepted path, for the next round
+            state.features = v.hidden[[0] + [i + 1 for i in v.path]]
         # 4. emit the accepted path and the target's token, cut after the first stop.
         path = [tree.tokens[i] for i in v.path]
         tokens = emitted(state, path + [v.token], index, lambda j: _token_fields(j, tree, v, target.tokenizer))

@@ -98,7 +98,7 @@ def verify(
 
     last [1] and drafts [n] long; q [n, V]; stop_ids [s] long: the target's stop ids. Returns the
     record and, with `features`, the same forward's last hidden states [n+1, C] (else None), left
-    on the device for a feature drafter (`drafters.Observing`).
+    on the device for a feature drafter (`LoadedDrafter.reads_features`).
     """
     n = drafts.shape[0]
     out = target.forward(torch.cat([last, drafts]), cache, features)

@@ -1,21 +1,16 @@
-"""The built-in drafter kinds' loaders (`demo.models.drafter_kinds`): each is
-`function(loaded, name, spec, progress) -> drafter`, imported at a drafter's first use."""
+"""The built-in drafter kinds' loaders (`demo.models.drafter_kinds`), each
+`function(loaded, name, spec, progress) -> LoadedDrafter`. torch and transformers are imported
+when a loader is called, never when the kinds are registered (the page reads them first)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
-from demo.engine import layerskip
-from demo.engine.lean import LeanDrafter
-from demo.engine.lookup import PromptLookup
-from demo.models import devices, drafter_kinds, hub
-from demo.models.vocab import check_vocab_compatible
+def load_model(auto_class, path: Path, plan, *, drafter: bool):
+    """One model from a local directory, placed as the plan (`devices.Plan`) says."""
+    from demo.models import devices
 
-
-def load_model(auto_class, path: Path, plan: devices.Plan, *, drafter: bool):
-    """One model from a local directory, placed as the plan says."""
     kwargs = devices.load_kwargs(plan, drafter=drafter)
     model = auto_class.from_pretrained(path, local_files_only=True, trust_remote_code=False, **kwargs)
     if "device_map" not in kwargs:
@@ -25,6 +20,12 @@ def load_model(auto_class, path: Path, plan: devices.Plan, *, drafter: bool):
 
 def model(loaded, name: str, spec, progress):
     """A drafter model of the preset's (`spec`), with its processor when it reads the image."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+
+    from demo.engine.lean import LeanDrafter
+    from demo.models import devices, hub
+    from demo.models.vocab import check_vocab_compatible
+
     progress(0.0, f"finding the drafter {spec.path}")
     path = hub.resolve(spec.path)
     params = hub.count_params(path) or spec.params
@@ -34,7 +35,7 @@ def model(loaded, name: str, spec, progress):
     progress(0.2, f"loading the drafter {spec.name} ({params / 1e6:.0f}M parameters)")
     target = loaded.target
     plan = loaded.plan or devices.Plan(loaded.device, target.model.dtype, False, None, 0, 0)
-    if drafter_kinds.of(spec.kind).reads == "image":  # it reads the image through a processor of its own
+    if loaded.preset.drafter(spec.name).kind.reads == "image":  # it reads the image through a processor of its own
         drafter_model = load_model(AutoModelForImageTextToText, path, plan, drafter=True)
         processor = AutoProcessor.from_pretrained(path, local_files_only=True, trust_remote_code=False)
         tokenizer = processor.tokenizer
@@ -61,8 +62,10 @@ def model(loaded, name: str, spec, progress):
     return drafter
 
 
-def prompt_lookup(loaded, name: str, spec, progress) -> PromptLookup:
+def prompt_lookup(loaded, name: str, spec, progress):
     """Prompt lookup: built on what is loaded already (no model)."""
+    from demo.engine.lookup import PromptLookup
+
     target = loaded.target
     return PromptLookup(
         name=name,
@@ -73,8 +76,10 @@ def prompt_lookup(loaded, name: str, spec, progress) -> PromptLookup:
     )
 
 
-def layer_skip(loaded, name: str, spec, progress) -> layerskip.LayerSkipDrafter:
+def layer_skip(loaded, name: str, spec, progress):
     """The target drafting for itself with the preset's searched layers skipped."""
+    from demo.engine import layerskip
+
     target = loaded.target
     why = layerskip.unsupported(target.model)
     if why:
@@ -87,3 +92,33 @@ def layer_skip(loaded, name: str, spec, progress) -> layerskip.LayerSkipDrafter:
         stop_ids=target.stop_ids,
         blocked_ids=loaded.placeholder_ids(),
     )
+
+
+def _heads(loaded, name: str, which: str, progress):
+    """A drafter on the target's hidden states, from its checkpoint beside the target's directory
+    (a checkpoint for another hidden size is refused with a sentence, `demo.engine.heads.load`)."""
+    from demo.engine.feature import FeatureDrafter
+    from demo.models.feature_assets import checkpoint, no_checkpoint
+
+    progress(0.2, f"loading the {which} drafter on the target's hidden states")
+    path = checkpoint(loaded.preset, which)
+    if path is None:
+        raise ValueError(no_checkpoint(which)(loaded.preset))
+    return FeatureDrafter.load(path, loaded.target, name=name, blocked_ids=loaded.placeholder_ids())
+
+
+def feature(loaded, name: str, spec, progress):
+    return _heads(loaded, name, "feature", progress)
+
+
+def medusa(loaded, name: str, spec, progress):
+    return _heads(loaded, name, "medusa", progress)
+
+
+def staged(loaded, name: str, spec, progress):
+    """The preset's drafter model `spec` (its first text-only one), drafting through the lookup stage."""
+    from demo.engine.staged import StagedDrafter
+
+    # `Loaded.drafter` holds its lock while it calls this loader: its lock-free inner call, as the
+    # loader's own "+tree" does (the public one would wait on itself).
+    return StagedDrafter(loaded._drafter(spec.name, progress), name=name)

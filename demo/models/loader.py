@@ -138,12 +138,11 @@ class Loaded:
         why = self.preset.unusable().get(name)
         if why:
             raise KeyError(f"drafter {name!r} is not offered for preset {self.preset.name!r}: {why}")
-        spec = next((s for s in self.preset.drafters if s.name == name), None)
-        kind = drafter_kinds.named().get(name) or (drafter_kinds.KINDS.get(spec.kind) if spec else None)
-        if kind is None:
+        offer = self.preset.drafter(name)
+        if offer is None:
             known = ", ".join(self.preset.drafter_names())
             raise KeyError(f"unknown drafter {name!r} for preset {self.preset.name!r} (known: {known})")
-        return kind.loader()(self, name, spec, progress)
+        return offer.kind.load(self, name, offer.spec, progress)
 
     def placeholder_ids(self) -> frozenset[int]:
         """The target prompt's image placeholder ids, which no drafter reads or proposes."""
@@ -151,24 +150,9 @@ class Loaded:
 
     def notes(self, drafter: str) -> tuple[str, ...]:
         """Facts about this target-drafter pairing that the UI should state (loads the drafter)."""
-        d = self.drafter(drafter)
-        tokenizer = self.target.tokenizer
-        if d.kind == "prompt-lookup":
-            return (
-                f"Prompt lookup has no model: it drafts the tokens that followed the last {d.max_ngram} "
-                "tokens (or fewer) where they occur earlier in the question or the answer, and drafts nothing "
-                "in a round where they do not (that round is one plain target step). Its q is 1 on each draft, "
-                "so in sampling mode a draft is accepted with probability p.",
-            )
-        notes = []
-        if d.kind == "self":
-            n_layers = len(d.keep) + len(d.skip)
-            notes.append(
-                f"The layer-skip drafter is the target itself with decoder layers {', '.join(map(str, d.skip))} of "
-                f"{n_layers} skipped (chosen by a search on training prompts): it reads the image as the target does "
-                f"and runs {d.n_params / self.target.n_params:.0%} of the target's parameters per step, with a KV "
-                "cache of its own."
-            )
+        d, tokenizer = self.drafter(drafter), self.target.tokenizer
+        note = drafter_kinds.of(d.kind).note
+        notes = [note(d, self.target)] if note else []
         if d.tree is not None:
             notes.append(
                 f"Token tree, {d.tree.describe()} ({d.tree.nodes(4)} nodes at gamma 4): one target forward scores "

@@ -36,6 +36,15 @@ def base_name(drafter: str) -> str:
 
 
 @dataclass(frozen=True)
+class Offer:
+    """What a drafter name of a preset is (`Preset.drafter`)."""
+
+    kind: drafter_kinds.Kind
+    spec: DrafterSpec | None  # the preset's drafter model it drafts with (None: none of the preset's)
+    tree: bool  # the name's "+tree" option
+
+
+@dataclass(frozen=True)
 class Preset:
     name: str
     target: str  # local directory or hub id
@@ -71,6 +80,18 @@ class Preset:
             if kind.why_not(self) is None:
                 names += [name] + ([name + TREE] if kind.tree else [])
         return tuple(names)
+
+    def drafter(self, name: str) -> Offer | None:
+        """What drafter `name` ("+tree" or not) of this preset is: its kind and the model it drafts
+        with; None for a name of no registered kind. Whether it is offered is `unusable`'s."""
+        base = base_name(name)
+        kind = drafter_kinds.named().get(base)
+        spec = next((s for s in self.drafters if s.name == base), None)
+        if kind is None and spec is not None:
+            kind = drafter_kinds.KINDS.get(spec.kind)
+        elif kind is not None:
+            spec = next((s for s in self.drafters if s.kind == kind.base), None) if kind.base else None
+        return Offer(kind, spec, name.endswith(TREE)) if kind else None
 
     def refusal(self, drafter: str, gamma: int, min_confidence: float = 0.0) -> str | None:
         """Why this preset cannot race `drafter`, one of the names it offers (a name it does not

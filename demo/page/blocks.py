@@ -19,6 +19,7 @@ import html
 
 from demo.engine.detokenize import END_OF_TURN, END_TOKENS
 from demo.engine.events import DraftTree, RoundEvent, Trace
+from demo.models import drafter_kinds
 from demo.page import teach
 from demo.page.render import KIND_LABELS, visible
 
@@ -62,9 +63,9 @@ def blocks_html(trace: Trace) -> str:
 
 
 def _why_none(trace: Trace, r: RoundEvent) -> str:
-    """Why a speculative round drafted nothing: the token budget's last token, or no lookup match."""
-    lookup = trace.start and trace.start.drafter and trace.start.drafter.kind == "prompt-lookup"
-    return "no earlier match to copy" if lookup and r.stop != "max_new_tokens" else "token budget"
+    """Why a speculative round drafted nothing: the token budget's last token, or its kind's reason."""
+    drafter = trace.start and trace.start.drafter
+    return drafter_kinds.of(drafter.kind).silent if drafter and r.stop != "max_new_tokens" else "token budget"
 
 
 def _round(r: RoundEvent, trace: Trace, own: str | None) -> str:

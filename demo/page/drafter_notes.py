@@ -4,7 +4,7 @@ under the Drafter menu (`describe`). The lines are the drafter kinds' own
 
 from __future__ import annotations
 
-from demo.models import drafter_kinds, presets
+from demo.models import presets
 from demo.world.tasks import LANGUAGE_NAMES
 
 LANGUAGES = {  # the world's drafters trained for its languages (`presets.WORLD_DRAFTERS`)
@@ -21,9 +21,10 @@ TREE_LINE = (
 def describe(preset: str, drafter: str | None) -> str:
     """The drafter `drafter` of preset `preset` in one line ("" for a name the preset lacks)."""
     known = presets.PRESETS.get(preset)
-    kind = drafter_kinds.kind_of(known, drafter) if known and drafter else None
-    if kind is None:
+    offer = known.drafter(drafter) if known and drafter else None
+    if offer is None:
         return ""
+    kind = offer.kind
     line = kind.describe(known)
     base = drafter.removesuffix(presets.TREE)
     trained = LANGUAGES.get(base) or (

@@ -79,7 +79,7 @@ def runs_uploads():
 
 def _check(request: session.Request, image, k) -> tuple:
     try:
-        result = proof_runs.check_law(request, image, runs_uploads(), k=int(k))
+        result = proof_runs.check_law(request, image, runs_uploads(), k=k)  # k checked there, with a sentence
     except Exception as error:
         raise runs.page_error(failures.message(error)) from None
     return proof.law_summary(result), proof.law_figure(result), result

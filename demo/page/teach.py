@@ -13,6 +13,7 @@ import re
 
 from demo.engine.detokenize import END_TOKENS
 from demo.engine.events import RoundEvent, Trace
+from demo.models import drafter_kinds
 from demo.session import rejections
 
 CAUSAL = (
@@ -101,16 +102,7 @@ def why_rejected(
             f"a {'function' if category == 'function' else 'phrasing'} word: the drafter's sentence pattern differs "
             "from the target's here, a matter of the words around it" + _share(share)
         )
-    if kind == "prompt-lookup":
-        what = "prompt lookup only copies what followed the same words earlier in the question or the answer"
-    elif kind == "self":
-        what = "the layer-skip drafter is the target with some of its layers left out, so it sees the image but reads it less well"
-    elif kind == "text-only":
-        what = "the text-only drafter cannot see the image, so it guessed from the words alone"
-    else:
-        what = (
-            f"the {kind} drafter sees the image, but it is a far smaller model than the target and reads it less well"
-        )
+    what = drafter_kinds.of(kind).teach
     said = "an option letter, which follows from what the image shows" if category == "letter" else f"a {category} word"
     return f"{_t(own)} is {said}, the kind the image shows, and {what}{_image(share, needed)}"
 

@@ -40,12 +40,6 @@ def check_available(preset: str) -> None:
         raise loader.Unavailable(available.message)
 
 
-def _model_drafter(preset: presets.Preset, name: str) -> presets.DrafterSpec | None:
-    """The model a drafter name drafts with: the spec of that name, or of its tree option's base;
-    None for a drafter with no model of its own (prompt lookup, layer-skip self-drafting)."""
-    return next((s for s in preset.drafters if name in (s.name, s.name + presets.TREE)), None)
-
-
 def check_memory(preset_name: str, drafters: tuple[str, ...]) -> None:
     """Refuse (NotEnoughMemory), before anything loads, a race's lanes (their `drafters`) whose
     drafter models do not fit beside the target of preset `preset_name`. The loader checks one
@@ -54,7 +48,8 @@ def check_memory(preset_name: str, drafters: tuple[str, ...]) -> None:
     from demo.models import devices, hub, loader
 
     preset = presets.PRESETS[preset_name]
-    specs = {spec.name: spec for d in drafters if (spec := _model_drafter(preset, d)) is not None}
+    offers = [preset.drafter(d) for d in drafters]  # each drafter's model of the preset's, if it has one
+    specs = {o.spec.name: o.spec for o in offers if o is not None and o.spec is not None}
     if len(specs) < 2:
         return
     loaded = loader.load(preset_name) if loader.is_loaded(preset_name) else None
