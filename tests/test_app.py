@@ -359,6 +359,9 @@ def test_json_export_holds_settings_traces_metrics_and_comparison():
     assert record["comparison"]["speedup"] == pytest.approx(
         metrics.speedup(traces["speculative"], traces["autoregressive"])
     )
+    # the headline's two speedups travel with it: the projection and this machine's range
+    assert record["comparison"]["projected_speedup"] == pytest.approx((7 / 3) / 1.10533, abs=1e-4)
+    assert record["comparison"]["measured_speedup"] == pytest.approx([1.0307, 1.0307], abs=1e-4)
 
 
 def test_json_export_of_unfinished_runs_is_strict_json_without_a_comparison():
