@@ -36,8 +36,9 @@ PARADOX = (
 
 INTRO = (
     "<p class='proof-intro'>After each race: where each speculative lane's time went, and which answer tokens "
-    "needed the image. <b>Check exactness</b> draws the first tokens many times with the lane, with the target "
-    "alone and with a broken rule that accepts every draft, and tests each against the target's exact law.</p>"
+    "needed the image. <b>Check exactness</b> takes the race shown above (its question, image, drafter and "
+    "settings) and draws its first tokens many times with the lane, with the target alone and with a broken rule "
+    "that accepts every draft, testing each against the target's exact law.</p>"
 )
 
 
