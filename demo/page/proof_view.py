@@ -94,8 +94,30 @@ def on_check(last, k):
     return _check(request, image, k)
 
 
-def exactness_api(image, *sent):
-    """/exactness: the law check of a request given by its fields (`form.FIELDS`, by name), then k."""
+def exactness(image, *sent):
+    """Check that speculative sampling is lossless on one image and question: draw the k tokens after
+    the first many times three ways (the target alone, the speculative lane, and a deliberately broken
+    rule that accepts every draft) and test each against the target's exact law of those tokens. The
+    lane and the target should pass and the broken rule fail; too few draws are said to be too few.
+
+    Args:
+        image: the picture the question is about (a URL or a file).
+        question: what to ask about the image.
+        preset: the model pair; "embedded" is the small built-in pair.
+        drafter: the drafter whose acceptance rule is checked, e.g. "text-only".
+        gamma: tokens the drafter proposes per round, 1 to 10.
+        greedy: ignored: the check always samples (greedy has one outcome).
+        temperature: sampling temperature, above 0 and at most 5.
+        top_p: nucleus sampling mass in (0, 1].
+        seed: the seed of the draws.
+        max_new_tokens: ignored: the check reads the first k + 1 tokens.
+        min_confidence: adaptive drafting; stop a round's drafting below this probability (0 = off).
+        second_drafter: ignored: the check is of the first drafter's lane.
+        k: how many tokens after the first form the checked law, 1 to 3.
+    Returns:
+        A sentence with each way's verdict, a chart of the law against the draws, and the numbers as JSON
+        (total-variation distance and p-value of each way, draws made).
+    """
     values = EXACTNESS.bind(image, *sent).arguments
     try:
         request = session.parse(**form.fields(values) | {"greedy": False, "max_new_tokens": K_MAX + 2})
@@ -106,7 +128,7 @@ def exactness_api(image, *sent):
 
 _K = inspect.Parameter("k", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=2)
 EXACTNESS = form.signature().replace(parameters=[*form.signature().parameters.values(), _K])
-exactness_api.__signature__ = EXACTNESS  # what Gradio reads /exactness's parameters from
+exactness.__signature__ = EXACTNESS  # what Gradio and MCP read /exactness's parameters from
 
 
 def wire(p: SimpleNamespace, last, api_inputs: list) -> None:
@@ -116,4 +138,6 @@ def wire(p: SimpleNamespace, last, api_inputs: list) -> None:
     once = {"concurrency_limit": 1, "concurrency_id": "race", "preprocess": False}
     outputs = [p.law_note, p.law_chart, p.law_json]
     p.check.click(on_check, [last, p.k], outputs, api_visibility="private", **once)
-    gr.Button(visible=False).click(exactness_api, [*api_inputs, p.k], outputs, api_name="exactness", **once)
+    gr.Button(visible=False).click(  # the MCP tool "exactness", described by its docstring
+        exactness, [*api_inputs, p.k], outputs, api_name="exactness", **once
+    )
