@@ -174,7 +174,9 @@ def run_race(
                         sweeping = redraws.done() and request.sampling.greedy
                         yield update | ({"sweep_note": SWEEPING} if sweeping else {})
                 elif isinstance(item, session.RaceResult):
-                    yield from _ended(request, image, run, redraws, item)
+                    yield from _ended(
+                        race.request, image, run, redraws, item
+                    )  # as raced (a busy machine may shorten it)
                 # a Sweeping: the γ sweep or the table goes on (a Stop is answered between its replays)
         except Exception as error:  # Gradio closing the handler is a GeneratorExit: not caught, not an error
             message = failures.message(error)
