@@ -62,8 +62,12 @@ def test_the_law_panels_show_each_way_against_the_exact_law_and_colour_the_broke
     assert summary.count("law-pass") == 2 and summary.count("law-fail") == 1
     assert "does not write the target's law" in summary and "below 0.001" in summary
     assert "The broken rule passed here" not in summary
-    blind = CHECK | {"passed": {"target": True, "speculative": True, "broken": True}}
-    assert "The broken rule passed here" in proof.law_summary(blind)  # a control that could not fail says so
+    # a control that could not fail says so, in the check's own sentence (`LawCheck.to_dict()["note"]`)
+    blind = CHECK | {
+        "passed": {"target": True, "speculative": True, "broken": True},
+        "note": "The broken rule passed here.",
+    }
+    assert "<li class='law-note'>The broken rule passed here.</li>" in proof.law_summary(blind)
 
 
 @pytest.mark.fast
