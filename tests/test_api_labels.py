@@ -40,13 +40,16 @@ def test_every_endpoint_names_its_outputs(app):
         "Download the trace (JSON)",
         "Download the tokens (CSV)",
         "annotated round",
-        "time per round chart",
+        "time split chart",
         "gamma sweep chart",
         "gamma sweep note",
         "second speculative panel",
         "second speculative stats",
         "second block view",
         "table of drafting strategies",
+        "time split note",
+        "second time split chart",
+        "image dependence",
     ]
     assert [r["label"] for r in endpoints["/trace"]["returns"]] == ["trace"]
     assert [r["label"] for r in endpoints["/analysis"]["returns"]][:4] == [

@@ -359,6 +359,9 @@ def test_json_export_holds_settings_traces_metrics_and_comparison():
     assert record["comparison"]["speedup"] == pytest.approx(
         metrics.speedup(traces["speculative"], traces["autoregressive"])
     )
+    # the headline's two speedups travel with it: the projection and this machine's range
+    assert record["comparison"]["projected_speedup"] == pytest.approx((7 / 3) / 1.10533, abs=1e-4)
+    assert record["comparison"]["measured_speedup"] == pytest.approx([1.0307, 1.0307], abs=1e-4)
 
 
 def test_json_export_of_unfinished_runs_is_strict_json_without_a_comparison():
@@ -432,4 +435,39 @@ def test_race_and_trace_take_the_requests_fields_by_the_same_names_from_one_list
     assert form.FIELDS == tuple(inspect.signature(session.parse).parameters)[:-1]  # all but `known`
     assert names("/trace") == ["image", *form.FIELDS]
     assert names("/race") == ["image", *form.FIELDS, *handlers.PAGE_ONLY]
+    assert names("/exactness") == ["image", *form.FIELDS, "k"]  # the law check's request, by the same names
     assert handlers.PAGE_ONLY == ("adaptive",)
+
+
+def test_a_race_makes_one_accelerator_call_and_reads_the_image_attention_once(tiny_world, monkeypatch):
+    """What the proof section shows (the time split, the attention, the ablation) comes from the
+    race's own call: the page makes no second call and reads nothing twice."""
+    import gradio.utils
+
+    from demo.models import ablation, attention_pass
+    from demo.session import proof_runs
+    from demo.session import race as race_module
+
+    counts = {"race": 0, "attention": 0, "ablation": 0, "law": 0}
+
+    def counted(name, function):
+        def call(*args, **kwargs):
+            counts[name] += 1
+            return function(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(race_module, "gpu_race", counted("race", race_module.gpu_race))
+    monkeypatch.setattr(attention_pass, "image_attention", counted("attention", attention_pass.image_attention))
+    monkeypatch.setattr(ablation, "ablate", counted("ablation", ablation.ablate))
+    monkeypatch.setattr(proof_runs, "check_law", counted("law", proof_runs.check_law))
+    uploads = Path(gradio.utils.get_upload_folder()) / "one-call"
+    uploads.mkdir(parents=True, exist_ok=True)
+    image = uploads / "1.png"
+    image.write_bytes((tiny_world / "examples" / "1.png").read_bytes())
+    updates = list(handlers.run_race(str(image), QUESTION, TINY, "text-only", max_new_tokens=8))
+    assert counts == {"race": 1, "attention": 1, "ablation": 1, "law": 0}  # one answer: both lanes wrote it
+    last = updates[-1]
+    assert "needed the image" in last["dependence"] and "time-sentence" in last["time_note"]
+    facts, timeline, request, raced_image = last["last"]
+    assert request.question == QUESTION and raced_image == str(image)  # what the check will draw from

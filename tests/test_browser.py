@@ -138,9 +138,12 @@ def test_a_race_teaches_an_annotated_round_the_gamma_sweep_and_p_and_q(browser, 
     assert page.locator("#how-round").bounding_box()["y"] < page.locator("#chart-race").bounding_box()["y"]
     # 2. the sweep chart: tau, MBSU, the speedup at the paper's scale and on this machine, and alpha for gamma = 1..10
     assert page.locator("#chart-sweep .scatterlayer .trace").count() == 5
-    assert page.locator("#chart-time .barlayer .trace").count() == 2  # draft and verify per round
-    # 5. honest labels: the example's reference is judged beside the lossless badge
-    assert "reference" in page.inner_text("#outcome") and "Why ×" in page.inner_text("#outcome")
+    # the one time chart: the proof section's split (drafting, verification, everything else)
+    assert page.locator("#time-split-chart .barlayer .trace").count() >= 3
+    # 5. honest labels: the example's reference is judged beside the lossless badge; the projection named so
+    outcome = page.inner_text("#outcome")
+    assert "reference" in outcome and "projected for a 7B LLaVA with a 68M drafter on an H200" in outcome
+    assert page.locator("#outcome details.how-computed:not([open])").count() == 1  # the rest: closed
     # 3. the inspector: open a round that rejected a draft (else the first), see p and q
     rounds = page.locator("#blocks details.round-d")
     rejected = page.locator("#blocks details.round-d:has(.chip-no)")

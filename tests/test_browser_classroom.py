@@ -40,7 +40,7 @@ def test_a_class_can_run_step_through_and_stop_a_race_at_this_width(browser, ser
     page.click("#run")
     page.wait_for_selector("#outcome .badge", timeout=120_000)
     page.wait_for_selector("#run:not([disabled])", timeout=120_000)
-    assert "at the paper's scale" in page.inner_text("#outcome")
+    assert "projected for a 7B LLaVA" in page.inner_text("#outcome")
     assert "measured on this machine: ×" in page.inner_text("#outcome")
     page.click("#next-round")
     outcome_has(page, "Step by step: round 1 of ")

@@ -8,6 +8,7 @@ promises no γ sweep (it has none), and the preset's note lists every drafter of
 one line. Screenshots go where tests/test_browser.py puts its own.
 """
 
+import re
 import time
 
 import pytest
@@ -148,7 +149,10 @@ def test_a_sampled_race_promises_no_gamma_sweep_and_the_preset_lists_every_draft
     assert lines.count() == len(drafters) > 1
     page.locator("#preset-info details.drafter-lines summary").click()
     for name, line in zip(drafters, lines.all_inner_texts(), strict=True):
-        assert line == f"{name}: {drafter_notes.describe(preset, name)}" and len(line) > len(name) + 20
+        assert line.startswith(name) and line.endswith(f": {drafter_notes.describe(preset, name)}")
+        assert len(line) > len(name) + 20
+    summary = page.inner_text("#preset-info details.drafter-lines summary")
+    assert re.match(r"The target \(\d[\d.]*[KMB] parameters\) sees the image", summary), summary  # before any run
     shoot(page, "drafter-lines-1400.png")
 
     # Every text the sweep's note shows during a sampled race, recorded as it changes.

@@ -3,6 +3,8 @@ the time split chart and its sentence, the answer's image-dependent tokens marke
 exactness, whose panels show the lane and the target alone passing and the broken rule failing.
 Screenshots go where tests/test_browser.py puts its own (proof-1400.png, proof-420.png)."""
 
+import re
+
 import pytest
 from test_browser import EMBEDDED, browser, served, shoot  # noqa: F401 (fixtures)
 
@@ -16,12 +18,23 @@ pytestmark = pytest.mark.slow
 CAPTION = "Write a short caption for this image."
 
 
+# Words for developers, never for the page's visitors: a file path, a module, a command line, a setting.
+DEVELOPER = re.compile(r"python -m|DEMO_|\b[\w./-]+\.(?:md|py|json)\b|\bdemo\.[a-z_]+|shared/|docs/|Hugging Face cache")
+
+
+def developer_words(page) -> list[str]:
+    """The developer's words in the page's rendered text, its closed sections included."""
+    text = page.evaluate("() => document.body.textContent")
+    return sorted({m.group(0) for m in DEVELOPER.finditer(text)})
+
+
 @pytest.mark.skipif(not EMBEDDED, reason="the law check's example is the embedded world's")
 def test_the_time_split_the_image_dependent_tokens_and_the_law_check_show_after_a_race(browser, served):  # noqa: F811
     """One race and one check, read at 1400 px and again at 420 px (a phone)."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(served)
     page.wait_for_selector(DRAWN)
+    assert developer_words(page) == []  # before a run
     page.locator("#examples .thumbnail-item").first.click()
     page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
     page.fill("#question textarea", CAPTION)
@@ -30,8 +43,11 @@ def test_the_time_split_the_image_dependent_tokens_and_the_law_check_show_after_
     page.wait_for_selector("#run:not([disabled])", timeout=300_000)  # the γ sweep and the table come after the badge
     page.wait_for_selector("#time-note .time-sentence", timeout=60_000)
     page.wait_for_selector("#image-dependence .img-dep", timeout=60_000)
+    assert developer_words(page) == []  # after it: the headline, its closed section, the proof panels
+    page.fill("#question textarea", "Is there a circle?")  # the check is of the race shown, not of the form
     page.click("#check-exactness")
     page.wait_for_selector("#law-note .law-fail", timeout=120_000)
+    assert page.locator("#law-note .law-fail").count() == 1
     for width in (1400, 420):
         page.set_viewport_size({"width": width, "height": 1000})
         page.wait_for_timeout(500)  # plotly redraws at the new width

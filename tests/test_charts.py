@@ -64,18 +64,6 @@ def test_two_lanes_are_overlaid_each_in_its_own_style_and_named_by_its_drafter_i
     assert hist.data[1].marker.pattern.shape == "/" and not hist.data[0].marker.pattern.shape
     pos = charts.acceptance_by_position(spds)
     assert [list(bar.y) for bar in pos.data] == [[1.0, 0.5, 0.5], [1.0, 0.5, 0.5]]
-    times = charts.round_times(spds, ar)
-    assert [bar.name for bar in times.data] == [
-        "draft · SPD text-only",
-        "verify · SPD text-only",
-        "draft · SPD image-aware",
-        "verify · SPD image-aware",
-        "target alone: 1 step (median)",
-    ]
-    assert [bar.offsetgroup for bar in times.data[:4]] == ["0", "0", "1", "1"]  # a stack per lane, side by side
-    assert list(times.data[3].base) == [10.0, 10.0] and list(times.data[3].y) == [15.0, 20.0]  # verify on draft
-    # the target's step is a line named in the legend, with no label drawn over the bars
-    assert not times.layout.annotations and list(times.data[4].y) == [10.0, 10.0]
 
 
 def test_a_single_lane_keeps_its_charts_without_a_legend():
@@ -92,7 +80,6 @@ def test_a_single_lane_keeps_its_charts_without_a_legend():
         lambda t: charts.block_efficiency([t]),
         lambda t: charts.accept_lengths([t, t]),
         lambda t: charts.acceptance_by_position([t]),
-        lambda t: charts.round_times([t, t], t),
     ],
 )
 def test_every_chart_draws_an_empty_trace(draw):

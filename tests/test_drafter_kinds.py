@@ -79,8 +79,7 @@ def test_a_registered_kind_is_offered_described_and_budgeted_from_its_one_regist
 def test_a_registered_kinds_words_on_the_page_and_its_price_come_from_its_registration_alone(toy):
     said = teach.why_rejected("toy", "colour", 0.5, " red", " blue")
     assert said.endswith(
-        "and the toy copies words and never looks at anything; the target put 50% of its "
-        "attention on the image there, so the image decided it"
+        "and the toy copies words and never looks at anything; the target put 50% of its attention on the image there"
     )
     assert scale.draft_ratio("toy", 0.9) == 0.25  # the paper-scale price of a step, whatever its size
     assert presets.PRESETS["embedded"].drafter("toy").kind is toy

@@ -43,14 +43,14 @@ def test_two_speculative_lanes_fill_every_lanes_components_by_name():
     assert "text-only: ✗ outputs differ" in update["outcome"] and "image-aware: ✗ outputs differ" in update["outcome"]
     assert [line.name for line in update["race_chart"].data] == ["SPD text-only", "SPD image-aware", "autoregressive"]
     assert len(update["tau_chart"].data) == len(update["hist_chart"].data) == 2
-    # draft and verify bars for each lane, then the target alone's median step as one legend line
-    assert [bar.name for bar in update["time_chart"].data] == [
-        "draft · SPD text-only",
-        "verify · SPD text-only",
-        "draft · SPD image-aware",
-        "verify · SPD image-aware",
-        "target alone: 1 step (median)",
+    # the one time chart: the proof section's split of each lane (drafting, verification, everything else)
+    assert [bar.name for bar in update["time_chart"].data][:3] == [
+        "drafting (γ·D)",
+        "verification (T(γ+1))",
+        "everything else",
     ]
+    assert update["time_chart2"]["visible"] and update["time_note"].count("time-sentence") == 2
+    assert "dependence" not in update  # until the race's call has read the ablation
     assert "the first speculative lane" in update["how_round"]
     assert lanes.ordered({"autoregressive", "speculative-2", "speculative"}) == list(traces)
 
@@ -74,6 +74,17 @@ def test_the_preset_line_names_each_drafter_it_cannot_offer_with_the_reason(monk
     assert "<b>feature</b>: no feature drafter has been trained" in html and "<b>medusa</b>: no medusa" in html
     assert layout.drafter_choices("p") == ["d", "d+tree", "prompt-lookup", "staged"]  # d is text-only: staged
     assert layout.second_choices("p") == ["none", "d", "d+tree", "prompt-lookup", "staged"]
+
+
+def test_a_preset_not_offered_is_told_in_words_for_visitors_without_paths_or_settings():
+    cache = (
+        "Not in the local Hugging Face cache: llava-hf/llava-1.5-7b-hf, double7/vicuna-68m. Downloads are off: "
+        "set DEMO_ALLOW_DOWNLOADS=1 to fetch them, or put them in the cache beforehand."
+    )
+    told = layout.left_out_html({"llava-1.5-7b": cache, "big": "It needs 30 GB of memory; this machine has 24 GB."})
+    assert "DEMO_" not in told and "cache" not in told and "llava-hf/" not in told
+    assert "<b>llava-1.5-7b</b>: Its models are not on this machine; the project&#x27;s README says how" in told
+    assert "<b>big</b>: It needs 30 GB of memory; this machine has 24 GB." in told  # a reason for visitors stays
 
 
 def test_the_table_lists_each_row_by_predicted_speedup_marks_the_race_and_footnotes_what_was_left_out():

@@ -168,9 +168,20 @@ def test_cost_model_keeps_measured_verify_costs_and_never_prices_one_below_them(
     measured = metrics.Costs(t1=0.004, t_verify=0.006, t_draft=0.0005, gamma=4, t1_spread=0.0, verify_spread=0.0)
     assert measured.verify(1) == 0.004 and measured.verify(5) == pytest.approx(0.006)
     assert measured.verify(9) == pytest.approx(0.008)  # extrapolated along the measured slope
-    # A busy machine measured the 5-token verify cheaper than the 1-token step: both measurements
-    # stay, and wider forwards are held at the cheaper one instead of falling to negative costs.
+    # A busy machine timed the 5-token verify cheaper than the 1-token step: a wider forward does that
+    # step's work and more, so every verify is held at one step at least.
     inverted = metrics.Costs(t1=0.075, t_verify=0.030, t_draft=0.001, gamma=4, t1_spread=0.0, verify_spread=0.0)
-    assert inverted.verify(1) == 0.075 and inverted.verify(5) == pytest.approx(0.030)
-    assert inverted.verify(11) == inverted.verify(40) == 0.030
-    assert all(metrics.predicted(2.0, g, inverted) > 0 for g in range(1, 11))
+    assert inverted.verify(1) == inverted.verify(5) == inverted.verify(40) == 0.075
+
+
+def test_a_drafter_that_gets_nothing_accepted_is_priced_at_or_below_x1_on_the_strategy_tables_costs():
+    """τ 1, α 0 (text-only on a Chinese prompt): the row read ×1.55 where the verify was timed cheaper
+    than one step; every draft is work for nothing, so it can never read faster than the target alone."""
+    inverted = metrics.Costs(t1=0.075, t_verify=0.030, t_draft=0.001, gamma=4, t1_spread=0.0, verify_spread=0.0)
+    for made in (4, 0):  # four rejected drafts a round; and prompt lookup with no match, which drafts nothing
+        point = metrics.SweepPoint(gamma=4, rounds=((made, 0, 1),) * 5)
+        [row] = metrics.sweep_rows([point], c=0.0 if made == 0 else 0.1, step_costs=inverted)
+        assert point.alpha == 0 or made == 0
+        assert row["predicted_speedup"] <= 1.0
+    [row] = metrics.sweep_rows([metrics.SweepPoint(gamma=4, rounds=((0, 0, 1),) * 5)], c=0.0, step_costs=inverted)
+    assert row["predicted_speedup"] == 1.0  # nothing drafted, nothing lost: the target alone

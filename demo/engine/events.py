@@ -283,6 +283,9 @@ class Trace:
     # the target's attention on the image per answer token, read after the run (off its clock) by
     # demo.models.attention_pass; None until then, and for runs nobody asked it of
     image_attention: ImageAttention | None = None
+    # its answer scored with the image and with a blank one (`demo.models.ablation.Ablation.to_dict()`),
+    # read with the attention; None where nobody asked
+    ablation: dict | None = None
 
     def add(self, event: Event) -> None:
         self.t = event.t

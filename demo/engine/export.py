@@ -8,7 +8,8 @@ second drafter's lane, when there is one) and "autoregressive"; every lane is ex
 
     payload(settings, traces) -> dict            the whole race: settings, every lane's trace and
                                                  metrics, each speculative lane against the target
-    comparison(spd, ar) -> dict                  identical outputs? first difference, speedup
+    comparison(spd, ar) -> dict                  identical outputs? first difference, the speedups:
+                                                 wall clock, projected, this machine's range
     to_json(payload) -> str
     tokens_csv(traces) -> str                    run, index, text, kind, round, p, q, ... t, drafter,
                                                  image_attention
@@ -59,17 +60,20 @@ def _strict(value):
 
 
 def comparison(spd: Trace, ar: Trace) -> dict:
-    """Whether the two finished runs wrote the same tokens, where they first differ, and the
-    wall-clock decoding speedup of the first over the second."""
+    """Whether the two finished runs wrote the same tokens, where they first differ, and the first's
+    speedups over the second: the wall clock's, the headline's projection, this machine's range."""
     a, b = spd.summary.token_ids, ar.summary.token_ids
     first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)  # lengths may differ
     if first is None and len(a) != len(b):
         first = min(len(a), len(b))
     both_decoded = metrics.decode_tokens(spd) > 0 and metrics.decode_tokens(ar) > 0
+    split = metrics.split(spd, ar) if both_decoded else None
     return {
         "identical": first is None,
         "first_difference": first,
-        "speedup": metrics.speedup(spd, ar) if both_decoded else math.nan,
+        "speedup": metrics.speedup(spd, ar) if both_decoded else math.nan,  # the wall clock's
+        "projected_speedup": metrics.scaled_speedup(spd),  # the headline's projection
+        "measured_speedup": [split["low"], split["high"]] if split else None,  # this machine's range
     }
 
 

@@ -1,23 +1,14 @@
 """Metrics: pure functions over a run's trace. Every number the app shows comes from here.
 
-    tau    block efficiency: answer tokens produced in decoding per target forward in decoding,
-           the bonus included (vLLM calls it "mean acceptance length"). The prefill's token is
-           excluded from both counts, so an autoregressive run has tau = 1 exactly.
-    alpha  acceptance rate: accepted drafts / drafted tokens.
-    MBSU   memory-bound speedup (Gagrani et al. 2024): tau / (1 + gamma * c), with
-           c = drafter parameters / target parameters. It is the speedup when every forward
-           costs the time to read the model's weights. `mbsu` uses the nominal gamma;
-           `mbsu_made` the drafts actually made per round (they differ with adaptive drafting,
-           and in the last rounds, cut by the token budget). Prompt lookup has c = 0; layer-skip
-           the fraction of the target it runs; a token tree counts gamma drafter steps, as a tree
-           drafted level by level (one forward per depth) would cost where weights dominate.
-
-Token trees: tau, alpha and the accept lengths read the walked path (`RoundEvent.drafted_ids`);
-what a round cost is its tree: `verify_width` (nodes + 1) and `drafter_steps`, which the cost
-model (`costs`, `predicted_by_rounds`) uses.
-
-gamma and the parameter counts come from the trace's first event (`RunStart`): a trace is
-measured on its own, with nothing passed beside it.
+tau    block efficiency: answer tokens per target forward in decoding, the bonus included
+       (the prefill's token excluded: an autoregressive run has tau = 1 exactly).
+alpha  acceptance rate: accepted drafts / drafted tokens.
+MBSU   memory-bound speedup (Gagrani et al. 2024): tau / (1 + gamma * c), c = drafter over
+       target parameters; `mbsu_made` counts the drafts actually made per round.
+split  a round at this race's step costs (`costs`): drafting, verify, the host's part, and
+       this machine's speedup range from them; `scaled_speedup` prices the rounds at the
+       paper's ratios (`demo.engine.scale`). Token trees: tau and alpha read the walked path,
+       the costs the whole tree (`verify_width`, `drafter_steps`).
 """
 
 from __future__ import annotations
@@ -187,11 +178,8 @@ def spread(values: list[float]) -> float:
 
 
 NOISY_SPREAD = 0.3  # a run whose step costs vary more than this (IQR / median) is timed on a busy machine
-# The cost model reads each step cost as the lower quartile of the race's steps: what a step costs
-# when the race has the cores. Other processes make a step slower, never faster, so the fast
-# quarter holds where the median moves: five default races beside 2 CPU-bound processes read
-# ×2.44-2.53 on lower quartiles and ×1.17-2.31 on medians (idle, both ×2.25-2.34; docs/benchmark.md).
-# The minimum holds less well (×1.86-2.31 there): one lucky step sets it.
+# Each step cost is the lower quartile of the race's steps: what a step costs when the race has the
+# cores (other processes make steps slower, never faster; docs/benchmark.md).
 STEP_QUANTILE = 0.25
 
 
@@ -214,14 +202,14 @@ class Costs:
 
     def verify(self, n_tokens: float) -> float:
         """A target forward over n_tokens tokens, interpolated linearly between the two measured
-        widths (1 token, and `width`), and never below the cheaper of the two: where a busy
-        machine measured the wide forward cheaper than the one-token step, the line falls with
-        width, and is held at the measured floor instead of going on to negative costs."""
+        widths (1 token, and `width`), and never below one single step: a forward over more
+        tokens does the one-token step's work and more, so where a busy machine timed the wide
+        forward cheaper, the step holds (and a round that gets nothing accepted never reads
+        faster than the target alone)."""
         width = self.width or self.gamma + 1
         if width <= 1:
             return self.t1
-        line = self.t1 + (n_tokens - 1) * (self.t_verify - self.t1) / (width - 1)
-        return max(line, min(self.t1, self.t_verify))
+        return max(self.t1, self.t1 + (n_tokens - 1) * (self.t_verify - self.t1) / (width - 1))
 
 
 def verify_width(r: RoundEvent) -> int:
@@ -284,10 +272,24 @@ def round_costs(trace: Trace, c: Costs) -> tuple[float, float, float]:
     return steps, width, sum(c.verify(verify_width(r)) for r in trace.rounds) / n
 
 
-def predicted(tau_value: float, drafts: float, c: Costs) -> float:
-    """The cost model's speedup for a round of `drafts` drafts (on average) yielding tau tokens:
-    tau target steps' worth of tokens for `drafts` drafter steps plus one verify of drafts + 1."""
-    return predicted_speedup(tau_value, drafts, c.t1, c.verify(drafts + 1), c.t_draft)
+def split(spd: Trace, ar: Trace) -> dict | None:
+    """A round of `spd` on average, in seconds at this race's step costs (`costs`), as the proof
+    panel and the headline both tell it: `draft` (its drafter steps), `verify` (its verify at its
+    width) and `other` (the rest of its measured clock: the host's part), with `t1`; and this
+    machine's speedup from them, `low` with the host's part, `high` the model steps alone."""
+    c = costs(spd, ar)
+    if c is None or not spd.rounds:
+        return None
+    steps, width, verify = round_costs(spd, c)
+    before, other = spd.tokens[0].t if spd.tokens else (spd.prefill.t if spd.prefill else 0.0), 0.0
+    for r in spd.rounds:
+        other += max(0.0, r.t - before - r.draft_seconds - r.verify_seconds)
+        before = r.t
+    draft, other, t = steps * c.t_draft, other / len(spd.rounds), tau(spd)
+    return {
+        **{"t1": c.t1, "draft": draft, "verify": verify, "other": other, "steps": steps, "width": width},
+        **{"low": t * c.t1 / (draft + verify + other), "high": t * c.t1 / (draft + verify)},
+    }
 
 
 def round_speedups(spd: Trace, ar: Trace) -> tuple[float, float, float]:
@@ -385,6 +387,9 @@ def sweep_rows(points: list[SweepPoint], c: float, step_costs: Costs | None, kin
             cost = sum(n * step_costs.t_draft + step_costs.verify(w) for n, w in pt.tree_costs) / len(pt.tree_costs)
             row["predicted_speedup"] = pt.tau * step_costs.t1 / cost
         else:
-            row["predicted_speedup"] = predicted(pt.tau, pt.drafts_per_round, step_costs)
+            made = pt.drafts_per_round
+            row["predicted_speedup"] = predicted_speedup(
+                pt.tau, made, step_costs.t1, step_costs.verify(made + 1), step_costs.t_draft
+            )
         rows.append(row)
     return rows

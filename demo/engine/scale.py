@@ -1,34 +1,20 @@
-"""The paper's scale: a race's speedup at fixed step-cost ratios, a function of its τ alone.
+"""The paper's scale: a race's projected speedup at fixed step-cost ratios, from its counts alone.
 
-A race on a shared CPU times its steps as the machine lets it, so a speedup read off its clocks
-moves from one rerun to the next while τ, α and MBSU (counts of tokens) do not. Priced at fixed
-ratios instead, a speedup follows from the counts alone and repeats exactly. The ratios here are
-the ones measured for the paper's setting (Gagrani et al. 2024: LLaVA 1.5 7B with a 68M drafter),
-on an NVIDIA H200 on 2026-12-04 (`python -m demo.lab.bench.gpu_check`, the note
-`shared/notes/gpu-2026-12-04.md`, part 2): a llava-1.5-7b-shaped target (7.06B parameters,
-576 image tokens, context 681) in bf16, T1 = 20.67 ms for one token, T(γ+1) for γ = 1..8 as
-listed in VERIFY_MS, and one step of a vicuna-68m-shaped drafter D = 0.235 ms (lean forward and
-CUDA graphs: D/T1 = 0.011).
+A speedup read off a shared CPU's clocks moves from one rerun to the next; priced at fixed ratios
+it follows from τ and the rounds' drafter steps and verify widths, and repeats exactly. The ratios
+were measured for the paper's setting (Gagrani et al. 2024: LLaVA 1.5 7B with a 68M drafter) on an
+NVIDIA H200 (`python -m demo.lab.bench.gpu_check`, shared/notes/gpu-2026-12-04.md part 2): T1 = 20.67 ms for one token, T(γ+1) for γ = 1..8
+(VERIFY_MS), a 68M drafter step D = 0.235 ms (D/T1 = 0.011).
 
-    verify_ratio(width)       T(width)/T1: the measured ratio for widths 2..9, 1 for one token,
-                              and beyond 9 tokens the largest measured ratio (not measured there)
-    draft_ratio(kind, c)      D/T1 for one drafter step: the 68M drafter's for a drafter model,
-                              0 for prompt lookup (no forward), c for layer-skip (the target
-                              running the share c of itself)
-    rounds_cost(pairs, d)     a round's cost in T1 from its (drafter steps, verify width)
-
-`demo.engine.metrics.scaled_speedup` prices a race's rounds with these (chains and trees alike:
-each round's own drafter steps and verify width), and `metrics.sweep_rows` each γ of the sweep.
-
-Every lane of a race is priced on this one basis, so lanes compare by their τ and drafting alone.
+    verify_ratio(width), draft_ratio(kind, c), rounds_cost(pairs, d)   the pricing
+    unmeasured(kind, widths)   what a projection rests on that was not measured, in words
 """
 
 from __future__ import annotations
 
 import math
 
-SOURCE = "an NVIDIA H200, 2026-12-04: shared/notes/gpu-2026-12-04.md, part 2 (python -m demo.lab.bench.gpu_check)"
-SETTING = "a llava-1.5-7b-shaped target with a 68M drafter on an H200"
+SETTING = "a 7B LLaVA with a 68M drafter on an H200"
 T1_MS = 20.67  # one target step over one token
 VERIFY_MS = (22.17, 22.62, 22.39, 23.93, 26.06, 23.70, 22.35, 22.57)  # T(γ+1) for γ = 1..8
 DRAFT_MS = 0.235  # one 68M drafter step, lean forward with CUDA graphs
@@ -63,6 +49,20 @@ def rounds_cost(steps_and_widths: list[tuple[int, int]], d: float) -> float:
     return sum(n * d + verify_ratio(w) for n, w in steps_and_widths) / len(steps_and_widths)
 
 
-def ratios_text(gamma: int) -> str:
-    """The ratios a race of this γ is priced at, in words, for the page."""
-    return f"a verify of {gamma + 1} tokens costs {verify_ratio(gamma + 1):.2f} T1 and a drafter step {DRAFT_RATIO} T1"
+WIDEST = len(VERIFY_MS) + 1  # the widest verify measured there (tokens)
+UNMEASURED: set[str] = set()  # the kinds priced at the 68M drafter's step, never measured for them (their Kind says)
+
+
+def unmeasured(kind: str | None, widths: list[int]) -> list[str]:
+    """What the projection of rounds of these verify `widths`, drafted by `kind`, rests on that
+    was not measured at the paper's scale (none: all of it was)."""
+    said, wide = [], [w for w in widths if w > WIDEST]
+    if wide:
+        said.append(
+            f"its verifies of {min(wide)}–{max(wide)} tokens are priced at the widest measured, {WIDEST} tokens "
+            f"({max(verify_ratio(w) for w in range(2, WIDEST + 1)):.2f} T1): wider ones cost at least that, so "
+            "the projection is at most this"
+        )
+    if kind in UNMEASURED:
+        said.append(f"a {kind} drafter step is priced at the 68M drafter's ({DRAFT_RATIO} T1), not measured for it")
+    return said

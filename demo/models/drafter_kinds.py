@@ -48,6 +48,7 @@ class Kind:
     unusable: Callable[[object], str | None] | None = None  # (preset) -> why not offered, or None
     note: Callable[[object, object], str] | None = None  # (drafter, target) -> a fact the page states
     silent: str = "token budget"  # why one of its rounds may draft nothing
+    paper_measured: bool = True  # False: paper_step is the 68M drafter's, never measured for this kind
 
     def describe(self, preset) -> str:
         return self.line(preset) if callable(self.line) else self.line
@@ -64,12 +65,15 @@ def register(kind: Kind) -> Kind:
         raise ValueError(f"drafter kind {kind.kind!r} is registered already")
     KINDS[kind.kind] = kind
     scale.STEP_RATIOS[kind.kind] = kind.paper_step
+    if not kind.paper_measured:
+        scale.UNMEASURED.add(kind.kind)
     return kind
 
 
 def unregister(kind: str) -> None:
     KINDS.pop(kind)
     scale.STEP_RATIOS.pop(kind)
+    scale.UNMEASURED.discard(kind)
 
 
 def of(kind: str) -> Kind:
@@ -188,6 +192,7 @@ register(
         load=loaders.feature,
         step=0.02,
         paper_step=scale.DRAFT_RATIO,
+        paper_measured=False,
         reads="text",
         teach=FEATURE_TEACH.format("feature drafter"),
         tree=True,  # "feature+tree": EAGLE-2's form, top-k of its own chained states through trees.py
@@ -203,6 +208,7 @@ register(
         load=loaders.medusa,
         step=0.02,
         paper_step=scale.DRAFT_RATIO,
+        paper_measured=False,
         reads="text",
         teach=FEATURE_TEACH.format("Medusa drafter"),
         tree=True,
@@ -218,6 +224,7 @@ register(
         load=loaders.staged,
         step=0.15,
         paper_step=scale.DRAFT_RATIO,
+        paper_measured=False,
         reads="text",
         teach=BLIND.replace("text-only drafter", "staged drafter (the text-only one, drafting faster)"),
         base="text-only",

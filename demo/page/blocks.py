@@ -97,6 +97,8 @@ def _round(r: RoundEvent, trace: Trace, own: str | None) -> str:
     )
     if trace.done:
         inside = teach.inspector_html(r, trace.greedy) or '<div class="inspector">no detail recorded</div>'
+        reason = teach.round_reason(trace, r)
+        inside = (f'<p class="why-rejected">{reason}</p>' if reason else "") + inside
     else:
         inside = '<div class="inspector">The inspector fills in once the run is over.</div>'
     return f'<details class="round-d" data-round="{r.index}">{summary}{inside}</details>'

@@ -10,7 +10,6 @@ line or fill pattern of its own, named by its drafter in the legend.
     accept_lengths          how many rounds accepted exactly k drafts, k = 0..gamma
     acceptance_by_position  the fraction of drafts accepted at draft position 1..gamma
     race                    answer tokens against each run's own compute clock
-    round_times             draft and verify time of every round
     gamma_sweep             the first speculative lane's γ sweep
     JS                      the page's script that frees a plot element Gradio dropped
 """
@@ -276,50 +275,6 @@ def race(spds: list[Trace], ar: Trace) -> go.Figure:
         {"title": {"text": "tokens"}, "rangemode": "tozero"},
         lines,
         **(_legend_below(len(lines)) if _several(spds) else {"showlegend": True, "legend": LEGEND}),
-    )
-
-
-def round_times(spds: list[Trace], ar: Trace) -> go.Figure:
-    """Per speculative round: drafting and verifying time stacked (a stack per lane, side by
-    side), against the target's median single step (from the autoregressive run): where each
-    round's time goes."""
-    spds = [s for s in spds if s.rounds]
-    if not spds:
-        return _empty("Time per round: draft + verify")
-    bars = []
-    for i, spd in enumerate(spds):
-        rounds = [r.index for r in spd.rounds]
-        draft = [r.draft_seconds * 1000 for r in spd.rounds]
-        verify = [r.verify_seconds * 1000 for r in spd.rounds]
-        suffix = f" · {lane_name(spd)}" if _several(spds) else ""
-        pattern = {"pattern": HATCH} if i else {}
-        group = {"offsetgroup": str(i)}
-        bars += [
-            go.Bar(x=rounds, y=draft, name="draft" + suffix, marker={"color": DRAFT} | pattern, **group),
-            go.Bar(
-                x=rounds, y=verify, base=draft, name="verify" + suffix, marker={"color": POSITION} | pattern, **group
-            ),
-        ]
-    steps = sorted(r.verify_seconds for r in ar.rounds)
-    if steps:  # a legend entry, not a label over the bars: the target alone's median step, across every round
-        ends = [min(r.index for s in spds for r in s.rounds) - 0.5, max(r.index for s in spds for r in s.rounds) + 0.5]
-        bars.append(
-            go.Scatter(
-                x=ends,
-                y=[steps[len(steps) // 2] * 1000] * 2,
-                mode="lines",
-                name="target alone: 1 step (median)",
-                line={"dash": "dot", "color": AUTOREGRESSIVE, "width": 1.5},
-                hoverinfo="skip",
-            )
-        )
-    return _figure(
-        "Time per round: draft + verify",
-        {"title": {"text": "round"}},
-        {"title": {"text": "ms"}, "rangemode": "tozero"},
-        bars,
-        barmode="group",
-        **(_legend_below(len(bars)) if _several(spds) else {"showlegend": True, "legend": TOP_LEFT}),
     )
 
 

@@ -51,7 +51,7 @@ def step(last, k: int) -> dict:
     stood when that round ended, and that round told step by step. Before a race: a message."""
     if last is None:
         return {"outcome": '<div class="outcome">Run a race first; then step through it one round at a time.</div>'}
-    facts, timeline = last
+    facts, timeline = last[:2]
     ends = rounds_of(timeline)
     if not ends:
         return {"outcome": '<div class="outcome">This race has no verification rounds to step through.</div>'}

@@ -64,13 +64,15 @@ TRACE_HEARTBEAT_EVERY = 0.02  # /trace has one output: its heartbeat costs Gradi
 
 PAGE_ONLY = ("adaptive",)  # /race's parameters after the request's fields (`form.FIELDS`), /trace's alone
 
-# The API's outputs keep their places: what issue 26 added comes after the downloads, the second
-# speculative lane's (issue 27) after those, and the table of strategies (issue 44) last.
+# The API's outputs keep their places: what was added later comes after the downloads (the second
+# speculative lane's, then the table of strategies, then the proof section's: the time-split
+# sentence, the second lane's split and the image's part, read off the race's own record).
 OUTPUTS = (
     *("spd_panel", "spd_stats", "ar_panel", "ar_stats", "outcome", "blocks"),
     *("race_chart", "tau_chart", "hist_chart", "pos_chart", "json_file", "csv_file"),
     *("how_round", "time_chart", "sweep_chart", "sweep_note", "spd2_panel", "spd2_stats", "blocks2"),
     "strategies",
+    *("time_note", "time_chart2", "dependence"),
     *("run", "replay", "stop", "last"),
 )
 
@@ -172,7 +174,9 @@ def run_race(
                         sweeping = redraws.done() and request.sampling.greedy
                         yield update | ({"sweep_note": SWEEPING} if sweeping else {})
                 elif isinstance(item, session.RaceResult):
-                    yield from _ended(request, run, redraws, item)
+                    yield from _ended(
+                        race.request, image, run, redraws, item
+                    )  # as raced (a busy machine may shorten it)
                 # a Sweeping: the γ sweep or the table goes on (a Stop is answered between its replays)
         except Exception as error:  # Gradio closing the handler is a GeneratorExit: not caught, not an error
             message = failures.message(error)
@@ -199,10 +203,10 @@ def _started(request: session.Request, redraws: Redraws) -> dict:
     return empty | NO_DOWNLOADS | buttons(busy=True) | lanes.sweep_view([], request) | waiting
 
 
-def _ended(request: session.Request, run: runs.PageRun, redraws: Redraws | None, result) -> list[dict]:
+def _ended(request: session.Request, image, run: runs.PageRun, redraws: Redraws | None, result) -> list[dict]:
     """The race's last updates, by how it ended (`result.ending`): the whole page (the γ sweep, the
-    table of strategies, the downloads, the replay's record); the finished race with its sweep cut;
-    or the stopped page."""
+    table of strategies, the proof section, the downloads, the race's record for the replay and the
+    law check); the finished race with its sweep cut; or the stopped page."""
     if redraws is None:  # stopped while the preset loaded
         return _stopped(run, result)
     cut = result.ending == "sweep cut"  # out of budget in the sweep: the race stands
@@ -217,7 +221,7 @@ def _ended(request: session.Request, run: runs.PageRun, redraws: Redraws | None,
         | ({"strategies": f'<div class="sweep-note">{why_not}</div>'} if cut else {})
         | downloads(redraws.traces, request, rows, table)
         | buttons(busy=False)
-        | {"last": (redraws.facts, result.timeline)}
+        | {"last": (redraws.facts, result.timeline, request, image)}
     ]
 
 
@@ -227,7 +231,7 @@ def replay_race(last, speed: str = classroom.SPEED_DEFAULT, page: gr.Request = N
     if last is None:
         yield failed("Run a race first; the replay shows the last one again, slowly.")
         return
-    facts, timeline = last
+    facts, timeline = last[:2]
     slowdown = classroom.slowdown(speed)
     facts = facts + (f"Replay: the measured race shown {slowdown}× slower than it ran.",)
     redraws = Redraws({lane: Trace() for lane in lanes.ordered({lane for lane, _ in timeline})}, facts)

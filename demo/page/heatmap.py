@@ -1,14 +1,14 @@
-"""Where the target looked: its attention on the image, as a heatmap over the uploaded picture.
+"""Where the target looked: its attention on the image, as a map on a copy of the picture that stays
+beside the lane's tokens.
 
-A lane's panel ends with this section once the run's image attention was read
-(`Trace.image_attention`): "x% of the target's attention on the image" for the token shown, the
-legend, and every token's map as data. The page's script (`JS`, joined to `text.JS`) lays a grid
-of cells over the input image itself (the Race tab's, or the Analysis tab's for its trace), each
-cell tinted by the share of the token's attention that fell on it (cividis, a colour-blind-safe
-map; `cell_style` is its rule). It first shows the first rejected draft's position (the target's
-resampled token there was decided by that attention), else the token that looked at the image
-most; hovering or focusing a token, or opening its round in the block view, shows that token's
-map. Pure functions: no model, no cache, no logits.
+A lane's panel holds, once the run's image attention was read (`Trace.image_attention`), a copy of
+the input image beside its tokens (`figure_html`: sticky, so it stays in view while the tokens
+scroll) and under them "x% of the target's attention on the image" for the token shown, with
+every token's map as data (`section_html`). The page's script (`JS`, joined to `text.JS`) copies
+the input image in and marks each cell by an outline whose weight follows the share of the token's
+attention that fell on it (the shapes keep their colours). It first shows the first rejected
+draft's position, else the token that looked at the image most; hovering or focusing a token, or
+opening its round in the block view, shows that token's map. Pure functions: no model, no logits.
 """
 
 from __future__ import annotations
@@ -18,26 +18,18 @@ import json
 
 from demo.engine.events import Trace
 
-# cividis (Nuñez et al. 2018) at 0, 0.25, 0.5, 0.75, 1: readable with every common colour-vision deficiency
-CIVIDIS = ((0, 34, 78), (61, 77, 110), (124, 123, 120), (188, 175, 111), (253, 231, 55))
-
-
-def colour(v: float) -> tuple[int, int, int]:
-    """cividis at v in [0, 1], linearly between its stops."""
-    v = min(1.0, max(0.0, v)) * (len(CIVIDIS) - 1)
-    k = min(int(v), len(CIVIDIS) - 2)
-    a, b, f = CIVIDIS[k], CIVIDIS[k + 1], v - k
-    return tuple(round(x + (y - x) * f) for x, y in zip(a, b))
-
-
 FLOOR = 0.05  # a map whose most-attended cell holds less than this is drawn faint: the token looked elsewhere
+MARKED = 0.3  # a cell is outlined where it holds at least this share of the map's peak
 
 
 def cell_style(value: float, peak: float) -> str:
-    """A cell's tint: cividis of value / max(peak, FLOOR), more opaque where more attention fell."""
+    """A cell's mark: no tint, an outline (dark inside a light one, seen on any colour) from 1 to 4 px
+    as value / max(peak, FLOOR) goes from MARKED to 1; none below MARKED."""
     v = value / max(peak, FLOOR)
-    r, g, b = colour(v)
-    return f"background:rgba({r},{g},{b},{0.25 + 0.6 * v:.2f})"
+    if v < MARKED:
+        return "box-shadow:none"
+    w = 1 + round(3 * (v - MARKED) / (1 - MARKED))
+    return f"box-shadow:inset 0 0 0 {w}px rgba(0,0,0,.9),inset 0 0 0 {w + 1}px rgba(255,255,255,.9)"
 
 
 def shown_token(trace: Trace) -> int:
@@ -62,12 +54,19 @@ def caption(trace: Trace, index: int) -> str:
 
 
 def legend_html() -> str:
-    stops = ", ".join(f"rgb{colour(k / 8)}" for k in range(9))
     return (
-        '<div class="hm-legend" aria-hidden="true"><span>0</span>'
-        f'<span class="hm-bar" style="background:linear-gradient(to right, {stops})"></span>'
-        f'<span class="hm-peak">the most on one cell (faint below {FLOOR:.0%})</span></div>'
+        '<div class="hm-legend" aria-hidden="true"><span class="hm-key thin"></span> some · '
+        '<span class="hm-key thick"></span> the most of the token\'s attention on the image '
+        f"(faint below {FLOOR:.0%} on any cell)</div>"
     )
+
+
+def figure_html(trace: Trace) -> str:
+    """The copy of the input image the lane's maps are drawn on, beside its tokens (the script fills it)."""
+    attention = trace.image_attention
+    if attention is None or attention.unavailable or not trace.tokens:
+        return ""
+    return '<figure class="hm-figure" aria-hidden="true"><img class="hm-img" alt=""><div class="hm-overlay"></div></figure>'
 
 
 def section_html(trace: Trace) -> str:
@@ -92,47 +91,36 @@ def section_html(trace: Trace) -> str:
         f'<div class="heatmap" {data}>'
         f'<div class="hm-text"><p class="hm-caption" aria-live="polite">{html.escape(captions[shown])}</p>'
         f"{legend_html()}"
-        '<p class="hm-how">Where the target looked when it wrote the token, drawn over the input image: hover or '
-        f"focus a token, or open its round, to see its map (mean over heads of layer{'s' if len(attention.layers) > 1 else ''} "
+        '<p class="hm-how">Where the target looked when it wrote the token, outlined on the copy of the image '
+        f"beside the tokens: hover or focus a token, or open its round, to see its map (mean over heads of layer{'s' if len(attention.layers) > 1 else ''} "
         f"{layers}; a {attention.rows} × {attention.cols} grid over the image).</p></div></div>"
     )
 
 
 # The page's script for the heatmap (joined to `text.JS`): redraw a panel's heatmap for a token.
 JS = """
-  const cividis = [[0, 34, 78], [61, 77, 110], [124, 123, 120], [188, 175, 111], [253, 231, 55]];
-  const tint = (v) => {
-    const x = Math.min(1, Math.max(0, v)) * 4, k = Math.min(Math.floor(x), 3), f = x - k;
-    const c = cividis[k].map((a, j) => Math.round(a + (cividis[k + 1][j] - a) * f));
-    return `rgba(${c[0]},${c[1]},${c[2]},${(0.25 + 0.6 * v).toFixed(2)})`;
+  const mark = (v) => {  // cell_style's rule: an outline from 1 to 4 px above MARKED of the peak, no tint
+    if (v < 0.3) return "none";
+    const w = 1 + Math.round(3 * (v - 0.3) / 0.7);
+    return `inset 0 0 0 ${w}px rgba(0,0,0,.9),inset 0 0 0 ${w + 1}px rgba(255,255,255,.9)`;
   };
   // The input image a lane's map belongs to: the Race tab's, or the Analysis tab's for its trace.
   const inputImage = (map) => document.querySelector(map.closest("#an-trace") ? "#an-image img" : "#image img");
-  // The grid over the input image itself, laid on the picture's drawn box (object-fit: contain).
+  // The lane's copy of the image, beside its tokens, with its grid of cells.
   const overlay = (map) => {
+    const figure = map.closest(".panel") && map.closest(".panel").querySelector(".hm-figure");
     const img = inputImage(map);
-    if (!img || !img.naturalWidth) return null;
-    const host = img.parentElement;
-    if (getComputedStyle(host).position === "static") host.style.position = "relative";
-    let grid = host.querySelector(":scope > .hm-overlay");
+    if (!figure || !img || !img.src) return null;
+    const copy = figure.querySelector(".hm-img");
+    if (copy.src !== img.src) copy.src = img.src;
+    const grid = figure.querySelector(".hm-overlay");
     const rows = Number(map.dataset.rows), cols = Number(map.dataset.cols);
-    if (!grid || grid.childElementCount !== rows * cols) {
-      if (grid) grid.remove();
-      grid = document.createElement("div");
-      grid.className = "hm-overlay";
-      grid.setAttribute("aria-hidden", "true");
+    if (grid.childElementCount !== rows * cols) {
+      grid.replaceChildren();
       grid.style.gridTemplateColumns = `repeat(${cols},1fr)`;
       grid.style.gridTemplateRows = `repeat(${rows},1fr)`;
       for (let k = 0; k < rows * cols; k++) grid.appendChild(document.createElement("span")).className = "hm-cell";
-      host.appendChild(grid);
     }
-    const w = img.clientWidth, h = img.clientHeight;
-    const scale = Math.min(w / img.naturalWidth, h / img.naturalHeight);
-    const dw = img.naturalWidth * scale, dh = img.naturalHeight * scale;
-    Object.assign(grid.style, {
-      left: `${img.offsetLeft + (w - dw) / 2}px`, top: `${img.offsetTop + (h - dh) / 2}px`,
-      width: `${dw}px`, height: `${dh}px`,
-    });
     return grid;
   };
   const paint = (map, i) => {
@@ -140,10 +128,9 @@ JS = """
     if (!(i < maps.length)) return;
     const grid = overlay(map);
     const peak = Math.max(0.05, ...maps[i]);  // FLOOR: a token that looked elsewhere stays faint
-    if (grid) grid.querySelectorAll(".hm-cell").forEach((cell, k) => { cell.style.background = tint(maps[i][k] / peak); });
+    if (grid) grid.querySelectorAll(".hm-cell").forEach((cell, k) => { cell.style.boxShadow = mark(maps[i][k] / peak); });
     map.querySelector(".hm-caption").textContent = captions[i];
     map.dataset.shown = String(i);
-    if (grid) grid.dataset.lane = map.closest(".panel") ? map.closest(".panel").className : "";
   };
   const showMap = (tok) => {
     const panel = tok && tok.closest(".panel");
@@ -168,13 +155,10 @@ JS = """
     const rejected = panel && panel.querySelector(`.tok-resampled[data-round="${round}"]`);
     showMap(rejected || toks[toks.length - 1]);
   }, true);
-  // A new race's first lane draws its shown token over the image; a race without maps takes it away.
-  let drawn = null;
-  const fill = () => {
-    const first = document.querySelector(".panel .heatmap");
-    if (first && first !== drawn) { drawn = first; paint(first, Number(first.dataset.shown)); }
-    if (!first && drawn) { drawn = null; document.querySelectorAll(".hm-overlay").forEach((g) => g.remove()); }
-  };
+  // Every lane's map, drawn once it arrives (a new race's panels replace the old ones, copies and all).
+  const fill = () => document.querySelectorAll(".panel .heatmap").forEach((map) => {
+    const grid = overlay(map);
+    if (grid && !grid.dataset.drawn) { grid.dataset.drawn = "1"; paint(map, Number(map.dataset.shown)); }
+  });
   new MutationObserver(fill).observe(document.body, { childList: true, subtree: true });
-  window.addEventListener("resize", () => { if (drawn) paint(drawn, Number(drawn.dataset.shown)); });
 """

@@ -18,7 +18,7 @@ from __future__ import annotations
 from demo import session
 from demo.engine import export
 from demo.engine.events import Trace
-from demo.page import blocks, charts, render, stats_tables, strategy_table, teach
+from demo.page import blocks, charts, proof, render, stats_tables, strategy_table, teach
 
 SPECULATIVE = ("speculative", session.SECOND)  # the speculative lanes, in lane order
 # lane -> (panel, stats, block view) component names; the block view's name is also its element id
@@ -99,7 +99,7 @@ def view(
             "pos_chart": charts.acceptance_by_position(spds),
         }
     if charts_too and done:
-        update["time_chart"] = charts.round_times(spds, ar)
+        update |= proof.views(spds, ar)  # the time split, and the image's part once it is read
     return update
 
 
@@ -118,7 +118,10 @@ def cleared() -> dict:
         view(traces, (), charts_too=True, stopped=True)
         | empty_second()
         | {
-            "time_chart": charts.round_times([empty], empty),
+            "time_chart": None,
+            "time_note": "",
+            "time_chart2": proof.shown(None),
+            "dependence": "",
             "sweep_chart": charts.gamma_sweep([], 0),
             "sweep_note": SWEEP_NOTE,
             "strategies": strategy_table.NOTE,

@@ -6,6 +6,7 @@ keys its updates by); `demo.page.app` puts them together with the Analysis tab a
 
 from __future__ import annotations
 
+import functools
 import html
 from types import SimpleNamespace
 
@@ -16,7 +17,7 @@ from demo.engine.events import Trace
 from demo.models import presets
 from demo.page import blocks, charts, classroom, drafter_notes, lanes, render, stats_tables, strategy_table
 from demo.page.examples import EXAMPLES_DIR, Example, load_examples  # noqa: F401 (the page's names)
-from demo.page.text import TIMING
+from demo.page.text import TIMING, for_visitors
 from demo.session import offers, validate
 
 
@@ -47,23 +48,47 @@ def preset_html(name: str) -> str:
     ok, message = offers.availability(name)
     status = "ready" if ok else "unavailable"
     lines = [html.escape(preset.description), html.escape(preset.note)]
-    lines.append(f'<span class="{status}">{"✓" if ok else "✗"} {html.escape(message)}</span>')
+    lines.append(f'<span class="{status}">{"✓" if ok else "✗"} {html.escape(for_visitors(message))}</span>')
     unusable = preset.unusable()
     if unusable:  # one line, opened on demand: it is for whoever deploys the page, not for a class
-        why = "".join(f"<br><b>{html.escape(d)}</b>: {html.escape(w)}." for d, w in unusable.items())
+        why = "".join(f"<br><b>{html.escape(d)}</b>: {html.escape(for_visitors(w + '.'))}" for d, w in unusable.items())
         lines.append(f"<details><summary>{_count(len(unusable), 'drafter')} not offered here</summary>{why}</details>")
     lines.append(drafters_html(name))
     return '<div class="preset-info">' + "<br>".join(line for line in lines if line) + "</div>"
 
 
+@functools.lru_cache(maxsize=64)
+def _size(ref: str, estimate: int) -> str:
+    """A model's size as the page says it ("16.3M parameters"), read from its files' headers where
+    they are here, else the preset's estimate; "" where neither says."""
+    from demo.models import hub
+
+    try:
+        path = hub.local(ref)
+        n = (hub.count_params(path) if path else 0) or estimate
+    except Exception:  # unreadable files: the menu stands, only the size is unsaid
+        n = estimate
+    return f"{render.params(n)} parameters" if n else ""
+
+
 def drafters_html(preset: str) -> str:
-    """Every drafter the menu offers, each with its one line (`drafter_notes.describe`): the menu's
-    own note describes only the drafter picked."""
-    rows = "".join(
-        f"<li><b>{html.escape(d)}</b>: {html.escape(drafter_notes.describe(preset, d))}</li>"
-        for d in drafter_choices(preset)
+    """What each model sees and its size, before any run: the target, then every drafter the menu
+    offers with its one line (`drafter_notes.describe`)."""
+    known = presets.PRESETS[preset]
+    specs = {s.name: s for s in known.drafters}
+    target = _size(known.target, known.params)
+    rows = []
+    for d in drafter_choices(preset):
+        spec = specs.get(presets.base_name(d))
+        size = _size(spec.path, spec.params) if spec else ""
+        rows.append(
+            f"<li><b>{html.escape(d)}</b>{f' ({size})' if size else ''}: {html.escape(drafter_notes.describe(preset, d))}</li>"
+        )
+    return (
+        f'<details class="drafter-lines"><summary>The target{f" ({target})" if target else ""} sees the image and '
+        f"the question and has the last word on every token; the drafters offered, their sizes and what each "
+        f"sees</summary><ul>{''.join(rows)}</ul></details>"
     )
-    return f'<details class="drafter-lines"><summary>The drafters offered, one line each</summary><ul>{rows}</ul></details>'
 
 
 def _count(n: int, noun: str) -> str:
@@ -74,7 +99,7 @@ def left_out_html(left: dict[str, str]) -> str:
     """The presets the selector does not offer, each with why."""
     if not left:
         return ""
-    rows = "".join(f"<br><b>{html.escape(name)}</b>: {html.escape(why)}" for name, why in left.items())
+    rows = "".join(f"<br><b>{html.escape(name)}</b>: {html.escape(for_visitors(why))}" for name, why in left.items())
     return f'<details class="preset-info"><summary>{_count(len(left), "preset")} not offered here</summary>{rows}</details>'
 
 
@@ -255,7 +280,6 @@ CHARTS = {
     },
     "charts-3": {
         "sweep_chart": (lambda empty: charts.gamma_sweep([], 0), "gamma sweep chart", "chart-sweep"),
-        "time_chart": (lambda empty: charts.round_times([empty], empty), "time per round chart", "chart-time"),
     },
 }
 

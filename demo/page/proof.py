@@ -1,11 +1,12 @@
-"""Proof on the page (issue 56): where the time went, the sampling law checked, and whether the
-target used the image. Pure functions of traces and of the session's results (plain dicts): plotly
-figures and HTML. No Gradio, no model, no tensor here.
+"""Proof on the page: where the time went, the sampling law checked, and whether the target used
+the image. Pure functions of traces and of the session's results (plain dicts): plotly figures and
+HTML (one Gradio update: a hidden chart shown). No model, no tensor here.
 
+    views(spds, ar) -> dict            the section's views of a finished race, by component name
     time_split(spd, ar) -> dict        each round of a speculative lane split into drafting (γ·D),
                                        verification (T(γ+1)) and everything else (the host's part)
-    time_sentence(split) -> str        which part ate the speedup, in numbers from the race
-    time_figure(split, spd) -> Figure  the split per round, beside τ and acceptance by position
+    time_sentence(split) -> str        which part ate the speedup, at the headline's step costs
+    time_figure(split) -> Figure       the split per round, beside acceptance by position
     law_figure(check) -> Figure        `demo.session.exactness.LawCheck.to_dict()`: each way's
                                        histogram against the target's exact law, side by side
     law_summary(check) -> str          the three verdicts as HTML
@@ -23,10 +24,11 @@ from plotly.subplots import make_subplots
 
 from demo.engine import metrics
 from demo.engine.events import Trace
+from demo.page.speedup import steps
+from demo.page.teach import LOOKED
 
 DRAFT, VERIFY, OTHER = "#E69F00", "#0072B2", "#999999"  # Okabe-Ito orange and blue, grey
 PASS, FAIL, LAW = "#009E73", "#D55E00", "#000000"
-LOOKED = 0.35  # the attention share above which the target was looking at the image (docs/grounding.md)
 HEIGHT = 300
 
 
@@ -34,63 +36,48 @@ HEIGHT = 300
 
 
 def time_split(spd: Trace, ar: Trace) -> dict:
-    """Every round of `spd` split into drafting, verification and everything else, in seconds.
-
-    A round's drafting and verification are the run's own laps (`RoundEvent.draft_seconds`,
-    `verify_seconds`); everything else is the rest of the round's clock: the transfer, the rollback,
-    detokenising, the events (what the benchmark's `overhead_ms_per_round` counts outside the models).
-    One single target step (`t1`) is the autoregressive run's, read as the cost model reads it."""
+    """Every round of `spd` split into drafting, verification and everything else, in seconds as
+    its clock measured them (the chart), and a round on average at this race's step costs
+    (`metrics.split`, the headline's too: `costs`, None without them), for the sentence."""
     start = spd.tokens[0].t if spd.tokens else (spd.prefill.t if spd.prefill else 0.0)
     rounds, before = [], start
     for r in spd.rounds:
-        wall = r.t - before
         rounds.append(
             {
                 "draft": r.draft_seconds,
                 "verify": r.verify_seconds,
-                "other": max(0.0, wall - r.draft_seconds - r.verify_seconds),
+                "other": max(0.0, r.t - before - r.draft_seconds - r.verify_seconds),
             }
         )
         before = r.t
-    costs = metrics.costs(spd, ar)
-    steps = [r.verify_seconds for r in ar.rounds]
-    n = len(rounds)
-    mean = {part: sum(r[part] for r in rounds) / n if n else math.nan for part in ("draft", "verify", "other")}
+    costs = metrics.split(spd, ar)
     tree = spd.start.drafter.tree if spd.start and spd.start.drafter else None
     return {
         "rounds": rounds,
-        "mean": mean,
+        "costs": costs,
         "clock": metrics.decode_seconds(spd),
-        "t1": costs.t1 if costs else (metrics._quantile(steps, metrics.STEP_QUANTILE) if steps else math.nan),
+        "t1": costs["t1"] if costs else math.nan,
         "tau": metrics.tau(spd),
         "alpha": metrics.alpha(spd),
         "gamma": spd.gamma,
         "by_position": metrics.acceptance_by_position(spd),
-        "width": sum(metrics.verify_width(r) for r in spd.rounds) / n if n else math.nan,
-        "drafter_steps": sum(metrics.drafter_steps(r) for r in spd.rounds) / n if n else math.nan,
         "tree": tree is not None,
         "drafter": spd.start.drafter.name if spd.start and spd.start.drafter else "",
-        "speedup": metrics.speedup(spd, ar),
     }
 
 
 def time_sentence(split: dict) -> str:
-    """One sentence from the race: what a round costs in single target steps, what τ buys with it,
-    and which part ate the speedup (the largest cost beyond the one step τ is measured against)."""
-    t1, tau, mean = split["t1"], split["tau"], split["mean"]
-    if not split["rounds"] or not t1 or not (t1 > 0) or math.isnan(tau):
+    """One sentence from the race: what a round costs in single target steps (the headline's step
+    costs), what τ buys with it, and which part ate the speedup (the largest cost beyond the one
+    step τ is measured against)."""
+    c, tau = split["costs"], split["tau"]
+    if not split["rounds"] or c is None or math.isnan(tau):
         return "The race has no timed rounds to split yet."
-    draft, verify, other = (mean[p] / t1 for p in ("draft", "verify", "other"))
-
-    def steps(x: float) -> str:  # a small part keeps a second digit rather than reading 0.0
-        return f"{x:.1f}" if abs(x) >= 0.1 else f"{x:.2f}"
-
-    cost = draft + verify + other
-    buys = tau / cost
+    draft, verify, other = (c[p] / c["t1"] for p in ("draft", "verify", "other"))
     what = (
-        f"the tree verifies {split['width'] - 1:.0f} nodes a round"
+        f"the tree verifies {c['width'] - 1:.0f} nodes a round"
         if split["tree"]
-        else f"each round verifies {split['width']:.1f} tokens"
+        else f"each round verifies {c['width']:.1f} tokens"
     )
     eaten = {
         "verification": verify - 1,  # the one step every round pays anyway is not eaten
@@ -98,12 +85,10 @@ def time_sentence(split: dict) -> str:
         "everything else (the host's part)": other,
     }
     worst = max(eaten, key=eaten.get)
-    measured = split["speedup"]
-    tail = f" (the clocks measured ×{measured:.2f})" if measured == measured else ""
     return (
         f"{split['drafter']}: {what}: verification costs {steps(verify)} single steps, drafting "
-        f"({split['drafter_steps']:.1f} drafter steps) {steps(draft)} and everything else {steps(other)}, "
-        f"so τ {tau:.1f} at α {split['alpha']:.0%} buys ×{buys:.1f}{tail}; {worst} ate the most of the ×{tau:.1f}."
+        f"({c['steps']:.1f} drafter steps) {steps(draft)} and everything else {steps(other)}, "
+        f"so τ {tau:.1f} at α {split['alpha']:.0%} buys ×{c['low']:.2f}; {worst} ate the most of the ×{tau:.1f}."
     )
 
 
@@ -129,8 +114,8 @@ def time_figure(split: dict) -> go.Figure:
     )
     fig.update_layout(
         barmode="stack",
-        height=HEIGHT,
-        margin={"l": 50, "r": 12, "t": 52, "b": 40},
+        height=HEIGHT + 50,
+        margin={"l": 50, "r": 12, "t": 52, "b": 100},
         paper_bgcolor="white",
         plot_bgcolor="white",
         font={"size": 11},
@@ -139,12 +124,13 @@ def time_figure(split: dict) -> go.Figure:
             "font": {"size": 14},
             "x": 0.02,
         },
-        legend={"orientation": "h", "y": -0.22},
+        # under the axis titles, in a margin of its own: never over the bars or the titles, at any width
+        legend={"orientation": "h", "x": 0, "y": -0.32, "yanchor": "top", "font": {"size": 10}},
     )
     fig.update_xaxes(title_text="round (dots: 1 step)", row=1, col=1)
     fig.update_yaxes(title_text="ms", row=1, col=1)
-    fig.update_xaxes(title_text="accepted by position", row=1, col=2)
-    fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=2)
+    fig.update_xaxes(title_text="draft position", row=1, col=2)
+    fig.update_yaxes(range=[0, 1], tickformat=".0%", title_text="accepted", row=1, col=2)
     return fig
 
 
@@ -230,14 +216,32 @@ def law_summary(check: dict) -> str:
 # --- did the target use the image --------------------------------------------------------------------
 
 
+def views(spds: list[Trace], ar: Trace) -> dict:
+    """The proof section's views of a finished race (component name -> value): each speculative
+    lane's time split (sentences, the first two lanes' charts) and, once the race's call has read
+    it (`Trace.ablation`), the first lane's image dependence."""
+    splits = [time_split(spd, ar) for spd in spds]
+    note = "".join(f"<p class='time-sentence'>{html.escape(time_sentence(s))}</p>" for s in splits)
+    second = time_figure(splits[1]) if len(splits) > 1 else None
+    update = {"time_note": note, "time_chart": time_figure(splits[0]), "time_chart2": shown(second)}
+    if spds[0].ablation is not None:
+        update["dependence"] = dependence_html(spds[0], spds[0].ablation)
+    return update
+
+
+def shown(figure):
+    import gradio as gr  # the one update that needs it: a hidden plot shown
+
+    return gr.update(value=figure, visible=figure is not None)
+
+
 def dependence_html(trace: Trace, ablation: dict) -> str:
     """The answer with each token that needed the image marked (`ablation`: `Ablation.to_dict()`),
     its p with and without the image in its tooltip, and one line on how the two readings agree:
     attention (a share above 35%: the target looked at the image) and ablation (it needed it)."""
     if ablation.get("unavailable"):
         return f"<p class='ablation-none'>{html.escape(ablation['unavailable'])}</p>"
-    read = ablation.get("attention")  # the shares read beside the ablation, else the trace's own
-    shares = list(read) if read else [trace.image_share(t.index) for t in trace.tokens]
+    shares = [trace.image_share(t.index) for t in trace.tokens]  # the race's one attention reading
     spans, both, looked_only, needed_only = [], 0, 0, 0
     for i, tok in enumerate(trace.tokens):
         dep = ablation["dependent"][i]

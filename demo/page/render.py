@@ -179,7 +179,7 @@ def settings_line(trace: Trace) -> str:
         return f"the target ({params(start.target_params)} parameters), one forward per token · {mode}"
     threshold = start.drafter.min_confidence
     drafts = f"γ ≤ {start.gamma}, adaptive below {threshold:g}" if threshold else f"γ = {start.gamma}"
-    return f"{start.drafter.name} drafter ({_size(start.drafter.params, start.target_params)}, {start.drafter.path} forward) · {drafts} · {mode}"
+    return f"{start.drafter.name} drafter ({_size(start.drafter.params, start.target_params)}) · {drafts} · {mode}"
 
 
 def params(n: int) -> str:
@@ -218,7 +218,8 @@ def panel_html(
     return (
         f'<div class="panel {lane}"{opens}><div class="panel-head"><span class="panel-title">{html.escape(title)}</span>'
         f'<span class="panel-sub">{html.escape(subtitle)}</span>'
-        f'<span class="clock">{clock}</span></div>{skip}{tokens_html(trace, opens=blocks is not None)}'
+        f'<span class="clock">{clock}</span></div>{skip}<div class="panel-body">'
+        f"{tokens_html(trace, opens=blocks is not None)}{heatmap.figure_html(trace)}</div>"
         f"{heatmap.section_html(trace)}</div>"
     )
 
@@ -236,6 +237,7 @@ def legend_html() -> str:
     marks = (
         '<span class="legend-item"><span class="nl">␣</span> a token of spaces alone</span>'
         f'<span class="legend-item">{teach.END_MARK} the token that ends the answer</span>'
+        '<span class="legend-item">∅ a draft of no text (a token that only begins a character)</span>'
     )
     return f'<div class="legend" role="list" aria-label="token colours">{items}{chips}{marks}</div>'
 
@@ -298,7 +300,12 @@ def outcome_html(
     )
     notes = teach.sampling_note_html(spds[0]) + notes
     reference_badge = teach.reference_badge(ar, reference)
-    return f'<div class="outcome">{"".join(badges)}{reference_badge}{headline}{"".join(whys)}</div>{notes}'
+    how = (
+        f'<details class="how-computed"><summary>How these are computed</summary>{"".join(whys)}</details>'
+        if any(whys)
+        else ""
+    )
+    return f'<div class="outcome">{"".join(badges)}{reference_badge}{headline}{how}</div>{notes}'
 
 
 def loading_html(fraction: float, message: str) -> str:
@@ -320,7 +327,7 @@ def reference_html(task: str | None, answer: str | None) -> str:
         )
     garbled = (
         '<p class="fact">The embedded target spells a few rarer Chinese characters in byte pieces it learnt poorly, '
-        "so the end of its Chinese descriptions shows � where it picks a wrong byte (docs/world-languages.md).</p>"
+        "so the end of its Chinese descriptions shows � where it picks a wrong byte.</p>"
         if task == "description" and any("\u4e00" <= c <= "\u9fff" for c in answer)
         else ""
     )

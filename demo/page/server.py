@@ -153,8 +153,8 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     c.decoding.change(lambda greedy: [visible(not greedy)] * 3, c.decoding, [c.temperature, c.top_p, c.seed], **small)
     c.adaptive.change(visible, c.adaptive, c.threshold, **small)
 
-    last = gr.State(None)  # the last race: (facts, its events in order), for the replay
-    named = vars(v) | {"run": c.run, "replay": c.replay, "stop": c.stop, "last": last}
+    last = gr.State(None)  # the last race: (facts, its events in order, request, image), for the replay and the check
+    named = vars(v) | vars(v.proof) | {"run": c.run, "replay": c.replay, "stop": c.stop, "last": last}
     outputs = [named[name] for name in handlers.OUTPUTS]  # the order of handlers.positional's tuples
     # /race's parameters in order: the image, the request's fields (`form.FIELDS`, /trace's too),
     # then the page-only Adaptive box (`handlers.PAGE_ONLY`)
@@ -165,7 +165,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     # (trigger_mode "once"): a click in that gap went nowhere. "always_last" holds it until the run ends.
     # While a run streams its button is off, so this never queues a second run behind the first.
     after_the_run = {"trigger_mode": "always_last"}
-    raced = c.run.click(
+    c.run.click(
         runs.page_only(handlers.positional(handlers.run_race)),  # its accelerator part: `session.gpu_race`
         [c.image, *fields, c.threshold, c.drafter2, c.adaptive],
         outputs,
@@ -174,7 +174,6 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
         **decode,
         **after_the_run,
     )
-    proof_view.wire(v.proof, raced, last, c.image, fields)  # after each race, and Check exactness (/exactness)
     c.replay.click(
         handlers.positional(handlers.replay_race),
         [last, c.speed],
@@ -198,14 +197,12 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     c.stop.click(handlers.positional(handlers.stop_race), None, outputs, **small)
 
     min_confidence = gr.Number(0.0, visible=False)  # /trace's default: off (the page's slider starts at 0.5)
+    api_inputs = [c.image, *fields, min_confidence, c.drafter2]  # the image, then `form.FIELDS`
     trace_out = gr.JSON(visible=False, label="trace")
-    gr.Button(visible=False).click(
-        handlers.trace,  # the MCP tool "trace", described by its docstring
-        [c.image, *fields, min_confidence, c.drafter2],
-        trace_out,
-        api_name="trace",
-        **decode,
+    gr.Button(visible=False).click(  # the MCP tool "trace", described by its docstring
+        handlers.trace, api_inputs, trace_out, api_name="trace", **decode
     )
+    proof_view.wire(v.proof, last, api_inputs)  # Check exactness: the race shown; /exactness: by the fields
 
 
 def _parameters(block_fn) -> list[str]:
@@ -285,7 +282,7 @@ def build_demo(default_preset: str = presets.DEFAULT_PRESET, examples_dir: Path 
                 with gr.Row(equal_height=False):
                     controls = layout.inputs(default_preset, examples["en"], languages)
                 view = layout.race_view()
-                view.proof = proof_view.section()  # where the time went, the sampling law, the image (issue 56)
+                view.proof = proof_view.section()  # where the time went, the sampling law, the image
             with gr.Tab("Analysis", id="analysis", elem_id="tab-analysis"):
                 c = controls
                 analysis_tab.analysis_tab(

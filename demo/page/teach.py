@@ -59,18 +59,35 @@ def _pick(trace: Trace, index: int | None = None) -> RoundEvent | None:
     return None
 
 
-LOOKED = 0.3  # the share of the target's attention on the image above which the image decided a token
+LOOKED = 0.35  # the attention share above which the target was looking at the image (docs/grounding.md)
 
 
 def _share(share: float | None) -> str:
     return "" if share is None else f" ({share:.0%} of the target's attention was on the image there)"
 
 
-def why_rejected(kind: str, category: str, share: float | None, draft: str, own: str) -> str:
+def _image(share: float | None, needed: bool | None) -> str:
+    """What the two readings of the image say at one token: attention (`share`) and ablation
+    (`needed`: a blank image makes the token at least half as likely; None: not read). "The image
+    decided it" only where the ablation says the token needed the image."""
+    looked = None if share is None else f"the target put {share:.0%} of its attention on the image there"
+    if needed is None:
+        return "" if looked is None else f"; {looked}"
+    if needed:
+        return f"; {looked or 'the target'}{', and' if looked else ''} a blank image makes it far less likely, so the image decided it"
+    if looked and share >= LOOKED:
+        return f"; the target looked at the image here ({share:.0%}), but a blank image gives it about as likely, so the words before it had already decided it"
+    return "; a blank image gives it about as likely: the words before it had already decided it"
+
+
+def why_rejected(
+    kind: str, category: str, share: float | None, draft: str, own: str, needed: bool | None = None
+) -> str:
     """Why the target rejected a draft, from what the token is: its word's category (the target's
-    answer there, `demo.session.rejections.at_rejection`) and the target's image-attention share
-    there. Punctuation, the end of the answer and the phrasing are never blamed on the image;
-    only an image-grounded word (colour, shape, size, count, position, yes/no, an option letter) is."""
+    answer there, `demo.session.rejections.at_rejection`) and the two readings of the image there
+    (`_image`: the attention `share`, the ablation's `needed`). Punctuation, the end of the answer
+    and the phrasing are never blamed on the image; only an image-grounded word (colour, shape,
+    size, count, position, yes/no, an option letter) is."""
     if category == "punctuation" or (not draft.strip() and not own.strip()):
         return (
             f"a punctuation or spacing choice: the drafter put {_t(draft)} where the target puts {_t(own)}, "
@@ -87,13 +104,7 @@ def why_rejected(kind: str, category: str, share: float | None, draft: str, own:
         )
     what = drafter_kinds.of(kind).teach
     said = "an option letter, which follows from what the image shows" if category == "letter" else f"a {category} word"
-    looked = (
-        ""
-        if share is None
-        else f"; the target put {share:.0%} of its attention on the image there"
-        + (", so the image decided it" if share >= LOOKED else ", so the words before it weighed as much as the image")
-    )
-    return f"{_t(own)} is {said}, knowable only from the image, and {what}{looked}"
+    return f"{_t(own)} is {said}, the kind the image shows, and {what}{_image(share, needed)}"
 
 
 def _reason(spd: Trace, r: RoundEvent, rejected: str, own) -> str:
@@ -102,7 +113,19 @@ def _reason(spd: Trace, r: RoundEvent, rejected: str, own) -> str:
     if own is None:
         return why_rejected(kind, "template", None, rejected, "")
     _, category = rejections.at_rejection(spd, own.index)
-    return why_rejected(kind, category, spd.image_share(own.index), rejected, own.text)
+    read = spd.ablation and not spd.ablation.get("unavailable") and spd.ablation["dependent"]
+    needed = read[own.index] if read and own.index < len(read) else None
+    return why_rejected(kind, category, spd.image_share(own.index), rejected, own.text, needed)
+
+
+def round_reason(spd: Trace, r: RoundEvent) -> str | None:
+    """Why round `r` of `spd` rejected its draft, one sentence (None: it rejected none), for the
+    round's row in the block view, so that every rejected token opens its own reason."""
+    if r.n_accepted >= len(r.drafted_ids) or spd.start is None or spd.start.drafter is None:
+        return None
+    own = next((t for t in spd.tokens if t.round == r.index and t.kind == "resampled"), None)
+    reason = _reason(spd, r, r.drafted_texts[r.n_accepted], own)
+    return f"Why {_t(r.drafted_texts[r.n_accepted])} was rejected: {reason[0].lower()}{reason[1:]}."
 
 
 def annotated_round_html(spd: Trace, several: bool = False, index: int | None = None) -> str:
@@ -231,9 +254,9 @@ def sampling_note_html(spd: Trace) -> str:
 
 
 def rule_of_thumb(rows: list[dict], race_gamma: int, whose: str = "") -> str:
-    """One sentence read off the sweep: the γ that the speedup at the paper's fixed ratios prefers
-    (from the sweep's exact τ, so a rerun cannot move it), and how τ and α move (`whose`: which
-    lane's sweep it is, when a race has several)."""
+    """One sentence read off the sweep: the γ that the projection prefers (from the sweep's exact τ,
+    so a rerun cannot move it) and the γ this machine's step costs prefer, and how τ and α move
+    (`whose`: which lane's sweep it is, when a race has several)."""
     scored = [r for r in rows if not math.isnan(r.get("scaled_speedup", math.nan))]
     if not scored:
         return ""
@@ -241,21 +264,23 @@ def rule_of_thumb(rows: list[dict], race_gamma: int, whose: str = "") -> str:
     near = [r["gamma"] for r in scored if r["scaled_speedup"] >= 0.95 * best["scaled_speedup"]]
     first, last = rows[0], rows[-1]
     here = next((r for r in scored if r["gamma"] == race_gamma), None)
+    timed = [r for r in scored if r.get("predicted_speedup") is not None]
     text = (
-        f"Rule of thumb for this prompt{whose}: at the paper's scale the speedup peaks at γ = {best['gamma']} "
+        f"Rule of thumb for this prompt{whose}: projected, the speedup peaks at γ = {best['gamma']} "
         f"(×{best['scaled_speedup']:.2f}), "
-        + (
-            f"and γ = {min(near)}–{max(near)} is within 5% of it. "
-            if len(near) > 1
-            else "and no other γ comes within 5%. "
-        )
-        + f"From γ = {first['gamma']} to {last['gamma']} τ goes "
+        + (f"and γ = {min(near)}–{max(near)} is within 5% of it" if len(near) > 1 else "and no other γ comes within 5%")
+    )
+    if timed:
+        mine = max(timed, key=lambda r: r["predicted_speedup"])
+        text += f"; on this machine it peaks at γ = {mine['gamma']} (×{mine['predicted_speedup']:.2f})"
+    text += (
+        f". From γ = {first['gamma']} to {last['gamma']} τ goes "
         f"{first['tau']:.2f} → {last['tau']:.2f} while α goes {first['alpha']:.2f} → {last['alpha']:.2f}."
     )
     if here is not None:
-        text += f" This race used γ = {race_gamma}: ×{here['scaled_speedup']:.2f} at the paper's scale"
+        text += f" This race used γ = {race_gamma}: ×{here['scaled_speedup']:.2f} projected"
         measured = here.get("predicted_speedup")
-        text += f", ×{measured:.2f} at this race's measured step costs." if measured is not None else "."
+        text += f", ×{measured:.2f} on this machine." if measured is not None else "."
     return f'<div class="sweep-note">{html.escape(text)}</div>'
 
 

@@ -5,6 +5,8 @@ Gradio 6 takes the theme, CSS and script at launch (`demo.page.server.launch` pa
 
 from __future__ import annotations
 
+import re
+
 import gradio as gr
 
 from demo import ROOT
@@ -107,19 +109,21 @@ drafts where it is unsure; verification is unchanged, so the output is exactly t
 then checked it or not. A token tree proposes several branches a round: its τ and α count the branch
 the target walked (as a chain would), and its stats say how many nodes it proposed and α per node.
 
-**The headline.** It leads with what the race decides exactly, counted from its tokens: τ, α, MBSU,
-and the speedup at the paper's scale, which prices every round at fixed step-cost ratios measured for
-the paper's setting (a llava-1.5-7b-shaped target with a 68M drafter on an NVIDIA H200, 2026-12-04: a
-verify of γ+1 tokens costs 1.07–1.26 single target steps T1 for γ = 1 … 8, a drafter step 0.011 T1;
-prompt lookup's step costs nothing, layer-skip's the share of the target it runs). Every lane is
-priced on that one basis, and a rerun of the same race reads the same.
+**The headline: two speedups.** The first is a projection, named as one: this race's τ and rounds
+priced at step costs measured for a 7B LLaVA with a 68M drafter on an NVIDIA H200 (a verify of γ+1
+tokens costs 1.07–1.26 single target steps T1 for γ = 1 … 8, a drafter step 0.011 T1; prompt
+lookup's step costs nothing, layer-skip's the share of the target it runs). It is counted, not
+timed, so a rerun reads the same; where it rests on something not measured there (a token tree's
+verify wider than 9 tokens, a drafter whose step was never timed at that scale) it says so. The
+second is what this machine measured, as a range: the race's rounds at its own step costs (each the
+lower quartile of its steps), with and without the host's part of each round. The proof section's
+time split reads the same step costs. Everything else (the wall clock, MBSU, the worked figures) is
+under "How these are computed" and in the downloaded trace.
 
 **CPU versus GPU.** On a GPU a forward over γ+1 tokens costs about as much as over one (decoding is
 memory-bound), so the speedup approaches MBSU. On a CPU a wider forward costs more, and the
-drafter's steps are not free either. The headline's second line is what this machine measured: the
-speedup as a range over the race's rounds (their quartiles), called inconclusive where the range
-crosses 1 or a lane's clock was hit by other work; the line under it says what a verify and a
-drafter step cost in this very race. A busy machine moves these figures from one rerun to the next.
+drafter's steps are not free either. A busy machine moves this machine's figures from one rerun to
+the next; the projection does not move.
 
 **Sampling.** Temperature divides the logits (lower: more deterministic), top-p keeps the smallest set of
 tokens whose probability reaches p, and both warp p and q the same way. The seed fixes the random
@@ -132,8 +136,8 @@ probabilities. Open a round in the block view to see p, q, min(1, p/q), the draw
 **The γ sweep.** After a greedy race the drafter replays the target's answer at γ = 1 … 10 (no target
 forward: in greedy mode the target's verdicts are read off its own answer), giving τ, α and MBSU for each
 γ, exact at the race's own γ, the speedup at the paper's scale (whose peak is the rule of thumb's best
-γ: from exact counts, so it does not move between reruns) and, dotted, the cost model's from this
-race's measured costs. A sampled race has no sweep.
+γ: from exact counts, so it does not move between reruns) and, dotted, this machine's from this
+race's measured step costs, with its own best γ. A sampled race has no sweep.
 Under it, a table replays the same answer at the race's γ with every drafting strategy the preset offers
 (each model drafter, its token tree, prompt lookup, layer-skip): τ and α exact, each drafter step timed in
 its replay, c, MBSU and the predicted speedup, sorted by the last; the race's own row is marked.
@@ -141,7 +145,7 @@ its replay, c, MBSU and the predicted speedup, sorted by the last; the race's ow
 **Languages.** A drafter is accepted only where it writes what the target would, so a question in
 another language changes acceptance: the English-only text drafter, at γ = 4, makes τ = 3.67 on
 English questions but 1.03 on German and 1.00 on Chinese ones (8 held-out questions each, greedy;
-`python -m demo.lab.bench --languages en,de,zh`, docs/world-languages.md), because it never learnt
+the project's README tells how to measure it), because it never learnt
 German and lacks the Chinese tokens; the German and Chinese drafters, trained on the target's own
 answers in their language, make 3.02 and 3.38 there. So the page picks the question's language's
 drafter.
@@ -150,6 +154,18 @@ drafter.
 pixels; animated GIFs use their first frame, transparency is shown on white). Questions may be up
 to 4,000 characters, and the question, image and answer must fit the model's context.
 """
+
+
+# A sentence for whoever deploys the page, not for its visitors: a file path, a module, a command
+# line, an environment variable, the model cache.
+DEVELOPER = re.compile(r"python -m|DEMO_|\b[\w./-]+\.(?:md|py)\b|\bdemo\.[a-z_]+|Hugging Face cache")
+ABSENT = "Its models are not on this machine; the project's README says how to add them."
+
+
+def for_visitors(reason: str) -> str:
+    """`reason` without its sentences for developers (`DEVELOPER`), or ABSENT where none is left."""
+    kept = [part for part in re.split(r"(?<=[.;])\s+", reason) if not DEVELOPER.search(part)]
+    return " ".join(kept) or ABSENT
 
 
 def header() -> str:

@@ -6,9 +6,11 @@ forward over the answer (`demo.models.attention_pass`), and sets `Trace.image_at
 the same answer from the same prompt share one reading. What it allocates is freed before it
 returns (no cache is kept; the weights are reduced to per-token shares and maps at once).
 
-    attach(prompts, traces)  set image_attention on each finished trace of the runs that read
-                             `prompts` (`lane_runs.Prompts`: the target's inputs made once); a
-                             failed reading costs only its heatmap, and says why
+    attach(prompts, traces, question=None)
+                             set image_attention on each finished trace of the runs that read
+                             `prompts` (`lane_runs.Prompts`: the target's inputs made once), and
+                             with `question` its `ablation` too; a failed reading costs only its
+                             view, and says why
     dependence(prompts, question, ids)
                              per answer token, whether the image at least doubles the target's p
                              there (`demo.models.ablation`: two teacher-forced forwards, with the
@@ -29,36 +31,50 @@ log = logging.getLogger(__name__)
 NO_IMAGE = "There is no image in this question, so there is no attention on it to show."
 
 
-def attach(prompts, traces: dict) -> dict:
+def attach(prompts, traces: dict, question: str | None = None) -> dict:
     """Set `image_attention` on each finished trace of `traces` (lane -> Trace), whose runs
-    read `prompts` (its image None: no image); returns `traces`."""
+    read `prompts` (its image None: no image), and with `question` its `ablation`
+    (`Ablation.to_dict()`); returns `traces`."""
     import torch
 
-    from demo.models import attention_pass
+    from demo.models import ablation, attention_pass
 
     if prompts.image is None:
         for trace in traces.values():
             trace.image_attention = ImageAttention.missing(NO_IMAGE)
+            trace.ablation = ablation.Ablation.missing(NO_IMAGE).to_dict() if question is not None else None
         return traces
     loaded, inputs = prompts.loaded, prompts.target_inputs
-    read: dict[tuple[int, ...], ImageAttention] = {}
+    read: dict[tuple[int, ...], tuple[ImageAttention, dict | None]] = {}
     for trace in traces.values():
         if trace.summary is None:
             continue
         ids = tuple(trace.summary.token_ids)
         if ids not in read:
             try:
-                read[ids] = attention_pass.image_attention(loaded, inputs, list(ids))
+                looked = attention_pass.image_attention(loaded, inputs, list(ids))
             except Exception as error:  # the run stands; only its attention view is lost
                 log.warning("reading the image attention failed", exc_info=error)
-                read[ids] = ImageAttention.missing(
+                looked = ImageAttention.missing(
                     f"The target's attention could not be read ({type(error).__name__}: {str(error)[:120]})."
                 )
-        trace.image_attention = read[ids]
+            needed = None if question is None else _ablate(prompts, question, list(ids))
+            read[ids] = looked, needed
+        trace.image_attention, trace.ablation = read[ids]
     del inputs  # the prompts keep theirs for the race: only this reading's are dropped
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return traces
+
+
+def _ablate(prompts, question: str, ids: list[int]) -> dict:
+    from demo.models import ablation
+
+    try:
+        return ablation.ablate(prompts.loaded, prompts.image, question, ids).to_dict()
+    except Exception as error:  # the run stands; only its ablation is lost
+        log.warning("the image ablation failed", exc_info=error)
+        return ablation.Ablation.missing(f"The image ablation could not be read ({type(error).__name__}).").to_dict()
 
 
 def dependence(prompts, question: str, ids: list[int]) -> tuple[bool, ...] | None:

@@ -1,12 +1,9 @@
-"""The proofs that need the models, for every surface (no Gradio here): the sampling law checked
-live (`demo.session.exactness`) and the image ablation of a finished race's answers
-(`demo.models.ablation`). Each prepares like a race (the image checked and opened, the preset
-loaded, `race.prepare`), runs off every race's clock, and returns plain data; each is one
-accelerator call on ZeroGPU.
+"""The sampling law checked live (`demo.session.exactness`) for every surface (no Gradio here):
+it prepares like a race (the image checked and opened, the preset loaded, `race.prepare`), runs
+off every race's clock, and returns plain data; one accelerator call on ZeroGPU. (A race's image
+ablation is read in the race's own call: `image_attention.attach`.)
 
     check_law(request, image_payload, uploads, k=, n=) -> dict    `LawCheck.to_dict()`
-    ablate(request, image_payload, uploads, answers) -> dict      lane -> `Ablation.to_dict()`, with
-                                                                  "attention": the image share per token
 """
 
 from __future__ import annotations
@@ -70,30 +67,3 @@ def check_law(request: Request, image_payload, uploads: str | Path, k: int = 2, 
         ends=deadline.ends,
     )
     return result.to_dict() | {"shortened": said}
-
-
-def _ablate_duration(request: Request, image_payload, uploads, answers) -> int:
-    return zerogpu.clamp(30)
-
-
-@zerogpu.GPU(duration=_ablate_duration)
-def ablate(request: Request, image_payload, uploads: str | Path, answers: dict[str, list[int]]) -> dict:
-    """Each lane's answer (lane -> token ids) scored with the image and with a blank one; lanes
-    with the same answer share one reading."""
-    from demo.models import ablation, attention_pass
-
-    prompts = _prompts(request, image_payload, uploads)
-    read: dict[tuple[int, ...], dict] = {}
-    out = {}
-    for lane, ids in answers.items():
-        key = tuple(ids)
-        if key not in read:
-            record = ablation.ablate(prompts.loaded, prompts.image, request.question, list(ids)).to_dict()
-            try:  # the attention share beside it, to compare the two readings (None: not readable)
-                shares = attention_pass.image_attention(prompts.loaded, prompts.target_inputs, list(ids)).image
-            except Exception:
-                shares = ()
-            record["attention"] = list(shares) or None
-            read[key] = record
-        out[lane] = read[key]
-    return out

@@ -9,14 +9,14 @@
                      models are loaded (`Ready.request`); then a limit the race arms at Ready
 
 `RaceResult.ending` says how it ended, once: "finished" (the lanes, the γ sweep, the table of
-strategies and the image attention), "stopped" (a Stop), "over budget" (the limit ran out while
+strategies, and each answer's image attention and ablation on its trace), "stopped" (a Stop), "over budget" (the limit ran out while
 the lanes decoded) or "sweep cut" (it ran out after every lane finished, while the sweep or the
 table was made: the race stands whole, only those are missing).
 
 The race's accelerator part is `gpu_race`: one call (on ZeroGPU, in another process, so it
 yields plain data only) that prepares the race (the image checked, the models loaded, one
 `Prompts` made), races the lanes, then replays the answer for the γ sweep and the table of
-strategies and reads the image attention, all from the same prompts: the image is processed once
+strategies and reads the image attention and ablation of each answer once, all from the same prompts: the image is processed once
 for the target and once per drafter that reads it itself. The traces that call keeps for the
 sweep live in its own process; `Race.traces` are the caller's.
 
@@ -104,8 +104,8 @@ def gpu_race(
     sweeping = (lambda d: Sweeping(request.gamma, d), points, replayed)
     table = yield from strategies.compare(request, prompts, spd, ar, *sweeping)
     done = {lane: trace for lane, trace in traces.items() if trace.done}  # off every clock: the race is over
-    image_attention.attach(prompts, done)
-    attention = tuple((lane, trace.image_attention) for lane, trace in done.items())
+    image_attention.attach(prompts, done, request.question)  # the attention and the ablation, read once
+    attention = tuple((lane, trace.image_attention, trace.ablation) for lane, trace in done.items())
     yield Swept(rows, gamma_sweep.unsweepable(request), attention, tuple(table))
 
 
@@ -180,8 +180,8 @@ class Race:
         made = dict(traces=self.traces, limit=self.deadline.seconds, timeline=tuple(self.timeline))
         made["shortened"] = self.shortened
         if swept is not None:
-            for lane, attention in swept.attention:
-                self.traces[lane].image_attention = attention
+            for lane, attention, ablation in swept.attention:
+                self.traces[lane].image_attention, self.traces[lane].ablation = attention, ablation
             return RaceResult("finished", rows=swept.rows, why_not=swept.why_not, strategies=swept.strategies, **made)
         if self.deadline.over:
             raced = self.ready is not None and all(t.done for t in self.traces.values())

@@ -5,7 +5,7 @@ dataclass for each kind of news.
     Ready      every lane set up: the page's facts about the drafters, notes on the image
     Lane       one engine event of one lane, in the order the race ran them
     Sweeping   the γ sweep (or the table of strategies) has replayed one more answer
-    Swept      the γ sweep, each finished lane's image attention and the table of strategies
+    Swept      the γ sweep, each finished lane's image attention and ablation, the table of strategies
 
     Running    an analysis is about to decode one example with one drafter
     Decoded    that run's trace, where its drafts were rejected, and whether its answer is right
@@ -67,12 +67,12 @@ class Sweeping:
 @dataclass(frozen=True)
 class Swept:
     """The γ sweep of the finished race: records by gamma (`gamma_sweep.rows`), or none and why;
-    and each finished lane's image attention (`image_attention.attach`), read after the sweep; and
-    the table of every drafting strategy on this prompt (`strategies.compare`)."""
+    each finished lane's image attention and ablation (`image_attention.attach`), read after the
+    sweep; and the table of every drafting strategy on this prompt (`strategies.compare`)."""
 
     rows: tuple[dict, ...]
     why_not: str | None = None
-    attention: tuple[tuple[str, ImageAttention], ...] = ()
+    attention: tuple[tuple[str, ImageAttention, dict | None], ...] = ()  # (lane, attention, ablation)
     strategies: tuple[dict, ...] = ()
 
 
