@@ -6,14 +6,7 @@ metric with nothing to count yet, e.g. alpha of an autoregressive run) becomes n
 strict. A race's lanes are named as the session names them: "speculative", "speculative-2" (a
 second drafter's lane, when there is one) and "autoregressive"; every lane is exported.
 
-    payload(settings, traces) -> dict            the whole race: settings, every lane's trace and
-                                                 metrics, each speculative lane against the target
-    comparison(spd, ar) -> dict                  identical outputs? first difference, speedup
-    to_json(payload) -> str
-    tokens_csv(traces) -> str                    run, index, text, kind, round, p, q, ... t, drafter,
-                                                 image_attention
-    engine_names(trace) -> dict                  a speculative lane's counts under the names SGLang
-                                                 and vLLM report them by (docs/api.md maps them)
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
 """Metrics: pure functions over a run's trace. Every number the app shows comes from here.
 
-    tau    block efficiency: answer tokens produced in decoding per target forward in decoding,
-           the bonus included (vLLM calls it "mean acceptance length"). The prefill's token is
-           excluded from both counts, so an autoregressive run has tau = 1 exactly.
-    alpha  acceptance rate: accepted drafts / drafted tokens.
-    MBSU   memory-bound speedup (Gagrani et al. 2024): tau / (1 + gamma * c), with
-           c = drafter parameters / target parameters. It is the speedup when every forward
-           costs the time to read the model's weights. `mbsu` uses the nominal gamma;
-           `mbsu_made` the drafts actually made per round (they differ with adaptive drafting,
-           and in the last rounds, cut by the token budget). Prompt lookup has c = 0; layer-skip
-           the fraction of the target it runs; a token tree counts gamma drafter steps, as a tree
-           drafted level by level (one forward per depth) would cost where weights dominate.
-
-Token trees: tau, alpha and the accept lengths read the walked path (`RoundEvent.drafted_ids`);
-what a round cost is its tree: `verify_width` (nodes + 1) and `drafter_steps`, which the cost
-model (`costs`, `predicted_by_rounds`) uses.
-
-gamma and the parameter counts come from the trace's first event (`RunStart`): a trace is
-measured on its own, with nothing passed beside it.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

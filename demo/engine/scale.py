@@ -1,26 +1,6 @@
 """The paper's scale: a race's speedup at fixed step-cost ratios, a function of its τ alone.
 
-A race on a shared CPU times its steps as the machine lets it, so a speedup read off its clocks
-moves from one rerun to the next while τ, α and MBSU (counts of tokens) do not. Priced at fixed
-ratios instead, a speedup follows from the counts alone and repeats exactly. The ratios here are
-the ones measured for the paper's setting (Gagrani et al. 2024: LLaVA 1.5 7B with a 68M drafter),
-on an NVIDIA H200 on 2026-12-04 (`python -m demo.lab.bench.gpu_check`, the note
-`shared/notes/gpu-2026-12-04.md`, part 2): a llava-1.5-7b-shaped target (7.06B parameters,
-576 image tokens, context 681) in bf16, T1 = 20.67 ms for one token, T(γ+1) for γ = 1..8 as
-listed in VERIFY_MS, and one step of a vicuna-68m-shaped drafter D = 0.235 ms (lean forward and
-CUDA graphs: D/T1 = 0.011).
-
-    verify_ratio(width)       T(width)/T1: the measured ratio for widths 2..9, 1 for one token,
-                              and beyond 9 tokens the largest measured ratio (not measured there)
-    draft_ratio(kind, c)      D/T1 for one drafter step: the 68M drafter's for a drafter model,
-                              0 for prompt lookup (no forward), c for layer-skip (the target
-                              running the share c of itself)
-    rounds_cost(pairs, d)     a round's cost in T1 from its (drafter steps, verify width)
-
-`demo.engine.metrics.scaled_speedup` prices a race's rounds with these (chains and trees alike:
-each round's own drafter steps and verify width), and `metrics.sweep_rows` each γ of the sweep.
-
-Every lane of a race is priced on this one basis, so lanes compare by their τ and drafting alone.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

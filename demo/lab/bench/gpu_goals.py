@@ -8,8 +8,7 @@
                 and on CUDA the host synchronisations of our rounds (`torch.cuda.set_sync_debug_mode`)
     goal_rows   each goal with its figure from this run, or "not measured" and why
 
-The tokenizer at that shape is a word-level one over the target's vocabulary ("t0", "t1", ...):
-random weights write no text, and the engine needs a tokenizer only to detokenise.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,6 @@
 """Soak benchmark: does the server's memory stay flat over many requests? `python -m demo.lab.bench.soak`.
 
-Launches the app (`demo.page.server.launch`, no warm-up thread) in a child process on a free loopback
-port, with its own Gradio cache folder, and drives it through gradio_client, one request after
-another, cycling through the embedded world's example images and questions and through MIX: a
-chain race, a tree race, a two-lane race, a sampled race, an analysis (its examples' image ablation
-included), a law check of one prompt (/exactness) and one over a batch of one (/analysis_law).
-Each request comes from a new visitor (a new Gradio session), as on a public Space; `--one-session`
-sends them all from one. It prints the server's resident memory (RSS, from /proc) after the warm-up
-requests and after every `--every` requests, with the number of files in the server's Gradio
-cache and the server's CPU seconds per request (user + system, from /proc), and ends with one JSON
-line.
-
-    python -m demo.lab.bench.soak --requests 500 --warmup 30   the figure docs/soak.md quotes
-    python -m demo.lab.bench.soak --requests 60 --every 20     a quick look
-    python -m demo.lab.bench.soak --mix chain --one-session    the soak as it was before the mix
-    python -m demo.lab.bench.soak --requests 12 --warmup 3 --every 12 --mix chain --one-session
-                                                           a race's server CPU, quickly
-
-The growth figure is RSS at the end minus RSS after the warm-up: allocator noise and lazily
-built caches settle during the warm-up, so what grows afterwards is memory the server keeps.
-`soak(url, rss, ...)` is the same loop for a server run some other way (the tests run one
-in-process).
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

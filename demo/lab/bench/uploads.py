@@ -8,9 +8,7 @@ what the server accepted and refused, the folder's peak size, and one JSON line.
 
     python -m demo.lab.bench.uploads                                   the deployment's defaults
     python -m demo.lab.bench.uploads --folder-mib 256 --rate-mib 100000   the folder cap alone at work
-
-`--folder-mib` and `--rate-mib` set the server's DEMO_UPLOAD_FOLDER_MIB and DEMO_UPLOAD_MIB_PER_MINUTE
-(`demo.serve.guard`); left out, the server uses its defaults.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations
