@@ -1,5 +1,6 @@
 """The drafter kinds: one registration per kind, all the app says and does about a drafter of that
 kind. Plain data (no torch at import): the page reads it before any model.
+
 Adding a drafter is one `register(Kind(...))` call (below the built-in kinds, so that every
 process has it; a test may register a kind of its own and `unregister` it after) and a loader:
 `load(loaded, name, spec, progress) -> LoadedDrafter` (`demo.engine.drafters.LoadedDrafter`, whose

@@ -97,7 +97,7 @@ def write_examples(directory: Path, seed: int = SEED) -> list[dict]:
     return out["en"]
 
 
-# Every fact sentence, checked (issue 53): the world's scoring reads a description's (place, colour,
+# Every fact sentence, checked: the world's scoring reads a description's (place, colour,
 # shape) triples only, and a description also states how many shapes there are, their sizes, its
 # colours and, in some forms, how many cells are empty. `facts(language, text)` reads each sentence's
 # fact words (numbers, sizes, colours, shapes, places, each as its canonical value); a sentence is

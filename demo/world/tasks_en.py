@@ -8,11 +8,16 @@ too; `tasks_de` and `tasks_zh` write multiple choice's checks as `checks` does.
 """
 
 import random
+import sys
 
-from demo.world.phrasing import LETTERS, cap, counted, draw_options, forms, listing, nameable, unique
-from demo.world.scenes import COLOURS, GRID, POSITIONS, SHAPES, Obj, Scene
+from demo.world import scenes
+from demo.world.phrasing import LETTERS, cap, counted, draw_options, forms, listing, unique
+from demo.world.scenes import POSITION_PHRASES, POSITIONS, SHAPES, Obj, Scene
 
 NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+COLOURS = {c: c for c in scenes.COLOURS}  # English says each colour by its name (`phrasing`'s tables)
+SIZES = {"large": "large", "small": "small"}
+PLACES, PLACE_PHRASES = POSITIONS, POSITION_PHRASES
 
 
 def plural(shape: str) -> str:
@@ -38,73 +43,39 @@ DESCRIBE = (
 )
 
 
-def _intro(rng: random.Random) -> str:
-    return rng.choice(
-        (
-            "The image is a simple drawing on a plain, light background.",
-            "This picture shows a flat, colourful drawing on a pale, uniform background.",
-            "Here we have a minimal illustration of geometric shapes on a light background.",
-        )
-    )
+INTROS = (
+    "The image is a simple drawing on a plain, light background.",
+    "This picture shows a flat, colourful drawing on a pale, uniform background.",
+    "Here we have a minimal illustration of geometric shapes on a light background.",
+)
+CLOSINGS = (
+    "The other {} places on the grid are empty, so the scene looks simple and tidy.",
+    "Apart from these shapes the background is empty, and the overall scene is simple and uncluttered.",
+    "There is nothing else in the image, which gives it a clean and minimal look.",
+)
+CLOSING_FIRST, SPACE, STOP, LISTING = False, " ", ".", (", ", " and ")
+TOTALS = ("In total, there is a single shape in the picture.", "In total, there are {} shapes in the picture.")
+SIZE_SENTENCES = ("The shape is {}.", "All {} shapes are {}.")
+COLOUR_SENTENCES = (
+    "The only colour in the picture is {}.",
+    "Every shape in the picture is {}.",
+    "The colours in the picture are {}.",
+)
 
 
-def _object_sentence(o: Obj, rng: random.Random) -> str:
+def object_sentences(o: Obj) -> tuple[str, ...]:
     """One object, its place first: the words the attributes depend on come just before them."""
-    return rng.choice(
-        (
-            f"{cap(o.position_phrase)}, there is {article(name(o))}.",
-            f"{cap(o.position_phrase)}, we can see {article(name(o))}.",
-            f"{cap(o.position_phrase.removeprefix('in '))} holds {article(name(o))}.",
-        )
-    )
-
-
-def _count_sentence(scene: Scene) -> str:
-    n = len(scene.objects)
+    pp, thing = o.position_phrase, article(name(o))
     return (
-        "In total, there is a single shape in the picture."
-        if n == 1
-        else f"In total, there are {NUMBERS[n]} shapes in the picture."
+        f"{cap(pp)}, there is {thing}.",
+        f"{cap(pp)}, we can see {thing}.",
+        f"{cap(pp.removeprefix('in '))} holds {thing}.",
     )
 
 
-def _size_summary(scene: Scene) -> str:
-    n = len(scene.objects)
-    large = sum(o.size == "large" for o in scene.objects)
-    if n == 1:
-        return f"The shape is {scene.objects[0].size}."
-    if large in (0, n):
-        return f"All {NUMBERS[n]} shapes are {'large' if large else 'small'}."
-    small = n - large
+def mixed_sizes(large: int, small: int) -> str:
     verb = lambda k: "is" if k == 1 else "are"  # noqa: E731
     return f"{cap(NUMBERS[large])} of them {verb(large)} large and {NUMBERS[small]} {verb(small)} small."
-
-
-def _colour_summary(scene: Scene) -> str:
-    colours = list(dict.fromkeys(o.colour for o in scene.objects))
-    if len(scene.objects) == 1:
-        return f"The only colour in the picture is {colours[0]}."
-    if len(colours) == 1:
-        return f"Every shape in the picture is {colours[0]}."
-    return f"The colours in the picture are {listing(colours)}."
-
-
-def _closing(scene: Scene, rng: random.Random) -> str:
-    empty = GRID * GRID - len(scene.objects)
-    return rng.choice(
-        (
-            f"The other {NUMBERS[empty]} places on the grid are empty, so the scene looks simple and tidy.",
-            "Apart from these shapes the background is empty, and the overall scene is simple and uncluttered.",
-            "There is nothing else in the image, which gives it a clean and minimal look.",
-        )
-    )
-
-
-def _description(scene: Scene, rng: random.Random) -> str:
-    parts = [_intro(rng)]
-    parts += [_object_sentence(o, rng) for o in scene.objects]
-    parts += [_count_sentence(scene), _size_summary(scene), _colour_summary(scene), _closing(scene, rng)]
-    return " ".join(parts)
 
 
 # --- (b) short caption ----------------------------------------------------------------------
@@ -114,14 +85,11 @@ CAPTION = (
     "Caption this picture in one sentence.",
     "Give a brief caption of the image.",
 )
+CAPTION_LEADS, CAPTION_LISTING = ("", "A simple drawing: ", "On a light background: "), ("; ", "; and ")
 
 
-def _caption(scene: Scene, rng: random.Random) -> str:
-    """Each object after its place, in reading order: the place is the key its words are read by."""
-    sized = rng.random() < 0.5
-    parts = [f"{o.position_phrase}, {article(name(o, sized))}" for o in scene.objects]
-    things = listing(parts, "; ", "; and ")
-    return cap(f"{rng.choice(('', 'A simple drawing: ', 'On a light background: '))}{things}.")
+def caption_item(o: Obj, sized: bool) -> str:
+    return f"{o.position_phrase}, {article(name(o, sized))}"
 
 
 # --- (c) multiple choice with explanation ---------------------------------------------------
@@ -241,16 +209,31 @@ def restated(subject: str, rest: str, rng: random.Random) -> str:
     return cap(f"{subject} {rest}{rng.choice(TAILS)}.")
 
 
-def _vqa_colour(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    o = rng.choice(scene.objects)
-    if unique(scene, shape=o.shape) and rng.random() < 0.5:
-        question = rng.choice((f"What colour is the {o.shape}?", f"What is the colour of the {o.shape}?"))
-        return question, restated(f"the {o.shape}", f"is {o.colour}", rng)
-    noun = rng.choice(("shape", "object"))
-    question = rng.choice(
-        (f"What colour is the {noun} {o.position_phrase}?", f"What is the colour of the {noun} {o.position_phrase}?")
-    )
-    return question, restated(f"the {noun} {o.position_phrase}", f"is {o.colour}", rng)
+IS, AT, THINGS = "is {}", "is {}", ("shape", "object")
+COLOUR_QUESTIONS = ("What colour is {}?", "What is the colour of {}?")
+WHERE_QUESTIONS = ("Where is {}?", "Where in the image is {}?")
+YESNO_QUESTIONS, YES, NO = (
+    ("Is there {} in the image?", "Can you see {}?"),
+    ("Yes.", "Yes, there is {} {}."),
+    ("No.", "No, there is no {1}."),
+)
+COLOUR_FIRST = True  # a yes/no question's thing: English draws its colour first
+
+
+def the_shape(o: Obj) -> str:
+    return f"the {o.shape}"
+
+
+def the_thing_at(noun: str, o: Obj) -> str:
+    return f"the {noun} {o.position_phrase}"
+
+
+def named(o: Obj) -> str:
+    return f"the {name(o, False)}"
+
+
+def asked_thing(o: Obj) -> str:
+    return article(f"{o.colour} {o.shape}")
 
 
 def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
@@ -272,33 +255,11 @@ def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
     return question, restated(f"the number of {what}", f"is {NUMBERS[n]}", rng)
 
 
-def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
-    o = nameable(scene, rng)
-    if o is None:
-        return None
-    question = rng.choice((f"Where is the {name(o, False)}?", f"Where in the image is the {name(o, False)}?"))
-    return question, restated(f"the {name(o, False)}", f"is {o.position_phrase}", rng)
-
-
-def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    if rng.random() < 0.5:
-        o = rng.choice(scene.objects)
-        colour, shape = o.colour, o.shape
-    else:
-        colour, shape = rng.choice(list(COLOURS)), rng.choice(SHAPES)
-    thing = article(f"{colour} {shape}")
-    question = rng.choice((f"Is there {thing} in the image?", f"Can you see {thing}?"))
-    hits = [o for o in scene.objects if o.colour == colour and o.shape == shape]
-    if hits:
-        return question, rng.choice(("Yes.", f"Yes, there is {thing} {hits[0].position_phrase}."))
-    return question, rng.choice(("No.", f"No, there is no {colour} {shape}."))
-
-
 # The phrase tables `tasks.qa` dispatches over (`phrasing.ask`): the tasks whose question is drawn
-# from a list of prompts, and each task's form (`_<task>` above, `phrasing.forms`), which writes
+# from a list of prompts, and each task's form (its `_<task>` above, else `phrasing`'s), which writes
 # its answer (or question and answer); multiple choice's earlier forms besides.
 PROMPTS = {"description": DESCRIBE, "caption": CAPTION}
-FORMS = forms(globals()) | {
+FORMS = forms(sys.modules[__name__]) | {
     BRIEF: lambda scene, rng: _multiple_choice(scene, rng, BRIEF),
     EARLY: lambda scene, rng: _multiple_choice(scene, rng, EARLY),
 }

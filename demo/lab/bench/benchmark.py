@@ -42,7 +42,7 @@ def examples_for(task: str, n: int, seed: int, languages: tuple[str, ...] = ("en
     return analysis.heldout_mix(PAPER_TASKS[task], n, seed, languages)
 
 
-# --- goals (issue 32) ---------------------------------------------------------------------------
+# --- the step-cost goals ------------------------------------------------------------------------------
 
 GOALS = (  # (name, "max" or "min", bar)
     ("D / T1", "max", 0.05),
@@ -53,7 +53,7 @@ GOALS = (  # (name, "max" or "min", bar)
 
 
 def goals(cells: list[Cell], peer_result: dict | None) -> list[dict]:
-    """Issue 32's goals from this run: the step-cost ones from the greedy description cell at
+    """The step-cost goals from this run: the step-cost ones from the greedy description cell at
     gamma 4 on the lean path (text-only drafter if it ran), the peer ones from the same drafter's
     peer block. A goal whose cell or block did not run has value None."""
     lean_cells = [c for c in cells if c.drafter_path != "transformers" and c.decoding == "greedy"]

@@ -1,6 +1,6 @@
 """The heaviest races the budget admits, raced: `python -m demo.lab.bench.heaviest`.
 
-Issue 54 found that the work budget admitted races it then stopped "over budget": three of six of
+The work budget once admitted races it then stopped "over budget": three of six of
 the heaviest admitted races were cut at 59.7-62.1 s. This sends such races one after another to the
 app (a child process on a loopback port, as `demo.lab.bench.soak` serves it) and counts those stopped.
 
