@@ -55,9 +55,7 @@ class LeanTarget:
     @property
     def path(self) -> str:
         self.prepare()
-        if self.lm is None:
-            return "transformers"
-        return "lean + CUDA graphs" if self._graphed else "lean"
+        return "transformers" if self.lm is None else "lean + CUDA graphs" if self._graphed else "lean"
 
     def prepare(self, *, capacity: int = CAPACITY, widths=WIDTHS, slots: int = SLOTS) -> None:
         """Build and check the lean path once; on CUDA capture `slots` slots of `capacity`

@@ -154,7 +154,25 @@ def vqa_yesno(L, scene: Scene, rng: random.Random) -> tuple[str, str]:
     return question, rng.choice(L.NO).format(said, f"{thing.colour} {thing.shape}")
 
 
-ALIKE = {"description": description, "caption": caption, "vqa_colour": vqa_colour}
+def multiple_choice(L, scene: Scene, rng: random.Random) -> tuple[str, str]:
+    """A question on one object (or the count), four options, then the reason, the checks and the
+    letter (`tasks_en` writes English's own, with its earlier forms)."""
+    o = rng.choice(scene.objects)
+    kind = rng.choice(("shape", "colour", "position", "count"))
+    if kind == "shape":
+        options, letter = draw_options(L.SHAPES[o.shape], list(L.SHAPES.values()), rng)
+    elif kind == "colour":
+        options, letter = draw_options(L.COLOURS[o.colour], list(L.COLOURS.values()), rng)
+    elif kind == "position" and unique(scene, colour=o.colour, shape=o.shape):
+        options, letter = draw_options(L.PLACES[o.cell], list(L.PLACES), rng, ordered=True)
+    else:  # the counts one to four, as an exam lists them
+        kind, options, letter = "count", list(L.COUNT_OPTIONS), LETTERS[len(scene.objects) - 1]
+    question, reason = L.choice_words(kind, o, scene)
+    listed = L.OPTION_SEP.join(f"{x}. {text}" for x, text in zip(LETTERS, options))
+    return L.CHOICE.format(question, listed), L.CHOICE_ANSWER.format(reason, L.checks(kind, options, letter), letter)
+
+
+ALIKE = {"description": description, "caption": caption, "vqa_colour": vqa_colour, "multiple_choice": multiple_choice}
 ALIKE |= {"vqa_position": vqa_position, "vqa_yesno": vqa_yesno}
 
 

@@ -12,7 +12,7 @@ masculine or neuter: every shape noun is one of them).
 import random
 import sys
 
-from demo.world.phrasing import LETTERS, cap, counted, draw_options, forms, listing, unique
+from demo.world.phrasing import LETTERS, cap, counted, forms, listing, unique
 from demo.world.scenes import Obj, Scene
 
 COLOURS = {"red": "rot", "orange": "orange", "yellow": "gelb", "green": "grün", "blue": "blau", "purple": "violett"}
@@ -130,32 +130,34 @@ def checks(kind: str, options: list[str], letter: str) -> str:
     raise ValueError(f"{letter} is not among {options}")
 
 
-def _multiple_choice(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    o = rng.choice(scene.objects)
-    kind = rng.choice(("shape", "colour", "position", "count"))
-    pronoun = "er" if o.shape in MASCULINE else "es"
-    if kind == "shape":
-        question = f"Welche Form ist {phrase(o)}?"
-        options, letter = draw_options(SHAPES[o.shape], list(SHAPES.values()), rng)
-        reason = f"Das Objekt {phrase(o)} ist {indefinite(o)}, also ist es ein {SHAPES[o.shape]}."
-    elif kind == "colour":
-        question = f"Welche Farbe hat die Form {phrase(o)}?"
-        options, letter = draw_options(COLOURS[o.colour], list(COLOURS.values()), rng)
-        reason = f"Die Form {phrase(o)} ist {indefinite(o)}, also ist sie {COLOURS[o.colour]}."
-    elif kind == "position" and unique(scene, colour=o.colour, shape=o.shape):
-        question = f"Wo ist {definite(o)}?"
-        options, letter = draw_options(PLACES[o.cell], list(PLACES), rng, ordered=True)
-        reason = f"{cap(definite(o))} ist {phrase(o)}, also ist {pronoun} {PLACES[o.cell]}."
-    else:
-        kind, n = "count", len(scene.objects)
-        question = "Wie viele Formen sind auf dem Bild?"
-        options = list(NUMBERS[1:5])
-        letter = LETTERS[options.index(NUMBERS[n])]
+COUNT_OPTIONS, OPTION_SEP = NUMBERS[1:5], ", "
+CHOICE = "{}\nOptionen: {}.\nErkläre kurz und nenne dann den Buchstaben der richtigen Option."
+CHOICE_ANSWER = "{} {} Die Antwort ist {}."
+
+
+def choice_words(kind: str, o: Obj, scene: Scene) -> tuple[str, str]:
+    """Multiple choice's question and reason (`phrasing.multiple_choice`)."""
+    if kind == "count":
+        n = len(scene.objects)
         listed = listing([f"{phrase(x)}, {indefinite(x, False)}" for x in scene.objects], "; ", "; und ")
-        reason = cap(f"{listed}, also {'ist es eins' if n == 1 else 'sind es ' + NUMBERS[n]}.")
-    listed = ", ".join(f"{letter_}. {text}" for letter_, text in zip(LETTERS, options))
-    question = f"{question}\nOptionen: {listed}.\nErkläre kurz und nenne dann den Buchstaben der richtigen Option."
-    return question, f"{reason} {checks(kind, options, letter)} Die Antwort ist {letter}."
+        return "Wie viele Formen sind auf dem Bild?", cap(
+            f"{listed}, also {'ist es eins' if n == 1 else 'sind es ' + NUMBERS[n]}."
+        )
+    pronoun, it = "er" if o.shape in MASCULINE else "es", indefinite(o)
+    return {
+        "shape": (
+            f"Welche Form ist {phrase(o)}?",
+            f"Das Objekt {phrase(o)} ist {it}, also ist es ein {SHAPES[o.shape]}.",
+        ),
+        "colour": (
+            f"Welche Farbe hat die Form {phrase(o)}?",
+            f"Die Form {phrase(o)} ist {it}, also ist sie {COLOURS[o.colour]}.",
+        ),
+        "position": (
+            f"Wo ist {definite(o)}?",
+            f"{cap(definite(o))} ist {phrase(o)}, also ist {pronoun} {PLACES[o.cell]}.",
+        ),
+    }[kind]
 
 
 # --- short VQA ------------------------------------------------------------------------------

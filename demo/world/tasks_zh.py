@@ -11,7 +11,7 @@ punctuation (":", "，", "。"), so the byte-level pre-tokenizer always cuts a l
 import random
 import sys
 
-from demo.world.phrasing import LETTERS, counted, draw_options, forms, unique
+from demo.world.phrasing import LETTERS, counted, forms, unique
 from demo.world.scenes import Obj, Scene
 
 COLOURS = {"red": "红色", "orange": "橙色", "yellow": "黄色", "green": "绿色", "blue": "蓝色", "purple": "紫色"}
@@ -93,7 +93,7 @@ def caption_item(o: Obj, sized: bool) -> str:
 # --- (c) multiple choice with explanation ---------------------------------------------------
 
 
-def checks(options: list[str], letter: str) -> str:
+def checks(kind: str, options: list[str], letter: str) -> str:
     """As `tasks_en.checks`: "A. 正方形：圆形不是正方形。B. 圆形：圆形是圆形。" """
     said, out = options[LETTERS.index(letter)], []
     for letter_, text in zip(LETTERS, options):
@@ -104,32 +104,20 @@ def checks(options: list[str], letter: str) -> str:
 
 
 COUNT_OPTIONS = ("一个", "两个", "三个", "四个")
+OPTION_SEP, CHOICE, CHOICE_ANSWER = "，", "{}\n选项：{}。\n请简要解释，然后给出正确选项的字母。", "{}{}答案：{}。"
 
 
-def _multiple_choice(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    o = rng.choice(scene.objects)
-    kind = rng.choice(("shape", "colour", "position", "count"))
-    if kind == "shape":
-        question = f"{PLACES[o.cell]}的图形是什么形状？"
-        options, letter = draw_options(SHAPES[o.shape], list(SHAPES.values()), rng)
-        reason = f"{PLACES[o.cell]}的物体是{name(o)}，所以它是{SHAPES[o.shape]}。"
-    elif kind == "colour":
-        question = f"{PLACES[o.cell]}的图形是什么颜色？"
-        options, letter = draw_options(COLOURS[o.colour], list(COLOURS.values()), rng)
-        reason = f"{PLACES[o.cell]}的图形是{name(o)}，所以它是{COLOURS[o.colour]}。"
-    elif kind == "position" and unique(scene, colour=o.colour, shape=o.shape):
-        question = f"{thing(o)}在哪里？"
-        options, letter = draw_options(PLACES[o.cell], list(PLACES), rng, ordered=True)
-        reason = f"{thing(o)}{PLACE_PHRASES[o.cell]}，所以它在{PLACES[o.cell]}。"
-    else:
-        n = len(scene.objects)
-        question = "图中有几个图形？"
-        options, letter = list(COUNT_OPTIONS), LETTERS[n - 1]
+def choice_words(kind: str, o: Obj, scene: Scene) -> tuple[str, str]:
+    """Multiple choice's question and reason (`phrasing.multiple_choice`)."""
+    place = PLACES[o.cell]
+    if kind == "count":
         listed = "；".join(f"{PLACES[x.cell]}有{name(x, False)}" for x in scene.objects)
-        reason = f"{listed}，所以共有{COUNT_OPTIONS[n - 1]}。"
-    listed = "，".join(f"{letter_}. {text}" for letter_, text in zip(LETTERS, options))
-    question = f"{question}\n选项：{listed}。\n请简要解释，然后给出正确选项的字母。"
-    return question, f"{reason}{checks(options, letter)}答案：{letter}。"
+        return "图中有几个图形？", f"{listed}，所以共有{COUNT_OPTIONS[len(scene.objects) - 1]}。"
+    return {
+        "shape": (f"{place}的图形是什么形状？", f"{place}的物体是{name(o)}，所以它是{SHAPES[o.shape]}。"),
+        "colour": (f"{place}的图形是什么颜色？", f"{place}的图形是{name(o)}，所以它是{COLOURS[o.colour]}。"),
+        "position": (f"{thing(o)}在哪里？", f"{thing(o)}{PLACE_PHRASES[o.cell]}，所以它在{place}。"),
+    }[kind]
 
 
 # --- short VQA ------------------------------------------------------------------------------
