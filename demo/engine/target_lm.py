@@ -40,6 +40,7 @@ class _Layer:
 
     keys: torch.Tensor
     values: torch.Tensor
+    is_initialized: bool = True  # as a DynamicCache layer says whether it was ever written
 
 
 class TargetCache(StaticCache):

@@ -124,7 +124,7 @@ def keep_path(cache, start: int, path: list[int], n_nodes: int) -> None:
     n_nodes that follow them), in order. Moves the accepted nodes' keys and values, then crops."""
     if path != list(range(len(path))):  # already in place when the path is the first nodes
         for layer in cache.layers:
-            if not getattr(layer, "is_initialized", True):
+            if not layer.is_initialized:  # a layer transformers has not written yet
                 continue
             index = torch.tensor([start + i for i in path], device=layer.keys.device)
             end = start + len(path)
