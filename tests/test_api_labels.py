@@ -24,11 +24,7 @@ def test_monitoring_is_off(app):
 def test_every_endpoint_names_its_outputs(app):
     info = soak.client(app.local_url).view_api(return_format="dict", print_info=False)
     endpoints = info["named_endpoints"]
-    assert sorted(endpoints) == ["/analysis", "/analysis_law", "/exactness", "/race", "/trace"]
-    assert [r["label"] for r in endpoints["/analysis_law"]["returns"]] == [
-        "pooled law verdicts",
-        "Law check per example",
-    ]
+    assert sorted(endpoints) == ["/analysis", "/exactness", "/race", "/trace"]
     assert [r["label"] for r in endpoints["/exactness"]["returns"]] == ["law check", "law chart", "law"]
     assert [r["label"] for r in endpoints["/race"]["returns"]] == [
         "speculative panel",

@@ -154,7 +154,7 @@ def test_smallest_budget_gives_one_token_from_the_prefill(client, tiny_world):
         ),
         ({"gamma": 50}, "gamma (drafts per round) must be a whole number from 1 to 10; got 50."),
         ({"max_new_tokens": 0}, "max new tokens must be a whole number from 1 to 512; got 0."),
-        ({"greedy": False, "temperature": 0}, "temperature must be a number in (0, 5]; got 0."),
+        ({"greedy": False, "temperature": 0}, "temperature must be a number in [0.01, 5]; got 0."),
         ({"greedy": False, "top_p": 1.01}, "top-p must be a number in (0, 1]; got 1.01."),
         ({"greedy": False, "seed": None}, "seed must be a whole number from 0 to 4294967295; got None."),
     ],

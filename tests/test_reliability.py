@@ -236,7 +236,7 @@ def test_a_question_too_long_for_the_context_is_refused_with_the_numbers(client,
         (3, 7, "Unknown drafter for preset 'tiny-reliability': 7."),
         (4, "four", "gamma (drafts per round) must be a whole number from 1 to 10; got 'four'."),
         (5, "yes", "greedy must be true or false; got 'yes'."),
-        (6, {"t": 1}, "temperature must be a number in (0, 5]; got {'t': 1}."),
+        (6, {"t": 1}, "temperature must be a number in [0.01, 5]; got {'t': 1}."),
         (8, 1.5, "seed must be a whole number from 0 to 4294967295; got 1.5."),
         (9, None, "max new tokens must be a whole number from 1 to 512; got None."),
         (

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image, ImageFile
 
 from demo import session
@@ -72,9 +73,11 @@ def test_a_valid_request_keeps_its_values_and_settings_record_them():
         ({"max_new_tokens": 513}, "max new tokens must be a whole number from 1 to 512; got 513."),
         ({"max_new_tokens": float("inf")}, "max new tokens must be a whole number from 1 to 512; got inf."),
         ({"greedy": "yes"}, "greedy must be true or false; got 'yes'."),
-        ({"temperature": 0}, "temperature must be a number in (0, 5]; got 0."),
-        ({"temperature": 5.01}, "temperature must be a number in (0, 5]; got 5.01."),
-        ({"temperature": None}, "temperature must be a number in (0, 5]; got None."),
+        ({"temperature": 0}, "temperature must be a number in [0.01, 5]; got 0."),
+        ({"temperature": 1e-39}, "temperature must be a number in [0.01, 5]; got 1e-39."),
+        ({"temperature": 0.0099}, "temperature must be a number in [0.01, 5]; got 0.0099."),
+        ({"temperature": 5.01}, "temperature must be a number in [0.01, 5]; got 5.01."),
+        ({"temperature": None}, "temperature must be a number in [0.01, 5]; got None."),
         ({"top_p": 0.0}, "top-p must be a number in (0, 1]; got 0.0."),
         ({"top_p": 1.5}, "top-p must be a number in (0, 1]; got 1.5."),
         ({"top_p": float("-inf")}, "top-p must be a number in (0, 1]; got -inf."),
@@ -91,6 +94,21 @@ def test_bad_settings_are_refused_with_the_valid_range(change, message):
     with pytest.raises(InvalidInput) as refused:
         parse(**change)
     assert str(refused.value) == message
+
+
+def test_the_warp_stays_finite_at_the_smallest_temperature_accepted():
+    from demo.engine.sampling import Sampling, warp
+
+    most = float(torch.finfo(torch.float16).max)  # a half-precision model's largest logits, either sign
+    logits = torch.tensor([[most, -most, 0.0, most / 2], [1e-3, 0.0, -1e-3, 2e-3]])
+    low = parse(greedy=False, temperature=validate.MIN_TEMPERATURE, top_p=1.0).sampling
+    assert low.temperature == 0.01
+    for top_p in (1.0, 0.95):
+        probs = warp(logits, Sampling(greedy=False, temperature=low.temperature, top_p=top_p))
+        assert torch.isfinite(probs).all() and torch.allclose(probs.sum(-1), torch.ones(2))
+    assert probs[0].tolist() == [1.0, 0.0, 0.0, 0.0]
+    below = warp(logits, Sampling(greedy=False, temperature=1e-39, top_p=1.0))  # what the floor keeps out
+    assert not torch.isfinite(below).all()
 
 
 def test_a_lone_surrogate_in_the_question_is_refused_with_its_position():

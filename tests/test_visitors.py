@@ -65,8 +65,8 @@ class Join:
     """One queued call over plain HTTP from `client`, its stream read in a thread: `status` and
     `detail` of the join, then the times its run started and completed, and the completion."""
 
-    def __init__(self, client: httpx.Client, app, api_name: str, data: list):
-        self.session = uuid.uuid4().hex
+    def __init__(self, client: httpx.Client, app, api_name: str, data: list, session: str | None = None):
+        self.session = session or uuid.uuid4().hex
         self.base = app.local_url.rstrip("/") + "/gradio_api/queue"
         fn_index = next(i for i, fn in app.fns.items() if fn.api_name == api_name)
         self.sent = time.monotonic()
@@ -177,15 +177,15 @@ def test_the_share_sentence_says_what_the_visitor_holds():
     waiting = [Event("b", "1.1.1.1"), Event("c", "2.2.2.2"), Event("d", "2.2.2.2")]
     queue.event_queue_per_concurrency_id = {"race": type("E", (), {"queue": list(waiting)})()}
     share = visitors.Share()
-    assert share.refusal(queue, "race", "1.1.1.1", None).startswith("You have a race running and one waiting; ")
-    assert share.refusal(queue, "race", "2.2.2.2", None).startswith("You have two races waiting; ")
-    assert share.refusal(queue, "race", "3.3.3.3", "a") is None  # its page's session holds one running race
-    assert share.refusal(queue, "analysis", "1.1.1.1", None) is None  # analyses queue apart
+    assert share.refusal(queue, "race", "1.1.1.1").startswith("You have a race running and one waiting; ")
+    assert share.refusal(queue, "race", "2.2.2.2").startswith("You have two races waiting; ")
+    assert share.refusal(queue, "analysis", "1.1.1.1") is None  # analyses queue apart
     visitors.fair(queue, "race")  # 1.1.1.1 has one running: its waiting one goes behind 2.2.2.2's first
     order = [e.session_hash for e in queue.event_queue_per_concurrency_id["race"].queue]
     assert order == ["c", "b", "d"]
-    queue.event_queue_per_concurrency_id["race"].queue.append(Event("a", "5.5.5.5"))  # page a, another address
-    assert share.refusal(queue, "race", "3.3.3.3", "a").startswith("You have a race running and one waiting; ")
+    queue.event_queue_per_concurrency_id["race"].queue.append(Event("b", "5.5.5.5"))  # page b's hash, copied
+    assert share.refusal(queue, "race", "1.1.1.1").startswith("You have a race running and one waiting; ")
+    assert share.refusal(queue, "race", "3.3.3.3") is None  # the share is the address's, whatever hash it sends
 
 
 # --- uploads ------------------------------------------------------------------------------------
@@ -290,35 +290,8 @@ def test_the_trim_takes_the_flooders_files_and_keeps_a_visitors_recent_unraced_i
     ledger.add([made("s1.bin", 3000)], "stranger", now=12.0)
     ledger.add([made("s2.bin", 3000)], "stranger", now=12.5)
     assert ledger.make_room(3000, "flooder", now=13.0) == [str(tmp_path / n) for n in ("flood3.bin", "s1.bin")]
-    assert ledger.make_room(9000, "flooder", now=14.0) is None  # only reserved images would do: refused
-    assert Path(tmp_path / "mine.png").exists() and Path(tmp_path / "s2.bin").exists()
-    later = 12.5 + upload_folder.RESERVE_S  # both reserves over
-    assert ledger.make_room(9000, "flooder", now=later) == [str(tmp_path / n) for n in ("s2.bin", "mine.png")]
+    # only reserved images are left: the oldest of them goes first, whoever holds more
+    assert ledger.make_room(9000, "flooder", now=14.0) == [str(tmp_path / n) for n in ("mine.png", "s2.bin")]
     assert ledger.evicted_in([{"path": str(tmp_path / "mine.png")}]) == upload_folder.EVICTED
-
-
-def test_a_flood_leaves_a_visitors_image_and_a_race_whose_image_was_evicted_is_told_so(capped, world, tmp_path):
-    url = capped.local_url.rstrip("/") + "/gradio_api/upload"
-    visitor = http("127.0.0.2")
-    image = upload(visitor, capped, world / "images" / "0.png")
-    flooders = [http(f"127.0.1.{i}") for i in range(4)]  # four addresses, 1 MiB at a time, past the 3 MiB cap
-    answers = [flooders[i % 4].post(url, files={"files": (f"f{i}.bin", os.urandom(MIB))}) for i in range(12)]
-    assert {a.status_code for a in answers} == {200, 503}  # each flooder's newest are reserved too: the rest wait
-    full = next(a for a in answers if a.status_code == 503)
-    assert full.json()["detail"].startswith(
-        "The upload folder is full of images other visitors uploaded in the last few minutes and have not raced yet;"
-    )
-    assert Path(image["path"]).exists()  # another visitor's flood did not evict it
-    done = Join(visitor, capped, "trace", [image, *args(world)[1:]])
-    assert done.status == 200
-    done.wait()
-    assert done.result["success"]  # raced: it leaves the reserve
-    # an upload that needs the flooder's own files and half the image's bytes more: the image goes
-    ledger = guard_of(capped).folder_ledger
-    mine = ledger.held.get("127.0.1.0", 0)
-    size = ledger.cap - ledger.total + mine + Path(image["path"]).stat().st_size // 2 - 300  # 300: the form
-    assert flooders[0].post(url, files={"files": ("all.bin", os.urandom(size))}).status_code == 200
-    assert not Path(image["path"]).exists()
-    again = Join(visitor, capped, "trace", [image, *args(world)[1:]])
-    assert again.status == 410 and again.detail == upload_folder.EVICTED
-    assert again.detail == "Your image was removed to make room for other uploads; upload it again, then run."
+    ledger.add([made("mine.png", 2000)], "visitor", now=15.0)  # the same bytes stored again: back
+    assert ledger.evicted_in([{"path": str(tmp_path / "mine.png")}]) is None

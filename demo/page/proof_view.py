@@ -120,7 +120,7 @@ def on_check(image, question, preset, drafter, gamma, temperature, top_p, seed, 
     """The law check of this prompt and image with the drafter chosen, at the form's sampling settings."""
     try:
         request = _request(question, preset, drafter, gamma, False, temperature, top_p, seed, K_MAX + 2)
-        result = proof_runs.check_law(request, image, runs_uploads(), k=int(k))
+        result = proof_runs.check_law(request, image, runs_uploads(), k=k)
     except Exception as error:
         message = failures.message(error)
         raise runs.page_error(message) from None

@@ -9,7 +9,8 @@
 
 Two queues, each one request at a time: races (/race, /trace: `concurrency_id="race"`) and
 analyses (/analysis: "analysis"), so that a long analysis never holds a race up; together at
-most QUEUE_SIZE requests waiting, and one more is told at once that the queue is full. Each
+most QUEUE_SIZE requests waiting, and one more is told at once that the queue is full (unless
+another visitor holds two places: one gives way). Each
 request is bounded by the work budget (`demo.session.budget`): refused beforehand when its estimate
 exceeds it, stopped over budget once it outlives its own limit. Gradio 6 takes
 the theme, CSS and script at launch, so launch through `launch()` (or pass `text.CSS`, `text.JS` and
@@ -38,12 +39,17 @@ from demo.models import presets, zerogpu
 from demo.page import classroom, drafter_notes, handlers, layout, proof_view, render, teach, text
 from demo.page.analysis import tab as analysis_tab
 from demo.page.layout import EXAMPLES_DIR, Example
-from demo.serve import guard
+from demo.serve import guard, visitors
 from demo.session import offers, validate
 
 log = logging.getLogger(__name__)
 
-QUEUE_SIZE = 32  # requests that may wait for the decoder; the next one is refused as "queue full"
+# Requests that may wait, races and analyses together; the next one is refused as "queue full",
+# unless its visitor has none waiting: then another visitor's second place makes room
+# (`demo.serve.visitors.make_place`). A waiting request is a few KiB (its event and values), and
+# each visitor may hold one running and one waiting in each queue: 128 are 32 visitors' worst case
+# twice over, and 64 visitors' ordinary one.
+QUEUE_SIZE = 128
 # Visitors' sessions Gradio keeps (their page state: the last race for the replay, the analysis on
 # show), the least recently used dropped beyond it. Gradio keeps 10,000, and each holds a copy of the
 # page's component configs and its last race: on a public Space every new visitor (and every
@@ -363,6 +369,8 @@ def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_siz
     kwargs.setdefault("share", False)
     kwargs.setdefault("enable_monitoring", False)  # Gradio's /monitoring summary is open to anyone
     kwargs.setdefault("state_session_capacity", SESSIONS)
+    if not visitors.proxy_hops():  # uvicorn would take X-Forwarded-For from a loopback client
+        os.environ["FORWARDED_ALLOW_IPS"] = ""
     middleware = Middleware(guard.Guard, arity=arity_refusal, folder=handlers.uploads)
     kwargs["app_kwargs"] = {**kwargs.get("app_kwargs", {}), "middleware": [middleware]}
     demo.queue(max_size=queue_size, default_concurrency_limit=1)

@@ -2,13 +2,15 @@
 
 `Guard` is an ASGI middleware in front of Gradio's app (`demo.page.server.launch` installs it):
 
-    POST /gradio_api/queue/join, /gradio_api/call/NAME (joins), /gradio_api/run/NAME, /api/NAME
+    POST /gradio_api/queue/join, /call/NAME, /call/v2/NAME (joins), /run/NAME, /api/NAME
         a body that is not a JSON object (or is nested too deeply to read), names a function the
         page does not have (fn_index must be a whole number, not true), or sends the wrong number
-        of values is answered 4xx with a sentence, never 500: Gradio looks the function up without
-        checking. A join beyond its visitor's share of the queue (one running, one waiting:
-        `demo.serve.visitors`) is answered 429, and one naming an image the upload trim removed 410,
-        each with its sentence, before it queues. A direct /run of a queued function (a race, an
+        of values (/call/v2: a name the endpoint lacks, a value left out) is answered 4xx with a
+        sentence, never 500: Gradio looks the function up without checking. A join beyond its
+        visitor's share of the queue (one running, one waiting: `demo.serve.visitors`) is answered
+        429, and one naming an image the upload trim removed 410, each with its sentence, before it
+        queues (gradio_client's joins: the sentence as the call's error, its AppError); a newcomer's
+        join into a full queue takes a second place from another visitor. A direct /run of a queued function (a race, an
         analysis) would skip the queue and every visitor's share: 403 with the way in. Any other
         direct call that fails is 422 with the app's sentence (Gradio answers every failure 500)
     POST /gradio_api/upload
@@ -16,8 +18,8 @@
         room for the form around it), whatever it claims; each visitor may send UPLOAD_MIB_PER_MINUTE
         and UPLOAD_FILES_PER_MINUTE files in any minute (429 with Retry-After beyond either; Gradio
         takes 1,000 files a request); before each upload the ledger of the upload folder
-        (`demo.serve.upload_folder`) makes room under UPLOAD_FOLDER_MIB, without walking the folder
-        and without evicting another visitor's reserved images (503 when only those would do)
+        (`demo.serve.upload_folder`) makes room under UPLOAD_FOLDER_MIB, without walking the folder,
+        evicting another visitor's reserved images only when they alone fill it (oldest first)
 
 Gradio 6.31 offers no hook for limiting /gradio_api/upload (its only dependency is the login
 check), so the limits live here. A visitor is `demo.serve.visitors.visitor_of`: the socket's
@@ -35,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+from gradio_client.utils import construct_args
 
 from demo.serve import upload_folder, visitors
 from demo.session.validate import MAX_FILE_BYTES
@@ -52,6 +55,8 @@ UPLOAD_FILES_PER_MINUTE = 120
 MAX_UPLOAD_REQUEST = MAX_FILE_BYTES + MIB  # one file at the limit and its multipart envelope
 MAX_CALL_BODY = 4 * MIB  # a queue join or direct call is JSON with a file reference, never the file
 CALLS = ("/gradio_api/queue/join", "/gradio_api/run/", "/gradio_api/api/", "/gradio_api/call/")
+V2 = "/gradio_api/call/v2/"
+GUARDED = "demo.guarded"  # the key the guard sets in the scope of every call it checked
 UPLOAD = "/gradio_api/upload"
 
 
@@ -155,8 +160,16 @@ def _as_4xx(send):
     return sending
 
 
-async def _answer(send, status: int, detail: str, headers: tuple = ()) -> None:
-    body = json.dumps({"detail": detail}).encode()
+def _session(scope, path: str, body: bytes) -> str | None:
+    """The session of a join that gradio_client sent (it says so in x-gradio-user), or None."""
+    if not path.startswith("/gradio_api/queue/join") or (b"x-gradio-user", b"api") not in scope.get("headers", []):
+        return None
+    session = json.loads(body).get("session_hash")
+    return session if isinstance(session, str) and session else None
+
+
+async def _answer(send, status: int, detail: str, headers: tuple = (), key: str = "detail") -> None:
+    body = json.dumps({key: detail}).encode()
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
     await send({"type": "http.response.start", "status": status, "headers": head})
     await send({"type": "http.response.body", "body": body})
@@ -174,12 +187,14 @@ class Guard:
         self.files = RateLimit(setting(UPLOAD_FILES_ENV, UPLOAD_FILES_PER_MINUTE), strict=True)
         self.folder_ledger = upload_folder.Ledger(self.folder_cap)
         self.share = visitors.Share()
+        self.api_info = None  # the named endpoints' parameters, read once (the page does not change)
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "") if scope["type"] == "http" else ""
         if scope.get("method") == "POST" and path.rstrip("/") == UPLOAD:
             return await self._upload(scope, receive, send)
-        if scope.get("method") == "POST" and path.startswith(CALLS) and not path.startswith("/gradio_api/call/v2"):
+        if scope.get("method") == "POST" and path.startswith(CALLS):
+            scope[GUARDED] = True  # what reaches a handler from here on has passed the checks below
             return await self._call(scope, receive, send, path)
         return await self.app(scope, receive, send)
 
@@ -196,7 +211,7 @@ class Guard:
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
-        refused, block_fn, payload = self._refusal(scope, path, body)
+        refused, block_fn, data = self._refusal(scope, path, body)
         if refused:
             return await _answer(send, *refused)
         replayed = False
@@ -210,55 +225,65 @@ class Guard:
 
         if block_fn is None or not block_fn.queue:  # a direct call of the page's small events
             return await self.app(scope, replay, _as_4xx(send))
-        evicted = self.folder_ledger.evicted_in(payload.get("data"))
-        if evicted:
-            return await _answer(send, 410, evicted)
         queue, visitor = scope["app"].get_blocks()._queue, visitors.visitor_of(scope)
-        session = payload.get("session_hash") if isinstance(payload.get("session_hash"), str) else None
-        refused = self.share.refusal(queue, block_fn.concurrency_id, visitor, session)
+        refused = self.folder_ledger.evicted_in(data)
+        status = 410
+        if not refused:
+            refused, status = self.share.refusal(queue, block_fn.concurrency_id, visitor), 429
         if refused:
-            return await _answer(send, 429, refused)
-        self.folder_ledger.raced(payload.get("data"))
+            session = _session(scope, path, body)
+            if session:  # gradio_client: the sentence as the call's error (its AppError)
+                return await _answer(send, 200, visitors.tell(queue, session, refused), key="event_id")
+            return await _answer(send, status, refused)
+        visitors.make_place(queue, visitor)
+        self.folder_ledger.raced(data)
         with self.share.joining(queue, block_fn.concurrency_id, visitor):
             return await self.app(scope, replay, send)
 
-    def _refusal(self, scope, path: str, body: bytes) -> tuple[tuple[int, str] | None, object, dict]:
+    def _refusal(self, scope, path: str, body: bytes) -> tuple[tuple[int, str] | None, object, list]:
         """((status, sentence) for a call body the app must not see, or None; the function it calls,
-        None where the body does not say; the body)."""
+        None where the body does not say; the values it sends, in the function's order)."""
         try:
             payload = json.loads(body or b"null")
         except ValueError:
-            return (400, "The body must be JSON: an object with the call's values as a list under 'data'."), None, {}
+            return (400, "The body must be JSON: an object with the call's values as a list under 'data'."), None, []
         except RecursionError:  # arrays or objects nested thousands deep: Python's parser gives up
             return (
                 (400, "The body is nested too deeply: send an object with the call's values as a list under 'data'."),
                 None,
-                {},
+                [],
             )
         if not isinstance(payload, dict):
-            return (422, "The body must be a JSON object with the call's values as a list under 'data'."), None, {}
+            return (422, "The body must be a JSON object with the call's values as a list under 'data'."), None, []
+        data = payload.get("data") if isinstance(payload.get("data"), list) else []
         blocks = scope["app"].get_blocks()
         public = {i: fn for i, fn in blocks.fns.items() if getattr(fn, "api_visibility", "public") == "public"}
         fn_index = payload.get("fn_index")
         # bool is an int to Python (True would be function 1), never to a caller
         if fn_index is not None and (type(fn_index) is not int or fn_index not in blocks.fns):
             known = ", ".join(f"{i} (/{fn.api_name})" for i, fn in public.items() if fn.api_name)
-            return (422, f"No function has fn_index {fn_index!r}; the API's are {known}."), None, payload
+            return (422, f"No function has fn_index {fn_index!r}; the API's are {known}."), None, data
         if path.startswith("/gradio_api/queue/join"):
             # a join's values are checked in the queue, which sends its sentence as the result
-            return None, blocks.fns.get(fn_index) if fn_index is not None else None, payload
+            return None, blocks.fns.get(fn_index) if fn_index is not None else None, data
         name = path.rstrip("/").rsplit("/", 1)[-1]
-        if name == "predict" and fn_index is not None:  # the page's own unqueued events: /run/predict + fn_index
+        keywords = path.startswith(V2)  # /call/v2/NAME: the values by parameter name
+        if name == "predict" and fn_index is not None and not keywords:  # the page's own unqueued events
             block_fn = blocks.fns[fn_index]
         else:
-            block_fn = next((fn for fn in blocks.fns.values() if fn.api_name == name), None)
+            named = public.values() if keywords else blocks.fns.values()
+            block_fn = next((fn for fn in named if fn.api_name == name), None)
         if block_fn is None:
             names = ", ".join(f"/{fn.api_name}" for fn in public.values() if fn.api_name)
-            return (404, f"There is no endpoint /{name}; the API has {names}."), None, payload
-        data = payload.get("data")
-        refused = self.arity(block_fn, len(data)) if isinstance(data, list) else None
+            return (404, f"There is no endpoint /{name}; the API has {names}."), None, data
+        if keywords:
+            try:
+                data = self._by_name(blocks, name, payload)
+            except (TypeError, ValueError) as error:
+                return (422, f"/{name}: {error}".split(" Please click")[0]), block_fn, data
+        refused = self.arity(block_fn, len(data)) if isinstance(payload.get("data"), list) or keywords else None
         if refused:
-            return (422, refused), block_fn, payload
+            return (422, refused), block_fn, data
         if block_fn.queue and not path.startswith("/gradio_api/call/"):
             return (
                 (
@@ -268,9 +293,17 @@ class Guard:
                     "GET its result), not as a direct /run call.",
                 ),
                 block_fn,
-                payload,
+                data,
             )
-        return None, block_fn, payload  # a missing or mistyped 'data' is refused by Gradio's own 422
+        return None, block_fn, data  # a missing or mistyped 'data' is refused by Gradio's own 422
+
+    def _by_name(self, blocks, name: str, payload: dict) -> list:
+        """A /call/v2 body's values in the endpoint's order, as Gradio reads them (its own sentence
+        for a name it does not know or a value left out without a default)."""
+        if self.api_info is None:
+            self.api_info = blocks.get_api_info()["named_endpoints"]
+        parameters = self.api_info[f"/{name}"]["parameters"]
+        return construct_args(parameters, (), {k: v for k, v in payload.items() if k != "oauth_token"})
 
     async def _upload(self, scope, receive, send):
         headers = dict(scope.get("headers") or [])
@@ -288,15 +321,7 @@ class Guard:
         if wait:
             return await self._too_many(send, f"{self.files.per_minute} files", wait)
         blocks = scope["app"].get_blocks()
-        if not await anyio.to_thread.run_sync(self._make_room, blocks, size, visitor):
-            wait = self.folder_ledger.retry_after()
-            return await _answer(
-                send,
-                503,
-                "The upload folder is full of images other visitors uploaded in the last few minutes and have "
-                f"not raced yet; try again in {wait:.0f} s.",
-                ((b"retry-after", str(max(1, round(wait))).encode()),),
-            )
+        await anyio.to_thread.run_sync(self._make_room, blocks, size, visitor)
         received = 0
 
         async def counted():
@@ -331,16 +356,12 @@ class Guard:
             ((b"retry-after", str(max(1, round(wait))).encode()),),
         )
 
-    def _make_room(self, blocks, size: int, visitor: str) -> bool:
-        """Make room for `size` bytes; False when only other visitors' reserved images would do."""
+    def _make_room(self, blocks, size: int, visitor: str) -> None:
+        """Make room for `size` bytes in the upload folder."""
         ledger = self.folder_ledger
         if not ledger.started:  # the files a restart found there: one walk, at the first upload
             ledger.start(sorted(deletable(blocks)))
-        deleted = ledger.make_room(size, visitor)
-        if deleted is None:
-            return False
-        forget(blocks, deleted)
-        return True
+        forget(blocks, ledger.make_room(size, visitor))
 
 
 def _delete(blocks, paths: list[str]) -> None:

@@ -3,10 +3,10 @@ makes room for the next upload without crowding any visitor out.
 
     Ledger.start(files)           the files already there at the first upload (one walk, once)
     Ledger.add(paths, visitor)    an upload Gradio has stored: each file's size (one stat a file)
-    Ledger.make_room(size, v)     the files to delete so that `size` more bytes fit the cap, or None
-                                  when only other visitors' reserved images could make room
+    Ledger.make_room(size, v)     delete the files that make `size` more bytes fit the cap
     Ledger.raced(data)            a call's images have been used (they leave their visitor's reserve)
     Ledger.evicted_in(data)       the sentence for a call naming an image the trim removed, or None
+                                  (an image stored again, the same bytes at the same path, is back)
 
 No upload walks the folder: the ledger knows the total and each visitor's files, so an upload
 costs the same with 30,000 files in the folder as with 10 (docs/reliability.md). Files leave the
@@ -17,9 +17,9 @@ are not counted (two small files a race, and races are one at a time per visitor
 
 Whose files go first: the uploading visitor's own, oldest first; then other visitors', the one
 holding the most bytes first, oldest first. A visitor's RESERVE_FILES newest images, uploaded less
-than RESERVE_S ago and not raced yet, are reserved: no other visitor's upload deletes them. An
-upload that only reserved images could make room for is refused (the folder is full of images
-visitors are about to race), never served by evicting one.
+than RESERVE_S ago and not raced yet, are reserved: another visitor's upload deletes them only
+when reserved images alone fill the folder, the oldest first, so that no number of addresses
+locks newcomers out; a race naming one is told it was removed.
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ class Ledger:
                 except OSError:
                     continue
                 self._drop(path)
+                self.evicted.pop(path, None)  # the same bytes stored again: that image is back
                 upload = Upload(path, size, visitor, now)
                 self.files[path] = upload
                 self.by_visitor.setdefault(visitor, OrderedDict())[path] = upload
@@ -113,9 +114,9 @@ class Ledger:
                 break
             self._drop(upload.path)
 
-    def make_room(self, size: int, visitor: str, now: float | None = None) -> list[str] | None:
+    def make_room(self, size: int, visitor: str, now: float | None = None) -> list[str]:
         """Delete files until `size` more bytes fit the cap (see the module docstring for which);
-        returns the paths deleted, or None (nothing deleted) when only reserved images would do."""
+        returns the paths deleted."""
         now = time.monotonic() if now is None else now
         with self.lock:
             self._expire(now)
@@ -124,6 +125,7 @@ class Ledger:
                 return []
             plan: list[Upload] = []
             others = sorted((v for v in self.by_visitor if v != visitor), key=lambda v: -self.held[v])
+            reserved = []
             for owner in (visitor, *others):
                 for upload in self.by_visitor.get(owner, {}).values():  # oldest first, until enough
                     if need <= 0:
@@ -131,10 +133,13 @@ class Ledger:
                     if owner == visitor or not self.reserved(upload, now):
                         plan.append(upload)
                         need -= upload.size
+                    else:
+                        reserved.append(upload)
+            for upload in sorted(reserved, key=lambda u: u.at):  # the folder is full of them: oldest first
                 if need <= 0:
                     break
-            if need > 0:
-                return None
+                plan.append(upload)
+                need -= upload.size
             for upload in plan:
                 try:
                     os.remove(upload.path)
@@ -145,13 +150,6 @@ class Ledger:
             while len(self.evicted) > EVICTED_KEPT:
                 self.evicted.popitem(last=False)
             return [upload.path for upload in plan]
-
-    def retry_after(self, now: float | None = None) -> float:
-        """Seconds until the oldest reserved image leaves its reserve."""
-        now = time.monotonic() if now is None else now
-        with self.lock:
-            ages = [now - u.at for u in self.files.values() if self.reserved(u, now)]
-        return max(1.0, self.reserve_s - max(ages)) if ages else 1.0
 
     def raced(self, data) -> None:
         with self.lock:

@@ -39,10 +39,14 @@ the order of its waiting list.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import os
+import uuid
 from collections import Counter
 from contextlib import contextmanager
+
+from gradio.server_messages import ProcessCompletedMessage
 
 from demo.models import zerogpu
 
@@ -85,14 +89,16 @@ def visitor_of(scope) -> str:
     return _network(client[0]) if client else "?"
 
 
-def _held(queue, concurrency_id: str, visitor: str, session: str | None) -> tuple[int, int]:
-    """(running, waiting) requests of `visitor` (or its session) in Gradio's queue `concurrency_id`."""
+def _owner(event) -> str:
+    request = getattr(event, "request", None)
+    return visitor_of(request.scope) if request is not None else event._id
+
+
+def _held(queue, concurrency_id: str, visitor: str) -> tuple[int, int]:
+    """(running, waiting) requests of `visitor` in Gradio's queue `concurrency_id`."""
 
     def theirs(event) -> bool:
-        request = getattr(event, "request", None)
-        return (session is not None and event.session_hash == session) or (
-            request is not None and visitor_of(request.scope) == visitor
-        )
+        return _owner(event) == visitor
 
     running = sum(
         theirs(event)
@@ -113,15 +119,15 @@ def fair(queue, concurrency_id: str) -> None:
     if not waiting_list or len(waiting_list.queue) < 2:
         return
     ahead = Counter(
-        visitor_of(event.request.scope)
+        _owner(event)
         for job in list(queue.active_jobs)
         if job
         for event in job
-        if event.concurrency_id == concurrency_id and getattr(event, "request", None) is not None
+        if event.concurrency_id == concurrency_id
     )
     ranked = []
     for position, event in enumerate(waiting_list.queue):
-        visitor = visitor_of(event.request.scope) if getattr(event, "request", None) is not None else event._id
+        visitor = _owner(event)
         ranked.append((ahead[visitor], position, event))
         ahead[visitor] += 1
     waiting_list.queue[:] = [event for _, _, event in sorted(ranked, key=lambda r: r[:2])]
@@ -151,9 +157,9 @@ class Share:
         self.most = most
         self.joining_now: Counter[tuple[str, str]] = Counter()  # (queue, visitor) -> joins in flight
 
-    def refusal(self, queue, concurrency_id: str, visitor: str, session: str | None) -> str | None:
+    def refusal(self, queue, concurrency_id: str, visitor: str) -> str | None:
         """The sentence refusing one more request of `visitor` in queue `concurrency_id`, or None."""
-        running, waiting = _held(queue, concurrency_id, visitor, session)
+        running, waiting = _held(queue, concurrency_id, visitor)
         waiting += self.joining_now[(concurrency_id, visitor)]
         if running + waiting < self.most:
             return None
@@ -175,3 +181,42 @@ class Share:
             if self.joining_now[key] <= 0:
                 del self.joining_now[key]
             fair(queue, concurrency_id)
+
+
+GAVE_WAY = (
+    "The queue was full, and your second waiting request gave its place to a visitor who had none; "
+    "your other request keeps its place. Send this one again once that one has finished."
+)
+
+
+def make_place(queue, visitor: str) -> None:
+    """Where Gradio's queue is full and `visitor` has no request waiting, the newest waiting request
+    of the visitor with the most waiting (two or more) leaves the queue, its owner told so: a
+    newcomer is never refused while another visitor holds two places."""
+    waiting = [
+        (event, waiting_list)
+        for waiting_list in list(queue.event_queue_per_concurrency_id.values())
+        for event in list(waiting_list.queue)
+    ]
+    if queue.max_size is None or len(waiting) < queue.max_size:
+        return
+    held = Counter(_owner(event) for event, _ in waiting)
+    most, n = held.most_common(1)[0]
+    if held[visitor] or n < 2:
+        return
+    event, waiting_list = next((e, w) for e, w in reversed(waiting) if _owner(e) == most)
+    waiting_list.queue.remove(event)
+    queue.event_ids_to_events.pop(event._id, None)
+    queue.send_message(event, ProcessCompletedMessage(output={"error": GAVE_WAY}, success=False))
+
+
+def tell(queue, session: str, sentence: str) -> str:
+    """Give gradio_client's session `session` `sentence` as the error of a call that never queued
+    (its AppError); the event id to answer its join with."""
+    event_id = uuid.uuid4().hex
+    queue.pending_event_ids_session.setdefault(session, set()).add(event_id)
+    if session not in queue.pending_messages_per_session:
+        queue.pending_messages_per_session[session] = asyncio.Queue()
+    message = ProcessCompletedMessage(output={"error": sentence}, success=False, event_id=event_id)
+    queue.pending_messages_per_session[session].put_nowait(message)
+    return event_id

@@ -27,7 +27,7 @@ from demo.session.race_events import Decoded, Running
 from demo.session.request import Request
 
 
-def _examples_duration(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int) -> int:
+def _examples_duration(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int, sampling=None):
     """Seconds an analysis asks ZeroGPU for: the work budget's estimate of it (`budget.analysis`), capped."""
     answers = [item.answer for item in items]
     estimate = budget.analysis(preset, drafters, len(items), len(items), gamma, max_new_tokens, answers)
@@ -35,9 +35,10 @@ def _examples_duration(preset: str, drafters: list[str], items: list, gamma: int
 
 
 @zerogpu.GPU(duration=_examples_duration)
-def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int):
-    """Speculative decoding, greedy, of each example (`.image`, `.question`, `.language`, and what
-    `demo.world.scoring.score` reads) with each drafter, yielding plain data only (on ZeroGPU it runs
+def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, max_new_tokens: int, sampling=None):
+    """Speculative decoding of each example (`.image`, `.question`, `.language`, and what
+    `demo.world.scoring.score` reads, or no `.scene`: not scored) with each drafter, greedy or with
+    `sampling` (example i seeded `sampling.seed + i`), yielding plain data only (on ZeroGPU it runs
     in another process): Running(i, drafter) before each run, then Decoded(i, drafter, trace,
     observations, correct)."""
     from demo.engine.sampling import Sampling
@@ -57,7 +58,7 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
                 preset=preset,
                 drafter=d,
                 gamma=gamma,
-                sampling=Sampling(),
+                sampling=replace(sampling, seed=sampling.seed + i) if sampling else Sampling(),
                 max_new_tokens=max_new_tokens,
             )
             trace = lane_runs.run(loaded, request, item.image, prompts=prompts)
@@ -67,7 +68,8 @@ def decode_examples(preset: str, drafters: list[str], items: list, gamma: int, m
             if ids not in dependence:  # off the run's clock, as the attention
                 dependence[ids] = image_attention.dependence(prompts, item.question, list(ids))
             observations = _with_dependence(observations, dependence[ids])
-            yield Decoded(i, d, trace, observations, score(item.task, item, trace.summary.text))
+            correct = score(item.task, item, trace.summary.text) if getattr(item, "scene", None) else None
+            yield Decoded(i, d, trace, observations, correct)
 
 
 def _with_dependence(observations: list, dependent: tuple[bool, ...] | None) -> list:

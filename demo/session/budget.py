@@ -6,8 +6,6 @@
                                             an analysis: examples x drafters greedy runs, each
                                             counted to its reference answer's bound, and
                                             each example's image ablation
-    law_check(preset, drafter, examples, k, n, share) -> Estimate
-                                            the Analysis tab's sampling law over a batch
     check(estimate)                         refuses (InvalidInput) what exceeds the budget, saying
                                             what was asked, what is allowed and how to get it
     Deadline()                              a request's end: a Stop (`stop()`), or its own limit,
@@ -301,26 +299,6 @@ def analysis(
     each, per = [length * per_token + setups for length in lengths], max(1, runs // max(n, 1))
     estimate = Estimate(preset, 0.0, steps / max(n, 1), n, "N examples", asked, advice, _busy(preset, drafters))
     return replace(estimate, each=tuple(sum(each[i : i + per]) for i in range(0, runs, per))) if answers else estimate
-
-
-# The sampling law checked over a batch (`demo.session.batch_law`), per example: a prefill of the
-# target and the drafter, the exact law of the k tokens after the first (one target forward per
-# prefix above its floor: LAW_PREFIXES at most counted for each token after the first; the embedded
-# description's law at k 2 listed 85 sequences), the target alone's draws (one forward per distinct
-# prefix: 1 + (k - 1) x n at most) and the p-values (PVALUE_STEPS); the lanes' draws are timed
-# (`share` seconds an example), so they count as seconds, not steps.
-LAW_PREFIXES = 100
-PVALUE_STEPS = 10
-
-
-def law_check(preset: str, drafter: str, examples: int, k: int, n: int, share: float) -> Estimate:
-    """The worst case of the sampling law checked on `examples` examples, k tokens, n draws a way."""
-    per_example = 2 * SETUP_STEPS + 1 + (k - 1) * LAW_PREFIXES + 1 + (k - 1) * n + PVALUE_STEPS
-    asked = f"the sampling law of {k} tokens checked {n} times each way on {examples} examples ({drafter})"
-    advice = "check one example at a time with the Race tab's Check exactness"
-    per_example = per_example * slowdown(preset) + share / step_seconds(preset)  # draws: seconds, whatever the speed
-    busy = _busy(preset, [drafter])
-    return Estimate(preset, 0.0, per_example, examples, "N examples", asked, advice, busy)
 
 
 def check(estimate: Estimate) -> None:

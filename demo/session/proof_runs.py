@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from demo.models import zerogpu
+from demo.session import validate
 from demo.session.request import Request
 
 K_MAX = 3
@@ -45,8 +46,7 @@ def check_law(request: Request, image_payload, uploads: str | Path, k: int = 2, 
 
     from demo.session import exactness
 
-    if not 1 <= k <= K_MAX:
-        raise ValueError(f"k must be 1 to {K_MAX}")
+    k = validate.integer("k (the tokens after the first that are checked)", k, 1, K_MAX)
     prompts = _prompts(request, image_payload, uploads)
     loaded = prompts.loaded
     drafter = loaded.drafter(request.drafter)

@@ -104,7 +104,7 @@ def parse(
     gamma = validate.integer("gamma (drafts per round)", gamma, *validate.GAMMA_RANGE)
     max_new_tokens = validate.integer("max new tokens", max_new_tokens, *validate.MAX_NEW_RANGE)
     greedy = validate.flag("greedy", greedy)
-    temperature = validate.number("temperature", temperature, 0.0, validate.MAX_TEMPERATURE, low_open=True)
+    temperature = validate.number("temperature", temperature, validate.MIN_TEMPERATURE, validate.MAX_TEMPERATURE)
     top_p = validate.number("top-p", top_p, 0.0, 1.0, low_open=True)
     seed = validate.integer("seed", seed, *validate.SEED_RANGE)  # null refused, as on /analysis
     min_confidence = validate.number(THRESHOLD, min_confidence, 0.0, 1.0)

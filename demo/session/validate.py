@@ -36,7 +36,10 @@ from PIL import Image, ImageOps
 GAMMA_RANGE = (1, 10)
 MAX_NEW_RANGE = (1, 512)
 SEED_RANGE = (0, 2**32 - 1)
-MAX_TEMPERATURE = 5.0  # temperature in (0, MAX_TEMPERATURE]
+# Temperature in [MIN_TEMPERATURE, MAX_TEMPERATURE]. The warp divides float32 logits by it: at
+# the floor even a float16 model's largest logit (65,504) stays finite, where 1e-39 made them
+# infinite, the probabilities NaN, and every lane's answer nonsense.
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 5.0
 MAX_QUESTION_CHARS = 4000  # checked before tokenising; the token count is checked against the context later
 MAX_PIXELS = 4096 * 4096  # 16,777,216 pixels: width x height, read from the header before decoding
 MAX_ASPECT = 20  # longest side / shortest side: processors scale the shortest side up

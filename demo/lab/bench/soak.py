@@ -1,6 +1,13 @@
 """Soak benchmark: does the server's memory stay flat over many requests? `python -m demo.lab.bench.soak`.
 
-More, with its measurements: docs/modules.md.
+Launches the app in a child process on a free loopback port and drives it through gradio_client,
+one request after another (each from a new visitor; `--one-session`: all from one), cycling
+through the world's examples and MIX (a chain, a tree, a two-lane and a sampled race, an analysis
+and a law check). It prints the server's RSS after the warm-up and every `--every` requests, its
+Gradio cache's files and CPU seconds per request, and one JSON line; `--tracemalloc N` shows what
+grows. The growth figure is RSS at the end minus RSS after the warm-up.
+
+More, with its measurements and commands: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -8,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -76,7 +84,7 @@ def race_arguments(image: str, question: str, preset: str, drafter: str, max_new
 
 # The requests a soak cycles through, by kind: each a change to /race's arguments, or one of the
 # calls by name in CALLS: an analysis (each example's image ablation included), the proof section's
-# law check of one prompt (/exactness) and the Analysis tab's law check over a batch (/analysis_law).
+# law check of one prompt (/exactness).
 # The drafters are the embedded preset's (and the tiny test presets'): text-only and image-aware.
 KINDS = {
     "chain": {},
@@ -85,12 +93,10 @@ KINDS = {
     "sampled": {"greedy": False, "temperature": 1.0, "seed": 7},
     "analysis": None,
     "exactness": None,
-    "law": None,
 }
 MIX = ("chain", "tree", "two-lane", "sampled", "chain", "tree", "two-lane", "sampled", "chain", "analysis")
-MIX += ("exactness", "law")
+MIX += ("exactness",)
 ANALYSIS = {"task": "caption", "drafter": "text-only", "gamma": 4, "n": 2, "seed": 0, "language": "en"}
-LAW = ANALYSIS | {"task": "vqa", "n": 1}  # one example: its 6 s of draws, its exact law, its p-values
 K = 2  # /exactness: the tokens after the first whose law is checked
 
 
@@ -99,9 +105,6 @@ def request(client, kind: str, i: int, pairs, preset: str, drafter: str, max_new
     image, question = pairs[i % len(pairs)]
     if kind == "analysis":
         client.predict(preset, *ANALYSIS.values(), api_name="/analysis")
-        return
-    if kind == "law":
-        client.predict(preset, *LAW.values(), api_name="/analysis_law")
         return
     if kind == "exactness":
         from gradio_client import handle_file
@@ -128,12 +131,13 @@ def soak(
     one_session: bool = False,
     report: Callable[[str], None] = print,
     cpu: Callable[[], float] | None = None,
+    snapshot: Callable[[], None] | None = None,
 ) -> dict:
     """Drive `requests` requests (after `warmup` more) against the app at `url`, cycling through
     `mix` (keys of KINDS), each from a new session unless `one_session`; returns the figures.
 
     rss() reads the server's RSS in bytes, cpu() its CPU seconds (None: not read); cache is its
-    Gradio cache folder (None: not counted).
+    Gradio cache folder (None: not counted); snapshot() is called at each reading (None: not).
     """
     visitor = client(url)
     files = (lambda: count_files(cache)) if cache is not None else (lambda: None)
@@ -147,6 +151,8 @@ def soak(
     for i in range(warmup):
         one(i)
     base = rss()
+    if snapshot:
+        snapshot()
     samples = [{"requests": 0, "rss_mib": round(base / MIB, 1), "cache_files": files()}]
     report(f"{'requests':>8} {'RSS MiB':>9} {'growth MiB':>11} {'cache files':>12} {'s/req':>7} {'CPU s/req':>10}")
     report(f"{0:>8} {base / MIB:>9.1f} {0.0:>11.1f} {samples[0]['cache_files'] or 0:>12}")
@@ -156,6 +162,8 @@ def soak(
         one(warmup + i)
         if i % every == 0 or i == requests:
             now, r, used = time.perf_counter(), rss(), cpu()
+            if snapshot:
+                snapshot()
             done = i - samples[-1]["requests"]
             per, cpu_per = (now - last) / done, (used - last_cpu) / done
             samples.append({"requests": i, "rss_mib": round(r / MIB, 1), "cache_files": files()})
@@ -185,9 +193,55 @@ def soak(
     }
 
 
+TRACE_ENV = "DEMO_SOAK_TRACE"  # the child: trace allocations, and dump a snapshot to $DEMO_SOAK_TRACE.N on SIGUSR1
+
+
+def _trace(prefix: str, frames: int) -> None:
+    """Trace the child's allocations (`frames` deep); each SIGUSR1 dumps a snapshot to prefix.N."""
+    import signal
+    import tracemalloc
+
+    tracemalloc.start(frames)
+    dumped = []
+
+    def dump(*_):
+        tracemalloc.take_snapshot().dump(f"{prefix}.{len(dumped)}")
+        dumped.append(True)
+        Path(f"{prefix}.done").write_text(str(len(dumped)))
+
+    signal.signal(signal.SIGUSR1, dump)
+
+
+def grown(prefix: str, first: int, last: int, top: int) -> list[str]:
+    """The `top` lines (their tracebacks' innermost frames in the app or a library) whose memory grew
+    most between snapshots `first` and `last`."""
+    import tracemalloc
+
+    keep = [
+        tracemalloc.Filter(False, tracemalloc.__file__),
+        tracemalloc.Filter(False, "<frozen importlib._bootstrap*>"),
+    ]
+    old, new = (tracemalloc.Snapshot.load(f"{prefix}.{n}").filter_traces(keep) for n in (first, last))
+    return [str(stat) for stat in new.compare_to(old, "lineno")[:top]]
+
+
+def _snapshot(server, prefix: str) -> None:
+    """Ask the child for a snapshot, and wait until it is written."""
+    import signal
+
+    done = Path(f"{prefix}.done")
+    before = done.read_text() if done.exists() else "0"
+    server.send_signal(signal.SIGUSR1)
+    while not done.exists() or done.read_text() == before:
+        time.sleep(0.2)
+
+
 def _serve(port: int) -> None:
     """The child process: the app on 127.0.0.1:port, as `launch()` serves it, without the warm-up."""
     from demo.page import server
+
+    if os.environ.get(TRACE_ENV):
+        _trace(os.environ[TRACE_ENV], int(os.environ.get(TRACE_ENV + "_FRAMES", "1")))
 
     server.launch(server.build_demo(), warm=None, server_name="127.0.0.1", server_port=port, quiet=True)
 
@@ -202,6 +256,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--mix", default=",".join(MIX), help=f"request kinds to cycle through, of {', '.join(KINDS)}")
     parser.add_argument("--one-session", action="store_true", help="every request from one Gradio session")
+    parser.add_argument("--tracemalloc", type=int, default=0, metavar="N", help="print the N lines that grew most")
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args(argv)
     unknown = set(args.mix.split(",")) - set(KINDS)
@@ -214,8 +269,12 @@ def main(argv: list[str] | None = None) -> dict:
     # One client sends every request's image: the files a visitor may upload a minute are not
     # what a soak measures (its requests come faster than a person's)
     env = {"DEMO_UPLOAD_FILES_PER_MINUTE": os.environ.get("DEMO_UPLOAD_FILES_PER_MINUTE", "1000000")}
+    trace = tempfile.mkdtemp(prefix="soak-trace-") + "/snapshot" if args.tracemalloc else None
+    if trace:
+        env[TRACE_ENV] = trace
     with served(lambda port: ["demo.lab.bench.soak", "--serve", str(port)], "soak-cache-", env) as (url, server, cache):
         print(f"server pid {server.pid} at {url}; cache {cache}; {args.warmup} warm-up races")
+        snapshot = (lambda: _snapshot(server, trace)) if trace else None
         result = soak(
             url,
             lambda: rss_bytes(server.pid),
@@ -230,7 +289,12 @@ def main(argv: list[str] | None = None) -> dict:
             pairs=examples(),
             mix=tuple(args.mix.split(",")),
             one_session=args.one_session,
+            snapshot=snapshot,
         )
+    if trace:
+        readings = len(result["samples"])
+        print(f"grew most between the last two readings ({trace}.{readings - 2} -> .{readings - 1}):")
+        print("\n".join(grown(trace, readings - 2, readings - 1, args.tracemalloc)))
     print(json.dumps({k: v for k, v in result.items() if k != "samples"}))
     return result
 

@@ -26,6 +26,7 @@ DRAFTER_COLOURS = {"text-only": "#E69F00", "image-aware": "#0072B2", "feature": 
 FREE_COLOURS = tuple(c for c in PALETTE if c not in DRAFTER_COLOURS.values())
 HEIGHT = 330
 GROUPS = ("image-grounded", "text and template")
+WHISKERS = "<br><sup>whiskers: 95% Wilson interval · labels: rejected/drafted</sup>"  # what the marks are
 LABELS = {"punctuation": "punct."}  # axis labels short enough to sit side by side
 
 
@@ -35,14 +36,14 @@ def colour(drafter: str, i: int) -> str:
 
 def _layout(title: str, empty: bool, **extra) -> dict:
     layout = {
-        "title": {"text": title, "font": {"size": 14}, "x": 0.02, "y": 0.97},
+        "title": {"text": title + WHISKERS, "font": {"size": 14}, "x": 0.02, "y": 0.97},
         "height": HEIGHT,
-        "margin": {"l": 55, "r": 12, "t": 40, "b": 50},
+        "margin": {"l": 55, "r": 12, "t": 58, "b": 80},
         "paper_bgcolor": "white",
         "plot_bgcolor": "white",
         "font": {"size": 11},
         "modebar": MODEBAR,
-        "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.02, "yanchor": "bottom"},
+        "legend": {"orientation": "h", "x": 0, "y": -0.2, "yanchor": "top"},  # below the axis: never over a bar
         "yaxis": {
             "title": {"text": "rejected / drafted"},
             "tickformat": ".0%",
@@ -142,8 +143,11 @@ def position_figure(summaries: dict[str, dict]) -> go.Figure:
             go.Scatter(
                 x=[(b["from"] + b["to"]) / 2 for b in bins],
                 y=[b["rejection_rate"] for b in bins],
-                mode="lines+markers",
+                mode="lines+markers+text",
                 name=drafter,
+                text=[f"{b['rejected']}/{b['drafted']}" if b["drafted"] else "" for b in bins],
+                textposition="top center",
+                textfont={"size": 8, "color": colour(drafter, i)},
                 line={"color": colour(drafter, i), "width": 2.5},
                 error_y=_error_bars(bins) | {"color": colour(drafter, i)},
                 customdata=[

@@ -21,7 +21,8 @@ from demo import session
 from demo.engine import export
 from demo.page import render
 from demo.page.analysis import charts as analysis_charts
-from demo.page.analysis import law as analysis_law
+from demo.page.analysis.open_batch import open_section
+from demo.page.analysis.records import observations_csv, record, run_html
 from demo.page.analysis.view import (
     TASK_CHOICES,
     Batch,
@@ -30,9 +31,6 @@ from demo.page.analysis.view import (
     headline_html,
     language_choices,
     languages_table,
-    observations_csv,
-    record,
-    run_html,
     runs_table,
     several_languages,
     status_html,
@@ -138,8 +136,10 @@ def analyze(preset, task, drafter, gamma, n, seed, language="en", page: gr.Reque
         )
         items = examples_for(request.task, request.n, request.seed, request.languages)
         analysis = session.Analysis(request, items)  # refuses what is not served or exceeds the budget
-    except Exception as error:
-        raise page_error(failures.message(error)) from None
+    except Exception as error:  # the earlier request's results are cleared: none stay under this one's words
+        message = failures.message(error)
+        yield _view(None, status_html(message, error=True), busy=False)
+        raise page_error(message) from None
     with page_run(page, "analysis") as run:
         yield from _analyze(run.holds(analysis))
 
@@ -192,7 +192,9 @@ def show_run(batch: Batch | None, evt: gr.SelectData):
         gr.Image(run.item.image if run else None, visible=run is not None),
         run_html(run, batch.gamma if batch else 0),
         run.number if run else None,
-        gr.Button(interactive=run is not None, visible=run is not None),
+        gr.Button(
+            interactive=run is not None, visible=run is not None and run.trace is not None
+        ),  # a batch's: no image
     )
 
 
@@ -342,12 +344,12 @@ def analysis_tab(race: RaceControls) -> None:
                 to_race = gr.Button(
                     "Race this example on the Race tab ▶", interactive=False, visible=False, elem_id="an-to-race"
                 )
-    analysis_law.law_section(race.preset, task, drafter, gamma, n, seed, language)
     batch, selected = gr.State(None), gr.State(None)
 
     outputs = {"status": status, "headline": headline, "by_category": by_category, "by_position": by_position}
     outputs |= {"words": words, "runs": runs, "batch": batch, "csv_file": csv_file, "json_file": json_file}
     outputs |= {"go": go, "stop": stop, "by_language": by_language}
+    open_section(outputs, OUTPUTS, _view)  # a batch's files, shown as a live analysis is
     go.click(
         positional(analyze, OUTPUTS),
         [race.preset, task, drafter, gamma, n, seed, language],

@@ -6,18 +6,17 @@ Every number comes from `demo.session.rejections` and `demo.engine.metrics` over
 
 from __future__ import annotations
 
-import csv
 import html
-import io
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from demo.engine import export, metrics
-from demo.page import attention_view, blocks, render
-from demo.session import image_rejections, rejections
+from demo.engine import metrics
+from demo.page import attention_view
+from demo.page.analysis.charts import wilson
+from demo.session import rejections
 from demo.session.batches import ALL_LANGUAGES, TASK_KINDS
 from demo.world.tasks import LANGUAGE_NAMES, TASKS
 
@@ -38,10 +37,47 @@ class Run:
     example: int  # which example of the batch (the same for every drafter)
     item: Example
     drafter: str
-    trace: Trace
+    trace: Trace | None  # None for a run read back from a batch's files (`opened`)
     obs: list[rejections.Observation]
-    correct: bool  # the answer, scored against the scene by demo.world.scoring
+    correct: bool | None  # the answer, scored against the scene by demo.world.scoring (None: no scene)
     language: str = "en"  # the example's language: "en", "de" or "zh"
+    numbers: dict = field(default_factory=dict)  # `numbers(trace)`: what the tables show of the trace
+
+    def __post_init__(self):
+        if not self.numbers and self.trace is not None:
+            self.numbers = numbers(self.trace)
+
+
+def numbers(trace: Trace) -> dict:
+    """The counts the views read off a run's trace (a batch's examples.parquet holds the same)."""
+    return {
+        "answer": trace.summary.text,
+        "decode_tokens": metrics.decode_tokens(trace),
+        "rounds": len(trace.rounds),
+        "drafted": metrics.drafted(trace),
+        "accepted": metrics.accepted(trace),
+    }
+
+
+def tau_alpha(runs: list[Run]) -> tuple[float, int, int]:
+    """Pooled τ over runs, and α as accepted of drafted (the counts, for its interval)."""
+    rounds = sum(r.numbers["rounds"] for r in runs)
+    tau = sum(r.numbers["decode_tokens"] for r in runs) / rounds if rounds else math.nan
+    return tau, sum(r.numbers["accepted"] for r in runs), sum(r.numbers["drafted"] for r in runs)
+
+
+def rate(k: int, n: int) -> str:
+    """A rate as every text and table gives it: percent, count and 95% Wilson interval."""
+    span = wilson(k, n)
+    if span is None:
+        return "– (0 drafted)"
+    return f"{k / n:.0%} ({k}/{n}; 95% {span[0]:.0%}–{span[1]:.0%})"
+
+
+def separated(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether two rates' (k, n) 95% Wilson intervals do not overlap."""
+    x, y = wilson(*a), wilson(*b)
+    return bool(x and y) and (x[1] < y[0] or y[1] < x[0])
 
 
 @dataclass
@@ -56,6 +92,13 @@ class Batch:
     runs: list[Run] = field(default_factory=list)
     seconds: float = 0.0  # wall time of the whole batch, models loaded
     language: str = "en"  # a language of the world, or ALL_LANGUAGES
+    decoding: str = "greedy"  # or "sampled" (a batch run with --sampled)
+    opened: str = ""  # the folder or files a batch was read back from (`opened`); "" for a live one
+
+    def compared(self) -> set[int]:
+        """The examples every drafter of the batch finished: what a comparison of drafters uses."""
+        done = [{r.example for r in self.runs if r.drafter == d} for d in self.drafters]
+        return set.intersection(*done) if done else set()
 
     def settings(self) -> dict:
         return {
@@ -66,7 +109,7 @@ class Batch:
             "gamma": self.gamma,
             "n": self.n,
             "seed": self.seed,
-            "decoding": "greedy",
+            "decoding": self.decoding,
             "max_new_tokens": self.max_new_tokens,
             "split": "heldout",
         }
@@ -105,7 +148,7 @@ def by_language(batch: Batch) -> list[dict]:
             runs = [r for r in batch.runs if r.language == lang and r.drafter == d]
             if not runs:
                 continue
-            pooled = metrics.pooled([r.trace for r in runs])
+            tau, accepted_drafts, drafted = tau_alpha(runs)
             g = rejections.grounded_share([o for r in runs for o in r.obs])
             accepted = g["grounded_drafted"] - g["grounded_rejected"]
             out.append(
@@ -113,9 +156,11 @@ def by_language(batch: Batch) -> list[dict]:
                     "language": lang,
                     "drafter": d,
                     "runs": len(runs),
-                    "tau": metrics.tau(pooled),
-                    "alpha": metrics.alpha(pooled),
-                    "correct": sum(r.correct for r in runs),
+                    "tau": tau,
+                    "alpha": accepted_drafts / drafted if drafted else math.nan,
+                    "accepted": accepted_drafts,
+                    "drafted": drafted,
+                    "correct": sum(bool(r.correct) for r in runs),
                     "grounded_drafted": g["grounded_drafted"],
                     "grounded_accepted": accepted,
                     "grounded_acceptance": accepted / g["grounded_drafted"] if g["grounded_drafted"] else math.nan,
@@ -125,9 +170,11 @@ def by_language(batch: Batch) -> list[dict]:
 
 
 def summaries(batch: Batch) -> dict[str, dict]:
-    """Each drafter's aggregates over its runs so far."""
+    """Each drafter's aggregates over its runs so far; with several drafters, over the examples
+    every one of them finished (`Batch.compared`), so that they are compared on the same ones."""
+    kept = batch.compared() if len(batch.drafters) > 1 else {r.example for r in batch.runs}
     return {
-        d: rejections.summary([o for r in batch.runs if r.drafter == d for o in r.obs], TOP_WORDS)
+        d: rejections.summary([o for r in batch.runs if r.drafter == d and r.example in kept for o in r.obs], TOP_WORDS)
         for d in batch.drafters
     }
 
@@ -148,57 +195,101 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
             "<b>Run analysis</b>.</div>"
         )
     lines = []
+    if len(batch.drafters) > 1:
+        run = len({r.example for r in batch.runs})
+        lines.append(
+            f"<p>The drafters are compared on the <b>{len(batch.compared())}</b> of {run} example{'s' * (run != 1)} "
+            "that every one of them finished.</p>"
+        )
     for d, s in sums.items():
         g = s["grounded"]
+        name = f"<b>{html.escape(d)}</b> drafter"
         if not g["drafted"]:
             continue
         if not g["rejected"]:
-            lines.append(f"<p><b>{html.escape(d)}</b>: the target accepted all {g['drafted']} drafts.</p>")
+            lines.append(f"<p>{name}: the target accepted all {g['drafted']} drafts.</p>")
             continue
+        other = (g["rejected"] - g["grounded_rejected"], g["drafted"] - g["grounded_drafted"])
         if not g["grounded_drafted"]:
             lines.append(
-                f"<p><b>{html.escape(d)}</b> drafter: no image-grounded word was drafted; the target "
-                f"rejects {_pct(g['other_rejection_rate'])} of its drafts.</p>"
+                f"<p>{name}: no image-grounded word was drafted; the target rejects {rate(*other)} of its drafts.</p>"
             )
             continue
-        # "but" only where the two shares differ as the sentence shows them (whole percents)
-        shown = [_pct(g["grounded_share_of_rejections"]), _pct(g["grounded_share_of_drafted"])]
-        joint = (
-            "but"
-            if shown[0] != shown[1] and g["grounded_share_of_rejections"] > g["grounded_share_of_drafted"]
-            else "and"
-        )
         lines.append(
-            f"<p><b>{html.escape(d)}</b> drafter: image-grounded words are "
-            f"<b>{_pct(g['grounded_share_of_drafted'])}</b> of drafted positions {joint} "
-            f"<b>{_pct(g['grounded_share_of_rejections'])}</b> of rejections; the target rejects "
-            f"{_pct(g['grounded_rejection_rate'])} of drafts on them, {_pct(g['other_rejection_rate'])} elsewhere.</p>"
+            f"<p>{name}: image-grounded words are {rate(g['grounded_drafted'], g['drafted'])} of drafted positions "
+            f"and {rate(g['grounded_rejected'], g['rejected'])} of rejections; the target rejects "
+            f"{rate(g['grounded_rejected'], g['grounded_drafted'])} of drafts on them, {rate(*other)} elsewhere.</p>"
         )
-    rates = {d: s["grounded"]["grounded_rejection_rate"] for d, s in sums.items()}
-    if len(rates) > 1 and not any(math.isnan(r) for r in rates.values()):
-        ranked = sorted(rates, key=rates.get)
-        said = ", the ".join(f"<b>{html.escape(d)}</b> drafter's {_pct(rates[d])}" for d in ranked)
-        lines.append(f"<p>Rejected on image-grounded words: the {said}.</p>")
+    lines += _ranked(sums)
     breakdown = by_language(batch) if several_languages(batch) else []
     for b in breakdown:
         lines.append(
             f"<p><b>{LANGUAGE_NAMES[b['language']]}</b>, {html.escape(b['drafter'])} drafter: τ = {_num(b['tau'])}, "
-            f"α = {_pct(b['alpha'])}, {b['correct']}/{b['runs']} answers correct, "
-            f"{_pct(b['grounded_acceptance'])} of drafts on image-grounded words accepted.</p>"
+            f"α = {rate(b['accepted'], b['drafted'])}, {rate(b['correct'], b['runs'])} answers correct, "
+            f"{rate(b['grounded_accepted'], b['grounded_drafted'])} of drafts on image-grounded words accepted.</p>"
         )
     done = len({r.example for r in batch.runs})
+    decoding = batch.decoding
     lines.append(
         f'<p class="n">{done} example{"s" * (done != 1)} · '
         f"{sum(s['grounded']['drafted'] for s in sums.values())} drafted positions checked · "
-        f"greedy · γ = {batch.gamma}</p>"
+        f"{decoding} · γ = {batch.gamma}</p>"
     )
     views = attention_view.attention_html(batch) + attention_view.dependence_html(batch)
     return f'<div class="an-headline">{"".join(lines)}{views}</div>'
 
 
-WORD_COLUMNS = ["drafter", "word", "category", "rejected", "drafted", "rejected %", "drafter wrote instead"]
-RUN_COLUMNS = ["#", "task", "drafter", "question", "answer", "τ", "α %", "rejected", "on grounded words", "correct"]
-LANGUAGE_COLUMNS = ["language", "drafter", "runs", "τ", "α %", "correct", "grounded accepted %"]
+def _ranked(sums: dict[str, dict]) -> list[str]:
+    """Each pair of drafters' rejection rates on image-grounded words: ranked where their 95%
+    intervals separate, and said to be unrankable on these examples where they overlap."""
+    counts = {d: (s["grounded"]["grounded_rejected"], s["grounded"]["grounded_drafted"]) for d, s in sums.items()}
+    counts = {d: c for d, c in counts.items() if c[1]}
+    order = sorted(counts, key=lambda d: counts[d][0] / counts[d][1])
+    lines = []
+    for i, a in enumerate(order):
+        for b in order[i + 1 :]:
+            said = f"the <b>{html.escape(a)}</b> drafter's {rate(*counts[a])} and the <b>{html.escape(b)}</b> drafter's {rate(*counts[b])}"
+            if separated(counts[a], counts[b]):
+                lines.append(
+                    f"<p>On image-grounded words the target rejects the {html.escape(a)} drafter less often: {said}; their 95% intervals do not overlap.</p>"
+                )
+            else:
+                lines.append(
+                    f"<p>On image-grounded words these examples cannot rank {said}: their 95% intervals overlap.</p>"
+                )
+    return lines
+
+
+WORD_COLUMNS = [
+    "drafter",
+    "word",
+    "category",
+    "rejected",
+    "drafted",
+    "rejected % (95% interval)",
+    "drafter wrote instead",
+]
+RUN_COLUMNS = [
+    "#",
+    "task",
+    "drafter",
+    "question",
+    "answer",
+    "τ",
+    "α: accepted/drafted (95%)",
+    "rejected",
+    "on grounded words",
+    "correct",
+]
+LANGUAGE_COLUMNS = [
+    "language",
+    "drafter",
+    "runs",
+    "τ",
+    "α: accepted/drafted (95%)",
+    "correct (95%)",
+    "grounded accepted (95%)",
+]
 
 
 def words_table(sums: dict[str, dict]) -> pd.DataFrame:
@@ -209,7 +300,7 @@ def words_table(sums: dict[str, dict]) -> pd.DataFrame:
             w["category"],
             w["rejected"],
             w["drafted"],
-            round(100 * w["rejection_rate"], 1),
+            rate(w["rejected"], w["drafted"]),
             w["drafter_said"],
         ]
         for d, s in sums.items()
@@ -237,9 +328,9 @@ def languages_table(batch: Batch | None) -> pd.DataFrame:
             b["drafter"],
             b["runs"],
             _round(b["tau"], 2),
-            _round(100 * b["alpha"], 1),
-            f"{b['correct']}/{b['runs']}",
-            _round(100 * b["grounded_acceptance"], 1),
+            rate(b["accepted"], b["drafted"]),
+            rate(b["correct"], b["runs"]),
+            rate(b["grounded_accepted"], b["grounded_drafted"]),
         ]
         for b in (by_language(batch) if batch else [])
     ]
@@ -253,19 +344,19 @@ def run_columns(multilingual: bool) -> list[str]:
 
 def run_row(run: Run, multilingual: bool = False) -> list:
     share = rejections.grounded_share(run.obs)
-    alpha = metrics.alpha(run.trace)
+    tau, accepted, drafted = tau_alpha([run])
     language = [LANGUAGE_NAMES[run.language]] * multilingual
     return [
         run.number,
         run.item.task.replace("_", " "),
         run.drafter,
         _short(run.item.question, 60),
-        _short(run.trace.summary.text, 60),
-        round(metrics.tau(run.trace), 2),
-        None if math.isnan(alpha) else round(100 * alpha, 1),
+        _short(run.numbers["answer"], 60),
+        _round(tau, 2),
+        rate(accepted, drafted),
         share["rejected"],
         share["grounded_rejected"],
-        "✓" if run.correct else "✗",
+        {True: "✓", False: "✗"}.get(run.correct, "–"),
         *language,
     ]
 
@@ -275,101 +366,7 @@ def runs_table(batch: Batch | None, multilingual: bool = False) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=run_columns(multilingual))
 
 
-def observations_csv(batch: Batch) -> str:
-    """One row per observation: which run, example, task and drafter, then the observation."""
-    buffer = io.StringIO()
-    fields = ["run", "drafter", "task", "language"] + list(rejections.Observation.__dataclass_fields__) + ["grounded"]
-    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
-    writer.writeheader()
-    for r in batch.runs:
-        for row in rejections.rows(r.obs):
-            writer.writerow(
-                {
-                    "run": r.number,
-                    "drafter": r.drafter,
-                    "task": r.item.task,
-                    "language": r.language,
-                    **row,
-                    "grounded": rejections.is_grounded(row["category"]),
-                }
-            )
-    return buffer.getvalue()
-
-
-def record(batch: Batch) -> dict:
-    """The aggregates per drafter and a summary of every run, as strict JSON-ready data."""
-    runs = []
-    for r in batch.runs:
-        share = rejections.grounded_share(r.obs)
-        runs.append(
-            {
-                "run": r.number,
-                "example": r.example,
-                "task": r.item.task,
-                "language": r.language,
-                "drafter": r.drafter,
-                "question": r.item.question,
-                "reference": r.item.answer,
-                "answer": r.trace.summary.text,
-                "correct": r.correct,
-                "tau": metrics.tau(r.trace),
-                "alpha": metrics.alpha(r.trace),
-                "drafted": share["drafted"],
-                "rejected": share["rejected"],
-                "grounded_rejected": share["grounded_rejected"],
-            }
-        )
-    return export._strict(
-        {
-            "settings": batch.settings(),
-            "seconds": batch.seconds,
-            "by_drafter": summaries(batch),
-            "by_language": by_language(batch),
-            "by_image_dependence": image_rejections.by_dependence(
-                {d: [o for r in batch.runs if r.drafter == d for o in r.obs] for d in batch.drafters}
-            ),
-            "runs": runs,
-        }
-    )
-
-
 def status_html(text: str, fraction: float | None = None, error: bool = False) -> str:
     bar = f'<progress max="100" value="{100 * fraction:.0f}"></progress>' if fraction is not None else ""
     cls = "an-status error-box" if error else "an-status"
     return f'<div class="{cls}">{bar}{html.escape(text)}</div>'
-
-
-def run_html(run: Run | None, gamma: int = 0) -> str:
-    """One run's recorded trace: its question and reference, the coloured answer, each rejection
-    with the word's category and what the drafter wrote, and the rounds."""
-    if run is None:
-        return '<div class="an-note">Select a row of the table to see that run\'s trace here.</div>'
-    tau, alpha = metrics.tau(run.trace), metrics.alpha(run.trace)
-    task = html.escape(run.item.task.replace("_", " "))
-    language = "" if run.language == "en" else f" · {LANGUAGE_NAMES[run.language]}"
-    head = (
-        f'<div class="an-run-head"><span class="tag">#{run.number} · {task}{language}</span>'
-        f"{html.escape(run.drafter)} drafter · γ = {gamma} · greedy · τ = {tau:.2f} · "
-        f"α = {_pct(alpha)} · answer {'correct ✓' if run.correct else 'wrong ✗'}</div>"
-    )
-    question = f'<div class="an-q"><b>Question.</b> {html.escape(run.item.question)}</div>'
-    reference = f'<div class="an-q"><b>Reference.</b> {html.escape(run.item.answer)}</div>'
-    panel = render.panel_html(run.trace, "Speculative")
-    rejected = [o for o in run.obs if not o.accepted]
-    rows = "".join(
-        f'<tr><td>{o.index}</td><td class="{"grounded" if rejections.is_grounded(o.category) else ""}">'
-        f"{html.escape(o.word or o.token.strip() or repr(o.token))}</td><td>{html.escape(o.category)}</td>"
-        f"<td>{html.escape(o.draft_word)}</td></tr>"
-        for o in rejected
-    )
-    table = (
-        f'<table class="an-rej"><tr><th>position</th><th>the target wrote</th><th>category</th>'
-        f"<th>the drafter wrote</th></tr>{rows}</table>"
-        if rejected
-        else "<p>No draft was rejected.</p>"
-    )
-    rounds = (
-        f"<details><summary>Round by round ({len(run.trace.rounds)} rounds)</summary>"
-        f"{blocks.blocks_html(run.trace)}</details>"
-    )
-    return head + question + reference + panel + f"<h4>Rejections ({len(rejected)})</h4>" + table + rounds
