@@ -1,12 +1,12 @@
-"""Drafters: models that propose the next tokens, each run with its own KV cache.
+"""Drafters: what proposes the next tokens, and the contract every drafter keeps.
 
-Two kinds of drafter model sit behind the one `Drafter` class; they differ only in the prompt
-they are given:
-
-    text-only    a causal LM that sees the conversation's text with every image placeholder
-                 removed, and never the image (the paper's main drafter)
-    image-aware  a small LLaVA-architecture model that receives the image too (the paper's
-                 "LLaVA drafter with image adapter")
+`LoadedDrafter` is a loaded drafter's whole contract (typed attributes and its capabilities:
+reads the target's features, stages, tree), shared read-only by every run; `Drafting` is one
+run's state (`start`, then `propose` / `draft` / `rollback`), so two runs never share a cache.
+`Drafter` is a drafter model (text-only: the conversation without the image; image-aware: with
+it); `propose` drafts n tokens on the device with nothing read back, from a step API that token
+trees use directly (`catch_up`, `extend`, `q`, `rollback`; a subclass overrides `_forward`).
+The drafter's vocabulary may be a prefix of the target's: ids it lacks get q = 0.
 
 More, with its measurements: docs/modules.md.
 """

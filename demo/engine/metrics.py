@@ -1,5 +1,10 @@
 """Metrics: pure functions over a run's trace. Every number the app shows comes from here.
 
+tau (answer tokens per target forward in decoding, bonus included), alpha (accepted drafts over
+drafts), MBSU (Gagrani et al. 2024: tau / (1 + gamma * c), c the drafter's parameters over the
+target's), the cost model's predicted speedup from a race's own step costs, and the speedup at
+the paper's fixed ratios (`scaled_speedup`, `demo.engine.scale`).
+
 More, with its measurements: docs/modules.md.
 """
 

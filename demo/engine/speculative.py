@@ -1,12 +1,13 @@
 """Speculative and autoregressive decoding of a multimodal target, as streams of typed events.
 
-Notation (Leviathan et al. 2023; Gagrani et al. 2024 for the multimodal setting):
-    p      the target's next-token distribution (the multimodal model that sees the image)
-    q      the drafter's next-token distribution
-    gamma  how many tokens the drafter proposes per round
-    tau    block efficiency: answer tokens per target forward in decoding, bonus included
-
-More, with its measurements: docs/modules.md.
+A run is one prefill, where the drafter's capabilities are read once, then rounds. A round
+(`speculative_round`): (1) the drafter proposes gamma tokens, handed the target's features when
+it reads them; (2) one target forward verifies them and the rule (`verification`, `sampling`)
+accepts a prefix and adds the target's own token; (3) one transfer reads the verdict back; (4)
+both caches forget the rejected drafts; (5) the round's tokens are emitted, cut after a stop.
+Token trees play `trees.tree_round` instead. Target cache at the top of every round: prompt +
+answer[:-1]. Each generator times its own compute (`event.t`), its clock stopped while the
+consumer holds it. p is the target's distribution, q the drafter's. More: docs/modules.md.
 """
 
 from __future__ import annotations

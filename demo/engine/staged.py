@@ -1,5 +1,11 @@
 """Staged speculative decoding (Spector & Re 2023; the second seed): a drafter drafted by lookup.
 
+The text-only drafter drafts as always, but prompt lookup guesses its next drafts and one forward
+over [its token] + the guesses gives its logits at each; it drafts on while its own choice equals
+the guess. A guess only decides which logits are computed ahead, never a draft, so the target
+sees exactly the text-only drafter's drafts and q; staging saves drafter forwards. `stages` is
+each round's (guesses, confirmed).
+
 More, with its measurements: docs/modules.md.
 """
 
