@@ -83,6 +83,8 @@ def test_a_registered_kinds_words_on_the_page_and_its_price_come_from_its_regist
         "attention on the image there, so the image decided it"
     )
     assert scale.draft_ratio("toy", 0.9) == 0.25  # the paper-scale price of a step, whatever its size
+    # a staged drafter is the text-only one: the page never tells it that it saw the image
+    assert "cannot see the image" in teach.why_rejected("staged", "colour", None, " red", " blue")
     assert presets.PRESETS["embedded"].drafter("toy").kind is toy
     toy_lane = RunStart("speculative", "t", 10, DrafterInfo("toy", "toy", 0, 0.0), 3, Sampling(), 8)
     empty = RoundEvent(1, (), (), 0, 5, 1, None, 0.0, 0.0, 0.0)  # a round that drafted nothing
