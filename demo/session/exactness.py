@@ -133,6 +133,7 @@ class _Bench:
         self.state, self.drafting, _, _ = speculative._prefill(target, prompt, start, self.generator, drafter)
         self.play = trees.tree_round if drafter.tree is not None else speculative.speculative_round
         self.first = list(self.state.answer)  # the prefill's token: the target's, in every lane
+        self.prompt_features = self.state.features  # a feature drafter's first rows, handed again each draw
         self.prompt_len = self.state.cache.get_seq_length()
         self._detok = lambda: Detokenizer(target.tokenizer)
 
@@ -143,7 +144,7 @@ class _Bench:
             state.cache.crop(-extra)
         self.drafting.rollback(len(self.first))
         state.answer[:] = self.first
-        state.stop = None
+        state.stop, state.features = None, self.prompt_features
         state.detok = self._detok()
 
     def _taken(self) -> tuple[int, ...]:
@@ -197,7 +198,8 @@ class _Bench:
         while not self._done():
             answer = state.answer
             n = min(state.start.gamma, state.start.max_new_tokens - len(answer) - 1)
-            drafts, _ = self.drafting.propose(answer, n, sampling, self.generator)
+            drafts, _ = self.drafting.propose(answer, n, sampling, self.generator, 0.0, state.features)
+            state.features = None  # the wrong rule's forward reads no features: the drafter keeps its last
             ids = drafts.tolist()
             ids = ids[: cut_after_stop(ids, self.target.stop_ids)]
             logits = self.target.forward(torch.cat([ids_on(self.target.device, [answer[-1]]), drafts]), state.cache)
