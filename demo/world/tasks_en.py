@@ -95,23 +95,8 @@ def caption_item(o: Obj, sized: bool) -> str:
 # --- (c) multiple choice with explanation ---------------------------------------------------
 
 
-# Multiple choice has three forms, one question: the LM stage's (`BRIEF`, brief checks), stages
-# 3b-5d's (`EARLY`, restated checks) and the final one (`multiple_choice`: stage 5e on, the
-# distillation set, the evaluation, the app). The final form differs from `EARLY` in the two
-# kinds the target got wrong most (README):
-# - a count is read off the caption's own listing, place by place ("In the centre, a red
-#   circle; and in the top left corner, a blue square, so there are two."), where `EARLY` named
-#   the things alone ("The image contains a circle and a square, ..."). The target lists the
-#   places of a caption exactly (the number of items right in 99 of 100 held-out captions) but
-#   named things twice or left them out, so its count conclusions were right 7 times in 24;
-# - count and position options come in their natural order, as an exam lists them: the counts
-#   one to four, places in reading order. The target copied shuffled ones right 23 and 25 times
-#   in 60 checks (shapes 75 of 80, colours 53 of 53) and wrote its own ("A. five: ... B.
-#   four: ..."); sorted counts drawn from one to five, it counted up from "A. one" whatever
-#   the list began with.
-# `EARLY` also keeps a slip: a position question that falls back to a count (the object is not
-# unique) restated its count with position's article ("the three is not the one"). Stages 3b-5d
-# keep their data: the shipped weights are what the recipe makes with it.
+# Multiple choice has three forms, one question: the LM stage's (`BRIEF`), stages 3b-5d's (`EARLY`)
+# and the final one (`multiple_choice`); why they differ: docs/world.md, "The task forms".
 EARLY = "multiple_choice_early"
 
 
@@ -191,16 +176,8 @@ def brief_checks(options: list[str], letter: str) -> str:
 # --- short VQA ------------------------------------------------------------------------------
 
 
-# Short answers name their subject, then the looked-up word right after it: "The circle is red."
-# A model trained from scratch learns to read an image token fastest when the key of the lookup
-# (the circle) sits just before the word it looks up, rather than only in the question.
-# Measured with `train.slot_probe` on colour questions (the same 150 one-object steps, then all
-# scenes, lr 1e-3): 0.54 / 0.69 / 0.78 / 0.81 of held-out answers right at steps 100-400 with
-# this form, against 0.41 / 0.41 / 0.50 at steps 100-300 with the colour said first ("Red.").
-# Phrasings vary after the looked-up word, so the lookup itself always reads the same way: lead-ins
-# before the subject ("In this image, the circle is red.") slowed it down, 0.07 / 0.14 / 0.55 / 0.61
-# at steps 100-400 of that probe; in the full curriculum 0.53 / 0.58 at steps 150 / 200 against
-# 0.60 / 0.71 with these tails.
+# Short answers name their subject, then the looked-up word right after it, then a varying tail
+# ("The circle is red here."): the form a model reads an image token fastest in (docs/world.md).
 TAILS = ("", " here", " in this image", " in the picture")
 
 
