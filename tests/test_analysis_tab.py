@@ -24,6 +24,7 @@ from demo.models import loader, presets
 from demo.page import layout, text
 from demo.page.analysis import tab as analysis_tab
 from demo.page.analysis.tab import Batch, Run
+from demo.page.analysis.view import rate as view_rate
 from demo.page.runs import positional
 from demo.session import batches, rejections, validate
 from demo.session.batches import BOTH
@@ -68,18 +69,23 @@ def test_examples_cycle_through_the_world_tasks_of_a_choice():
 def test_headline_sentences_are_computed_from_the_numbers():
     batch = hand_batch()
     text = analysis_tab.headline_html(batch, analysis_tab.summaries(batch))
+    # every rate with its count and its 95% Wilson interval
     assert (
-        "<b>text-only</b> drafter: image-grounded words are <b>50%</b> of drafted positions but <b>75%</b> of "
-        "rejections; the target rejects 60% of drafts on them, 20% elsewhere."
+        "<b>text-only</b> drafter: image-grounded words are 50% (5/10; 95% 24%–76%) of drafted positions but "
+        "75% (3/4; 95% 30%–95%) of rejections; the target rejects 60% (3/5; 95% 23%–88%) of drafts on them, "
+        "20% (1/5; 95% 4%–62%) elsewhere."
     ) in text
     assert (
-        "<b>image-aware</b> drafter: image-grounded words are <b>25%</b> of drafted positions but <b>100%</b> "
-        "of rejections; the target rejects 100% of drafts on them, 0% elsewhere."
+        "<b>image-aware</b> drafter: image-grounded words are 25% (1/4; 95% 5%–70%) of drafted positions but "
+        "100% (1/1; 95% 21%–100%) of rejections; the target rejects 100% (1/1; 95% 21%–100%) of drafts on them, "
+        "0% (0/3; 95% 0%–56%) elsewhere."
     ) in text
+    # the intervals overlap: no ranking, and the sentence says why
     assert (
-        "Rejected on image-grounded words: the <b>text-only</b> drafter's 60%, the <b>image-aware</b> "
-        "drafter's 100%." in text
+        "On image-grounded words these examples cannot rank the <b>text-only</b> drafter's 60% (3/5; 95% 23%–88%) "
+        "and the <b>image-aware</b> drafter's 100% (1/1; 95% 21%–100%): their 95% intervals overlap." in text
     )
+    assert "compared on the <b>1</b> of 1 example that every one of them finished" in text
     assert "1 example · 14 drafted positions checked · greedy · γ = 3" in text
 
 
@@ -95,12 +101,12 @@ def test_tables_list_the_most_rejected_words_and_one_row_per_run():
     batch = hand_batch()
     words = analysis_tab.words_table(analysis_tab.summaries(batch))
     assert words.values.tolist()[:4] == [
-        ["text-only", ".", "punctuation", 1, 1, 100.0, "(end) (1)"],
-        ["text-only", "left", "position", 1, 1, 100.0, "right (1)"],
-        ["text-only", "red", "colour", 1, 1, 100.0, "blue (1)"],
-        ["text-only", "circle", "shape", 1, 2, 50.0, "circus (1)"],
+        ["text-only", ".", "punctuation", 1, 1, "100% (1/1; 95% 21%–100%)", "(end) (1)"],
+        ["text-only", "left", "position", 1, 1, "100% (1/1; 95% 21%–100%)", "right (1)"],
+        ["text-only", "red", "colour", 1, 1, "100% (1/1; 95% 21%–100%)", "blue (1)"],
+        ["text-only", "circle", "shape", 1, 2, "50% (1/2; 95% 9%–91%)", "circus (1)"],
     ]
-    assert words.values.tolist()[-1] == ["image-aware", "red", "colour", 1, 1, 100.0, "blue (1)"]
+    assert words.values.tolist()[-1] == ["image-aware", "red", "colour", 1, 1, "100% (1/1; 95% 21%–100%)", "blue (1)"]
     runs = analysis_tab.runs_table(batch)
     # shapes_trace: 11 tokens after the prefill in 6 rounds; 6 of 14 drafts accepted; 4 rejected, 3 on grounded words
     assert runs.values.tolist()[0] == [
@@ -110,7 +116,7 @@ def test_tables_list_the_most_rejected_words_and_one_row_per_run():
         "Caption this.",
         "The red circle is in the top left corner.",
         1.83,
-        42.9,
+        "43% (6/14; 95% 21%–67%)",
         4,
         3,
         "✓",
@@ -224,7 +230,11 @@ def test_analysis_streams_progress_then_charts_tables_and_downloads_that_agree(s
     status, headline, by_category, by_position, words, runs, csv_file, json_file, languages = job.result()
     assert "Done: 2 examples × 2 drafters" in status and "at most 8 new tokens" in status
     assert [row[2] for row in runs["data"]] == ["text-only", "image-aware"] * 2
-    assert json.loads(by_category["plot"])["layout"]["title"]["text"] == "Rejection rate by word category"
+    title = json.loads(by_category["plot"])["layout"]["title"]["text"]
+    assert (
+        title
+        == "Rejection rate by word category<br><sup>whiskers: 95% Wilson interval · labels: rejected/drafted</sup>"
+    )
     record = json.loads(Path(json_file["value"]).read_text())
     assert record["settings"] | {"drafters": None} == {
         "preset": PRESET,
@@ -253,8 +263,12 @@ def test_analysis_streams_progress_then_charts_tables_and_downloads_that_agree(s
 
 def test_a_drafter_the_preset_lacks_is_refused_with_a_message(served):
     # the page offers only the preset's drafters; the Race tab's preset can change under a choice
+    steps = analysis_tab.analyze(PRESET, "caption", "no-such-drafter", 3, 2, 0)
+    cleared = next(steps)  # the earlier request's results go, the refusal in their place
+    assert cleared["headline"] == analysis_tab.headline_html(None, {}) and cleared["runs"].empty
+    assert "Unknown drafter" in cleared["status"]
     with pytest.raises(gr.Error) as refused:
-        next(analysis_tab.analyze(PRESET, "caption", "no-such-drafter", 3, 2, 0))
+        next(steps)
     assert refused.value.message == (
         "Unknown drafter for preset 'tiny-analysis': 'no-such-drafter'. Choose one of: text-only, text-only+tree, "
         f"image-aware, image-aware+tree, prompt-lookup, staged, {BOTH}."
@@ -292,7 +306,7 @@ ENGLISH_RUN_COLUMNS = [
     "question",
     "answer",
     "τ",
-    "α %",
+    "α: accepted/drafted (95%)",
     "rejected",
     "on grounded words",
     "correct",
@@ -398,10 +412,10 @@ def test_a_batch_in_two_languages_is_broken_down_per_language_and_drafter(monkey
             runs = [r for r in batch.runs if r.language == language and r.drafter == drafter]
             rounds = [x for r in runs for x in r.trace.rounds]
             tau = sum(x.n_emitted for x in rounds) / len(rounds)
-            alpha = sum(x.n_accepted for x in rounds) / sum(len(x.drafted_ids) for x in rounds)
+            alpha = view_rate(sum(x.n_accepted for x in rounds), sum(len(x.drafted_ids) for x in rounds))
             grounded = [o for r in runs for o in r.obs if rejections.is_grounded(o.category)]
-            accepted = sum(o.accepted for o in grounded) / len(grounded) if grounded else None
-            correct = f"{sum(r.correct for r in runs)}/2"
+            accepted = view_rate(sum(o.accepted for o in grounded), len(grounded))
+            correct = view_rate(sum(r.correct for r in runs), 2)
             pairs.append((language, drafter, 2))
             expected.append(
                 [
@@ -409,12 +423,12 @@ def test_a_batch_in_two_languages_is_broken_down_per_language_and_drafter(monkey
                     drafter,
                     2,
                     round(tau, 2),
-                    round(100 * alpha, 1),
+                    alpha,
                     correct,
-                    None if accepted is None else round(100 * accepted, 1),
+                    accepted,
                 ]
             )
-            line = f"<p><b>{name}</b>, {drafter} drafter: τ = {tau:.2f}, α = {alpha:.0%}, {correct} answers correct, "
+            line = f"<p><b>{name}</b>, {drafter} drafter: τ = {tau:.2f}, α = {alpha}, {correct} answers correct, "
             assert line in headline
     rows = languages_table.value["data"]
     assert [[None if isinstance(v, float) and math.isnan(v) else v for v in row] for row in rows] == expected
@@ -513,8 +527,8 @@ def test_analysis_headline_bins_rejections_by_image_attention_and_links_the_most
     ) in text
     # text-only: 0-10%: 6 accepted; 10-20%: the "." rejected; 20-30%, 30-50%: none; 50-100%: 3 of 3
     assert (
-        '<tr><th>text-only</th><td>0% <span class="n">(0/6)</span></td><td>100% <span class="n">(1/1)</span></td>'
-        '<td>–</td><td>–</td><td>100% <span class="n">(3/3)</span></td></tr>'
+        '<tr><th>text-only</th><td>0% <span class="n">(0/6; 95% 0%–39%)</span></td><td>100% <span class="n">(1/1; 95% 21%–100%)</span></td>'
+        '<td>–</td><td>–</td><td>100% <span class="n">(3/3; 95% 44%–100%)</span></td></tr>'
     ) in text
     links = [line.split('data-run="')[1][0] for line in text.split("<li>")[1:]]
     assert links == ["1", "2", "1", "1", "1"]  # 80%, 70%, 60%, 50%, 10%
@@ -532,13 +546,14 @@ def test_the_headline_says_but_only_where_the_shares_differ_as_shown():
     run = SimpleNamespace(
         example=0, language="en", obs=[], drafter="text-only", trace=SimpleNamespace(image_attention=None)
     )
-    batch = SimpleNamespace(runs=[run], gamma=4)
+    batch = SimpleNamespace(runs=[run], gamma=4, drafters=["text-only"], decoding="greedy")
 
     def sentence(drafted_share: float, rejected_share: float) -> str:
         grounded = {
             "drafted": 100,
             "rejected": 10,
             "grounded_drafted": 19,
+            "grounded_rejected": round(rejected_share * 10),
             "grounded_share_of_drafted": drafted_share,
             "grounded_share_of_rejections": rejected_share,
             "grounded_rejection_rate": 0.1,
@@ -546,5 +561,5 @@ def test_the_headline_says_but_only_where_the_shares_differ_as_shown():
         }
         return analysis_view.headline_html(batch, {"text-only": {"grounded": grounded}})
 
-    assert "<b>19%</b> of drafted positions and <b>19%</b> of rejections" in sentence(0.189, 0.191)
-    assert "<b>19%</b> of drafted positions but <b>40%</b> of rejections" in sentence(0.19, 0.40)
+    assert "of drafted positions and 20% (2/10; 95% 6%–51%) of rejections" in sentence(0.189, 0.191)
+    assert "of drafted positions but 40% (4/10; 95% 17%–69%) of rejections" in sentence(0.19, 0.40)

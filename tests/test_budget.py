@@ -1,5 +1,6 @@
-"""The work budget (issue 43): a request's worst-case compute, estimated from the request alone,
-refused with what fits when it exceeds the deployment's budget; a running request's own limit."""
+"""The work budget: a request's worst-case compute, estimated from the request alone, shortened to
+the largest version that fits the deployment's budget (refused when not even its smallest does);
+a running request's own limit."""
 
 import re
 import time
@@ -19,42 +20,33 @@ def race(**fields) -> session.Request:
     return session.parse(question=QUESTION, preset="embedded", **({"drafter": "text-only"} | fields))
 
 
-def test_the_issues_three_lane_sampled_race_is_refused_with_what_was_asked_and_what_fits(monkeypatch):
+def test_the_issues_three_lane_sampled_race_runs_the_most_tokens_that_fit_and_says_so(monkeypatch):
     monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
-    request = race(
-        drafter="text-only+tree",
-        gamma=8,
-        greedy=False,
-        temperature=5.0,
-        max_new_tokens=440,
-        second_drafter="image-aware",
-    )
+    fields = dict(drafter="text-only+tree", gamma=8, greedy=False, temperature=5.0, second_drafter="image-aware")
+    request = race(max_new_tokens=440, **fields)
     estimate = budget.race(request)
     # per token: the tree lane (1.1 + 8 x 0.18) x 2 x 1.25, the chain lane (1.1 + 8 x 0.18) x 1.25, the
     # autoregressive lane 1.25; three set-ups of 20 steps; at 0.02 s a step on a CPU
     assert estimate.steps == pytest.approx(440 * (6.35 + 3.175 + 1.25) + 60)
     assert estimate.seconds == pytest.approx(96.02)
+    ran, replayed, said = budget.fit_race(request)
+    assert ran == race(max_new_tokens=272, **fields) and replayed == 272  # a sampled race replays nothing anyway
+    assert said == "272 of the 440 tokens you asked for fit in the 60 s a request may take, so the race runs 272."
+    assert budget.fit_race(ran) == (ran, 272, "")  # the largest that fits, fits as it is
+    monkeypatch.setenv(budget.BUDGET_ENV, "1")  # not even 16 tokens fit: refused, with what applies
     with pytest.raises(InvalidInput) as refused:
-        budget.check(estimate)
+        budget.fit_race(request)
     assert str(refused.value) == (
-        "This request asks for 3 lanes x 440 new tokens (text-only+tree, image-aware at γ 8, sampling): up to about "
-        "96 s of compute here, and this deployment allows 60 s a request so that no visitor holds it for long. To run "
-        "it, lower max new tokens to 272 or less, or race one drafter rather than two, lower γ, or pick a chain "
-        "drafter rather than a tree; or run your own copy with `DEMO_BUDGET_SECONDS=0 python app.py`, which lifts the "
-        "budget."
+        "This race asks for 3 lanes x 440 new tokens (text-only+tree, image-aware at γ 8, sampling), and not even "
+        "its smallest version (16 tokens) fits in the 1 s a request may take here. To run it, race one drafter "
+        "rather than two, or pick a chain drafter rather than a tree, or lower γ."
     )
-    fits = race(
-        drafter="text-only+tree",
-        gamma=8,
-        greedy=False,
-        temperature=5.0,
-        max_new_tokens=272,
-        second_drafter="image-aware",
-    )
-    budget.check(budget.race(fits))  # the largest that fits, fits
+    with pytest.raises(InvalidInput) as refused:  # a one-lane chain race is told neither
+        budget.fit_race(race(gamma=2, max_new_tokens=64))
+    assert str(refused.value).endswith("fits in the 1 s a request may take here. To run it, ask for fewer tokens.")
 
 
-def test_the_pages_default_race_and_the_longest_single_drafter_race_fit(monkeypatch):
+def test_the_pages_default_race_fits_and_the_longest_races_are_shortened(monkeypatch):
     monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
     default = budget.race(race())  # γ 4, 128 new tokens, greedy: its γ sweep and table counted
     # per token: the chain lane 1.1 + 4 x 0.18, the autoregressive lane 1, the sweep 10 x 0.15, the
@@ -64,9 +56,13 @@ def test_the_pages_default_race_and_the_longest_single_drafter_race_fit(monkeypa
     assert default.seconds == pytest.approx((128 * (1.82 + 1 + 1.5 + 3.24) + 40) * 0.02)
     budget.check(default)
     assert budget.limit(default) == pytest.approx(2 * default.seconds)
-    budget.check(budget.race(race(gamma=10, max_new_tokens=512)))
-    with pytest.raises(InvalidInput, match=r"^This request asks for 3 lanes x 512 new tokens"):
-        budget.check(budget.race(race(gamma=10, max_new_tokens=512, second_drafter="image-aware")))
+    # the longest race: shortened with its sweep and table, which replay the whole answer
+    assert budget.fit_race(race(gamma=10, max_new_tokens=512))[1:] == (
+        342,
+        "342 of the 512 tokens you asked for fit in the 60 s a request may take, so the race runs 342.",
+    )
+    ran, replayed, said = budget.fit_race(race(gamma=10, max_new_tokens=512, second_drafter="image-aware"))
+    assert ran.max_new_tokens == replayed < 512 and said.startswith(f"{replayed} of the 512 tokens you asked for fit")
 
 
 def test_a_sampled_race_runs_under_the_limit_of_the_same_race_greedy(monkeypatch):
@@ -82,7 +78,7 @@ def test_a_sampled_race_runs_under_the_limit_of_the_same_race_greedy(monkeypatch
     assert budget.race_limit(sampled) is None  # no budget, no limit
 
 
-def test_an_analysis_compares_two_drafters_on_eight_examples_or_three_on_vqa_and_refuses_more(monkeypatch):
+def test_an_analysis_runs_the_first_examples_that_fit_for_every_drafter_and_says_so(monkeypatch):
     monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
 
     def estimate(task, n, drafters):
@@ -90,35 +86,34 @@ def test_an_analysis_compares_two_drafters_on_eight_examples_or_three_on_vqa_and
         return budget.analysis("embedded", drafters, n, len(items), 4, 160, [item.answer for item in items])
 
     two, three = ["text-only", "image-aware"], ["text-only", "image-aware", "multilingual"]
-    with pytest.raises(InvalidInput) as refused:
-        budget.check(estimate("all", 32, two))
-    assert str(refused.value) == (
-        "This request asks for 32 examples x 2 drafters (answers of up to 160 tokens): up to about 248 s of compute "
-        "here, and this deployment allows 60 s a request so that no visitor holds it for long. To run it, lower N "
-        "examples to 8 or less, or compare fewer drafters, pick one language, or pick shorter answers (a vqa task); "
-        "or run your own copy with `DEMO_BUDGET_SECONDS=0 python app.py`, which lifts the budget."
-    )
-    budget.check(
-        estimate("all", 8, two)
-    )  # 58 s: each run counted to its reference answer, not to 160 tokens; 8 ablations
-    budget.check(estimate("vqa", 8, three))  # 60 s
-    with pytest.raises(InvalidInput, match="lower N examples to 4 or less"):  # the first 5 hold both descriptions
-        budget.check(estimate("all", 8, three))  # 83 s: two descriptions of 160 tokens
+    fitted, said = budget.fit(estimate("all", 32, two))  # 248 s asked
+    assert fitted.units == 8 and fitted.seconds <= 60
+    assert said == "8 of the 32 examples you asked for fit in the 60 s a request may take, so the analysis runs 8."
+    assert budget.fit(estimate("all", 8, two)) == (estimate("all", 8, two), "")  # 58 s: each run to its answer
+    assert budget.fit(estimate("vqa", 8, three))[1] == ""  # 60 s
+    assert budget.fit(estimate("all", 8, three))[0].units == 4  # 83 s: the first 5 hold both descriptions
     # without the answers, every run counts 160 tokens: the worst case of any example; each example's ablation 40
     assert budget.analysis("embedded", two, 8, 8, 4, 160).steps == pytest.approx(2 * 8 * (160 * 1.82 + 20) + 8 * 40)
-    monkeypatch.setenv(budget.BUDGET_ENV, "0")  # what the refusal says: `DEMO_BUDGET_SECONDS=0 python app.py`
-    budget.check(estimate("all", 32, three))
+    monkeypatch.setenv(budget.BUDGET_ENV, "5")  # not even one example fits: refused, with what applies
+    with pytest.raises(InvalidInput) as refused:
+        budget.fit(estimate("all", 8, three))
+    assert str(refused.value) == (
+        "This analysis asks for 8 examples x 3 drafters (answers of up to 160 tokens), and not even its smallest "
+        "version (1 example) fits in the 5 s a request may take here. To run it, compare fewer drafters, or pick "
+        "shorter answers (a vqa task)."
+    )
+    monkeypatch.setenv(budget.BUDGET_ENV, "0")
+    assert budget.fit(estimate("all", 32, three))[1] == ""
     assert budget.limit(estimate("all", 32, three)) is None
 
 
 def test_the_budget_is_a_setting_and_zero_lifts_it(monkeypatch):
     default = budget.race(race())
     monkeypatch.setenv(budget.BUDGET_ENV, "10")
-    with pytest.raises(InvalidInput, match="this deployment allows 10 s a request"):
-        budget.check(default)
+    assert budget.fit_race(race())[2].startswith("60 of the 128 tokens you asked for fit in the 10 s a request")
     assert budget.limit(default) == 10
     monkeypatch.setenv(budget.BUDGET_ENV, "0")
-    budget.check(budget.race(race(gamma=10, max_new_tokens=512, second_drafter="image-aware")))
+    assert budget.fit_race(race(gamma=10, max_new_tokens=512, second_drafter="image-aware"))[2] == ""
     assert budget.limit(default) is None
 
 
@@ -146,26 +141,35 @@ def test_a_deadline_ends_a_run_when_its_time_is_up_and_says_it_was_the_budget():
     assert not unlimited.wait(0.05) and time.monotonic() - started >= 0.05 and not unlimited.ended
 
 
-def test_the_table_of_strategies_replays_what_fits_beside_the_race_its_own_drafter_first(monkeypatch):
+def test_the_table_of_strategies_replays_every_strategy_over_the_tokens_that_fit_beside_a_shortened_race(
+    monkeypatch,
+):
     monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
     names = presets.PRESETS["embedded"].drafter_names()
     short = race(max_new_tokens=128)
-    assert budget.table_strategies(short) == names  # a default race has room for every strategy
-    fixed, per_token = budget._race_alone(short)
     table = sum(budget.replay_step(name, "embedded") for name in names)  # each strategy: its drafter steps, a token
-    assert budget.race(short).steps == pytest.approx(fixed + (per_token + table) * 128)
-    long = race(drafter="image-aware", gamma=10, max_new_tokens=512)
-    fits = budget.table_strategies(long)
-    assert "image-aware" in fits and 0 < len(fits) < len(names)  # the race's own counted first; not all fit
-    assert budget.race(long).seconds <= budget.budget_seconds()  # the race with its table is admitted
-    assert budget.table_strategies(race(greedy=False, temperature=1.0)) == ()  # no table after sampling
-    monkeypatch.setenv(budget.BUDGET_ENV, "0")  # no budget (a local copy): every strategy, however long
-    assert budget.table_strategies(long) == names
+    sweep = budget.SWEEP_GAMMAS * budget.replay_step("text-only", "embedded")
+    assert budget.race(short).steps == pytest.approx(40 + (1.82 + 1 + sweep + table) * 128)
+    assert budget.race(race(greedy=False, temperature=1.0)).per_unit == pytest.approx(1.82 * 1.25 + 1.25)  # none
+    # so slow a machine that the race alone has room for 16 tokens and a few more: the race runs 16,
+    # and its sweep and table replay the first tokens that fit beside it
+    for kind in (None, "text-only"):
+        for _ in range(budget.LEARN_KEEP):
+            budget.record("embedded", kind, 20.0)
+    monkeypatch.setenv(budget.LEARN_ENV, "1")
+    try:
+        ran, replayed, said = budget.fit_race(short)
+    finally:
+        budget.forget()
+    assert ran.max_new_tokens == 16 and 0 < replayed < 16
+    assert said.endswith(f"so the race runs 16. Its γ sweep and table of strategies replay its first {replayed}.")
 
 
 @pytest.mark.parametrize("task", ["all", "description", "caption", "vqa"])
 @pytest.mark.parametrize("drafters", [["text-only", "image-aware"], ["text-only", "image-aware", "feature"]])
-def test_an_analysis_refusals_advice_is_true_the_n_it_names_fits_and_one_more_does_not(monkeypatch, task, drafters):
+def test_an_analysis_shortened_runs_the_n_its_sentence_names_which_fits_and_one_more_does_not(
+    monkeypatch, task, drafters
+):
     # the examples differ (a description counts 160 tokens, a yes/no a few): the advice counts the
     # first N examples themselves, the ones a smaller request gets (the mix is prefix-stable)
     monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
@@ -174,9 +178,33 @@ def test_an_analysis_refusals_advice_is_true_the_n_it_names_fits_and_one_more_do
         items = examples_for(task, n, 0, ("en",))
         return budget.analysis("embedded", drafters, n, len(items), 4, 160, [item.answer for item in items])
 
+    fitted, said = budget.fit(estimate(32))
+    most = int(re.search(r"so the analysis runs (\d+)\.", said).group(1))
+    assert most == fitted.units and budget.fit(estimate(most))[1] == ""
+    assert budget.fit(estimate(most + 1))[1]
+
+
+def test_a_single_law_check_counts_the_law_and_the_targets_draws_and_is_shortened_or_refused(monkeypatch):
+    monkeypatch.delenv(budget.BUDGET_ENV, raising=False)
+    # the issue's check: k 3, γ 10: two prefills (40), the law (1 + 2 x 100 prefixes), the p-values (10), one
+    # step more; per draw the lane's 3 rounds and the broken rule's 1 at γ 4 (its drafts stop at k + 1), sampled,
+    # and the target's 2
+    heavy = budget.law("embedded", "text-only", 10, 3, 200)
+    assert heavy.fixed == pytest.approx(40 + 1 + 200 + 1 + 10)
+    assert heavy.per_unit == pytest.approx(4 * (1.1 + 4 * 0.18) * 1.25 + 2)
+    assert budget.fit(heavy) == (heavy, "")  # 49 s: it runs whole
+    monkeypatch.setenv(budget.BUDGET_ENV, "20")
+    fitted, said = budget.fit(heavy)
+    assert budget.MIN_DRAWS <= fitted.units < 200 and fitted.seconds <= 20
+    assert (
+        said
+        == f"{fitted.units} of the 200 draws you asked for fit in the 20 s a request may take, so the check runs {fitted.units}."
+    )
+    monkeypatch.setenv(budget.BUDGET_ENV, "8")
     with pytest.raises(InvalidInput) as refused:
-        budget.check(estimate(32))
-    most = int(re.search(r"lower N examples to (\d+) or less", str(refused.value)).group(1))
-    budget.check(estimate(most))
-    with pytest.raises(InvalidInput):
-        budget.check(estimate(most + 1))
+        budget.fit(heavy)
+    assert str(refused.value) == (
+        "This check asks for the sampling law of 3 tokens drawn 200 times each way (text-only at γ 10), and not even "
+        "its smallest version (50 draws) fits in the 8 s a request may take here. To run it, check fewer tokens (k), "
+        "or lower γ."
+    )

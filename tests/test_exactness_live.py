@@ -87,3 +87,76 @@ def test_hub_families_draw_the_law_check_on_one_prefill(tmp_path, family, one_th
     finally:
         del loader.PRESETS[preset.name]
         loader._LOADED.pop(preset.name, None)
+
+
+@pytest.fixture(scope="module")
+def default_example():
+    """The page's default example (the gallery's first: a description) and its race's request."""
+    from PIL import Image
+
+    from demo import session
+    from demo.page.examples import load_examples
+
+    example = load_examples()[0]
+    request = session.parse(question=example.question, preset="embedded", drafter="text-only")
+    return Image.open(example.image).convert("RGB"), request
+
+
+def test_the_broken_rule_fails_the_checks_defaults_in_nine_of_ten_seeds(default_example, one_thread):
+    """The check's defaults on the page's default race (greedy: the check samples at temperature 1,
+    k 2, 200 draws): the check walks the target's answer to where it is unsure, so the law has
+    several outcomes, and the broken rule's departure shows."""
+    from dataclasses import replace
+
+    image, request = default_example
+    loaded = embedded.embedded()
+    failed, passed = 0, 0
+    for seed in range(10):
+        prompt = loaded.prompt(image, request.question, request.drafter)
+        sampling = replace(request.sampling, greedy=False, seed=seed)
+        result = exactness.check(
+            loaded, prompt, loaded.drafter(request.drafter), gamma=request.gamma, sampling=sampling, k=2, seed=seed
+        )
+        assert len(result.law) >= 3 and result.n >= 100, (result.context, result.law, result.n)
+        failed += not result.passed("broken")
+        passed += result.passed("speculative")
+    assert failed >= 9 and passed >= 9, (failed, passed)
+
+
+def test_each_draw_starts_from_the_target_features_the_lane_had_where_it_was_raced(default_example, one_thread):
+    image, request = default_example
+    loaded = embedded.embedded()
+    prompt = loaded.prompt(image, request.question, "feature")
+    sampling = Sampling(greedy=False, temperature=1.0, seed=0)
+    with torch.inference_mode():
+        bench = exactness._Bench(loaded.target, loaded.drafter("feature"), prompt, 4, sampling, 2, 0)
+        raced = (
+            bench.drafting.feature.copy() if hasattr(bench.drafting.feature, "copy") else bench.drafting.feature.clone()
+        )
+        unseen = bench.state.features  # the rows the lane had not handed its drafter yet
+        bench.speculative()  # a draw observes the target's newer features
+        assert not (bench.drafting.feature == raced).all() and bench.state.features is not unseen
+        bench.reset()
+    assert (bench.drafting.feature == raced).all() and bench.state.features is unseen
+
+
+def test_the_draws_end_where_the_time_left_would_not_hold_the_rest(default_example, one_thread):
+    import time
+
+    image, request = default_example
+    loaded = embedded.embedded()
+    prompt = loaded.prompt(image, request.question, "text-only")
+    started = time.monotonic()
+    result = exactness.check(
+        loaded,
+        prompt,
+        loaded.drafter("text-only"),
+        gamma=4,
+        sampling=SAMPLING,
+        k=2,
+        n=10_000,
+        budget_s=None,
+        ends=started + 2.0,
+    )
+    assert 0 < result.n < 10_000 and time.monotonic() - started < 2.0 + 1.0
+    assert all(sum(c) == result.n for c in result.counts.values())

@@ -7,7 +7,7 @@ of the app's own messages (a gr.Error; never the "Something went wrong" of an un
 never a traceback), and after all of them the process must hold no more open files or threads
 than before, within a small tolerance.
 
-    in process  at least 500 calls to the handlers the endpoints run (`trace_api`, `run_race`)
+    in process  at least 500 calls to the handlers the endpoints run (`trace`, `run_race`)
     over HTTP   60 calls to /trace through gradio_client (JSON values only: it cannot send NaN)
 
 Runs on the tiny random-weight preset; valid calls decode at most 6 tokens.
@@ -176,7 +176,7 @@ def consume(handler, arguments) -> str:
     except gr.Error as error:
         assert error.message and not any(text in error.message for text in UNEXPECTED), error.message
         return "refused"
-    if outputs and handler is handlers.trace_api:  # its last value is the document (the page's are updates)
+    if outputs and handler is handlers.trace:  # its last value is the document (the page's are updates)
         payload = outputs[-1]
         lossless = all(c["identical"] for c in payload["comparisons"].values())  # every speculative lane
         assert lossless or not payload["settings"]["sampling"]["greedy"]
@@ -199,7 +199,7 @@ def fuzzed(n: int):
 def test_500_malformed_calls_to_the_handlers_end_in_a_result_or_a_message(files):
     outcomes = Counter()
     pool = ThreadPoolExecutor(1)
-    assert pool.submit(consume, handlers.trace_api, list(good(files).values())).result() == "result"
+    assert pool.submit(consume, handlers.trace, list(good(files).values())).result() == "result"
     before = resources()
 
     @fuzzed(500)
@@ -207,7 +207,7 @@ def test_500_malformed_calls_to_the_handlers_end_in_a_result_or_a_message(files)
     def one(case, page):
         values, _ = case
         handler, arguments = (
-            (handlers.run_race, page_arguments(values)) if page else (handlers.trace_api, [values[n] for n in PARAMS])
+            (handlers.run_race, page_arguments(values)) if page else (handlers.trace, [values[n] for n in PARAMS])
         )
         try:
             outcome = pool.submit(consume, handler, arguments).result(timeout=CALL_LIMIT_S)

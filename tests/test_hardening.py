@@ -245,11 +245,18 @@ def test_the_upload_folder_stays_under_its_cap_oldest_deleted_first_and_a_client
 # --- the work budget, served ----------------------------------------------------------------------
 
 
-def test_a_request_over_the_budget_is_refused_with_its_sentence_before_any_work(app, world, monkeypatch):
+def test_a_request_over_the_budget_runs_shortened_and_says_so_and_one_that_cannot_is_refused(app, world, monkeypatch):
     monkeypatch.setenv(budget.BUDGET_ENV, "1")
     image = uploaded(app, world / "images" / "0.png")
-    # 400 x (1.82 + 1 + 1.5) + 2 x 20 = 1768 steps at the tiny preset's 0.001 s a step
-    expected = "This request asks for 2 lanes x 400 new tokens (text-only at γ 4, greedy): up to about 2 s of compute"
+    done = raw_call(app, "trace", [image, *args(world, max_new=400)[1:]])
+    payload = done["output"]["data"][0]
+    runs = payload["settings"]["max_new_tokens"]
+    assert runs < 400 and payload["shortened"] == (
+        f"{runs} of the 400 tokens you asked for fit in the 1 s a request may take, so the race runs {runs}."
+    )
+    assert all(len(lane["trace"]["tokens"]) <= runs for lane in payload["runs"].values())
+    monkeypatch.setenv(budget.BUDGET_ENV, "0.01")  # not even 16 tokens: 10 steps at the tiny preset's 1 ms
+    expected = "This race asks for 2 lanes x 400 new tokens (text-only at γ 4, greedy), and not even its smallest"
     assert raw_call(app, "trace", [image, *args(world, max_new=400)[1:]])["output"]["error"].startswith(expected)
     page = raw_call(app, "race", [*page_args(image)[:9], 400, 0.5, "none", False])
     assert page["output"]["error"].startswith(expected)

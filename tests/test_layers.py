@@ -19,7 +19,7 @@ PACKAGE = ROOT / "demo"
 # engine < models < session < page | serve; world is the embedded world's runtime data, below
 # everything. lab (benchmarks, the world's training, experiments) and deploy sit beside the app:
 # nothing the app runs imports them.
-APP_FORBIDS = ("demo.lab", "demo.deploy")
+APP_FORBIDS = ("demo.lab", "demo.deploy", "demo.batch")
 LAYERS = {
     "engine": (
         ("demo.engine",),
@@ -54,6 +54,9 @@ LAYERS = {
         ("demo.world",),
         ("gradio", "plotly", "demo.engine", "demo.models", "demo.session", "demo.page", "demo.serve", *APP_FORBIDS),
     ),
+    # The batch on Ray Data runs the session layer's analysis and writes the tab's views as a report;
+    # the app never imports it (Ray is not among the app's requirements).
+    "batch": (("demo.batch",), ("gradio", "demo.serve", "demo.page.analysis.tab", "demo.lab", "demo.deploy")),
     # Deployment stages the app's files; it reaches no run, page or benchmark.
     "deploy": (
         ("demo.deploy",),

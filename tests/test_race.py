@@ -116,7 +116,20 @@ def test_an_analysis_arms_its_own_budget_as_it_starts_and_says_how_it_ended(coun
     assert list(over.events()) == [] and over.ending == "over budget" and over.deadline.seconds == 0.0
 
 
-def test_an_analysis_over_the_budget_is_refused_before_any_work(counted, monkeypatch):
+def test_an_analysis_that_cannot_fit_one_example_is_refused_before_any_work(counted, monkeypatch):
     monkeypatch.setenv(budget.BUDGET_ENV, "0.001")
-    with pytest.raises(InvalidInput, match=r"^This request asks for 2 examples x 1 drafter (x |\(answers of up to )"):
+    with pytest.raises(InvalidInput, match=r"^This analysis asks for 2 examples x 1 drafter (x |\(answers of up to )"):
         analysis(2)
+
+
+def test_an_analysis_over_the_budget_runs_the_first_examples_that_fit_with_every_drafter(counted, monkeypatch):
+    whole = analysis(3)
+    monkeypatch.setenv(budget.BUDGET_ENV, str(whole.estimate.seconds * 0.7))
+    short = analysis(3)
+    assert (
+        short.request.n == len(short.items) == short.estimate.units < 3
+        and short.items == whole.items[: short.request.n]
+    )
+    assert short.shortened.endswith(
+        f"of the 3 examples you asked for fit in the {budget.budget_seconds():.0f} s a request may take, so the analysis runs {short.request.n}."
+    )

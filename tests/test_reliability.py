@@ -661,9 +661,7 @@ def test_a_budget_that_runs_out_in_the_sweep_leaves_the_trace_whole_and_says_onl
 
     monkeypatch.setattr(budget, "Deadline", Kept)
     monkeypatch.setattr(sweep, "replay", replay_then_run_out_at_two)
-    *_, payload = handlers.trace_api(
-        str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", 4, True, 0.8, 0.95, 0, 24
-    )
+    *_, payload = handlers.trace(str(uploads / "0.png"), QUESTIONS[0], PRESET, "text-only", 4, True, 0.8, 0.95, 0, 24)
     shutil.rmtree(uploads)
     assert payload["sweep_cut"] == budget.SWEEP_CUT and "stopped" not in payload  # the race stands, whole
     assert all(run["trace"]["summary"] for run in payload["runs"].values())

@@ -1,6 +1,8 @@
 """The table of drafting strategies (demo.session.strategies): a greedy race's answer replayed at its
 gamma with every drafter the preset offers, the race's own row exactly the race's numbers."""
 
+from dataclasses import replace
+
 import pytest
 from races import CASES
 
@@ -53,14 +55,14 @@ def request_for(drafter, gamma=3, sampling=GREEDY, min_confidence=0.0, question=
     )
 
 
-def table(loaded, request, image=CASES[0][0], swept=False):
+def table(loaded, request, image=CASES[0][0], swept=False, tokens=None):
     """The race of `request`, then its table (with `swept`, given the γ sweep's points, as
     `gpu_race` gives them): (the race's traces, the names shown, the records)."""
     prompts = session.Prompts(loaded, request.question, image)
     traces = session.run_lanes(loaded, request, image, prompts=prompts)
     spd, ar = traces["speculative"], traces["autoregressive"]
-    points = list(gamma_sweep.replays(request, prompts, spd, ar)) if swept else []
-    shown, stream = [], strategies.compare(request, prompts, spd, ar, lambda name: name, points)
+    points = list(gamma_sweep.replays(request, prompts, spd, ar, tokens)) if swept else []
+    shown, stream = [], strategies.compare(request, prompts, spd, ar, lambda name: name, points, tokens)
     while True:
         try:
             shown.append(next(stream))
@@ -150,19 +152,17 @@ def test_a_sampling_race_has_no_table(offering):
     assert table(offering, sampled)[1:] == ([], [])
 
 
-def test_strategies_past_the_budget_beside_the_race_are_left_out_and_the_races_own_is_replayed(offering, monkeypatch):
+def test_a_table_with_no_room_beside_a_shortened_race_leaves_every_row_out_and_one_with_some_replays_that_many(
+    offering,
+):
     request = request_for("text-partly")
-    fixed, per_token = budget._race_alone(request)
-    own = budget.replay_step("text-partly", request.preset) * request.max_new_tokens
-    # a budget with room for the race and its own strategy's replay, and not one more
-    steps = fixed + per_token * request.max_new_tokens + own + 0.5 * budget.replay_step(PROMPT_LOOKUP, request.preset)
-    monkeypatch.setenv(budget.BUDGET_ENV, str(steps * budget.step_seconds(request.preset)))
-    assert budget.table_strategies(request, offering.preset.drafter_names()) == ("text-partly",)
-    spd, shown, rows = table(offering, request)
-    assert shown == ["text-partly"]
-    assert [r["strategy"] for r in rows] == list(offering.preset.drafter_names())
-    assert {r["left_out"] for r in rows if not r["raced"]} == {strategies.OVER_BUDGET}
-    assert [r["tau"] for r in rows if r["raced"]] == [metrics.tau(spd)]
+    spd, shown, rows = table(offering, request, tokens=0)
+    assert shown == [] and [r["strategy"] for r in rows] == list(offering.preset.drafter_names())
+    assert {r["left_out"] for r in rows} == {strategies.OVER_BUDGET}
+    _, shown, rows = table(offering, request, tokens=4)  # the first 4 tokens: the rows of a race of 4 (greedy)
+    assert shown == list(offering.preset.drafter_names())
+    short, _, whole = table(offering, replace(request, max_new_tokens=4))
+    assert [r["tau"] for r in rows] == [r["tau"] for r in whole] and whole[0]["tau"] is not None
 
 
 def test_the_races_own_row_reuses_the_sweeps_replay_at_its_gamma_and_reads_the_same(offering, monkeypatch):

@@ -16,8 +16,8 @@ import pandas as pd
 from demo.page.analysis import charts, opened, view
 
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:1em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;font-size:13px;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 6px}
-.charts{display:flex;flex-wrap:wrap;gap:1em}.charts>div{flex:1 1 420px;min-width:0}.n{color:#666}"""
+table{border-collapse:collapse;font-size:13px;margin:.5em 0;display:block;overflow-x:auto;max-width:100%}td,th{border:1px solid #ddd;padding:3px 6px}
+.charts>div{width:100%}.n{color:#666}"""
 
 
 def _table(df: pd.DataFrame) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 
+from demo.page.analysis.charts import wilson
 from demo.session import image_rejections
 
 
@@ -40,6 +41,11 @@ def rejections(batch) -> list[dict]:
     ]
 
 
+def _span(row: dict) -> str:
+    low, high = wilson(row["rejected"], row["drafted"])
+    return f"{low:.0%}–{high:.0%}"
+
+
 def _rate_row(drafter: str, rows: list[dict]) -> str:
     """A table row of `drafter`'s rejection rate in each of its `rows` (rejected / drafted), "–" where it drafted none."""
     cells = []
@@ -48,7 +54,7 @@ def _rate_row(drafter: str, rows: list[dict]) -> str:
         cells.append(
             "<td>–</td>"
             if rate is None
-            else f'<td>{rate:.0%} <span class="n">({r["rejected"]}/{r["drafted"]})</span></td>'
+            else f'<td>{rate:.0%} <span class="n">({r["rejected"]}/{r["drafted"]}; 95% {_span(r)})</span></td>'
         )
     return f"<tr><th>{html.escape(drafter)}</th>{''.join(cells)}</tr>"
 

@@ -6,7 +6,7 @@
                   by the factor chosen (`demo.page.classroom.SPEEDS`), which the page states
     stop_race     the Stop button: ends the page's race or replay after the event at hand, which
                   says "Stopped." in its own last update
-    trace_api     /trace, for gradio_client: the same race returned whole as one JSON document
+    trace     /trace, for gradio_client: the same race returned whole as one JSON document
 
 A name left out of an update leaves that component as it is. `positional(handler)` turns the
 dicts into the tuples Gradio expects, in `OUTPUTS` order (`demo.page.server` wires them; the
@@ -243,13 +243,30 @@ def replay_race(last, speed: str = classroom.SPEED_DEFAULT, page: gr.Request = N
         yield from _stopped(run) if replay.stopped else [redraws.whole() | buttons(busy=False)]
 
 
-def trace_api(image, *sent):
-    """/trace: the whole race as one JSON document: settings, every lane's trace and its metrics.
-    Its parameters are the image, then the request's fields (`TRACE`, read off `session.parse`).
+def trace(image, *sent):
+    """Race speculative decoding against plain decoding on one image and question, and return every
+    token's story as JSON: which tokens the drafter proposed, which the target model accepted or
+    rejected (with p, q and the rejected draft), per-round timings, and the speedup metrics
+    (tau, alpha, MBSU, and the same counts under SGLang's and vLLM's names).
 
-    A generator, so that a cancelled or disconnected caller stops the decoding within a round;
-    its last value is the document, which is what gradio_client's predict() returns.
+    Args:
+        image: the picture the question is about (a URL or a file; PNG, JPEG, WEBP, GIF, BMP, TIFF).
+        question: what to ask about the image, e.g. "What colour is the circle?".
+        preset: the model pair to use; "embedded" is the small built-in pair and always available.
+        drafter: the drafter that proposes tokens, e.g. "text-only", "image-aware", "prompt-lookup".
+        gamma: tokens the drafter proposes per round, 1 to 10.
+        greedy: true for deterministic argmax decoding; false to sample at `temperature` and `top_p`.
+        temperature: sampling temperature, above 0 and at most 5 (ignored when greedy).
+        top_p: nucleus sampling mass in (0, 1] (ignored when greedy).
+        seed: the sampling seed; the same seed gives the same answer.
+        max_new_tokens: the longest answer, 1 to 512 tokens; a busy server may shorten it and says so.
+        min_confidence: adaptive drafting; stop a round's drafting below this probability (0 = off).
+        second_drafter: race a second drafter beside the first, or "none".
+    Returns:
+        The race as JSON: settings, each lane's tokens and rounds, and their metrics.
     """
+    # A generator, so that a cancelled or disconnected caller stops the decoding within a round; its
+    # last value is the document, which is what gradio_client's predict() and an MCP call return.
     try:
         values = TRACE.bind(image, *sent)  # the defaults of those left out are parse's
         request = session.parse(**form.fields(values.arguments))
@@ -258,7 +275,7 @@ def trace_api(image, *sent):
         for item in race.events():
             if isinstance(item, session.RaceResult):
                 rows, table = list(item.rows), list(item.strategies)
-                yield export.payload(request.settings(), race.traces, rows, table) | item.said()
+                yield export.payload(race.request.settings(), race.traces, rows, table) | item.said()
                 return
             round_ended = isinstance(item, session.Lane) and isinstance(item.event, RoundEvent)
             if isinstance(item, session.Loading | session.Sweeping) or (
@@ -273,4 +290,4 @@ def trace_api(image, *sent):
 
 
 TRACE = form.signature()
-trace_api.__signature__ = TRACE  # what Gradio reads /trace's parameters and defaults from
+trace.__signature__ = TRACE  # what Gradio reads /trace's parameters and defaults from

@@ -115,7 +115,7 @@ def cleared() -> dict:
     empty = Trace()
     traces = {"speculative": empty, "autoregressive": empty}
     return (
-        view(traces, (), charts_too=True)
+        view(traces, (), charts_too=True, stopped=True)
         | empty_second()
         | {
             "time_chart": charts.round_times([empty], empty),

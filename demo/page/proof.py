@@ -217,12 +217,9 @@ def law_summary(check: dict) -> str:
             f"TV {check['tv'][way]:.3f} (bound {check['tv_bound']:.3f}), p-value {check['p_value'][way]:.3g} "
             f"({'above' if ok else 'below'} {check['alpha']:g}).</li>"
         )
-    if check["passed"].get("broken"):  # the negative control did not fail: say why it could not
-        items.append(
-            "<li class='law-note'>The broken rule passed here: on these tokens its drafts were the target's own "
-            "choices, or it drafted almost nothing (prompt lookup without a match), so accepting every draft changed "
-            "nothing. Try more tokens (k), a higher temperature, or a question the drafter cannot answer blind.</li>"
-        )
+    for note in (check.get("shortened"), check.get("note")):  # the budget's sentence; why it could not fail
+        if note:
+            items.append(f"<li class='law-note'>{html.escape(note)}</li>")
     return (
         f"<div class='law-check'><p>{check['n']} draws each way of the {check['k']} tokens after "
         f"“{html.escape(check['context'])}”, drafter {html.escape(check['drafter'])}, γ {check['gamma']}.</p>"

@@ -116,8 +116,26 @@ def runs_uploads():
     return uploads()
 
 
-def on_check(image, question, preset, drafter, gamma, temperature, top_p, seed, k):
-    """The law check of this prompt and image with the drafter chosen, at the form's sampling settings."""
+def exactness(image, question, preset, drafter, gamma, temperature, top_p, seed, k):
+    """Check that speculative sampling is lossless on one image and question: draw the k tokens after
+    the first many times three ways (the target alone, the speculative lane, and a deliberately broken
+    rule that accepts every draft) and test each against the target's exact law of those tokens. The
+    lane and the target should pass and the broken rule fail; too few draws are said to be too few.
+
+    Args:
+        image: the picture the question is about (a URL or a file).
+        question: what to ask about the image.
+        preset: the model pair; "embedded" is the small built-in pair.
+        drafter: the drafter whose acceptance rule is checked, e.g. "text-only".
+        gamma: tokens the drafter proposes per round, 1 to 10.
+        temperature: sampling temperature, above 0 and at most 5 (the check samples; greedy has one outcome).
+        top_p: nucleus sampling mass in (0, 1].
+        seed: the seed of the draws.
+        k: how many tokens after the first form the checked law, 1 to 3.
+    Returns:
+        A sentence with each way's verdict, a chart of the law against the draws, and the numbers as JSON
+        (total-variation distance and p-value of each way, draws made).
+    """
     try:
         request = _request(question, preset, drafter, gamma, False, temperature, top_p, seed, K_MAX + 2)
         result = proof_runs.check_law(request, image, runs_uploads(), k=k)
@@ -138,7 +156,7 @@ def wire(p: SimpleNamespace, raced, last, image, fields: list) -> None:
     question, preset, drafter, gamma, _, temperature, top_p, seed, _ = fields
     p.paradox.click(paradox_example, None, [image, question, preset, drafter], api_visibility="private", queue=False)
     p.check.click(
-        on_check,
+        exactness,  # the MCP tool "exactness", described by its docstring
         [image, question, preset, drafter, gamma, temperature, top_p, seed, p.k],
         [p.law_note, p.law_chart, p.law_json],
         api_name="exactness",

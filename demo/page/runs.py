@@ -169,3 +169,11 @@ def forget_stale_copies() -> None:
     for key in [k for k in data.blocks_config.blocks if k not in known]:
         del data.blocks_config.blocks[key]
         data.config_values.pop(key, None)
+
+
+def page_only(fn: Callable) -> Callable:
+    """A page endpoint (/race, /analysis: HTML panels for the page) kept off the MCP tool list, still on
+    the API: Gradio's MCP server lists each named endpoint as a tool unless its function is marked as
+    another MCP kind. /trace and /exactness are the tools."""
+    fn._mcp_type = "page"
+    return fn

@@ -8,13 +8,11 @@
                    DEMO_PRELOAD: `demo.models.zerogpu`); then only those are offered and served
 
 Two queues, each one request at a time: races (/race, /trace: `concurrency_id="race"`) and
-analyses (/analysis: "analysis"), so that a long analysis never holds a race up; together at
-most QUEUE_SIZE requests waiting, and one more is told at once that the queue is full (unless
-another visitor holds two places: one gives way). Each
-request is bounded by the work budget (`demo.session.budget`): refused beforehand when its estimate
-exceeds it, stopped over budget once it outlives its own limit. Gradio 6 takes
-the theme, CSS and script at launch, so launch through `launch()` (or pass `text.CSS`, `text.JS` and
-`text.THEME`).
+analyses (/analysis: "analysis"), so that a long analysis never holds a race up; together at most
+QUEUE_SIZE waiting, one more told at once that the queue is full (unless another visitor holds two
+places: one gives way). Each request is bounded by the work budget (`demo.session.budget`). /trace
+and /exactness are MCP tools too. Gradio 6 takes the theme, CSS and script at launch: launch through
+`launch()` (or pass `text.CSS`, `text.JS` and `text.THEME`).
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ from starlette.middleware import Middleware
 from demo import session
 from demo.engine.events import Trace
 from demo.models import presets, zerogpu
-from demo.page import classroom, drafter_notes, handlers, layout, proof_view, render, teach, text
+from demo.page import classroom, drafter_notes, handlers, layout, proof_view, render, runs, teach, text
 from demo.page.analysis import tab as analysis_tab
 from demo.page.layout import EXAMPLES_DIR, Example
 from demo.serve import guard, visitors
@@ -173,7 +171,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     # While a run streams its button is off, so this never queues a second run behind the first.
     after_the_run = {"trigger_mode": "always_last"}
     raced = c.run.click(
-        handlers.positional(handlers.run_race),  # its accelerator part is `session.gpu_race`
+        runs.page_only(handlers.positional(handlers.run_race)),  # its accelerator part: `session.gpu_race`
         [c.image, *fields, c.threshold, c.drafter2, c.adaptive],
         outputs,
         api_name="race",
@@ -207,7 +205,7 @@ def _wire(demo: gr.Blocks, c: SimpleNamespace, v: SimpleNamespace, examples: dic
     min_confidence = gr.Number(0.0, visible=False)  # /trace's default: off (the page's slider starts at 0.5)
     trace_out = gr.JSON(visible=False, label="trace")
     gr.Button(visible=False).click(
-        handlers.trace_api,
+        handlers.trace,  # the MCP tool "trace", described by its docstring
         [c.image, *fields, min_confidence, c.drafter2],
         trace_out,
         api_name="trace",
@@ -227,9 +225,8 @@ def _remote(value) -> bool:
     return isinstance(path, str) and path.split(":", 1)[0].lower() in ("http", "https", "ftp", "file", "data")
 
 
-# Inputs an endpoint gained after callers had started to use it (its last ones), each with the value
-# a call that leaves it out gets: such a call keeps working as it did (gradio_client fills them in
-# anyway; a plain HTTP call may not know them).
+# Inputs an endpoint gained after callers started to use it (its last ones), each with the value a call
+# leaving it out gets, so that such a call keeps working (a plain HTTP call may not know them).
 ADDED_INPUTS = {"race": (layout.NO_SECOND, True), "trace": (layout.NO_SECOND,)}  # second_drafter (issue 27), adaptive
 
 
@@ -355,12 +352,11 @@ def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_siz
     """Serve the page, then warm preset `warm` up in a background thread (None warms nothing),
     started by the first page load or after WARM_UP_AFTER_S, whichever comes first.
 
-    Defaults a caller may override through kwargs: listen on 127.0.0.1 (or $GRADIO_SERVER_NAME),
-    no share link, no /monitoring page, the public URL from `public_root`, SESSIONS sessions kept. Always: at most
-    `queue_size` requests waiting, uploads up to `validate.MAX_FILE_BYTES`, the request guard
-    (`demo.serve.guard`: 4xx for malformed calls, the upload folder's cap, uploads per client), no
-    Python errors shown to users (show_error=False), the page's theme and CSS. Returns what `Blocks.launch` returns; pass prevent_thread_lock=True to get
-    control back.
+    Defaults a caller may override through kwargs: listen on 127.0.0.1 (or $GRADIO_SERVER_NAME), no
+    share link, no /monitoring page, the MCP server, the public URL from `public_root`, SESSIONS
+    sessions kept. Always: at most `queue_size` waiting, uploads up to `validate.MAX_FILE_BYTES`, the
+    request guard (`demo.serve.guard`), no Python errors shown (show_error=False), the page's theme
+    and CSS. Returns what `Blocks.launch` returns; pass prevent_thread_lock=True to get control back.
     """
     block = not kwargs.pop("prevent_thread_lock", False)
     if block:  # a server that owns its process (app.py, the soak's child), not a test's in-process one
@@ -368,6 +364,7 @@ def launch(demo: gr.Blocks, warm: str | None = presets.DEFAULT_PRESET, queue_siz
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     kwargs.setdefault("share", False)
     kwargs.setdefault("enable_monitoring", False)  # Gradio's /monitoring summary is open to anyone
+    kwargs.setdefault("mcp_server", True)  # /trace and /exactness as MCP tools, through the same guard
     kwargs.setdefault("state_session_capacity", SESSIONS)
     if not visitors.proxy_hops():  # uvicorn would take X-Forwarded-For from a loopback client
         os.environ["FORWARDED_ALLOW_IPS"] = ""

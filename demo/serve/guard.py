@@ -13,6 +13,8 @@
         join into a full queue takes a second place from another visitor. A direct /run of a queued function (a race, an
         analysis) would skip the queue and every visitor's share: 403 with the way in. Any other
         direct call that fails is 422 with the app's sentence (Gradio answers every failure 500)
+    POST /gradio_api/mcp/...
+        an MCP message is capped as a call's body; its tool call joins the queue through the calls above
     POST /gradio_api/upload
         one request carries at most MAX_UPLOAD_REQUEST bytes (one file at the page's limit, with
         room for the form around it), whatever it claims; each visitor may send UPLOAD_MIB_PER_MINUTE
@@ -58,6 +60,7 @@ CALLS = ("/gradio_api/queue/join", "/gradio_api/run/", "/gradio_api/api/", "/gra
 V2 = "/gradio_api/call/v2/"
 GUARDED = "demo.guarded"  # the key the guard sets in the scope of every call it checked
 UPLOAD = "/gradio_api/upload"
+MCP = "/gradio_api/mcp"  # MCP messages: capped as a call's body; a tool call then joins through CALLS
 
 
 def setting(name: str, default: int) -> int:
@@ -160,6 +163,35 @@ def _as_4xx(send):
     return sending
 
 
+async def _body(receive, send, what: str) -> bytes | None:
+    """A request's body; None when the client went away, or past MAX_CALL_BODY (then answered 413)."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if size > MAX_CALL_BODY:
+            return await _answer(send, 413, f"{what} may be at most {MAX_CALL_BODY // MIB} MiB of JSON.")
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _replaying(body: bytes, receive):
+    """A receive that gives the body read once more, then the client's own messages."""
+    replayed = False
+
+    async def replay():
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
 def _session(scope, path: str, body: bytes) -> str | None:
     """The session of a join that gradio_client sent (it says so in x-gradio-user), or None."""
     if not path.startswith("/gradio_api/queue/join") or (b"x-gradio-user", b"api") not in scope.get("headers", []):
@@ -196,32 +228,25 @@ class Guard:
         if scope.get("method") == "POST" and path.startswith(CALLS):
             scope[GUARDED] = True  # what reaches a handler from here on has passed the checks below
             return await self._call(scope, receive, send, path)
+        if scope.get("method") == "POST" and path.startswith(MCP):
+            return await self._mcp(scope, receive, send)
         return await self.app(scope, receive, send)
 
+    async def _mcp(self, scope, receive, send):
+        """An MCP message: at most MAX_CALL_BODY; its tool call reaches the page as a queue join from
+        this server (Gradio's loopback client, with the caller's headers), so through `_call`."""
+        body = await _body(receive, send, "An MCP message")
+        if body is not None:
+            await self.app(scope, _replaying(body, receive), send)
+
     async def _call(self, scope, receive, send, path: str):
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > MAX_CALL_BODY:
-                return await _answer(send, 413, f"A call's body may be at most {MAX_CALL_BODY // MIB} MiB of JSON.")
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
+        body = await _body(receive, send, "A call's body")
+        if body is None:
+            return
         refused, block_fn, data = self._refusal(scope, path, body)
         if refused:
             return await _answer(send, *refused)
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+        replay = _replaying(body, receive)
 
         if block_fn is None or not block_fn.queue:  # a direct call of the page's small events
             return await self.app(scope, replay, _as_4xx(send))

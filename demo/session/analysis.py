@@ -1,9 +1,11 @@
 """An analysis, as one object: what the Analysis tab consumes (session layer, no Gradio).
 
-    analysis = Analysis(request, items)   refuses (InvalidInput, Unavailable) what exceeds the
-                                          budget or is not served here, before any work
+    analysis = Analysis(request, items)   refuses (InvalidInput, Unavailable) what is not served
+                                          here or cannot fit the budget even at one example;
+                                          shortens one that does to the first N that fit (every
+                                          drafter on each), `shortened` saying so
     analysis.events()                     Running / Decoded items as they come (`decode_examples`);
-                                          the limit is armed as they start, and checked before
+                                          the limit is armed once its models are loaded, and checked before
                                           each run, so a stop costs at most the run at hand
     analysis.stop()                       ends it before the next run (the page's Stop)
     analysis.ending                       once `events()` is over: "finished", "stopped" or
@@ -95,7 +97,11 @@ class Analysis:
             request.max_new_tokens,
             [item.answer for item in items],
         )
-        budget.check(self.estimate)  # what exceeds the budget is refused, with what would fit
+        # the largest that fits: the first N examples, every drafter on each (refused: not even one)
+        self.estimate, self.shortened = budget.fit(self.estimate)
+        if self.shortened:
+            per = max(1, len(items) // max(request.n, 1))  # one example a language asked
+            self.request, self.items = replace(request, n=self.estimate.units), items[: self.estimate.units * per]
         self.deadline = budget.Deadline()
         self.ending: str | None = None
 
@@ -105,10 +111,13 @@ class Analysis:
 
     def events(self) -> Iterator[Running | Decoded]:
         r = self.request
-        self.deadline.arm(budget.limit(self.estimate))  # from now: past its limit, it ends after the run at hand
         ended = None  # how it ended before its last run, if it did
         with closing(decode_examples(r.preset, list(r.drafters), self.items, r.gamma, r.max_new_tokens)) as steps:
             for step in steps:
+                if (
+                    self.deadline.ends is None
+                ):  # its models loaded: past its limit from now, it ends after the run at hand
+                    self.deadline.arm(budget.limit(self.estimate))
                 if isinstance(step, Running) and self.deadline.ended:
                     ended = "over budget" if self.deadline.over else "stopped"
                     break

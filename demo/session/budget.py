@@ -1,51 +1,18 @@
-"""The work budget: the compute a request asks of this deployment, known from the request alone.
+"""The work budget: the compute a request asks, from the request alone, at this machine's speed.
 
-    race(request) -> Estimate               a race (or /trace): its lanes, their drafters, gamma,
-                                            sampling and max new tokens, and its γ sweep
-    analysis(preset, drafters, n, runs, gamma, max_new_tokens, answers) -> Estimate
-                                            an analysis: examples x drafters greedy runs, each
-                                            counted to its reference answer's bound, and
-                                            each example's image ablation
-    check(estimate)                         refuses (InvalidInput) what exceeds the budget, saying
-                                            what was asked, what is allowed and how to get it
-    Deadline()                              a request's end: a Stop (`stop()`), or its own limit,
-                                            `limit(estimate)`, once armed (`arm(seconds)`: a race
-                                            arms it at its start, once its models are loaded)
-    learn(request, traces)                  records what a finished race's lanes cost a token on
-                                            this machine (`slowdown` then scales the estimates)
-
-The estimate counts target steps (one forward of the target for one token), for the worst case:
-every draft rejected, so each round yields one token, and every lane runs to max new tokens.
-
-    autoregressive lane        1 step a token
-    speculative lane           CHAIN_BASE + gamma x (drafter step + VERIFY_PER_DRAFT) a token:
-                               gamma drafter steps and one verify of gamma + 1 tokens per round
-    token tree                 x TREE_FACTOR (several drafts per depth, a verify of the whole tree)
-    sampling                   x SAMPLING_FACTOR (p and q warped, residual draws)
-    each lane                  + SETUP_STEPS (image, prompt, prefill)
-    a greedy race's γ sweep    + SWEEP_GAMMAS x max new tokens x a drafter step (drafter only)
-    its table of strategies    + max new tokens x each strategy's drafter step, for the strategies
-                               that fit the budget beside the race (`table_strategies`)
-
-Seconds are steps x the preset's seconds per step on the hardware: `Preset.cpu_seconds_per_token`,
-or on ZeroGPU `Preset.seconds_per_token`, the same figure the ZeroGPU duration is asked from
-(`demo.models.zerogpu.clamp(estimate.seconds)`). The budget is DEMO_BUDGET_SECONDS (default
-BUDGET_SECONDS; 0 switches it off, as on a local copy); a running request ends "stopped: over
-budget", keeping what it made, once it has run `limit(estimate)` seconds.
-
-The figures above are an idle machine's. A loaded CPU runs a target step 20-25x slower (issue 54:
-160-200 ms against 7-9 ms), and no constant covers that without refusing the page's own races on
-an idle one. So on a CPU the estimate also learns (`learn`): each race's lanes report what a
-token cost them, as a ratio to what the budget counts for that lane (its `token_steps` x the step);
-the last LEARN_KEEP ratios of each lane's kind (the autoregressive lane, each drafter) from the last
-LEARN_WINDOW seconds, their median x LEARN_MARGIN, scale that lane's tokens (`slowdown`, never
-below 1); set-ups and replays follow the target's. On an idle machine every ratio is below 1 (the
-step is counted at 2.5x its idle cost) and the estimates are the figures above; on a loaded one
-they grow, and the heaviest races are refused, with a sentence that says so, instead of cut.
+`race`, `analysis` and `law` estimate target steps (one target forward for one token)
+for the worst case: every draft rejected, every lane to max new tokens. `fit` runs the largest
+version that fits DEMO_BUDGET_SECONDS (0: no budget) and says so in one sentence, refusing only
+what cannot fit even at its smallest; `Deadline` ends a request at its `limit`. Seconds are steps x
+the preset's step (`Preset.cpu_seconds_per_token`; on ZeroGPU `seconds_per_token`, whence its
+duration). On a CPU the estimates learn (`learn`): each race's lanes record what a token cost them
+over what is counted, and the median of each kind's last LEARN_KEEP (x LEARN_MARGIN, at least 1)
+scales it (`slowdown`), so the estimates follow a loaded machine down and an idle one back up.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import threading
@@ -67,15 +34,14 @@ LIMIT_SLACK = 2.0  # a request may run this many times its worst-case estimate, 
 
 # Measured on an idle 2-core CPU (docs/benchmark.md, ../shared/notes/stack-facts.md): a target step
 # 6.66 ms, a verify of 5 tokens 7.44 ms, a text-only drafter step 0.96 ms (transformers path).
+# A speculative lane's token: CHAIN_BASE + gamma x (its kind's drafter step + VERIFY_PER_DRAFT).
 CHAIN_BASE = 1.1  # the verify's first token and the round's own bookkeeping, in target steps
 VERIFY_PER_DRAFT = 0.03  # each drafted token's share of the verify: (7.44 - 6.66) / 4 / 6.66
-# A drafter step's cost is its kind's (`demo.models.drafter_kinds.Kind.step`).
 TREE_FACTOR = 2.0
 SAMPLING_FACTOR = 1.25
 SETUP_STEPS = 20.0  # image processing and a prefill of ~40 tokens with the image (33 ms on the CPU)
-# An analysis's image ablation, once per example (greedy: every drafter writes the target's answer):
-# two teacher-forced target forwards over prompt + answer: 131 ms each profiled (a description of
-# 106 tokens, the 2-core CPU at load 9), 40 steps (0.8 s) allowed.
+# An analysis's image ablation, once an example: two teacher-forced target forwards over prompt +
+# answer, 131 ms each profiled (a description of 106 tokens, the 2-core CPU at load 9).
 ABLATION_STEPS = 2 * SETUP_STEPS
 ANSWER_MARGIN = 8  # new tokens an analysis counts past an example's reference answer (`answer_bound`)
 SWEEP_GAMMAS = 10  # the γ sweep replays the answer with the drafter at γ = 1..10
@@ -107,22 +73,24 @@ def step_seconds(preset: str) -> float:
 
 @dataclass(frozen=True)
 class Estimate:
-    """What a request asks for: `fixed + per_unit x units` target steps, where a unit is what a
-    person would lower to ask for less (new tokens of a race, examples of an analysis)."""
+    """What a request asks for: `fixed + per_unit x units` target steps, where a unit is what is
+    shortened to fit (new tokens of a race, examples of an analysis, draws of a law check)."""
 
     preset: str
     fixed: float  # steps whatever the units: set-ups
     per_unit: float  # steps per unit
-    units: int  # as asked
-    unit: str  # e.g. "max new tokens", "N examples"
+    units: int  # as asked (`fit`: as it runs)
+    noun: str  # the unit, plural: "tokens", "examples", "draws"
+    what: str  # the request: "race", "analysis", "check"
     asked: str  # e.g. "3 lanes x 440 new tokens (text-only+tree, image-aware at γ 8, sampling)"
-    advice: str  # other ways to ask for less
-    busy: str = ""  # what a slowed machine adds to the estimate (`slowdown`), said with it
+    advice: tuple[str, ...] = ()  # the other ways to ask for less that apply to this request
+    slow: float = 1.0  # the machine's present slowdown (`slowdown`) the estimate counts
     each: tuple[float, ...] = ()  # each unit's own steps where they differ (a description > a yes/no)
+    least: int = 1  # the fewest units worth running (`fit` refuses below)
 
     @property
     def steps(self) -> float:
-        return self.fixed + self.per_unit * self.units
+        return self.fixed + (sum(self.each[: self.units]) if self.each else self.per_unit * self.units)
 
     @property
     def seconds(self) -> float:
@@ -133,8 +101,42 @@ class Estimate:
         they differ (`each`), else the mean's."""
         room = seconds / step_seconds(self.preset) - self.fixed
         if not self.each:
-            return max(0, int(room // self.per_unit))
+            return max(0, int(room // self.per_unit)) if room >= 0 else 0
         return sum(1 for used in accumulate(self.each) if used <= room)  # the first units' own steps
+
+
+def fit(estimate: Estimate) -> tuple[Estimate, str]:
+    """The largest version of the request that fits the budget at this machine's present speed,
+    and the sentence that says it was shortened (empty: it runs as asked). Refuses (InvalidInput)
+    only when not even `estimate.least` units fit, saying what applies to this request."""
+    allowed = budget_seconds()
+    if not allowed or estimate.seconds <= allowed:
+        return estimate, ""
+    most, least = min(estimate.most(allowed), estimate.units), min(estimate.least, estimate.units)
+    if most < least:
+        busy = estimate.slow > 1
+        speed = f" at this machine's present speed ({estimate.slow:.1f}x its idle figures)" * busy
+        advice = ", or ".join([*estimate.advice, *["try again in a minute"] * busy]) or f"ask for fewer {estimate.noun}"
+        raise InvalidInput(
+            f"{'This machine is busy: t' if busy else 'T'}his {estimate.what} asks for {estimate.asked}, and not even "
+            f"its smallest version ({least} {estimate.noun[:-1] if least == 1 else estimate.noun}) fits in the {allowed:g} s a request may take here"
+            f"{speed}. To run it, {advice}."
+        )
+    return replace(estimate, units=most), shortened(estimate, most)
+
+
+def shortened(estimate: Estimate, runs: int) -> str:
+    """The sentence that says a request runs `runs` of its units, where the budget has room."""
+    said = (
+        f"{runs} of the {estimate.units} {estimate.noun} you asked for fit in the {budget_seconds():g} s a request "
+        f"may take, so the {estimate.what} runs {runs}."
+    )
+    return f"This machine is busy: {said}" if estimate.slow > 1 else said
+
+
+def check(estimate: Estimate) -> None:
+    """Refuse a request that cannot run even shortened (`fit`)."""
+    fit(estimate)
 
 
 def drafter_step(drafter: str, preset: str) -> float:
@@ -208,63 +210,71 @@ def learn(request, traces: dict) -> None:
         record(request.preset, drafter, measured / (counted * step_seconds(request.preset)))
 
 
-def _race_alone(request) -> tuple[float, float]:
-    """(fixed, per new token) target steps of a race's lanes and, when greedy, its γ sweep, each
-    at this machine's `slowdown`."""
-    preset, lanes = request.preset, (*request.drafters, None)
-    per_token = sum(token_steps(d, request.gamma, request.sampling.greedy, preset) * slowdown(preset, d) for d in lanes)
-    if request.sampling.greedy:
-        per_token += SWEEP_GAMMAS * replay_step(request.drafter, preset) * slowdown(preset)
-    return len(lanes) * SETUP_STEPS * slowdown(preset), per_token
+MIN_TOKENS = 16  # the shortest race worth showing: a race is shortened to no fewer, else refused
 
 
-def _busy(preset: str, drafters) -> str:
-    """What the estimate says of a machine slower than the idle figures (empty when it is not)."""
-    most = max(slowdown(preset, d) for d in (*drafters, None))
-    return f" at this machine's present speed (its recent runs cost up to {most:.1f}x the idle figures)" * (most > 1)
+def _slowest(preset: str, drafters) -> float:
+    return max(slowdown(preset, d) for d in (*drafters, None))
+
+
+def _replays(request) -> float:
+    """Target steps per new token of a greedy race's replays, at this machine's speed: the γ sweep's
+    (its drafter at γ 1..SWEEP_GAMMAS) and the table's (every strategy of the preset, at its γ)."""
+    known = presets.PRESETS.get(request.preset)
+    if not request.sampling.greedy:
+        return 0.0
+    names = known.drafter_names() if known else ()
+    steps = SWEEP_GAMMAS * replay_step(request.drafter, request.preset)
+    return (steps + sum(replay_step(name, request.preset) for name in names)) * slowdown(request.preset)
 
 
 def race(request) -> Estimate:
-    """The worst case of a race (`demo.session.Request`): every lane, and the γ sweep and the table
-    of strategies of a greedy one."""
-    fixed, per_token = _race_alone(request)
-    replays = sum(replay_step(name, request.preset) for name in table_strategies(request))
-    per_token += replays * slowdown(request.preset)
+    """The worst case of a race (`demo.session.Request`) at this machine's speed: every lane, and
+    the γ sweep and the table of strategies of a greedy one, which replay its answer."""
+    preset, lanes = request.preset, (*request.drafters, None)
+    per_token = sum(token_steps(d, request.gamma, request.sampling.greedy, preset) * slowdown(preset, d) for d in lanes)
     mode = "greedy" if request.sampling.greedy else "sampling"
-    lanes = len(request.drafters) + 1
     asked = (
-        f"{lanes} lanes x {request.max_new_tokens} new tokens ({', '.join(request.drafters)} "
+        f"{len(lanes)} lanes x {request.max_new_tokens} new tokens ({', '.join(request.drafters)} "
         f"at γ {request.gamma}, {mode})"
     )
-    advice = "race one drafter rather than two, lower γ, or pick a chain drafter rather than a tree"
-    busy = _busy(request.preset, request.drafters)
-    return Estimate(request.preset, fixed, per_token, request.max_new_tokens, "max new tokens", asked, advice, busy)
+    advice = ("race one drafter rather than two",) * (len(request.drafters) > 1)
+    advice += ("pick a chain drafter rather than a tree",) * any(d.endswith(presets.TREE) for d in request.drafters)
+    advice += ("lower γ",) * (request.gamma > 2)
+    fixed = len(lanes) * SETUP_STEPS * slowdown(preset)
+    slow = _slowest(preset, request.drafters)
+    units = request.max_new_tokens
+    return Estimate(
+        preset, fixed, per_token + _replays(request), units, "tokens", "race", asked, advice, slow, least=MIN_TOKENS
+    )
+
+
+def fit_race(request) -> tuple[object, int, str]:
+    """The largest race of `request` that fits (`fit`): the request as it runs (max new tokens
+    lowered), the tokens of its answer the γ sweep and the table replay, and the sentence that says
+    so (empty: as asked). Where the replays leave no room for MIN_TOKENS, the race runs MIN_TOKENS
+    and its replays take the first tokens that fit beside it."""
+    whole, replays = race(request), _replays(request)
+    allowed = budget_seconds()
+    if replays and allowed and whole.most(allowed) < min(MIN_TOKENS, whole.units):
+        lanes, _ = fit(replace(whole, per_unit=whole.per_unit - replays))  # refuses where not even they fit
+        tokens = min(lanes.units, MIN_TOKENS)
+        room = allowed / step_seconds(request.preset) - lanes.fixed - lanes.per_unit * tokens
+        replayed = max(0, min(tokens, int(room // replays)))
+        tail = (
+            f" Its γ sweep and table of strategies replay its first {replayed}."
+            if replayed
+            else (" There is no room left for its γ sweep and table of strategies.")
+        )
+        return replace(request, max_new_tokens=tokens), replayed, shortened(whole, tokens) + tail
+    fitted, said = fit(whole)
+    return replace(request, max_new_tokens=fitted.units), fitted.units, said
 
 
 def replay_step(drafter: str, preset: str) -> float:
     """Target steps per new token of one replay of a greedy answer with `drafter` (the γ sweep's
     per draft length, the table of strategies' per strategy): its drafter steps only."""
     return drafter_step(drafter, preset) * (TREE_FACTOR if drafter.endswith(presets.TREE) else 1)
-
-
-def table_strategies(request, offered: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """The strategies the table of a greedy race replays (`demo.session.strategies`): of those
-    `offered` (default: the preset's), the race's own first, while the race and the replays stay
-    within the budget; the others are left out of the table, not refused. A sampling race has none."""
-    known = presets.PRESETS.get(request.preset)
-    offered = offered if offered is not None else known.drafter_names() if known else ()
-    if not request.sampling.greedy:
-        return ()
-    allowed = budget_seconds() / step_seconds(request.preset) if budget_seconds() else float("inf")
-    fixed, per_token = _race_alone(request)
-    used = fixed + per_token * request.max_new_tokens
-    chosen = []
-    for name in sorted(offered, key=lambda name: name not in request.drafters):
-        cost = replay_step(name, request.preset) * slowdown(request.preset) * request.max_new_tokens
-        if used + cost <= allowed:
-            chosen.append(name)
-            used += cost
-    return tuple(name for name in offered if name in chosen)
 
 
 def answer_bound(answer: str, max_new_tokens: int) -> int:
@@ -294,26 +304,41 @@ def analysis(
     asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} x {max_new_tokens} new tokens"
     if answers:
         asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} (answers of up to {max(lengths)} tokens)"
-    advice = "compare fewer drafters, pick one language, or pick shorter answers (a vqa task)"
+    per = max(1, runs // max(n, 1))  # examples in each N: one in each language asked
+    advice = ("compare fewer drafters",) * (len(drafters) > 1) + ("pick one language",) * (per > 1)
+    advice += ("pick shorter answers (a vqa task)",) * (max(lengths) > 2 * ANSWER_MARGIN)
     # a smaller N asks for the first of the same examples (the mix is prefix-stable), N in each language
-    each, per = [length * per_token + setups for length in lengths], max(1, runs // max(n, 1))
-    estimate = Estimate(preset, 0.0, steps / max(n, 1), n, "N examples", asked, advice, _busy(preset, drafters))
+    each = [length * per_token + setups for length in lengths]
+    slow = _slowest(preset, drafters)
+    estimate = Estimate(preset, 0.0, steps / max(n, 1), n, "examples", "analysis", asked, advice, slow)
     return replace(estimate, each=tuple(sum(each[i : i + per]) for i in range(0, runs, per))) if answers else estimate
 
 
-def check(estimate: Estimate) -> None:
-    """Refuse a request whose estimate exceeds the budget, saying what would fit."""
-    allowed = budget_seconds()
-    if allowed and estimate.seconds > allowed:
-        most = estimate.most(allowed)
-        lower = f"lower {estimate.unit} to {most} or less, or " if most else ""
-        raise InvalidInput(
-            f"This request asks for {estimate.asked}: up to about {estimate.seconds:.0f} s of compute here"
-            f"{estimate.busy}, and "
-            f"this deployment allows {allowed:.0f} s a request so that no visitor holds it for long. To run it, "
-            f"{lower}{estimate.advice}; or run your own copy with `{BUDGET_ENV}=0 python app.py`, which lifts the "
-            "budget."
-        )
+# The sampling law checked (`demo.session.exactness`), per example: a prefill of the target and
+# the drafter, the exact law of the k tokens after the first (one target forward per prefix it
+# extends: at most LAW_PREFIXES for each token after the first, `exactness.law`), the target alone's
+# draws (one forward per distinct prefix: 1 + (k - 1) x n at most) and the p-values (PVALUE_STEPS).
+# Each draw is counted: the lane's at most k rounds, the broken rule's one a draft, both at the
+# lane's token cost (`token_steps`, sampling).
+LAW_PREFIXES = 100
+PVALUE_STEPS = 10
+MIN_DRAWS = 50  # the fewest draws a way a single check is shortened to, else refused
+
+
+def _law_fixed(k: int) -> float:
+    return 2 * SETUP_STEPS + 1 + (k - 1) * LAW_PREFIXES + 1 + PVALUE_STEPS
+
+
+def law(preset: str, drafter: str, gamma: int, k: int, n: int) -> Estimate:
+    """The worst case of one live law check (/exactness): the law of k tokens, n draws each way."""
+    rounds = k + math.ceil(k / (min(gamma, k + 1) + 1))  # the lane's draw, then the broken rule's
+    per_draw = rounds * token_steps(drafter, min(gamma, k + 1), False, preset) * slowdown(preset, drafter)
+    per_draw += (k - 1) * slowdown(preset)  # the target alone's
+    asked = f"the sampling law of {k} tokens drawn {n} times each way ({drafter} at γ {gamma})"
+    advice = ("check fewer tokens (k)",) * (k > 1) + ("lower γ",) * (gamma > 2)
+    fixed = _law_fixed(k) * slowdown(preset)
+    slow = _slowest(preset, [drafter])
+    return Estimate(preset, fixed, per_draw, n, "draws", "check", asked, advice, slow, least=MIN_DRAWS)
 
 
 def limit(estimate: Estimate) -> float | None:
@@ -323,13 +348,9 @@ def limit(estimate: Estimate) -> float | None:
 
 
 def race_limit(request) -> float | None:
-    """Seconds a race may run before it is stopped over budget: a sampled race runs under the limit
-    of the same race greedy. Its lanes cost about what greedy ones do a token (the lanes' own clocks,
-    medians of two greedy and two sampled races interleaved on the embedded world, text-only at γ 4,
-    96 new tokens, the shared 2-core CPU at load 5-10, 2026-12-05: sampled / greedy 1.02 on the
-    speculative lane, 0.83 on the autoregressive one), and its answers run to max new tokens more
-    often; but without a sweep or a table its own estimate is far smaller than the greedy one's, and
-    two of three sampled races were stopped by that limit (issue 53)."""
+    """Seconds a race may run before it is stopped over budget: a sampled race's are the same race
+    greedy's (its lanes cost about as much a token, measured 2026-12-05, and it runs to max new tokens
+    more often, while its own estimate, without a sweep or a table, is far smaller: issue 53)."""
     greedy = replace(request, sampling=type(request.sampling)()) if not request.sampling.greedy else request
     return limit(race(greedy))
 

@@ -43,6 +43,9 @@ ALPHA = 1e-3  # a way fails when its p-value is below this: one seeded check in 
 MC_DRAWS = 4000  # Monte Carlo draws of the TV's null law (the smallest p-value is 1 / 4001)
 BUDGET_S = 10.0  # seconds of the lane's and the broken rule's draws at most (the embedded world: ~25 ms a draw)
 FLOOR = 1e-3  # sequences less likely than this are pooled into "other"
+PREFIXES = 100  # the law extends at most this many prefixes a token (the likeliest); the rest pool into "other"
+SURE = 0.9  # the check starts where the target's most likely next token is below this
+WALK = 24  # answer tokens the check walks at most to find such a position
 WAYS = ("target", "speculative", "broken")
 OTHER = "other"
 
@@ -64,6 +67,7 @@ class LawCheck:
     p_value: dict[str, float]
     tv_bound: float  # the TV a draw of n from the law stays under with probability 1 - ALPHA
     seconds: dict[str, float] = field(default_factory=dict)  # wall time of each way, and of the law
+    note: str = ""  # why it could not show a departure, where it could not (`_note`)
 
     def passed(self, way: str) -> bool:
         return self.p_value[way] > ALPHA
@@ -85,6 +89,7 @@ class LawCheck:
             "tv_bound": self.tv_bound,
             "passed": {w: self.passed(w) for w in self.counts},
             "seconds": self.seconds,
+            "note": self.note,
         }
 
 
@@ -132,10 +137,36 @@ class _Bench:
         start = speculative.run_start(target, drafter, gamma=gamma, sampling=sampling, max_new_tokens=k + 2)
         self.state, self.drafting, _, _ = speculative._prefill(target, prompt, start, self.generator, drafter)
         self.play = trees.tree_round if drafter.tree is not None else speculative.speculative_round
-        self.first = list(self.state.answer)  # the prefill's token: the target's, in every lane
-        self.prompt_features = self.state.features  # a feature drafter's first rows, handed again each draw
+        self._walk(start)
+        self.first = list(self.state.answer)  # the prefill's token and the walk's: the target's, in every lane
         self.prompt_len = self.state.cache.get_seq_length()
         self._detok = lambda: Detokenizer(target.tokenizer)
+        # A drafter reading the target's features keeps the newest (`observe`), and the run the rows
+        # it has not seen yet, which no rollback restores: each draw starts from the state the walk
+        # left, as the raced lane was there.
+        self._kept = {a: v for a, v in vars(self.drafting).items() if a in ("feature", "base", "rows")}
+        self._features = self.state.features
+
+    def _walk(self, start) -> None:
+        """Down the target's greedy answer, one token a round (the lane's own rounds, drafting
+        nothing), to the first position whose next token the target is unsure of at these settings
+        (its most likely below SURE), at most WALK tokens: a law of several outcomes to check."""
+        from dataclasses import replace
+
+        from demo.engine.drafters import ids_on
+        from demo.engine.sampling import Sampling, warp
+        from demo.engine.speculative import speculative_round
+
+        state = self.state
+        while len(state.answer) < WALK and state.stop is None:
+            logits = self.target.forward(ids_on(self.target.device, [state.answer[-1]]), state.cache)[-1]
+            state.cache.crop(-1)
+            if float(warp(logits, start.sampling).max()) < SURE:
+                break
+            state.start = replace(start, sampling=Sampling(), max_new_tokens=len(state.answer) + 1)
+            speculative_round(state, self.drafting, 0)
+            state.stop = None if state.stop == "max_new_tokens" else state.stop
+        state.start = replace(start, max_new_tokens=len(state.answer) + self.k + 1)
 
     def reset(self) -> None:
         state = self.state
@@ -143,8 +174,11 @@ class _Bench:
         if extra:
             state.cache.crop(-extra)
         self.drafting.rollback(len(self.first))
+        for name, value in self._kept.items():
+            setattr(self.drafting, name, value)
+        state.features = self._features
         state.answer[:] = self.first
-        state.stop, state.features = None, self.prompt_features
+        state.stop = None
         state.detok = self._detok()
 
     def _taken(self) -> tuple[int, ...]:
@@ -199,7 +233,7 @@ class _Bench:
             answer = state.answer
             n = min(state.start.gamma, state.start.max_new_tokens - len(answer) - 1)
             drafts, _ = self.drafting.propose(answer, n, sampling, self.generator, 0.0, state.features)
-            state.features = None  # the wrong rule's forward reads no features: the drafter keeps its last
+            state.features = None  # seen: the broken rule reads no features of its verify
             ids = drafts.tolist()
             ids = ids[: cut_after_stop(ids, self.target.stop_ids)]
             logits = self.target.forward(torch.cat([ids_on(self.target.device, [answer[-1]]), drafts]), state.cache)
@@ -237,7 +271,7 @@ class _Bench:
                         law[seq] = prob
                     else:
                         grown.append((seq, prob))
-            frontier = grown
+            frontier = sorted(grown, key=lambda entry: -entry[1])[:PREFIXES]  # the likeliest: bounded work
         return law
 
 
@@ -252,10 +286,12 @@ def check(
     n: int = 200,
     seed: int = 0,
     budget_s: float | None = BUDGET_S,
+    ends: float | None = None,
 ) -> LawCheck:
     """Draw the k tokens after the first n times each way (fewer where `budget_s` seconds of draws
-    ran out first: every way then draws as many), and test each histogram against the target's
-    exact law. `sampling` must sample (greedy=False); `drafter` is a loaded `Drafter`."""
+    ran out first, or where `ends`, a time.monotonic(), is closer than the law took: every way then
+    draws as many), and test each histogram against the target's exact law. `sampling` must
+    sample (greedy=False); `drafter` is a loaded `Drafter`."""
     assert not sampling.greedy, "the law of a sampled answer is checked; greedy is checked token for token"
     assert 1 <= k <= 3 and n >= 1
     target = loaded.target
@@ -274,7 +310,11 @@ def check(
         drawn: dict[str, list] = {"speculative": [], "broken": []}
         seconds.update(speculative=0.0, broken=0.0)
         began = time.perf_counter()
-        while len(drawn["broken"]) < n and (budget_s is None or time.perf_counter() - began < budget_s):
+        while (
+            len(drawn["broken"]) < n
+            and (budget_s is None or time.perf_counter() - began < budget_s)
+            and (ends is None or time.monotonic() + seconds["law"] + seconds["broken"] / max(1, n) < ends)
+        ):
             for way, draw in (("speculative", bench.speculative), ("broken", bench.broken)):
                 lap = time.perf_counter()
                 drawn[way].append(draw())
@@ -292,6 +332,7 @@ def check(
     tokenizer = target.tokenizer
     labels = tuple(repr(tokenizer.decode(list(s)))[1:-1] or "∅" for s in outcomes) + (OTHER,)
     tv = {w: tv_distance(c, law) for w, c in counts.items()}
+    p = {w: p_value(tv[w], law, n, seed=seed + 1) for w in counts}
     return LawCheck(
         k=k,
         n=n,
@@ -303,7 +344,26 @@ def check(
         law=tuple(law),
         counts={w: tuple(c) for w, c in counts.items()},
         tv=tv,
-        p_value={w: p_value(tv[w], law, n, seed=seed + 1) for w in counts},
+        p_value=p,
         tv_bound=tv_bound(law, n),
         seconds=seconds,
+        note=_note(law, n, k, sampling, p["broken"] > ALPHA),
     )
+
+
+def _note(law, n: int, k: int, sampling, broken_passed: bool) -> str:
+    """Why the check could not show a departure, where it could not (empty: it could)."""
+    if len(law) == 1:
+        return (
+            f"At temperature {sampling.temperature:g} the target spreads these {k} tokens over so many sequences "
+            f"that none has probability {FLOOR:g} or more: every draw falls in one outcome, so nothing can differ. "
+            "Lower the temperature or k."
+        )
+    if max(law) > 1 - FLOOR:
+        return "The target is sure of these tokens: every way writes them, so no rule can fail here. Raise the temperature."
+    if broken_passed:
+        return (
+            f"The broken rule passed: {n} draws a way were too few to tell its law from the target's here (a departure "
+            f"under TV {tv_bound(law, n):.2f} goes unseen at this count). Check again with more time, or more tokens (k)."
+        )
+    return ""

@@ -32,23 +32,24 @@ def unsweepable(request) -> str | None:
     return None
 
 
-def replays(request, prompts, spd: Trace, ar: Trace) -> Iterator[SweepPoint]:
+def replays(request, prompts, spd: Trace, ar: Trace, tokens: int | None = None) -> Iterator[SweepPoint]:
     """The sweep of the finished greedy race (spd, ar) of `request`, one point per gamma as each
     replay ends (so that a caller can stop between them), from the race's own prompts
-    (`lane_runs.Prompts`: `gpu_race` calls it in the race's own accelerator call)."""
+    (`lane_runs.Prompts`: `gpu_race` calls it in the race's own accelerator call), over the
+    answer's first `tokens` (None: all; `budget.fit_race`: what fits beside a shortened race)."""
     from demo.engine import sweep  # torch: imported on first use
 
-    if unsweepable(request) or not (spd.done and ar.done):
+    if unsweepable(request) or not (spd.done and ar.done) or tokens == 0:
         return
     prompt = prompts(request.drafter)
-    answer = list(spd.summary.token_ids)
+    answer = list(spd.summary.token_ids)[:tokens]
     for gamma in sweep.GAMMAS:
         yield sweep.replay(
             prompts.loaded.drafter(request.drafter),
             prompt.drafter_inputs,
             answer,
             gamma=gamma,
-            max_new_tokens=request.max_new_tokens,
+            max_new_tokens=min(request.max_new_tokens, tokens or request.max_new_tokens),
             min_confidence=request.min_confidence,
             features=prompts.features(request.drafter, answer),
         )

@@ -18,7 +18,6 @@ from demo.session import validate
 from demo.session.request import Request
 
 K_MAX = 3
-LAW_SECONDS = 10  # `exactness.BUDGET_S`: read here without importing torch (the page imports this module)
 
 
 def _prompts(request: Request, image_payload, uploads):
@@ -34,28 +33,43 @@ def _prompts(request: Request, image_payload, uploads):
 
 
 def _law_duration(request: Request, image_payload, uploads, k: int = 2, n: int = 200) -> int:
-    return zerogpu.clamp(LAW_SECONDS + 20)
+    from demo.session import budget
+
+    return zerogpu.clamp(budget.law(request.preset, request.drafter, request.gamma, k, n).seconds)
 
 
 @zerogpu.GPU(duration=_law_duration)
 def check_law(request: Request, image_payload, uploads: str | Path, k: int = 2, n: int = 200) -> dict:
-    """The law of the k tokens after the first, drawn n times each way (at most `exactness.BUDGET_S`
-    seconds of draws) with the request's first drafter, γ and sampling settings; a greedy request's
-    temperature and top-p are used to sample."""
+    """The law of k tokens (`exactness.check`), drawn n times each way with the request's first
+    drafter, γ and sampling settings (a greedy request's temperature and top-p sample), under the
+    work budget like a race: fewer draws where n do not fit (`budget.law`, "shortened" says so),
+    refused where not even `budget.MIN_DRAWS` do, and its draws end within its limit."""
     from dataclasses import replace
 
-    from demo.session import exactness
+    from demo.session import budget, exactness
 
     k = validate.integer("k (the tokens after the first that are checked)", k, 1, K_MAX)
+    estimate, said = budget.fit(budget.law(request.preset, request.drafter, request.gamma, k, n))
     prompts = _prompts(request, image_payload, uploads)
+    deadline = budget.Deadline()
+    deadline.arm(budget.limit(estimate))  # from now, its models loaded, as a race's
     loaded = prompts.loaded
     drafter = loaded.drafter(request.drafter)
     prompt = prompts.checked(request.drafter, K_MAX + 2)
     sampling = replace(request.sampling, greedy=False)
     result = exactness.check(
-        loaded, prompt, drafter, gamma=request.gamma, sampling=sampling, k=k, n=n, seed=request.sampling.seed
+        loaded,
+        prompt,
+        drafter,
+        gamma=request.gamma,
+        sampling=sampling,
+        k=k,
+        n=estimate.units,
+        seed=request.sampling.seed,
+        budget_s=None,
+        ends=deadline.ends,
     )
-    return result.to_dict()
+    return result.to_dict() | {"shortened": said}
 
 
 def _ablate_duration(request: Request, image_payload, uploads, answers) -> int:

@@ -4,8 +4,9 @@
     race.events()    Loading / Ready / Lane / Sweeping items as they come, then one RaceResult
     race.stop()      ends it after the item at hand (the page's Stop)
     race.traces      the lanes' traces: the one accumulator, filled as the Lane items pass
-    race.deadline    its budget: the estimate refused before any work (`budget.check`) and again
-                     at Ready, then a limit the race arms itself at Ready, once its models are loaded
+    race.deadline    its budget: a race that cannot fit even shortened is refused before any work
+                     (`budget.fit_race`); one that fits shortened runs so, fitted again once its
+                     models are loaded (`Ready.request`); then a limit the race arms at Ready
 
 `RaceResult.ending` says how it ended, once: "finished" (the lanes, the γ sweep, the table of
 strategies and the image attention), "stopped" (a Stop), "over budget" (the limit ran out while
@@ -84,8 +85,11 @@ def gpu_race(
     from demo.engine.events import Trace
 
     facts, notes, prompts = yield from prepare(request, image_payload, uploads, Loading)
+    # Fitted again, now its models are loaded: a warm-up it waited for may have just measured this
+    # machine's speed (`budget.learn`); still before any decoding.
+    request, replayed, said = budget.fit_race(request)
     runs = lane_runs.lanes(prompts.loaded, request, prompts.image, prompts=prompts)
-    yield Ready(facts, notes)
+    yield Ready((said,) * bool(said) + facts, notes, request, said)
     traces = {lane: Trace() for lane in runs}  # this call's own, for the sweep (the caller's are Race.traces)
     with lane_runs.racing(runs) as events:
         for lane, event in events:
@@ -93,11 +97,12 @@ def gpu_race(
             yield Lane(lane, event)
     spd, ar = traces["speculative"], traces["autoregressive"]
     points = []
-    for point in gamma_sweep.replays(request, prompts, spd, ar):
+    for point in gamma_sweep.replays(request, prompts, spd, ar, replayed):
         points.append(point)
         yield Sweeping(point.gamma)  # between draft lengths the caller may stop (and close) the call
     rows = tuple(gamma_sweep.rows(points, spd, ar))
-    table = yield from strategies.compare(request, prompts, spd, ar, lambda d: Sweeping(request.gamma, d), points)
+    sweeping = (lambda d: Sweeping(request.gamma, d), points, replayed)
+    table = yield from strategies.compare(request, prompts, spd, ar, *sweeping)
     done = {lane: trace for lane, trace in traces.items() if trace.done}  # off every clock: the race is over
     image_attention.attach(prompts, done)
     attention = tuple((lane, trace.image_attention) for lane, trace in done.items())
@@ -115,13 +120,15 @@ class RaceResult:
     why_not: str | None = None
     strategies: tuple[dict, ...] = ()
     limit: float | None = None
+    shortened: str = ""  # the sentence that says the budget shortened the race (`budget.fit_race`)
     timeline: tuple[tuple[str, Event], ...] = field(default=(), repr=False)  # (lane, event) as they ran
 
     def said(self) -> dict:
         """What a trace document adds for this ending: {"sweep_cut": ...} or {"stopped": ...}
         with the sentence (`budget.SWEEP_CUT`, `budget.OVER_BUDGET`); nothing when it finished."""
         said = {"sweep cut": {"sweep_cut": budget.SWEEP_CUT}, "over budget": {"stopped": budget.OVER_BUDGET}}
-        return said.get(self.ending, {"stopped": "stopped"} if self.ending == "stopped" else {})
+        said = said.get(self.ending, {"stopped": "stopped"} if self.ending == "stopped" else {})
+        return said | ({"shortened": self.shortened} if self.shortened else {})
 
 
 class Race:
@@ -137,6 +144,7 @@ class Race:
         self.traces: dict[str, Trace] = {lane: Trace() for lane in lane_names(request)}
         self.timeline: list[tuple[str, Event]] = []  # (lane, event) in the order the race ran them
         self.ready: Ready | None = None
+        self.shortened = ""  # the sentence that says the budget shortened it (`budget.fit_race`)
         self._call = (image_payload, uploads)
 
     def stop(self) -> None:
@@ -146,9 +154,9 @@ class Race:
     def events(self) -> Iterator[Loading | Ready | Lane | Sweeping | RaceResult]:
         """The race's items as they come, then its RaceResult. The deadline is checked after each
         item (while the preset loads, between the race's events and between the sweep's replays),
-        so a stop costs at most the item at hand. Refuses (InvalidInput) a request over the budget
-        before any work."""
-        budget.check(self.estimate)
+        so a stop costs at most the item at hand. Refuses (InvalidInput) before any work a request
+        that does not fit the budget even shortened; one that fits shortened runs so (`Ready.request`)."""
+        budget.fit_race(self.request)
         swept = None
         with closing(gpu_race(self.request, *self._call)) as items:
             for item in items:
@@ -156,11 +164,8 @@ class Race:
                     swept = item
                     break
                 if isinstance(item, Ready):
-                    # Again, now its models are loaded: a warm-up it waited for may have just
-                    # measured this machine's speed (`budget.learn`); still before any decoding.
+                    self.request, self.shortened, self.ready = item.request or self.request, item.said, item
                     self.estimate = budget.race(self.request)
-                    budget.check(self.estimate)
-                    self.ready = item
                     self.deadline.arm(budget.race_limit(self.request))  # the race's own limit, from its start
                 elif isinstance(item, Lane):
                     self.traces[item.name].add(item.event)
@@ -173,6 +178,7 @@ class Race:
     def _result(self, swept: Swept | None) -> RaceResult:
         budget.learn(self.request, self.traces)  # what its tokens cost: the next estimates follow this machine
         made = dict(traces=self.traces, limit=self.deadline.seconds, timeline=tuple(self.timeline))
+        made["shortened"] = self.shortened
         if swept is not None:
             for lane, attention in swept.attention:
                 self.traces[lane].image_attention = attention

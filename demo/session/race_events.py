@@ -38,10 +38,13 @@ class Loading:
 
 @dataclass(frozen=True)
 class Ready:
-    """Every lane set up: what the page says of the drafters, and notes on the image."""
+    """Every lane set up: what the page says of the drafters (first, where the budget shortened
+    the race, the sentence that says so: `said`), notes on the image, and the request as it runs."""
 
     facts: tuple[str, ...]
     notes: tuple[str, ...]
+    request: object = None  # the `Request` raced (`budget.fit_race`: max new tokens as it runs)
+    said: str = ""
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,8 @@ replay.
     draft_ms            one drafter step's wall time in this replay, in ms (`SweepPoint.step_seconds`;
                         None where it drafted nothing)
     left_out            None, or why the strategy has no replay (its numbers are then None):
-                        refused at these settings, its model's files not here, its replay over the
-                        deployment's budget beside the race (`budget.table_strategies`), or its
-                        replay failed
+                        refused at these settings, its model's files not here, no room for any
+                        replay beside a shortened race (`budget.fit_race`), or its replay failed
 
 A sampling race has none (`gamma_sweep.unsweepable` says why).
 """
@@ -39,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from demo.engine import metrics
 from demo.models import presets
-from demo.session import budget, failures, gamma_sweep
+from demo.session import failures, gamma_sweep
 
 if TYPE_CHECKING:
     from demo.engine.events import Trace
@@ -48,7 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OVER_BUDGET = "its replay would take this race past the deployment's budget a request (fewer max new tokens leave room)"
+OVER_BUDGET = "this busy machine had no room for its replay beside the race within the budget a request"
 NUMBERS = ("tau", "alpha", "mbsu", "predicted_speedup", "c", "draft_ms")  # None where left out
 
 
@@ -59,21 +58,22 @@ def compare(
     ar: Trace,
     show: Callable[[str], object],
     swept: Iterable[SweepPoint] = (),
+    tokens: int | None = None,
 ) -> Iterator:
     """Replay the finished greedy race (spd, ar) of `request` with every strategy of the preset,
     yielding show(name) after each; returns the records (none for a sampling race). `swept`: the
-    γ sweep's points of the race's drafter, whose point at the race's gamma is its row's replay."""
+    γ sweep's points of the race's drafter, whose point at the race's gamma is its row's replay;
+    `tokens`: the answer's first tokens replayed (None: all; 0: no room, every row left out)."""
     if gamma_sweep.unsweepable(request) or not (spd.done and ar.done):
         return []
-    answer = list(spd.summary.token_ids)
+    answer = list(spd.summary.token_ids)[:tokens]
+    request = replace(request, max_new_tokens=min(request.max_new_tokens, tokens or request.max_new_tokens))
     step_costs = metrics.costs(spd, ar)
     loaded = prompts.loaded
-    offered = loaded.preset.drafter_names()
-    fits = budget.table_strategies(request, offered)  # the replays that fit the budget beside the race
     own = next((p for p in swept if p.gamma == request.gamma), None)
     rows = []
-    for name in offered:
-        if name not in fits:
+    for name in loaded.preset.drafter_names():
+        if tokens == 0:
             rows.append(_left_out(request, name, OVER_BUDGET))
             continue
         rows.append(_row(request, loaded, prompts, answer, name, step_costs, own if name == request.drafter else None))

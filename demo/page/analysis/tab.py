@@ -38,7 +38,7 @@ from demo.page.analysis.view import (
     words_table,
 )
 from demo.page.layout import CHART_MIN_WIDTH
-from demo.page.runs import export_dir, page_error, page_run, positional, stopper
+from demo.page.runs import export_dir, page_error, page_only, page_run, positional, stopper
 from demo.session import batches, failures, validate
 from demo.session.batches import drafter_choices, spoken
 from demo.world.tasks import LANGUAGE_NAMES
@@ -147,7 +147,8 @@ def analyze(preset, task, drafter, gamma, n, seed, language="en", page: gr.Reque
 def _analyze(analysis: session.Analysis) -> dict:
     r, items = analysis.request, analysis.items
     batch = Batch(r.preset, r.task, list(r.drafters), r.gamma, r.n, r.seed, r.max_new_tokens, language=r.language)
-    yield _view(batch, status_html("Loading the models…", 0.0), busy=True)
+    said = f"{analysis.shortened} " * bool(analysis.shortened)  # the budget shortened it: said where it runs
+    yield _view(batch, status_html(f"{said}Loading the models…", 0.0), busy=True)
     started = time.perf_counter()
     total = len(items) * len(r.drafters)
     try:
@@ -155,7 +156,7 @@ def _analyze(analysis: session.Analysis) -> dict:
             for step in steps:
                 if isinstance(step, session.Running):
                     item = items[step.example]
-                    note = f"example {step.example + 1}/{len(items)} · {step.drafter} drafter · "
+                    note = f"{said}example {step.example + 1}/{len(items)} · {step.drafter} drafter · "
                     note += item.task.replace("_", " ")
                     if item.language != "en":
                         note += f" · {LANGUAGE_NAMES[item.language]}"
@@ -172,7 +173,7 @@ def _analyze(analysis: session.Analysis) -> dict:
         return
     batch.seconds = time.perf_counter() - started
     done = (
-        f"Done: {len(items)} examples × {len(r.drafters)} drafter{'s' * (len(r.drafters) > 1)} in "
+        f"{said}Done: {len(items)} examples × {len(r.drafters)} drafter{'s' * (len(r.drafters) > 1)} in "
         f"{batch.seconds:.1f} s (greedy, at most {batch.max_new_tokens} new tokens). "
         "Select a row to see its trace."
     )
@@ -351,7 +352,7 @@ def analysis_tab(race: RaceControls) -> None:
     outputs |= {"go": go, "stop": stop, "by_language": by_language}
     open_section(outputs, OUTPUTS, _view)  # a batch's files, shown as a live analysis is
     go.click(
-        positional(analyze, OUTPUTS),
+        page_only(positional(analyze, OUTPUTS)),
         [race.preset, task, drafter, gamma, n, seed, language],
         [outputs[name] for name in OUTPUTS],
         api_name="analysis",

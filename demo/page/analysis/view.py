@@ -207,7 +207,7 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
         if not g["drafted"]:
             continue
         if not g["rejected"]:
-            lines.append(f"<p>{name}: the target accepted all {g['drafted']} drafts.</p>")
+            lines.append(f"<p><b>{html.escape(d)}</b>: the target accepted all {g['drafted']} drafts.</p>")
             continue
         other = (g["rejected"] - g["grounded_rejected"], g["drafted"] - g["grounded_drafted"])
         if not g["grounded_drafted"]:
@@ -215,9 +215,13 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
                 f"<p>{name}: no image-grounded word was drafted; the target rejects {rate(*other)} of its drafts.</p>"
             )
             continue
+        # "but" only where the two shares differ as the sentence shows them (whole percents)
+        shown = [_pct(g["grounded_share_of_rejections"]), _pct(g["grounded_share_of_drafted"])]
+        higher = g["grounded_share_of_rejections"] > g["grounded_share_of_drafted"]
+        joint = "but" if shown[0] != shown[1] and higher else "and"
         lines.append(
             f"<p>{name}: image-grounded words are {rate(g['grounded_drafted'], g['drafted'])} of drafted positions "
-            f"and {rate(g['grounded_rejected'], g['rejected'])} of rejections; the target rejects "
+            f"{joint} {rate(g['grounded_rejected'], g['rejected'])} of rejections; the target rejects "
             f"{rate(g['grounded_rejected'], g['grounded_drafted'])} of drafts on them, {rate(*other)} elsewhere.</p>"
         )
     lines += _ranked(sums)
