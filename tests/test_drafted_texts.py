@@ -1,6 +1,6 @@
 """Drafted texts in a round (and so in trace.json's rounds[].drafted_texts) are whole characters:
 a character the byte-level tokenizer splits over several drafts is written on its last draft, as
-the answer's pieces are (`demo.engine.detokenize`), never as U+FFFD (issue 54)."""
+the answer's pieces are (`demo.engine.detokenize`), never as U+FFFD."""
 
 import pytest
 from races import CASES, spd

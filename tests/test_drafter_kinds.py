@@ -82,20 +82,11 @@ def test_a_registered_kinds_words_on_the_page_and_its_price_come_from_its_regist
         "and the toy copies words and never looks at anything; the target put 50% of its attention on the image there"
     )
     assert scale.draft_ratio("toy", 0.9) == 0.25  # the paper-scale price of a step, whatever its size
+    # a staged drafter is the text-only one: the page never tells it that it saw the image
+    assert "cannot see the image" in teach.why_rejected("staged", "colour", None, " red", " blue")
     assert presets.PRESETS["embedded"].drafter("toy").kind is toy
     toy_lane = RunStart("speculative", "t", 10, DrafterInfo("toy", "toy", 0, 0.0), 3, Sampling(), 8)
-    empty = RoundEvent(
-        index=1,
-        drafted_ids=(),
-        drafted_texts=(),
-        n_accepted=0,
-        target_id=5,
-        n_emitted=1,
-        stop=None,
-        draft_seconds=0.0,
-        verify_seconds=0.0,
-        t=0.0,
-    )
+    empty = RoundEvent(1, (), (), 0, 5, 1, None, 0.0, 0.0, 0.0)  # a round that drafted nothing
     assert blocks._why_none(Trace(start=toy_lane), empty) == "the toy found nothing to copy"
 
 

@@ -44,7 +44,7 @@ def test_the_verify_forward_returns_the_hidden_states_its_logits_were_read_from(
     torch.testing.assert_close(features.float() @ E.T, logits.float(), rtol=1e-4, atol=1e-4)
 
 
-def test_a_feature_round_costs_one_target_forward_and_observes_the_accepted_positions(monkeypatch):
+def test_a_feature_round_costs_one_target_forward_and_hands_the_accepted_positions_to_the_next_propose(monkeypatch):
     calls, seen = [], []
     forward = Target.forward
     monkeypatch.setattr(Target, "forward", lambda self, *a, **k: calls.append(k) or forward(self, *a, **k))
@@ -53,7 +53,8 @@ def test_a_feature_round_costs_one_target_forward_and_observes_the_accepted_posi
     trace = fw.run("medusa", "description", "en", 4, 40)
     assert len(calls) == len(trace.rounds)  # one verify forward per round, nothing else
     prompt_rows = fw.prompt("description", "en").target_inputs["input_ids"].shape[1]
-    assert seen == [prompt_rows] + [r.n_accepted + 1 for r in trace.rounds]  # the prompt's rows, then each round's
+    # the prompt's rows with the first round, then each round's accepted rows with the next one
+    assert seen == [prompt_rows] + [r.n_accepted + 1 for r in trace.rounds[:-1]]
 
 
 def test_a_checkpoint_for_another_hidden_size_is_refused_at_load_with_a_sentence(tmp_path):

@@ -3,11 +3,12 @@
 answered with one sentence. The answers below are the shipped target's, greedy: on the gallery's
 first description before it was re-picked (`WRONG`), and on held-out description 22 (`ONE_SENTENCE`)."""
 
+import functools
 import random
 
 import pytest
 
-from demo.world import scoring, tasks, tasks_de, tasks_en, tasks_zh
+from demo.world import phrasing, scoring, tasks, tasks_de, tasks_en, tasks_zh
 from demo.world.gallery import SEED, describes_in_full, facts, states_only_true_facts
 from demo.world.scenes import Obj, Scene
 
@@ -67,7 +68,8 @@ def test_a_description_in_one_true_sentence_is_right_but_not_in_full():
     assert describes_in_full("description", one_shape, one_shape.answer)
 
 
-SIZES = {"en": tasks_en._size_summary, "de": tasks_de._sizes, "zh": tasks_zh._sizes}  # the size sentence
+LANGUAGE = {"en": tasks_en, "de": tasks_de, "zh": tasks_zh}
+SIZES = {lang: functools.partial(phrasing.sizes, module) for lang, module in LANGUAGE.items()}  # the size sentence
 
 
 @pytest.mark.parametrize("language", ["en", "de", "zh"])

@@ -50,7 +50,7 @@ def test_smoke_mode_prints_a_table_and_ends_with_one_json_line(no_embedded, caps
     assert len(goals) == 8 and goals["our AR / generate"]["value"] == race["ar_vs_generate"]
     assert goals["embedded SPD/AR, text-only"]["value"] is None  # the embedded world was not built here
     assert goals["7B shape: lean target T1 (ms)"]["value"] is None and goals["host syncs per round"]["value"] is None
-    table = out[out.index("goals (issue 41)") + 2 : -1]
+    table = out[out.index("GPU goals") + 2 : -1]
     assert len(table) == 8 and sum("not measured" in line for line in table) == 6
 
 

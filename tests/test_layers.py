@@ -65,7 +65,7 @@ LAYERS = {
 }
 MAX_LINES = 400
 # The one import across the layers' rule: the world trains the hidden-state drafters' networks,
-# which the engine runs (plain torch modules, no model call; issue 55).
+# which the engine runs (plain torch modules, no model call).
 ALLOWED = set()
 
 

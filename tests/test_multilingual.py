@@ -83,11 +83,11 @@ def test_chinese_scoring_reads_words_without_spaces():
         ("orange", "square"): 1,
         ("purple", "circle"): 1,
     }
+    no = _example("vqa_yesno", "zh", "没有。", SCENE)
+    assert score("vqa_yesno", no, "没有，图中没有绿色正方形。") and not score("vqa_yesno", no, "有。")
     mc = _example("multiple_choice", "zh", "……答案：B。", SCENE)
     assert score("multiple_choice", mc, "A. 正方形：圆形不是正方形。B. 圆形：圆形是圆形。答案：B。")
     assert not score("multiple_choice", mc, "答案：A。")
-    no = _example("vqa_yesno", "zh", "没有。", SCENE)
-    assert score("vqa_yesno", no, "没有，图中没有绿色正方形。") and not score("vqa_yesno", no, "有。")
 
 
 def test_german_adjectives_agree_with_their_noun():
@@ -105,7 +105,7 @@ def test_multiple_choice_keeps_its_layout_in_every_language():
     assert "\nOptionen: A. " in de_q and de_a.endswith(tuple(f"Die Antwort ist {x}." for x in "ABCD"))
     assert "\n选项：A. " in zh_q and zh_a.endswith(tuple(f"答案：{x}。" for x in "ABCD"))
     assert (
-        tasks_zh.checks(["正方形", "圆形", "三角形", "十字形"], "B")
+        tasks_zh.checks("shape", ["正方形", "圆形", "三角形", "十字形"], "B")
         == "A. 正方形：圆形不是正方形。B. 圆形：圆形是圆形。"
     )
 

@@ -92,7 +92,7 @@ def test_every_offered_strategy_has_a_row_in_the_presets_order_each_shown_as_it_
         "image-partly+tree",
         PROMPT_LOOKUP,
         LAYER_SKIP,
-        "staged",  # issue 55's: the text-only drafter, staged by lookup
+        "staged",  # the text-only drafter, staged by lookup
     ]
     assert shown == offered and [r["strategy"] for r in rows] == offered
     assert all(r["left_out"] is None and r["tau"] >= 1 and r["predicted_speedup"] > 0 for r in rows)

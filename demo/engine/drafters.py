@@ -1,29 +1,14 @@
-"""Drafters: models that propose the next tokens, each run with its own KV cache.
+"""Drafters: what proposes the next tokens, and the contract every drafter keeps.
 
-Two kinds of drafter model sit behind the one `Drafter` class; they differ only in the prompt
-they are given:
+`LoadedDrafter` is a loaded drafter's whole contract (typed attributes and its capabilities:
+reads the target's features, stages, tree), shared read-only by every run; `Drafting` is one
+run's state (`start`, then `propose` / `draft` / `rollback`), so two runs never share a cache.
+`Drafter` is a drafter model (text-only: the conversation without the image; image-aware: with
+it); `propose` drafts n tokens on the device with nothing read back, from a step API that token
+trees use directly (`catch_up`, `extend`, `q`, `rollback`; a subclass overrides `_forward`).
+The drafter's vocabulary may be a prefix of the target's: ids it lacks get q = 0.
 
-    text-only    a causal LM that sees the conversation's text with every image placeholder
-                 removed, and never the image (the paper's main drafter)
-    image-aware  a small LLaVA-architecture model that receives the image too (the paper's
-                 "LLaVA drafter with image adapter")
-
-Beside them, behind the same calls: `demo.engine.layerskip` (kind "self": the target drafting
-with some of its layers skipped, a `Drafter` subclass), `demo.engine.lookup` (kind
-"prompt-lookup": no model at all) and `demo.engine.trees` (any model drafter, drafting a token
-tree instead of a chain: its `tree` is the shape, None for chains).
-
-The drafter's vocabulary may be a prefix of the target's (LLaVA-1.5: 32000 of 32064). Ids it
-lacks are kept out of its input, and its distribution `q` is zero on them.
-
-A drafter is loaded once and shared by every run (`LoadedDrafter`, its whole contract); each run
-gets its own drafting state (`Drafting`: `start`, `propose`, `draft`, `rollback`), so two runs of
-one drafter never share a cache. `propose` drafts all n tokens on the device, even past a stop
-(the round cuts there); with a confidence threshold it reads q's top probability at each step.
-It is made of a step API that token trees use directly: `catch_up`, `extend`, `q`, `rollback`;
-a subclass changes how a step runs by overriding `_forward(ids)` alone (`lean`, `layerskip`).
-
-Shapes: V_d the drafter's vocabulary, V the target's, n the drafts of a round.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -74,13 +59,7 @@ class Drafting(Protocol):
         ...
 
     def draft(
-        self,
-        answer: list[int],
-        n: int,
-        sampling: Sampling,
-        generator: torch.Generator,
-        min_confidence: float = 0.0,
-        features: torch.Tensor | None = None,
+        self, answer, n, sampling, generator, min_confidence=0.0, features=None
     ) -> tuple[list[int], torch.Tensor]:
         """`propose` read back: the drafts cut after a stop, and their q [len(drafts), V]."""
         ...
@@ -157,13 +136,9 @@ class Drafter(Capabilities):
         stop_ids: frozenset[int],
         blocked_ids: frozenset[int] = frozenset(),
     ):
-        self.model = model
+        self.model, self.name, self.kind, self.stop_ids = model, name, kind, stop_ids
         self.device: torch.device = model.device  # read once: transformers' model.device walks the parameters
-        self.name = name
-        self.kind = kind
-        self.stop_ids = stop_ids
-        self.n_params = sum(p.numel() for p in model.parameters())
-        self.target_vocab_size = target_vocab_size
+        self.n_params, self.target_vocab_size = sum(p.numel() for p in model.parameters()), target_vocab_size
         vocab_size = model.get_output_embeddings().weight.shape[0]
         # Ids the drafter may propose: those it has, that the target can verify, minus the
         # blocked ones (image placeholders: a drafted placeholder is never meaningful text).
@@ -278,15 +253,9 @@ class DraftState(ReadBack):
 
     @torch.inference_mode()
     def propose(
-        self,
-        answer: list[int],
-        n: int,
-        sampling: Sampling,
-        generator: torch.Generator,
-        min_confidence: float = 0.0,
-        features: torch.Tensor | None = None,
+        self, answer, n, sampling, generator, min_confidence=0.0, features=None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Propose n tokens to follow `answer`, on the device (`features`: as `Drafting.propose`).
+        """Propose n tokens to follow `answer`, on the device (the arguments: `Drafting.propose`).
 
         Returns (drafts [m], q [m, target_vocab_size]): the drafts (long) and the distributions
         they were drawn from, zero on ids the drafter cannot propose. m = n, drafting on past a

@@ -8,19 +8,7 @@ benchmark, the exports and the tests only ever read them. One run produces, in o
     (TokenEvent+ RoundEvent)*      one group per target forward in decoding
     RunSummary
 
-The first event describes the run, so a trace explains itself: views, metrics and exports read
-gamma, the drafter and the sampling settings from it, never from extra arguments.
-
-Every event carries `t`: seconds of compute this run has used so far (prefill included),
-measured by the run's own clock, which stops while the consumer holds the generator. Two
-runs can therefore be raced fairly by whatever consumes them (see `demo.engine.race`).
-
-Token kinds:
-    "target"     produced by the target alone: the prefill's token, and every token of an
-                 autoregressive run
-    "accepted"   drafted by the drafter and accepted by the target
-    "resampled"  the target's replacement for the first rejected draft of a round
-    "bonus"      the extra token the target samples when every draft of a round was accepted
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

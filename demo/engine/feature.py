@@ -6,21 +6,7 @@ prefill's every prompt position, then each round's accepted positions). So the i
 T(gamma + 1) + gamma * D, D being a few small matrix products. Their networks and checkpoints are
 `demo.engine.heads`; both score tokens with the target's own output embedding.
 
-    SpeculatorDrafter `heads.Speculator`: s_0 = f at the answer position before the target's newest
-                     token x_0, then s_k = g(s_{k-1}, e(x_{k-1})) and draft x_k from s_k @ E^T:
-                     it chains gamma drafts on its own predicted state; with `look`, each step
-                     first attends over the prompt's rows from the prefill. On a CPU it steps in
-                     NumPy (`feature_steps`), where that step passed its check at load.
-    MedusaDrafter    `heads.MedusaHeads`: head i drafts position i from f alone (a chain of top-1
-                     per head, at most one draft per head); through `trees.TreeDrafter`, top-k per
-                     head: "medusa+tree".
-
-Their states are `DraftState`s without a KV cache: `catch_up` / `extend` / `rollback` (the step
-API trees draft with) keep the speculator's states along the drafted path, and `propose` is
-DraftState's own (a greedy chain on the NumPy step computes the same thing in NumPy), so every
-draft is a sample of the q it reports (or q's argmax), and verification is exact for any weights.
-q is the warped softmax of the logits over the target's vocabulary, image placeholders masked
-(and, for a speculator restricted to the ids it drafts from, zero on the others).
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

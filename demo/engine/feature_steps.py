@@ -3,29 +3,9 @@
 On a CPU a speculator's step is a few small matrix-vector products, and each torch operation
 costs a few microseconds of dispatch (a step makes about twenty): the same step in NumPy, its
 affine maps folded ahead of time, takes about a third of the time (docs/drafters-feature.md
-measures it). It computes what `heads.Speculator.step` computes, in another order:
+measures it). It computes what `heads.Speculator.step` computes, in another order.
 
-    look      z = norm(s); q_h = Wq_h (g * z + b) / sqrt(d); scores_h = K_h q_h
-              = (K_h Wq_h g / sqrt(d)) z + K_h Wq_h b / sqrt(d); s += sum_h softmax(scores_h)
-              (V_h Wout_h^T): the keys times the query's map, and the values times the output
-              projection, are made once per run (`prepare`), so a step reads the prompt in two
-              products and never the query's map
-    stage     x = [g_s * norm(s) + b_s, g_e * norm(e) + b_e], s' = s + Wd silu(Wu x + bu) + bd:
-              the norms' scales and shifts go into Wu and bu, and Wu's token half times
-              norm(e), plus bu, is a table over the vocabulary, made once: a step adds one row
-    logits    E s' (the target's own output embedding; only the rows of the ids it drafts from,
-              `heads.Speculator.restrict`, and -inf elsewhere)
-
-`norm` is LayerNorm without its affine part (eps 1e-5, as nn.LayerNorm), applied as a scalar on
-the product it feeds: the maps that read norm(s) have their rows centred and one more row that
-gives s's mean (`_centring`), so a step never makes s's centred copy. Rounding differs from
-the torch modules' in the last bits; `SpeculatorDrafter` checks the two agree at load and keeps
-the torch step where they do not.
-
-Why so few operations: in a race the target's verify forward runs between two rounds and evicts
-the drafter's weights and NumPy's own code and data from the caches, so the round's first step
-costs about three later ones (docs/drafters-feature.md). Every distinct NumPy operation is paid
-again cold there, so each one left out counts.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -8,12 +8,7 @@ three shares that sum to 1 for every head:
     own     the query position itself
     text    every other position: the question, the chat template, the answer so far
 
-`ImageAttention` keeps, per answer token, the image share (mean over heads and the chosen
-layers) and the per-cell map of that share on the image's grid (its cells sum to the share).
-A rejected draft's image attention is the one at its position: the target's resampled token
-there was decided by the same forward. It is computed after a run, off its clocks, by
-`demo.models.attention_pass`; this module holds the result only, with no torch, so the page and the
-exports read it cheaply.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

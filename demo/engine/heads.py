@@ -4,23 +4,7 @@ Both read f_j, the target's last hidden state at answer position j (after its fi
 target's logits there are f_j @ E^T, E its tied output embedding), and both score tokens through
 the target's own output embedding, frozen and not stored: a checkpoint holds only what it adds.
 
-    Speculator   the hybrid token/embedding speculator (the second seed; EAGLE's idea, without
-                 its attention): a state s_0 = f_j and, for each draft, s_k = g(s_{k-1}, e(x_k)),
-                 x_k the token just sampled (the target's at k = 1, then its own drafts), logits
-                 s_k @ E^T. `shared` (EAGLE-style): one g for every step, trained to also regress
-                 s_k onto the target's f_{j+k}; else the multi-stage MLP speculator (one g per
-                 stage, the last reused past its stages). docs/drafters-feature.md compares them.
-                 With `look` heads, each step first attends over the target's states of the
-                 prompt (`Look`: the image's positions and the question's, as the prefill left
-                 them), so every draft of a chain sees the picture through the target's eyes.
-    MedusaHeads  k residual heads on f_j: head i (1-based) gives logits for token j + 1 + i (the
-                 target's own head gives token j + 1, which the round already has).
-    logits       a state's logits over the target's vocabulary, -inf off a restricted speculator's ids
-                 (the NumPy step, `feature_steps`, writes the same rule in NumPy)
-    load / save  a checkpoint: safetensors, its settings in the header's metadata; load refuses
-                 one whose hidden size is not the target's, with a sentence.
-
-Nothing heavy at import; no model call happens here beyond the tensors given.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -8,16 +8,7 @@ does: its prefill merges the image features into the prompt's embeddings with LL
 steps are text. Which layers it skips is chosen per preset by a search on training-split prompts
 (`demo.lab.bench.layerskip_search`) and stored in `Preset.skip_layers`.
 
-Its KV cache is its own: a DynamicCache of the target's configuration in which only the layers
-it runs are ever written (a skipped layer's entry stays empty, and `crop` passes over it). The
-target's cache is not shared: beyond the first skipped layer its keys and values come from other
-hidden states than the drafter's, and below it the drafter would have to track which target
-rows are verified. Its own cache costs one extra prefill through the kept layers.
-
-Its parameter count is the target's minus the skipped layers' (the vision tower included, as in
-the target's count), so c = drafter params / target params in MBSU is the fraction of the target
-it runs. It covers LLaVA-family targets (a Llama-style language model under `model.model`);
-`unsupported` says why it cannot run another.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

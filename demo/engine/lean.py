@@ -3,32 +3,9 @@
 A 0.6M-parameter drafter does about a megaflop per token, microseconds of work, yet one
 transformers forward costs about a millisecond of per-call framework overhead (argument
 handling, mask construction, cache objects, output dataclasses). This module runs the same
-drafter with none of that, in the style of gpt-fast's `model.py`:
+drafter with none of that, in the style of gpt-fast's `model.py`.
 
-    StaticCache   one run's KV cache as two preallocated tensors [layers, kv heads, capacity, head dim]
-                  and a length; `crop(-k)` forgets the last k tokens, as `DynamicCache.crop` does
-    LeanLM        the drafter's language model as plain tensors (the transformers modules' own
-                  parameters, no copies) and a minimal forward over a StaticCache
-    LeanDrafter   a `Drafter` whose runs (`LeanDraftState`) draft through LeanLM, stepping by
-                  a CUDA graph on CUDA and in NumPy on a CPU (`demo.engine.lean_steps`)
-
-StaticCache and LeanLM are in `demo.engine.lean_lm`, which the lean target
-(`demo.engine.lean_target`) builds on too; this module is the drafter around them.
-
-It covers Llama-architecture language models (Llama, and Qwen2, which adds q/k/v biases) with
-static rotary embeddings, whether the drafter is a causal LM (text-only) or a LLaVA (image-aware:
-the image is read by the transformers prefill, whose cache is then copied into the static one;
-every later step is text). Anything else, and any model whose lean logits disagree with its
-transformers logits on a check at first use, drafts through transformers instead; `Drafter.path`
-says which ran, and the run's first event carries it.
-
-Exactness does not depend on the lean logits equalling transformers' to the last bit: every
-draft is sampled (or arg-maxed) from the q that the lean forward produced, and q is what the
-verification uses. The tests still hold the two within float tolerance over many steps with
-rollbacks.
-
-torch.compile is not used: on the 2-core CPU it measured no faster than the eager step and took 8
-to 28 s to compile a shape (docs/benchmark.md); ZeroGPU forbids it.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

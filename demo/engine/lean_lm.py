@@ -2,20 +2,9 @@
 
 One transformers forward costs about a millisecond of per-call framework overhead (argument
 handling, mask construction, cache objects, output dataclasses), however small the model. The
-forward here does the arithmetic and little else, in the style of gpt-fast's `model.py`:
+forward here does the arithmetic and little else, in the style of gpt-fast's `model.py`.
 
-    StaticCache   one run's KV cache as two preallocated tensors [layers, kv heads, capacity, head dim]
-                  and a length; `crop(-k)` forgets the last k tokens, as `DynamicCache.crop` does
-    LeanLM        a language model as plain tensors (the transformers modules' own parameters, no
-                  copies: q/k/v and gate/up fused into one matrix each, `_fuse`) and a minimal
-                  forward over a StaticCache; `static_step` is the same step with fixed shapes,
-                  for CUDA-graph capture
-    unsupported   why LeanLM cannot run a model, or None when it can
-
-It covers Llama-architecture language models (Llama, and Qwen2, which adds q/k/v biases) with
-static rotary embeddings. The lean drafter (`demo.engine.lean`, with its steps in
-`demo.engine.lean_steps`) drafts through it, and the lean target (`demo.engine.lean_target`)
-builds its forward on it (`TargetLM`, in `demo.engine.target_lm`).
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -6,28 +6,7 @@
 `demo.engine.lean.LeanDrafter` picks one after checking its logits against transformers' at
 first use, and steps through `LeanLM.forward` (torch, eager) where neither applies.
 
-## The NumPy step
-
-On a CPU, a 0.6M-parameter drafter's step is bound by per-call cost, not arithmetic: each torch
-operation passes through the dispatcher (a few microseconds here), and a `LeanLM` step makes
-about fifty of them. NumPy's ufuncs and BLAS matrix-vector products on float32 arrays cost about
-a microsecond a call plus the work, so the same step, written here over the same memory, takes
-about half the time (`python -m demo.lab.bench.steps`).
-
-Same memory, not copies:
-    weights    NumPy views of LeanLM's tensors (the transformers modules' own storage, q/k/v and
-               gate/up fused as LeanLM fuses them), transposed views included
-    KV cache   NumPy views of the run's `StaticCache` tensors, taken at each step (a cache that
-               grows reallocates them); a catch-up of several tokens is fed one at a time, and
-               rolling back lowers the cache's length as before
-    rotary     views of LeanLM's cos and sin tables
-
-The step reproduces `LeanLM._layer` for one token in float32: RMSNorm (normalise, then scale),
-q/k/v (with their biases, as Qwen2 has), rotary embedding (rotate_half as LeanLM's exact +-1 matrix), the new key and
-value written at the token's position, softmax attention over the positions so far (query head
-j*g + r reads kv head j, as transformers' repeat_kv), the output projection, and the SiLU-gated
-MLP. Only float32 CPU models take it (NumPy has no fast bfloat16 or float16 matrix products);
-`LeanDrafter` checks its logits against transformers' at first use, as it checks LeanLM's.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -4,27 +4,9 @@ A target's decode forward in transformers pays per-call framework cost (argument
 construction, cache objects, output dataclasses) that the model's arithmetic does not need, and
 on a GPU that cost is host time the device waits for. This module runs the target's three decode
 forwards, one token (autoregressive), a chain of gamma + 1 (verify) and a token tree (tree
-verify), as one function over a static cache, and on CUDA replays it as a CUDA graph:
+verify), as one function over a static cache, and on CUDA replays it as a CUDA graph.
 
-    TargetCache   one run's cache: a `StaticCache` (lean_lm.py), the run's rope delta (M-RoPE), and
-                  per-layer views so that `trees.keep_path` moves accepted nodes in place
-    TargetLM      `LeanLM` (lean_lm.py: the model's own weights, fused q/k/v) with a forward over n
-                  tokens at explicit rotary positions [A, n] (A = 3 for M-RoPE, else 1) and a
-                  visibility mask [n, n] among them: logits [n, V]
-    LeanTarget    decides once whether the lean path runs (architecture, then its logits against
-                  transformers' at first use), keeps a few cache slots with one CUDA graph per
-                  verify width captured by `prepare` (before any clock starts), and falls back
-                  to transformers with the reason recorded
-
-TargetCache and TargetLM, with the CUDA graphs of `TargetLM.step` (`GraphSet`), are in
-`demo.engine.target_lm`; this module is LeanTarget, the decision and the dispatch around them.
-
-The prefill, with the image, stays in transformers; its DynamicCache is copied into the static
-one (`TargetCache.load`). Rollback lowers the cache's length (`crop`), as `DynamicCache.crop`
-does. Eager and graphed forwards are one function, `TargetLM.step`, capture and replay the only
-difference: on CUDA both attend to every slot of the cache's capacity, the slots past the new
-tokens masked (one shape per width); on a CPU the eager call attends to the cache's first slots
-only, up to its new tokens.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -73,9 +55,7 @@ class LeanTarget:
     @property
     def path(self) -> str:
         self.prepare()
-        if self.lm is None:
-            return "transformers"
-        return "lean + CUDA graphs" if self._graphed else "lean"
+        return "transformers" if self.lm is None else "lean + CUDA graphs" if self._graphed else "lean"
 
     def prepare(self, *, capacity: int = CAPACITY, widths=WIDTHS, slots: int = SLOTS) -> None:
         """Build and check the lean path once; on CUDA capture `slots` slots of `capacity`

@@ -7,15 +7,7 @@ length and cut after a stop token. This is transformers' prompt lookup (`PromptL
 max_matching_ngram_size and num_output_tokens) and vLLM's n-gram drafter. It proposes nothing
 when no n-gram of the tail occurs earlier: that round is then a plain target step.
 
-Its q is a point mass on each drafted token. Verification needs nothing else: in sampling mode a
-draft x is accepted with probability min(1, p(x) / 1) = p(x), and at a rejection the target
-resamples from norm(max(0, p - onehot(x))), p with x removed. The output is then distributed as
-p exactly, as for any q (`demo.engine.sampling`); the drafts are a deterministic function of the
-history, which is all a q may depend on.
-
-    PromptLookup(...)               shared by every run; `start(inputs)` makes a run's state
-    PromptLookupState.propose(...)  the same calls as `DraftState`'s (`demo.engine.drafters.Drafting`);
-    PromptLookupState.draft(...)    the lookup runs on the host, its drafts go to the device once
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -23,7 +15,6 @@ from __future__ import annotations
 import torch
 
 from demo.engine.drafters import Capabilities, OnDevice, cut_after_stop
-from demo.engine.sampling import Sampling
 
 MAX_NGRAM = 3  # longest tail matched; the prompt-lookup-decoding reference uses 3 (transformers: 2)
 
@@ -92,13 +83,7 @@ class PromptLookupState(OnDevice):
         self.prompt_ids = prompt_ids
 
     def draft(
-        self,
-        answer: list[int],
-        n: int,
-        sampling: Sampling,
-        generator: torch.Generator,
-        min_confidence: float = 0.0,
-        features: None = None,
+        self, answer, n, sampling, generator, min_confidence=0.0, features=None
     ) -> tuple[list[int], torch.Tensor]:
         """Up to n drafts copied from the history, cut after a stop token, and their q: one-hot
         rows [len(drafts), target_vocab_size]. Draws nothing from the generator, and its top

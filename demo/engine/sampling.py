@@ -8,10 +8,7 @@ verification accepts draft x with probability min(1, p(x) / q(x)); at the first 
 samples from the residual norm(max(0, p - q)); when every draft was accepted it samples a bonus
 token from p at the position after the last draft. The output is then distributed exactly as p,
 whatever q is. Temperature, top-k and top-p warp p and q identically, before either is used.
-
-All randomness comes from an explicit `torch.Generator`. Nothing here reads a tensor on the host:
-the rule runs where the tensors are, and a GPU round needs no synchronisation until its result
-is read (`demo.engine.speculative`).
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

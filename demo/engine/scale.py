@@ -3,7 +3,7 @@
 A speedup read off a shared CPU's clocks moves from one rerun to the next; priced at fixed ratios
 it follows from τ and the rounds' drafter steps and verify widths, and repeats exactly. The ratios
 were measured for the paper's setting (Gagrani et al. 2024: LLaVA 1.5 7B with a 68M drafter) on an
-NVIDIA H200 (`python -m demo.lab.bench.gpu_check`, shared/notes/gpu-2026-12-04.md part 2): T1 = 20.67 ms for one token, T(γ+1) for γ = 1..8
+NVIDIA H200: T1 = 20.67 ms for one token, T(γ+1) for γ = 1..8
 (VERIFY_MS), a 68M drafter step D = 0.235 ms (D/T1 = 0.011).
 
     verify_ratio(width), draft_ratio(kind, c), rounds_cost(pairs, d)   the pricing

@@ -1,36 +1,13 @@
 """Speculative and autoregressive decoding of a multimodal target, as streams of typed events.
 
-Notation (Leviathan et al. 2023; Gagrani et al. 2024 for the multimodal setting):
-    p      the target's next-token distribution (the multimodal model that sees the image)
-    q      the drafter's next-token distribution
-    gamma  how many tokens the drafter proposes per round
-    tau    block efficiency: answer tokens per target forward in decoding, bonus included
-
-A run is one prefill (`_prefill`, shared by both generators) and then rounds. A speculative
-round (`speculative_round`): (1) the drafter proposes gamma tokens; (2) one target forward over
-[last token] + drafts gives p at every draft position and one past, and the rule in
-`demo.engine.sampling` accepts a prefix of the drafts and adds one token of the target's own (a
-resample at the first rejection, or a bonus when all were accepted): `demo.engine.verification`;
-(3) one transfer brings the verdict to the host; (4) both KV caches forget the rejected drafts; (5) the round's tokens are
-emitted, cut after a stop. The image is encoded once, at prefill; later forwards carry only token
-ids. A drafter may propose nothing in a round (prompt lookup without a match, or the token
-budget's last token): that round is one target step. A tree drafter's rounds are
-`demo.engine.trees.tree_round`, the same steps over a token tree (its walk reads back as it goes).
-
-One host synchronisation per round: steps 1 and 2 run on the device with nothing read back
-(drafts, masks, q, the stop cut, the rule and the inspector's top-k), and step 3 reads all the
-events need in one `.tolist()`. On a GPU the host queues a whole round and waits once; on a CPU
-the same code runs, and stays exact. Adaptive drafting (a confidence threshold) is the exception:
-it reads q's top probability at each draft step (`demo.engine.drafters`).
-
-    speculative_generate / autoregressive_generate   the runs, as event generators
-    run(...) -> Trace                                 one whole run, for the benchmark and checks
-
-Cache invariant for the target, at the top of every round:
-    cache = prompt + answer[:-1]       (the last answer token is fed by the next forward)
-
-Both generators measure their own compute time and stop the clock while the consumer holds
-them, so `event.t` is the time the run itself used. Nothing here knows about Gradio or plotly.
+A run is one prefill, where the drafter's capabilities are read once, then rounds. A round
+(`speculative_round`): (1) the drafter proposes gamma tokens, handed the target's features when
+it reads them; (2) one target forward verifies them and the rule (`verification`, `sampling`)
+accepts a prefix and adds the target's own token; (3) one transfer reads the verdict back; (4)
+both caches forget the rejected drafts; (5) the round's tokens are emitted, cut after a stop.
+Token trees play `trees.tree_round` instead. Target cache at the top of every round: prompt +
+answer[:-1]. Each generator times its own compute (`event.t`), its clock stopped while the
+consumer holds it. p is the target's distribution, q the drafter's. More: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Staged speculative decoding (Spector & Re 2023; the second seed): a drafter drafted by lookup.
 
-The text-only drafter drafts as it always does, but its own steps are speculated too: after each
-token it drafts, prompt lookup (`demo.engine.lookup`, stage 2) guesses the tokens it will draft
-next, and one forward of the drafter (stage 1) over [its token] + the guesses gives its logits at
-every one of them. It then drafts on from those logits for as long as its own choice equals the
-guess; at the first difference the unconfirmed guesses leave its cache and the next forward
-starts from its own token. A guess only decides which logits are computed in advance, never a
-draft: every draft is the drafter's own choice (q's argmax, or a draw from q with the run's
-generator, one per draft as plain drafting makes), and q is the drafter's distribution at that
-draft. So the target's verification (stage 0) sees exactly the drafts and q of the text-only
-drafter, and the output stays exactly the target's; what staging saves is drafter forwards: one
-per mismatch instead of one per draft.
+The text-only drafter drafts as always, but prompt lookup guesses its next drafts and one forward
+over [its token] + the guesses gives its logits at each; it drafts on while its own choice equals
+the guess. A guess only decides which logits are computed ahead, never a draft, so the target
+sees exactly the text-only drafter's drafts and q; staging saves drafter forwards. `stages` is
+each round's (guesses, confirmed).
 
-Both stages' acceptance: the target's, as for every drafter (`RoundEvent.n_accepted`), and the
-drafter's of its lookup, `RoundEvent.stages` = (guesses, confirmed) of the round. Each drafter
-forward's choices are read on the host to compare them with the guesses: staged drafting reads
-back once per drafter forward (as tree drafting reads back as it walks), not once per round.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -63,13 +54,7 @@ class StagedState(ReadBack):
 
     @torch.inference_mode()
     def propose(
-        self,
-        answer: list[int],
-        n: int,
-        sampling: Sampling,
-        generator: torch.Generator,
-        min_confidence: float = 0.0,
-        features: None = None,
+        self, answer, n, sampling, generator, min_confidence=0.0, features=None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """n drafts of the drafter's own and their q (`DraftState.propose`), with fewer forwards."""
         d, inner = self.drafter, self.inner

@@ -6,17 +6,7 @@ exactly when it equals the answer's next token. `replay` runs the drafter throug
 would have had at another gamma (the same calls the engine makes: `DraftState.draft`, then
 `rollback`), compares its drafts with the answer, and never runs the target.
 
-At the race's own gamma the replay makes the drafter calls the race made, in the same order, on
-the same tokens, so its rounds (drafts made, accepted, tokens emitted) equal the race's exactly;
-at other gammas the target's verdicts are read from the answer, so they are exact as long as
-the target's argmax does not depend on how its forwards are batched (true up to float
-round-off at near-ties). Adaptive drafting (min_confidence > 0) is replayed as it runs. A tree
-drafter's rounds are replayed as trees (`demo.engine.trees.draft_tree`, then the walk along the
-answer), with each round's drafter steps and verify width for the cost model. Prompt lookup and
-layer-skip replay through the same calls as any drafter. A drafter that reads the target's hidden
-states is handed them as the race hands them, with the first round and with each next one, for the positions it accepted; `answer_features` makes them with one target forward
-over the answer (equal to the race's up to float round-off: one forward, not the race's batches). Each round's drafting is timed (the
-device synchronised around it), so a replay also measures what a drafter step costs here.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

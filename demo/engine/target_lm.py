@@ -1,17 +1,9 @@
 """The lean target's forward: its language model over a static cache, and that forward's CUDA graphs.
 
 The mechanism under `demo.engine.lean_target.LeanTarget` (which decides whether it runs, keeps
-the graphed cache slots and dispatches each forward):
+the graphed cache slots and dispatches each forward).
 
-    TargetCache   one run's cache: a `StaticCache` (lean_lm.py), the run's rope delta (M-RoPE), and
-                  per-layer views so that `trees.keep_path` moves accepted nodes in place
-    TargetLM      `LeanLM` (lean_lm.py: the model's own weights, fused q/k/v) with a forward over n
-                  tokens at explicit rotary positions [A, n] (A = 3 for M-RoPE, else 1) and a
-                  visibility mask [n, n] among them: logits [n, V]; one function, `TargetLM.step`,
-                  for the eager forward and the graphed one
-    GraphSet      one cache slot's CUDA graphs of `TargetLM.step`, one per verify width, captured
-                  over the slot's whole capacity and replayed with the run's inputs copied in
-    unsupported   why TargetLM cannot run a target's language model, or None when it can
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -48,6 +40,7 @@ class _Layer:
 
     keys: torch.Tensor
     values: torch.Tensor
+    is_initialized: bool = True  # as a DynamicCache layer says whether it was ever written
 
 
 class TargetCache(StaticCache):

@@ -6,34 +6,7 @@ child per node down to depth gamma. The default, TREE_SHAPE = (2, 2), gives 2 no
 more than MAX_TREE_NODES (32: gamma 8 at most), or with a confidence threshold, is refused
 before any work (`events.tree_refusal`, also read by `Preset.refusal`).
 
-1. Drafting (`draft_tree`) walks the tree depth first through the drafter's own state, with the
-   step API of `DraftState` (`catch_up`, `extend`, `rollback`), so the lean drafting path serves
-   trees as it serves chains. A node's children come from q after the path to it: greedy, the
-   top k of q (distinct tokens); sampling, k independent draws from q (repeats allowed: the
-   multi-draft setting of SpecInfer and SpecTr). Each node with children costs one drafter
-   step; at the end the drafter's cache is rolled back to the answer, and the accepted path
-   reaches it next round with the target's token (one forward).
-2. Verification (`verify_tree`) is one target forward over [last answer token] + nodes, each
-   node attending to the cache, the last token and its own ancestors (`visibility`), at position
-   len(cache) + depth (`Target.forward_tree`). Then a walk from the root:
-     greedy    go to the child equal to the target's argmax; stop where none is. The argmax
-               there is the target's token (a correction, or the bonus at a leaf): the output is
-               the target's own greedy answer.
-     sampling  recursive rejection sampling (SpecInfer's multi-step speculative sampling): at a
-               node whose children c_1..c_k were drawn i.i.d. from q, start with r = p and try
-               each child in turn: accept c_i with probability min(1, r(c_i) / q(c_i)) and go
-               down to it; else r = norm(max(0, r - q)). If none is accepted the target's token
-               is drawn from r; at a leaf (or a stop), from p: the bonus. Each try is one step
-               of the standard rule with r as its target, so the token that leaves a node is
-               distributed as p there, and the output is distributed exactly as the target's.
-3. Rollback (`keep_path`): the target's cache keeps the prompt, the answer and the accepted path
-   only: the accepted nodes' keys and values are moved to follow the answer, the rest cropped.
-
-Events: `RoundEvent.tree` holds every node and the accepted path (`DraftTree`); the round's
-drafted_ids are the walked path (accepted nodes, then the first child rejected where it stopped),
-so tau, alpha and token kinds read as for a chain. An accepted token's accept_prob is the
-probability the rule used, min(1, r(x) / q(x)), with r the residual left by its rejected elder
-siblings (p itself for the first child).
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -151,7 +124,7 @@ def keep_path(cache, start: int, path: list[int], n_nodes: int) -> None:
     n_nodes that follow them), in order. Moves the accepted nodes' keys and values, then crops."""
     if path != list(range(len(path))):  # already in place when the path is the first nodes
         for layer in cache.layers:
-            if not getattr(layer, "is_initialized", True):
+            if not layer.is_initialized:  # a layer transformers has not written yet
                 continue
             index = torch.tensor([start + i for i in path], device=layer.keys.device)
             end = start + len(path)

@@ -7,12 +7,7 @@ one past, the drafts are cut after the first stop, and the rule in `demo.engine.
 of it stays on the device and comes back packed in one float64 vector, so the round reads it in
 one transfer.
 
-    verify         the forward, the stop cut and the rule; the round's record, on the device
-    Verdict        that record once on the host: counts, the target's token, p, q, u, top-k lists
-    round_detail   the inspector's view of a round, from the verdict (no model call, no transfer)
-    token_fields   kind and probabilities of each token a round emits
-
-A tree drafter's rounds verify through `demo.engine.trees` instead (`verify_tree`).
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

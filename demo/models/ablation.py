@@ -4,20 +4,10 @@ Attention (`demo.models.attention_pass`) says where the target looked; this says
 needed the picture. After a run, off its clocks, the target scores the run's answer twice, teacher
 forced, in one forward each (no cache, no gradient): once with the image and once with a blank one
 of the same size (uniform grey, `BLANK`), so the prompt keeps every position, the image's tokens
-included, and only what they show is gone. For every answer token it gives
+included, and only what they show is gone. For every answer token it gives its
+probability with and without the image, and whether the image decided it.
 
-    p_with      the target's probability of that token with the image (softmax at temperature 1)
-    p_without   the same with the blank image
-    flips       the target's own choice there (its argmax) changes when the image is blanked
-    dependent   the image makes the token at least RATIO times likelier (log p_with - log p_without
-                >= log RATIO): the answer needed the picture there
-
-RATIO comes from `python -m demo.lab.bench.ablation_agreement` (docs/grounding.md): on the embedded
-world's held-out answers in three languages, doubling separates the colour, shape and count words
-the question does not give (56% dependent) from the template words (1%). A flip alone is not
-enough: the target's near ties ("in the" / "in this", 0.51 against 0.49) flip on nothing.
-
-    ablate(loaded, image, question, answer_ids) -> Ablation
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

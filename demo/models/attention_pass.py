@@ -6,23 +6,7 @@ position only) recomputes the weights of the chosen decoder layers from the very
 tensors SDPA receives: the weights are softmax(q k^T * scaling + mask), kept only for the answer's
 query rows, and averaged over heads at once. The forward's output is SDPA's own, untouched.
 
-How it is read: while `recording(...)` is active in this thread, the "sdpa" entry of transformers'
-attention registry computes those weights for the modules being recorded; in every other thread
-(a race running beside it) and for every other module (the vision tower) it is SDPA as before.
-An eager model returns its weights itself and is read by a forward hook. Any other attention
-implementation (flash, flex) gives none: `ImageAttention.missing` says so.
-
-Where the image is, per family (`layout`):
-    llava       the <image> placeholders, one per patch of the cropped square, row-major
-                (576 = 24 x 24 for llava-1.5, 9 = 3 x 3 for the embedded world)
-    qwen2_5_vl  the <|image_pad|> tokens, one per merged patch: image_grid_thw (t, h, w) in
-                patches, merged by spatial_merge_size into (h / m) x (w / m), row-major
-    idefics3    runs of <image> after <row_i_col_j> (a tile) or <global-img> (the thumbnail),
-                each a g x g grid after the pixel shuffle, row-major; tiles placed at their row
-                and column, every thumbnail cell spread over the tiles' cells it covers
-
-Which layers: `LAYERS` (the experiment in demo/lab/experiments/grounding_layers.py picks them
-for the embedded world, docs/grounding.md); elsewhere the middle third of the decoder.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
 """Where a preset runs, and whether it fits there: device, dtype and a memory check before loading.
 
-Policy:
-    - CUDA when a GPU is present, in bfloat16 (float16 on GPUs without bf16); CPU in float32
-      otherwise.
-    - A preset needs (parameters x bytes per parameter x OVERHEAD) bytes; OVERHEAD covers the KV
-      caches, activations and allocator slack. It goes where it fits: on the first GPU; else, the
-      target spread over all GPUs with accelerate's device_map="auto" (the drafters stay on the
-      first GPU, so that much room is kept there); else it is refused with both numbers in the
-      message. On CPU it must fit in the available RAM. A GPU machine never falls back to CPU:
-      a model that does not fit on the GPU would be unusably slow there.
-
-`plan` decides from numbers alone, so the policy is tested without a GPU; `probe` reads the
-numbers of this machine, and `load_kwargs` turns a plan into `from_pretrained` arguments.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

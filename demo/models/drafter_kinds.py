@@ -1,5 +1,5 @@
-"""The drafter kinds: one registration per kind, everything the app says and does about a drafter
-of that kind. Plain data (no torch at import): the page reads it before any model.
+"""The drafter kinds: one registration per kind, all the app says and does about a drafter of that
+kind. Plain data (no torch at import): the page reads it before any model.
 
 Adding a drafter is one `register(Kind(...))` call (below the built-in kinds, so that every
 process has it; a test may register a kind of its own and `unregister` it after) and a loader:
@@ -7,9 +7,8 @@ process has it; a test may register a kind of its own and `unregister` it after)
 `kind` is this registration's), importing what it needs when called. `loaded` is the preset in
 memory (`demo.models.loader.Loaded`), `name` the menu name, `spec` the preset's `DrafterSpec` the
 drafter drafts with (None for a kind with no model of the preset's), `progress(fraction, message)`.
-Who reads each field: `Preset.drafter` and `drafter_names` (name, tree, base, unusable), the menu's
-line (`line`, `languages`), `Loaded.prompt` (`reads`), `Loaded.notes` (`note`), the page's
-teaching (`teach`, `silent`), the budget (`step`) and the paper-scale price (`paper_step`).
+Its readers: `Preset.drafter` (name, tree, base, unusable), the menu (line, languages), `Loaded`
+(reads, note), the page's teaching (teach, silent), the budget (step), `scale` (paper_step).
 """
 
 from __future__ import annotations
@@ -118,31 +117,34 @@ def _lookup_note(d, target) -> str:
 # the target's layers (0.7); a lookup is a list search (0.02), as is a hidden-state drafter's few
 # small matrix products (docs/drafters-feature.md).
 BLIND = "the text-only drafter cannot see the image, so it guessed from the words alone"
-register(
-    Kind(
-        kind="text-only",
-        line="a small language model that reads the question and the answer so far, but never the image",
-        load=loaders.model,
-        step=0.15,
-        paper_step=scale.DRAFT_RATIO,
-        reads="text",
-        teach=BLIND,
-        tree=True,
-    )
+SIGHTED = "the image-aware drafter sees the image, but it is a far smaller model than the target and reads it less well"
+MODEL_KINDS = (  # the drafter models a preset names (`DrafterSpec.kind`), by what their prompt holds
+    (
+        "text-only",
+        "text",
+        BLIND,
+        "a small language model that reads the question and the answer so far, but never the image",
+    ),
+    (
+        "image-aware",
+        "image",
+        SIGHTED,
+        "a small LLaVA that sees the image too, so it guesses colours, shapes and counts far better",
+    ),
 )
-register(
-    Kind(
-        kind="image-aware",
-        line="a small LLaVA that sees the image too, so it guesses colours, shapes and counts far better",
-        load=loaders.model,
-        step=0.15,
-        paper_step=scale.DRAFT_RATIO,
-        reads="image",
-        teach="the image-aware drafter sees the image, but it is a far smaller model than the target and reads it "
-        "less well",
-        tree=True,
+for kind, reads, teach, line in MODEL_KINDS:
+    register(
+        Kind(
+            kind=kind,
+            line=line,
+            load=loaders.model,
+            step=0.15,
+            paper_step=scale.DRAFT_RATIO,
+            reads=reads,
+            teach=teach,
+            tree=True,
+        )
     )
-)
 register(
     Kind(
         kind="prompt-lookup",
@@ -179,43 +181,39 @@ register(
 )
 # The drafters that read the target's hidden state (trained for the embedded target only), and
 # the text-only drafter staged by lookup.
-FEATURE_TEACH = (
-    "the {} reads the target's hidden state, so it sees the image only through the target's eyes, and a small "
-    "network guesses from it less well than the target reads it"
+# `feature`: EAGLE-2's form as "feature+tree", top-k of its own chained states through trees.py.
+FEATURE_KINDS = (
+    (
+        "target-feature",
+        "feature",
+        loaders.feature,
+        "Feature: reads the target's hidden state, so it sees the image through the target's eyes; a small network chains its drafts on its own predicted state.",
+    ),
+    (
+        "target-heads",
+        "medusa",
+        loaders.medusa,
+        "Medusa: k heads on the target, each guessing one more token ahead from its hidden state.",
+    ),
 )
-register(
-    Kind(
-        kind="target-feature",
-        name="feature",
-        line="Feature: reads the target's hidden state, so it sees the image through the target's eyes; "
-        "a small network chains its drafts on its own predicted state.",
-        load=loaders.feature,
-        step=0.02,
-        paper_step=scale.DRAFT_RATIO,
-        paper_measured=False,
-        reads="text",
-        teach=FEATURE_TEACH.format("feature drafter"),
-        tree=True,  # "feature+tree": EAGLE-2's form, top-k of its own chained states through trees.py
-        languages=("en", "de", "zh"),
-        unusable=feature_assets.no_checkpoint("feature"),
+for kind, name, load, line in FEATURE_KINDS:
+    teach = f"the {name} drafter reads the target's hidden state, so it sees the image only through the target's eyes, and a small network guesses from it less well than the target reads it"
+    register(
+        Kind(
+            kind=kind,
+            name=name,
+            line=line,
+            load=load,
+            step=0.02,
+            paper_step=scale.DRAFT_RATIO,
+            paper_measured=False,
+            reads="text",
+            teach=teach,
+            tree=True,
+            languages=("en", "de", "zh"),
+            unusable=feature_assets.no_checkpoint(name),
+        )
     )
-)
-register(
-    Kind(
-        kind="target-heads",
-        name="medusa",
-        line="Medusa: k heads on the target, each guessing one more token ahead from its hidden state.",
-        load=loaders.medusa,
-        step=0.02,
-        paper_step=scale.DRAFT_RATIO,
-        paper_measured=False,
-        reads="text",
-        teach=FEATURE_TEACH.format("Medusa drafter"),
-        tree=True,
-        languages=("en", "de", "zh"),
-        unusable=feature_assets.no_checkpoint("medusa"),
-    )
-)
 register(
     Kind(
         kind="staged",

@@ -8,9 +8,7 @@
                 the cache. `MRopeTarget` supplies those positions on every forward.
     idefics3    Idefics3 / SmolVLM: the image is split into tiles, each wrapped as
                 <fake_token_around_image><row_i_col_j><image>*n, plus a <global-img> thumbnail.
-
-Per family: the placeholder tokens a text-only drafter must never see, the `Target` class, and
-how the processor is built from a model directory.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -3,13 +3,7 @@
 Model ids come from the presets only: `resolve` and `availability` are called with the paths and
 hub ids that `demo.models.presets.PRESETS` names, never with user input.
 
-Downloads are off unless the environment says otherwise:
-    DEMO_ALLOW_DOWNLOADS=1   a hub preset missing from the local cache is downloaded on first use
-                             (config, weights, tokenizer and templates; never code)
-    HF_HUB_OFFLINE=1         the hub is never asked, whatever DEMO_ALLOW_DOWNLOADS says
-Without downloads a hub preset loads only from the local cache. `availability` answers quickly in
-every case: it reads the local cache, and asks the hub (only when downloads are allowed) with a
-hard deadline of PROBE_SECONDS, so the UI can say within 10 s that a preset cannot be had.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -6,26 +6,7 @@ done once per process and shared by every user: models are read-only at inferenc
 gets its own KV caches, and `Loaded.drafter(name)` hands every run its own drafter state around the
 shared drafter model. Switching drafter never reloads the target. Nothing loads at import time.
 
-Before a preset loads, `demo.models.devices` picks the device (CUDA in bf16, else CPU in fp32) and
-refuses, with both numbers, a preset that does not fit in free memory; a target too large for one
-GPU is spread over several. `demo.models.hub` finds the files: a local directory, or the local Hugging Face
-cache; the hub is asked only when DEMO_ALLOW_DOWNLOADS=1. `availability(name)` tells the UI within
-seconds whether a preset can be loaded, and why not.
-
-The API the UI uses:
-    PRESETS, DEFAULT_PRESET         the selector's choices; Preset.note is shown next to each
-    availability(name)              Availability(ok, local, message), fast, never loads anything
-    load(name, progress=None)       Loaded; progress(fraction, message) is called at each stage;
-                                    raises hub.Unavailable or devices.NotEnoughMemory with a message
-    is_loaded(name)                 whether load(name) would return at once
-    Loaded.drafter(name, progress)  a drafter for one run (its model loads on first use)
-    Loaded.prompt(image, q, d)      the target's and drafter d's inputs
-    Loaded.notes(drafter)           facts about this pairing the UI should state
-
-Preloading (start-up on a Space: `preload(names)`, and from then on only those presets are
-served, `check_served(name)`) is `demo.models.preloading`'s. What the tokenizers' ids mean (stop
-ids, image placeholders, a drafter's ids checked against the target's, a question kept from
-spelling control tokens) is `demo.models.vocab`'s.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

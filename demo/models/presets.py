@@ -170,11 +170,11 @@ PRESETS: dict[str, Preset] = {
     ),
     "smolvlm-500m": Preset(
         name="smolvlm-500m",
+        family="idefics3",
         target="HuggingFaceTB/SmolVLM-500M-Instruct",
+        params=507_500_000,
         drafters=(DrafterSpec("smollm2-135m", "text-only", "HuggingFaceTB/SmolLM2-135M-Instruct", params=134_500_000),),
         description="CPU-friendly: SmolVLM-500M drafted by the text-only SmolLM2-135M.",
-        family="idefics3",
-        params=507_500_000,
         note="The drafter's vocabulary lacks the target's <end_of_utterance>, so it can never propose "
         "stopping; the target still stops exactly, with its own token. Images are scaled to at most "
         "1024 px (2 x 2 tiles + 1 thumbnail).",

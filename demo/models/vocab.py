@@ -8,8 +8,7 @@ whether a drafter's ids mean what the target's mean, and a question kept from sp
     as_text(question, tokenizer)           every added-token string broken by WORD_JOINER, so it
                                            is read as the characters typed
 
-Pure functions of tokenizers and processors (`demo.models.loader` applies them as it loads a
-preset); nothing loads here.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -4,26 +4,9 @@ On ZeroGPU (hub docs, `docs/hub/spaces-zerogpu.md`) a real GPU exists only insid
 decorated with `@spaces.GPU`, which runs in a separate process with pickled arguments and
 returns. Models must therefore be loaded, and placed on `cuda`, in the main process at start-up
 (outside the decorated functions PyTorch runs in a CUDA emulation mode); a model loaded inside a
-decorated call is gone when it returns. So the app has two ways of loading:
+decorated call is gone when it returns. So the app has two ways of loading.
 
-    lazy (the default off a Space)   nothing loads at import or start-up; a preset loads on its
-                                     first request, and the default one warms up after the page
-    preload                          the presets named by DEMO_PRELOAD=name,name (or, on a Space,
-                                     the default preset when DEMO_PRELOAD is not set) load at
-                                     start-up, before the first request; only they are served,
-                                     and no request loads anything
-
-A Space's presets come from its settings: the variable DEMO_PRELOAD (Settings > Variables;
-`python -m demo.deploy.space push OWNER/NAME --presets a,b` sets it, and `stage --presets a,b` lists
-the hub presets' repos in the card's `models:` and `preload_from_hub:`, so the build downloads
-them before the app starts).
-
-`GPU(duration)` is `spaces.GPU(duration=duration)` where the `spaces` package imports (on a
-Space; it is preinstalled there and must not be listed in requirements.txt), and leaves the
-function as it is elsewhere. Decorated functions take and return plain data only.
-
-Imports nothing heavy: the page is built before torch is imported, and `spaces`, which must come
-before torch on ZeroGPU, is imported with this module (by `app.py` and `demo.page.server`, before anything imports torch).
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ class Prompts:
     def features(self, drafter: str, answer: list[int]):
         """The target's hidden states behind `answer` (`sweep.answer_features`: one target forward,
         made once per answer) where `drafter` reads them to replay it, else None."""
-        if not getattr(self.loaded.drafter(drafter), "reads_features", False):
+        if not self.loaded.drafter(drafter).reads_features:
             return None
         if self._features is None or self._features[0] != tuple(answer):
             from demo.engine import sweep  # torch: imported on first use

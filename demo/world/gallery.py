@@ -22,22 +22,8 @@ from demo.world import scoring_languages, tasks_de, tasks_en, tasks_zh
 from demo.world.scenes import COLOURS, POSITION_PHRASES, POSITIONS, SHAPES
 from demo.world.tasks import LANGUAGES, TASKS, heldout_examples, in_language, qa
 
-# Which held-out examples of each task the gallery shows: indices into
-# `heldout_examples(task, n, seed=SEED, language=...)`. Every family is covered, captions and
-# multiple choice twice. Each is the first the shipped target, alone and greedy, answers right
-# within the page's 128 new tokens, in the question's language (scored by `scoring` and
-# `scoring_languages`, every fact sentence checked by `states_only_true_facts`;
-# `tests/test_examples_hold.py` races every one): the first examples of the count, position and
-# yes/no questions were wrong in some language, so later ones replaced them.
-# Every task but the description shows the same scenes in English, German and Chinese, the first
-# right in all three. The description is picked per language: each language leans to its own
-# wrong size sentence (English to "One of them is large and two are small", German to "Alle zwei
-# Formen sind klein"), so no scene was found that the target describes right in every sentence in
-# all three, and each language shows the first scene it describes right, and in full
-# (`describes_in_full`: English's number 22, answered in one caption-like sentence, is not): of
-# the first 96 English, 256 German and 400 Chinese held-out descriptions (docs/world-languages.md).
-# Chinese descriptions spell their closing sentence's rarer characters in byte pieces the target
-# learnt poorly, so their text holds U+FFFD (395 of those 400); the facts are right.
+# Which held-out examples of each task the gallery shows (indices into `heldout_examples`): each the
+# first the shipped target answers right, in full (`tests/test_examples_hold.py`); how: docs/world.md.
 PICKS = {
     "description": {"en": (88,), "de": (250,), "zh": (286,)},  # a scene per language
     "caption": (0, 1),
@@ -97,7 +83,7 @@ def write_examples(directory: Path, seed: int = SEED) -> list[dict]:
     return out["en"]
 
 
-# Every fact sentence, checked (issue 53): the world's scoring reads a description's (place, colour,
+# Every fact sentence, checked: the world's scoring reads a description's (place, colour,
 # shape) triples only, and a description also states how many shapes there are, their sizes, its
 # colours and, in some forms, how many cells are empty. `facts(language, text)` reads each sentence's
 # fact words (numbers, sizes, colours, shapes, places, each as its canonical value); a sentence is

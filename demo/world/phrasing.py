@@ -1,15 +1,17 @@
-"""Phrasing helpers every language of the world shares (English in `tasks_en`, German in
-`tasks_de`, Chinese in `tasks_zh`): the task families, option letters and drawing the options,
-capitals, listings, finding the one object a question is about, what a count question counts,
-`forms`, which builds a language's task -> form table from its form functions, and `ask`, the
-one dispatcher over a language's phrase tables."""
+"""The one dispatcher over the world's languages' phrase tables (English in `tasks_en`, German in
+`tasks_de`, Chinese in `tasks_zh`): `ask`, and the forms every language writes alike from its
+tables (a description, a caption, the colour, position and yes/no questions); a language writes
+its own form of a task only where its grammar needs one (`_<task>` in its module). Beside them,
+the helpers the languages share: the task families, option letters and drawing the options,
+capitals, listings, the one object a question is about, and what a count question counts."""
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Mapping, Sequence
 
-from demo.world.scenes import COLOURS, SHAPES, Obj, Scene
+from demo.world.scenes import COLOURS, GRID, SHAPES, Obj, Scene
 
 # The task families every language writes (`tasks.TASKS` is this tuple; see `tasks`).
 TASKS = (
@@ -71,22 +73,113 @@ def counted(scene: Scene, rng: random.Random) -> tuple[str, str, int]:
     return kind, shape, sum(o.shape == shape for o in scene.objects)
 
 
-def asked(scene: Scene, rng: random.Random) -> tuple[Obj, Obj | None]:
-    """A yes/no question's thing (German's and Chinese's: English draws its colour first): half
-    the time one of the scene's objects, else any shape and colour; and the first object of the
-    scene with its colour and shape, or None when there is none."""
+def asked(scene: Scene, rng: random.Random, colour_first: bool = False) -> tuple[Obj, Obj | None]:
+    """A yes/no question's thing: half the time one of the scene's objects, else any shape and
+    colour (English draws the colour first); and the first object of the scene with its colour
+    and shape, or None when there is none."""
     if rng.random() < 0.5:
         thing = rng.choice(scene.objects)
+    elif colour_first:
+        colour = rng.choice(list(COLOURS))
+        thing = Obj(rng.choice(SHAPES), colour, "small", 0)
     else:
         thing = Obj(rng.choice(SHAPES), rng.choice(list(COLOURS)), "small", 0)
     hits = [o for o in scene.objects if o.colour == thing.colour and o.shape == thing.shape]
     return thing, hits[0] if hits else None
 
 
-def forms(namespace: Mapping[str, Callable]) -> dict[str, Callable]:
-    """A language's task -> form table, from its form functions: the form of `task` is the
-    function `_<task>` of the language's module (`namespace` is that module's `globals()`)."""
-    return {task: namespace[f"_{task}"] for task in TASKS}
+# --- the forms every language writes alike, from its phrase tables (`L`, the language's module) ----
+
+
+def sizes(L, scene: Scene) -> str:
+    n = len(scene.objects)
+    large = sum(o.size == "large" for o in scene.objects)
+    if n == 1:
+        return L.SIZE_SENTENCES[0].format(L.SIZES[scene.objects[0].size])
+    if large in (0, n):
+        return L.SIZE_SENTENCES[1].format(L.NUMBERS[n], L.SIZES["large" if large else "small"])
+    return L.mixed_sizes(large, n - large)
+
+
+def colours(L, scene: Scene) -> str:
+    said = list(dict.fromkeys(L.COLOURS[o.colour] for o in scene.objects))
+    one, every, several = L.COLOUR_SENTENCES
+    if len(scene.objects) == 1:
+        return one.format(said[0])
+    return every.format(said[0]) if len(said) == 1 else several.format(listing(said, *L.LISTING))
+
+
+def description(L, scene: Scene, rng: random.Random) -> str:
+    """An introduction, each object at its place, the count, sizes, colours and a closing line
+    (German and Chinese draw the closing line first)."""
+    n, empty = len(scene.objects), GRID * GRID - len(scene.objects)
+    closing = lambda: rng.choice(L.CLOSINGS).format(L.NUMBERS[empty])  # noqa: E731
+    first = closing() if L.CLOSING_FIRST else None
+    parts = [rng.choice(L.INTROS)] + [rng.choice(L.object_sentences(o)) for o in scene.objects]
+    total = L.TOTALS[0] if n == 1 else L.TOTALS[1].format(L.NUMBERS[n])
+    return L.SPACE.join(parts + [total, sizes(L, scene), colours(L, scene), first or closing()])
+
+
+def caption(L, scene: Scene, rng: random.Random) -> str:
+    """Each object after its place, in reading order: the place is the key its words are read by."""
+    sized = rng.random() < 0.5
+    things = listing([L.caption_item(o, sized) for o in scene.objects], *L.CAPTION_LISTING)
+    return cap(f"{rng.choice(L.CAPTION_LEADS)}{things}{L.STOP}")
+
+
+def vqa_colour(L, scene: Scene, rng: random.Random) -> tuple[str, str]:
+    o = rng.choice(scene.objects)
+    if unique(scene, shape=o.shape) and rng.random() < 0.5:
+        subject = L.the_shape(o)
+    else:
+        subject = L.the_thing_at(rng.choice(L.THINGS), o)
+    question = rng.choice(L.COLOUR_QUESTIONS).format(subject)
+    return question, L.restated(subject, L.IS.format(L.COLOURS[o.colour]), rng)
+
+
+def vqa_position(L, scene: Scene, rng: random.Random) -> tuple[str, str] | None:
+    o = nameable(scene, rng)
+    if o is None:
+        return None
+    question = rng.choice(L.WHERE_QUESTIONS).format(L.named(o))
+    return question, L.restated(L.named(o), L.AT.format(L.PLACE_PHRASES[o.cell]), rng)
+
+
+def vqa_yesno(L, scene: Scene, rng: random.Random) -> tuple[str, str]:
+    thing, hit = asked(scene, rng, L.COLOUR_FIRST)
+    said = L.asked_thing(thing)
+    question = rng.choice(L.YESNO_QUESTIONS).format(said)
+    if hit:
+        return question, rng.choice(L.YES).format(said, L.PLACE_PHRASES[hit.cell], L.PLACES[hit.cell])
+    return question, rng.choice(L.NO).format(said, f"{thing.colour} {thing.shape}")
+
+
+def multiple_choice(L, scene: Scene, rng: random.Random) -> tuple[str, str]:
+    """A question on one object (or the count), four options, then the reason, the checks and the
+    letter (`tasks_en` writes English's own, with its earlier forms)."""
+    o = rng.choice(scene.objects)
+    kind = rng.choice(("shape", "colour", "position", "count"))
+    if kind == "shape":
+        options, letter = draw_options(L.SHAPES[o.shape], list(L.SHAPES.values()), rng)
+    elif kind == "colour":
+        options, letter = draw_options(L.COLOURS[o.colour], list(L.COLOURS.values()), rng)
+    elif kind == "position" and unique(scene, colour=o.colour, shape=o.shape):
+        options, letter = draw_options(L.PLACES[o.cell], list(L.PLACES), rng, ordered=True)
+    else:  # the counts one to four, as an exam lists them
+        kind, options, letter = "count", list(L.COUNT_OPTIONS), LETTERS[len(scene.objects) - 1]
+    question, reason = L.choice_words(kind, o, scene)
+    listed = L.OPTION_SEP.join(f"{x}. {text}" for x, text in zip(LETTERS, options))
+    return L.CHOICE.format(question, listed), L.CHOICE_ANSWER.format(reason, L.checks(kind, options, letter), letter)
+
+
+ALIKE = {"description": description, "caption": caption, "vqa_colour": vqa_colour, "multiple_choice": multiple_choice}
+ALIKE |= {"vqa_position": vqa_position, "vqa_yesno": vqa_yesno}
+
+
+def forms(L) -> dict[str, Callable]:
+    """A language's task -> form table: its own `_<task>` where it has one, else the form every
+    language writes alike, over its tables."""
+    return {task: getattr(L, f"_{task}", None) or functools.partial(ALIKE[task], L) for task in TASKS}
 
 
 def ask(

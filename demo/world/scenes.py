@@ -1,15 +1,6 @@
 """Synthetic scenes: coloured shapes laid out on the vision tower's patch grid.
 
-Contract:
-- A `Scene` is a background tint plus 1-4 `Obj`s, each in its own cell of a 3x3 grid. The grid
-  is the vision tower's patch grid (model input 96 px, patch 32), so one image token sees one
-  whole object and nothing else.
-- `sample_scene(rng)` draws a scene from a `random.Random`; the same generator state always gives
-  the same scene. `split_of(scene)` puts every scene in "train" or "heldout" by a hash of its
-  content, so the two splits can never share a scene.
-- `render(scene, size)` draws the scene anti-aliased at display resolution (a PIL image). The
-  model input is whatever the saved image processor makes of that image, in training and in
-  the app alike.
+More, with its measurements: docs/modules.md.
 """
 
 import functools

@@ -58,15 +58,15 @@ GERMAN = Lexicon(
     spaced=True,
 )
 CHINESE = Lexicon(
+    spaced=False,  # words are not spaced: read by substring
+    yes="有",
+    no="没有",
     colours={z: c for c, z in tasks_zh.COLOURS.items()},
     shapes={z: s for s, z in tasks_zh.SHAPES.items()},
     places=_places(tasks_zh),
     counts={"没有": 0, "零": 0, "二": 2} | {w: i for i, w in enumerate(tasks_zh.NUMBERS) if i},
-    yes="有",
-    no="没有",
     letter=re.compile(r"答案[：:]\s*\(?([abcd])\b"),
     sentence=re.compile(r"(?<=。)"),
-    spaced=False,
 )
 LEXICONS = {"de": GERMAN, "zh": CHINESE}
 

@@ -1,15 +1,6 @@
 """Questions and reference answers about scenes, one family per evaluation of the paper.
 
-Contract:
-- `TASKS` names the task families: a detailed description (LLaVA-Instruct-like, long and
-  structured), a short caption (COCO-like), multiple choice with a short explanation then the
-  letter (ScienceQA-like), and five short VQA kinds.
-- `qa(task, scene, rng) -> (question, answer)` writes one question and its reference answer
-  (English's in `tasks_en`, German's in `tasks_de`, Chinese's in `tasks_zh`). Phrasings vary
-  (drawn from `rng`), the facts never do: every answer is true of the scene.
-- `heldout_examples(task, n, seed)` returns n deterministic `Example`s from held-out scenes,
-  with the display-resolution image; `train_examples` is the same for the training split.
-- `image_grounded_words()` is the vocabulary that can only be known by looking at the image.
+More, with its measurements: docs/modules.md.
 """
 
 import random

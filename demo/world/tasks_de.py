@@ -10,9 +10,10 @@ masculine or neuter: every shape noun is one of them).
 """
 
 import random
+import sys
 
-from demo.world.phrasing import LETTERS, asked, cap, counted, draw_options, forms, listing, nameable, unique
-from demo.world.scenes import GRID, Obj, Scene
+from demo.world.phrasing import LETTERS, cap, counted, forms, listing, unique
+from demo.world.scenes import Obj, Scene
 
 COLOURS = {"red": "rot", "orange": "orange", "yellow": "gelb", "green": "grün", "blue": "blau", "purple": "violett"}
 SHAPES = {"circle": "Kreis", "square": "Quadrat", "triangle": "Dreieck", "cross": "Kreuz"}
@@ -72,50 +73,30 @@ INTROS = (
 )
 
 
-def _object_sentence(o: Obj, rng: random.Random) -> str:
+CLOSINGS = (
+    "Die anderen {} Felder des Rasters sind leer, daher wirkt die Szene einfach und ordentlich.",
+    "Abgesehen von diesen Formen ist der Hintergrund leer, und die Szene wirkt schlicht und aufgeräumt.",
+    "Sonst ist nichts auf dem Bild, und das gibt ihm ein klares und minimalistisches Aussehen.",
+)
+CLOSING_FIRST, SPACE, STOP, LISTING = True, " ", ".", (", ", " und ")
+TOTALS = ("Insgesamt ist eine einzige Form auf dem Bild.", "Insgesamt sind {} Formen auf dem Bild.")
+SIZE_SENTENCES = ("Die Form ist {}.", "Alle {} Formen sind {}.")
+COLOUR_SENTENCES = (
+    "Die einzige Farbe auf dem Bild ist {}.",
+    "Jede Form auf dem Bild ist {}.",
+    "Die Farben auf dem Bild sind {}.",
+)
+
+
+def object_sentences(o: Obj) -> tuple[str, ...]:
     """One object, its place first, as in English."""
-    verb = rng.choice(("ist", "befindet sich", "liegt"))
-    return f"{cap(phrase(o))} {verb} {indefinite(o)}."
+    return tuple(f"{cap(phrase(o))} {verb} {indefinite(o)}." for verb in ("ist", "befindet sich", "liegt"))
 
 
-def _sizes(scene: Scene) -> str:
-    n = len(scene.objects)
-    large = sum(o.size == "large" for o in scene.objects)
-    if n == 1:
-        return f"Die Form ist {SIZES[scene.objects[0].size]}."
-    if large in (0, n):
-        return f"Alle {NUMBERS[n]} Formen sind {'groß' if large else 'klein'}."
-    small = n - large
+def mixed_sizes(large: int, small: int) -> str:
     count = lambda k: "eine" if k == 1 else NUMBERS[k]  # noqa: E731
     verb = lambda k: "ist" if k == 1 else "sind"  # noqa: E731
     return f"{cap(count(large))} davon {verb(large)} groß und {count(small)} {verb(small)} klein."
-
-
-def _colours(scene: Scene) -> str:
-    colours = list(dict.fromkeys(COLOURS[o.colour] for o in scene.objects))
-    if len(scene.objects) == 1:
-        return f"Die einzige Farbe auf dem Bild ist {colours[0]}."
-    if len(colours) == 1:
-        return f"Jede Form auf dem Bild ist {colours[0]}."
-    return f"Die Farben auf dem Bild sind {listing(colours, ', ', ' und ')}."
-
-
-def _description(scene: Scene, rng: random.Random) -> str:
-    n, empty = len(scene.objects), GRID * GRID - len(scene.objects)
-    closing = rng.choice(
-        (
-            f"Die anderen {NUMBERS[empty]} Felder des Rasters sind leer, daher wirkt die Szene einfach und ordentlich.",
-            "Abgesehen von diesen Formen ist der Hintergrund leer, und die Szene wirkt schlicht und aufgeräumt.",
-            "Sonst ist nichts auf dem Bild, und das gibt ihm ein klares und minimalistisches Aussehen.",
-        )
-    )
-    total = (
-        "Insgesamt ist eine einzige Form auf dem Bild."
-        if n == 1
-        else f"Insgesamt sind {NUMBERS[n]} Formen auf dem Bild."
-    )
-    parts = [rng.choice(INTROS)] + [_object_sentence(o, rng) for o in scene.objects]
-    return " ".join(parts + [total, _sizes(scene), _colours(scene), closing])
 
 
 # --- (b) short caption ----------------------------------------------------------------------
@@ -125,12 +106,11 @@ CAPTION = (
     "Beschreibe dieses Bild in einem Satz.",
     "Gib eine knappe Bildunterschrift für das Bild.",
 )
+CAPTION_LEADS, CAPTION_LISTING = ("", "Eine einfache Zeichnung: ", "Auf hellem Hintergrund: "), ("; ", "; und ")
 
 
-def _caption(scene: Scene, rng: random.Random) -> str:
-    sized = rng.random() < 0.5
-    things = listing([f"{phrase(o)}, {indefinite(o, sized)}" for o in scene.objects], "; ", "; und ")
-    return cap(f"{rng.choice(('', 'Eine einfache Zeichnung: ', 'Auf hellem Hintergrund: '))}{things}.")
+def caption_item(o: Obj, sized: bool) -> str:
+    return f"{phrase(o)}, {indefinite(o, sized)}"
 
 
 # --- (c) multiple choice with explanation ---------------------------------------------------
@@ -150,32 +130,34 @@ def checks(kind: str, options: list[str], letter: str) -> str:
     raise ValueError(f"{letter} is not among {options}")
 
 
-def _multiple_choice(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    o = rng.choice(scene.objects)
-    kind = rng.choice(("shape", "colour", "position", "count"))
-    pronoun = "er" if o.shape in MASCULINE else "es"
-    if kind == "shape":
-        question = f"Welche Form ist {phrase(o)}?"
-        options, letter = draw_options(SHAPES[o.shape], list(SHAPES.values()), rng)
-        reason = f"Das Objekt {phrase(o)} ist {indefinite(o)}, also ist es ein {SHAPES[o.shape]}."
-    elif kind == "colour":
-        question = f"Welche Farbe hat die Form {phrase(o)}?"
-        options, letter = draw_options(COLOURS[o.colour], list(COLOURS.values()), rng)
-        reason = f"Die Form {phrase(o)} ist {indefinite(o)}, also ist sie {COLOURS[o.colour]}."
-    elif kind == "position" and unique(scene, colour=o.colour, shape=o.shape):
-        question = f"Wo ist {definite(o)}?"
-        options, letter = draw_options(PLACES[o.cell], list(PLACES), rng, ordered=True)
-        reason = f"{cap(definite(o))} ist {phrase(o)}, also ist {pronoun} {PLACES[o.cell]}."
-    else:
-        kind, n = "count", len(scene.objects)
-        question = "Wie viele Formen sind auf dem Bild?"
-        options = list(NUMBERS[1:5])
-        letter = LETTERS[options.index(NUMBERS[n])]
+COUNT_OPTIONS, OPTION_SEP = NUMBERS[1:5], ", "
+CHOICE = "{}\nOptionen: {}.\nErkläre kurz und nenne dann den Buchstaben der richtigen Option."
+CHOICE_ANSWER = "{} {} Die Antwort ist {}."
+
+
+def choice_words(kind: str, o: Obj, scene: Scene) -> tuple[str, str]:
+    """Multiple choice's question and reason (`phrasing.multiple_choice`)."""
+    if kind == "count":
+        n = len(scene.objects)
         listed = listing([f"{phrase(x)}, {indefinite(x, False)}" for x in scene.objects], "; ", "; und ")
-        reason = cap(f"{listed}, also {'ist es eins' if n == 1 else 'sind es ' + NUMBERS[n]}.")
-    listed = ", ".join(f"{letter_}. {text}" for letter_, text in zip(LETTERS, options))
-    question = f"{question}\nOptionen: {listed}.\nErkläre kurz und nenne dann den Buchstaben der richtigen Option."
-    return question, f"{reason} {checks(kind, options, letter)} Die Antwort ist {letter}."
+        return "Wie viele Formen sind auf dem Bild?", cap(
+            f"{listed}, also {'ist es eins' if n == 1 else 'sind es ' + NUMBERS[n]}."
+        )
+    pronoun, it = "er" if o.shape in MASCULINE else "es", indefinite(o)
+    return {
+        "shape": (
+            f"Welche Form ist {phrase(o)}?",
+            f"Das Objekt {phrase(o)} ist {it}, also ist es ein {SHAPES[o.shape]}.",
+        ),
+        "colour": (
+            f"Welche Farbe hat die Form {phrase(o)}?",
+            f"Die Form {phrase(o)} ist {it}, also ist sie {COLOURS[o.colour]}.",
+        ),
+        "position": (
+            f"Wo ist {definite(o)}?",
+            f"{cap(definite(o))} ist {phrase(o)}, also ist {pronoun} {PLACES[o.cell]}.",
+        ),
+    }[kind]
 
 
 # --- short VQA ------------------------------------------------------------------------------
@@ -187,16 +169,31 @@ def restated(subject: str, rest: str, rng: random.Random) -> str:
     return cap(f"{subject} {rest}{rng.choice(TAILS)}.")
 
 
-def _vqa_colour(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    o = rng.choice(scene.objects)
-    colour = COLOURS[o.colour]
-    if unique(scene, shape=o.shape) and rng.random() < 0.5:
-        subject = definite(o, colour=False)
-        question = rng.choice((f"Welche Farbe hat {subject}?", f"In welcher Farbe ist {subject}?"))
-        return question, restated(subject, f"ist {colour}", rng)
-    subject = rng.choice(("die Form", "das Objekt")) + f" {phrase(o)}"
-    question = rng.choice((f"Welche Farbe hat {subject}?", f"In welcher Farbe ist {subject}?"))
-    return question, restated(subject, f"ist {colour}", rng)
+IS, AT, THINGS = "ist {}", "ist {}", ("die Form", "das Objekt")
+COLOUR_QUESTIONS = ("Welche Farbe hat {}?", "In welcher Farbe ist {}?")
+WHERE_QUESTIONS = ("Wo ist {}?", "Wo auf dem Bild ist {}?")
+YESNO_QUESTIONS, YES, NO = (
+    ("Gibt es {} auf dem Bild?", "Siehst du {}?"),
+    ("Ja.", "Ja, es gibt {} {}."),
+    ("Nein.", "Nein, es gibt k{}."),
+)
+COLOUR_FIRST = False
+
+
+def the_shape(o: Obj) -> str:
+    return definite(o, colour=False)
+
+
+def the_thing_at(noun: str, o: Obj) -> str:
+    return f"{noun} {phrase(o)}"
+
+
+def named(o: Obj) -> str:
+    return definite(o)
+
+
+def asked_thing(o: Obj) -> str:
+    return indefinite(o, size=False, accusative=True)
 
 
 def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
@@ -222,25 +219,8 @@ def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
     return question, restated(f"die Anzahl der {weak}", f"ist {NUMBERS[n]}", rng)
 
 
-def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
-    o = nameable(scene, rng)
-    if o is None:
-        return None
-    question = rng.choice((f"Wo ist {definite(o)}?", f"Wo auf dem Bild ist {definite(o)}?"))
-    return question, restated(definite(o), f"ist {phrase(o)}", rng)
-
-
-def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    asked_, hit = asked(scene, rng)
-    thing = indefinite(asked_, size=False, accusative=True)
-    question = rng.choice((f"Gibt es {thing} auf dem Bild?", f"Siehst du {thing}?"))
-    if hit:
-        return question, rng.choice(("Ja.", f"Ja, es gibt {thing} {phrase(hit)}."))
-    return question, rng.choice(("Nein.", f"Nein, es gibt k{thing}."))
-
-
 # The phrase tables `tasks.qa` dispatches over (`phrasing.ask`): the tasks whose question is drawn
-# from a list of prompts, and each task's form (`_<task>` above, `phrasing.forms`), which writes
+# from a list of prompts, and each task's form (its `_<task>` above, else `phrasing`'s), which writes
 # its answer (or question and answer).
 PROMPTS = {"description": DESCRIBE, "caption": CAPTION}
-FORMS = forms(globals())
+FORMS = forms(sys.modules[__name__])

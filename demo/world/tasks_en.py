@@ -8,11 +8,16 @@ too; `tasks_de` and `tasks_zh` write multiple choice's checks as `checks` does.
 """
 
 import random
+import sys
 
-from demo.world.phrasing import LETTERS, cap, counted, draw_options, forms, listing, nameable, unique
-from demo.world.scenes import COLOURS, GRID, POSITIONS, SHAPES, Obj, Scene
+from demo.world import scenes
+from demo.world.phrasing import LETTERS, cap, counted, draw_options, forms, listing, unique
+from demo.world.scenes import POSITION_PHRASES, POSITIONS, SHAPES, Obj, Scene
 
 NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+COLOURS = {c: c for c in scenes.COLOURS}  # English says each colour by its name (`phrasing`'s tables)
+SIZES = {"large": "large", "small": "small"}
+PLACES, PLACE_PHRASES = POSITIONS, POSITION_PHRASES
 
 
 def plural(shape: str) -> str:
@@ -38,73 +43,39 @@ DESCRIBE = (
 )
 
 
-def _intro(rng: random.Random) -> str:
-    return rng.choice(
-        (
-            "The image is a simple drawing on a plain, light background.",
-            "This picture shows a flat, colourful drawing on a pale, uniform background.",
-            "Here we have a minimal illustration of geometric shapes on a light background.",
-        )
-    )
+INTROS = (
+    "The image is a simple drawing on a plain, light background.",
+    "This picture shows a flat, colourful drawing on a pale, uniform background.",
+    "Here we have a minimal illustration of geometric shapes on a light background.",
+)
+CLOSINGS = (
+    "The other {} places on the grid are empty, so the scene looks simple and tidy.",
+    "Apart from these shapes the background is empty, and the overall scene is simple and uncluttered.",
+    "There is nothing else in the image, which gives it a clean and minimal look.",
+)
+CLOSING_FIRST, SPACE, STOP, LISTING = False, " ", ".", (", ", " and ")
+TOTALS = ("In total, there is a single shape in the picture.", "In total, there are {} shapes in the picture.")
+SIZE_SENTENCES = ("The shape is {}.", "All {} shapes are {}.")
+COLOUR_SENTENCES = (
+    "The only colour in the picture is {}.",
+    "Every shape in the picture is {}.",
+    "The colours in the picture are {}.",
+)
 
 
-def _object_sentence(o: Obj, rng: random.Random) -> str:
+def object_sentences(o: Obj) -> tuple[str, ...]:
     """One object, its place first: the words the attributes depend on come just before them."""
-    return rng.choice(
-        (
-            f"{cap(o.position_phrase)}, there is {article(name(o))}.",
-            f"{cap(o.position_phrase)}, we can see {article(name(o))}.",
-            f"{cap(o.position_phrase.removeprefix('in '))} holds {article(name(o))}.",
-        )
-    )
-
-
-def _count_sentence(scene: Scene) -> str:
-    n = len(scene.objects)
+    pp, thing = o.position_phrase, article(name(o))
     return (
-        "In total, there is a single shape in the picture."
-        if n == 1
-        else f"In total, there are {NUMBERS[n]} shapes in the picture."
+        f"{cap(pp)}, there is {thing}.",
+        f"{cap(pp)}, we can see {thing}.",
+        f"{cap(pp.removeprefix('in '))} holds {thing}.",
     )
 
 
-def _size_summary(scene: Scene) -> str:
-    n = len(scene.objects)
-    large = sum(o.size == "large" for o in scene.objects)
-    if n == 1:
-        return f"The shape is {scene.objects[0].size}."
-    if large in (0, n):
-        return f"All {NUMBERS[n]} shapes are {'large' if large else 'small'}."
-    small = n - large
+def mixed_sizes(large: int, small: int) -> str:
     verb = lambda k: "is" if k == 1 else "are"  # noqa: E731
     return f"{cap(NUMBERS[large])} of them {verb(large)} large and {NUMBERS[small]} {verb(small)} small."
-
-
-def _colour_summary(scene: Scene) -> str:
-    colours = list(dict.fromkeys(o.colour for o in scene.objects))
-    if len(scene.objects) == 1:
-        return f"The only colour in the picture is {colours[0]}."
-    if len(colours) == 1:
-        return f"Every shape in the picture is {colours[0]}."
-    return f"The colours in the picture are {listing(colours)}."
-
-
-def _closing(scene: Scene, rng: random.Random) -> str:
-    empty = GRID * GRID - len(scene.objects)
-    return rng.choice(
-        (
-            f"The other {NUMBERS[empty]} places on the grid are empty, so the scene looks simple and tidy.",
-            "Apart from these shapes the background is empty, and the overall scene is simple and uncluttered.",
-            "There is nothing else in the image, which gives it a clean and minimal look.",
-        )
-    )
-
-
-def _description(scene: Scene, rng: random.Random) -> str:
-    parts = [_intro(rng)]
-    parts += [_object_sentence(o, rng) for o in scene.objects]
-    parts += [_count_sentence(scene), _size_summary(scene), _colour_summary(scene), _closing(scene, rng)]
-    return " ".join(parts)
 
 
 # --- (b) short caption ----------------------------------------------------------------------
@@ -114,36 +85,18 @@ CAPTION = (
     "Caption this picture in one sentence.",
     "Give a brief caption of the image.",
 )
+CAPTION_LEADS, CAPTION_LISTING = ("", "A simple drawing: ", "On a light background: "), ("; ", "; and ")
 
 
-def _caption(scene: Scene, rng: random.Random) -> str:
-    """Each object after its place, in reading order: the place is the key its words are read by."""
-    sized = rng.random() < 0.5
-    parts = [f"{o.position_phrase}, {article(name(o, sized))}" for o in scene.objects]
-    things = listing(parts, "; ", "; and ")
-    return cap(f"{rng.choice(('', 'A simple drawing: ', 'On a light background: '))}{things}.")
+def caption_item(o: Obj, sized: bool) -> str:
+    return f"{o.position_phrase}, {article(name(o, sized))}"
 
 
 # --- (c) multiple choice with explanation ---------------------------------------------------
 
 
-# Multiple choice has three forms, one question: the LM stage's (`BRIEF`, brief checks), stages
-# 3b-5d's (`EARLY`, restated checks) and the final one (`multiple_choice`: stage 5e on, the
-# distillation set, the evaluation, the app). The final form differs from `EARLY` in the two
-# kinds the target got wrong most (README):
-# - a count is read off the caption's own listing, place by place ("In the centre, a red
-#   circle; and in the top left corner, a blue square, so there are two."), where `EARLY` named
-#   the things alone ("The image contains a circle and a square, ..."). The target lists the
-#   places of a caption exactly (the number of items right in 99 of 100 held-out captions) but
-#   named things twice or left them out, so its count conclusions were right 7 times in 24;
-# - count and position options come in their natural order, as an exam lists them: the counts
-#   one to four, places in reading order. The target copied shuffled ones right 23 and 25 times
-#   in 60 checks (shapes 75 of 80, colours 53 of 53) and wrote its own ("A. five: ... B.
-#   four: ..."); sorted counts drawn from one to five, it counted up from "A. one" whatever
-#   the list began with.
-# `EARLY` also keeps a slip: a position question that falls back to a count (the object is not
-# unique) restated its count with position's article ("the three is not the one"). Stages 3b-5d
-# keep their data: the shipped weights are what the recipe makes with it.
+# Multiple choice has three forms, one question: the LM stage's (`BRIEF`), stages 3b-5d's (`EARLY`)
+# and the final one (`multiple_choice`); why they differ: docs/world.md, "The task forms".
 EARLY = "multiple_choice_early"
 
 
@@ -223,16 +176,8 @@ def brief_checks(options: list[str], letter: str) -> str:
 # --- short VQA ------------------------------------------------------------------------------
 
 
-# Short answers name their subject, then the looked-up word right after it: "The circle is red."
-# A model trained from scratch learns to read an image token fastest when the key of the lookup
-# (the circle) sits just before the word it looks up, rather than only in the question.
-# Measured with `train.slot_probe` on colour questions (the same 150 one-object steps, then all
-# scenes, lr 1e-3): 0.54 / 0.69 / 0.78 / 0.81 of held-out answers right at steps 100-400 with
-# this form, against 0.41 / 0.41 / 0.50 at steps 100-300 with the colour said first ("Red.").
-# Phrasings vary after the looked-up word, so the lookup itself always reads the same way: lead-ins
-# before the subject ("In this image, the circle is red.") slowed it down, 0.07 / 0.14 / 0.55 / 0.61
-# at steps 100-400 of that probe; in the full curriculum 0.53 / 0.58 at steps 150 / 200 against
-# 0.60 / 0.71 with these tails.
+# Short answers name their subject, then the looked-up word right after it, then a varying tail
+# ("The circle is red here."): the form a model reads an image token fastest in (docs/world.md).
 TAILS = ("", " here", " in this image", " in the picture")
 
 
@@ -241,16 +186,31 @@ def restated(subject: str, rest: str, rng: random.Random) -> str:
     return cap(f"{subject} {rest}{rng.choice(TAILS)}.")
 
 
-def _vqa_colour(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    o = rng.choice(scene.objects)
-    if unique(scene, shape=o.shape) and rng.random() < 0.5:
-        question = rng.choice((f"What colour is the {o.shape}?", f"What is the colour of the {o.shape}?"))
-        return question, restated(f"the {o.shape}", f"is {o.colour}", rng)
-    noun = rng.choice(("shape", "object"))
-    question = rng.choice(
-        (f"What colour is the {noun} {o.position_phrase}?", f"What is the colour of the {noun} {o.position_phrase}?")
-    )
-    return question, restated(f"the {noun} {o.position_phrase}", f"is {o.colour}", rng)
+IS, AT, THINGS = "is {}", "is {}", ("shape", "object")
+COLOUR_QUESTIONS = ("What colour is {}?", "What is the colour of {}?")
+WHERE_QUESTIONS = ("Where is {}?", "Where in the image is {}?")
+YESNO_QUESTIONS, YES, NO = (
+    ("Is there {} in the image?", "Can you see {}?"),
+    ("Yes.", "Yes, there is {} {}."),
+    ("No.", "No, there is no {1}."),
+)
+COLOUR_FIRST = True  # a yes/no question's thing: English draws its colour first
+
+
+def the_shape(o: Obj) -> str:
+    return f"the {o.shape}"
+
+
+def the_thing_at(noun: str, o: Obj) -> str:
+    return f"the {noun} {o.position_phrase}"
+
+
+def named(o: Obj) -> str:
+    return f"the {name(o, False)}"
+
+
+def asked_thing(o: Obj) -> str:
+    return article(f"{o.colour} {o.shape}")
 
 
 def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
@@ -272,33 +232,11 @@ def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
     return question, restated(f"the number of {what}", f"is {NUMBERS[n]}", rng)
 
 
-def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
-    o = nameable(scene, rng)
-    if o is None:
-        return None
-    question = rng.choice((f"Where is the {name(o, False)}?", f"Where in the image is the {name(o, False)}?"))
-    return question, restated(f"the {name(o, False)}", f"is {o.position_phrase}", rng)
-
-
-def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    if rng.random() < 0.5:
-        o = rng.choice(scene.objects)
-        colour, shape = o.colour, o.shape
-    else:
-        colour, shape = rng.choice(list(COLOURS)), rng.choice(SHAPES)
-    thing = article(f"{colour} {shape}")
-    question = rng.choice((f"Is there {thing} in the image?", f"Can you see {thing}?"))
-    hits = [o for o in scene.objects if o.colour == colour and o.shape == shape]
-    if hits:
-        return question, rng.choice(("Yes.", f"Yes, there is {thing} {hits[0].position_phrase}."))
-    return question, rng.choice(("No.", f"No, there is no {colour} {shape}."))
-
-
 # The phrase tables `tasks.qa` dispatches over (`phrasing.ask`): the tasks whose question is drawn
-# from a list of prompts, and each task's form (`_<task>` above, `phrasing.forms`), which writes
+# from a list of prompts, and each task's form (its `_<task>` above, else `phrasing`'s), which writes
 # its answer (or question and answer); multiple choice's earlier forms besides.
 PROMPTS = {"description": DESCRIBE, "caption": CAPTION}
-FORMS = forms(globals()) | {
+FORMS = forms(sys.modules[__name__]) | {
     BRIEF: lambda scene, rng: _multiple_choice(scene, rng, BRIEF),
     EARLY: lambda scene, rng: _multiple_choice(scene, rng, EARLY),
 }

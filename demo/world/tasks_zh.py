@@ -9,9 +9,10 @@ punctuation (":", "，", "。"), so the byte-level pre-tokenizer always cuts a l
 """
 
 import random
+import sys
 
-from demo.world.phrasing import LETTERS, asked, counted, draw_options, forms, nameable, unique
-from demo.world.scenes import GRID, Obj, Scene
+from demo.world.phrasing import LETTERS, counted, forms, unique
+from demo.world.scenes import Obj, Scene
 
 COLOURS = {"red": "红色", "orange": "橙色", "yellow": "黄色", "green": "绿色", "blue": "蓝色", "purple": "紫色"}
 SHAPES = {"circle": "圆形", "square": "正方形", "triangle": "三角形", "cross": "十字形"}
@@ -29,10 +30,6 @@ PLACE_PHRASES = (
     "在右下角",
 )
 NUMBERS = ("零", "一", "两", "三", "四", "五", "六", "七", "八", "九")
-
-
-def listing(items: list[str], sep: str = "、", last: str = "和") -> str:
-    return items[0] if len(items) == 1 else sep.join(items[:-1]) + last + items[-1]
 
 
 def name(o: Obj, size: bool = True) -> str:
@@ -59,65 +56,44 @@ INTROS = (
 )
 
 
-def _object_sentence(o: Obj, rng: random.Random) -> str:
+CLOSINGS = (
+    "网格上其余的{}个位置都是空的，所以画面显得简单整洁。",
+    "除了这些图形，背景是空的，整个画面简单而不杂乱。",
+    "图中没有其他东西，看起来干净而简洁。",
+)
+CLOSING_FIRST, SPACE, STOP, LISTING = True, "", "。", ("、", "和")
+TOTALS = ("图中总共只有一个图形。", "图中总共有{}个图形。")
+SIZE_SENTENCES = ("这个图形是{}的。", "所有{}个图形都是{}的。")
+COLOUR_SENTENCES = ("图中唯一的颜色是{}。", "图中每个图形都是{}。", "图中的颜色有{}。")
+
+
+def object_sentences(o: Obj) -> tuple[str, ...]:
     """One object, its place first, as in English."""
-    return rng.choice(
-        (
-            f"{PLACE_PHRASES[o.cell]}有{name(o)}。",
-            f"{PLACE_PHRASES[o.cell]}可以看到{name(o)}。",
-            f"{PLACES[o.cell]}是{name(o)}。",
-        )
+    return (
+        f"{PLACE_PHRASES[o.cell]}有{name(o)}。",
+        f"{PLACE_PHRASES[o.cell]}可以看到{name(o)}。",
+        f"{PLACES[o.cell]}是{name(o)}。",
     )
 
 
-def _sizes(scene: Scene) -> str:
-    n = len(scene.objects)
-    large = sum(o.size == "large" for o in scene.objects)
-    if n == 1:
-        return f"这个图形是{SIZES[scene.objects[0].size]}的。"
-    if large in (0, n):
-        return f"所有{NUMBERS[n]}个图形都是{'大' if large else '小'}的。"
-    return f"其中{NUMBERS[large]}个是大的，{NUMBERS[n - large]}个是小的。"
-
-
-def _colours(scene: Scene) -> str:
-    colours = list(dict.fromkeys(COLOURS[o.colour] for o in scene.objects))
-    if len(scene.objects) == 1:
-        return f"图中唯一的颜色是{colours[0]}。"
-    if len(colours) == 1:
-        return f"图中每个图形都是{colours[0]}。"
-    return f"图中的颜色有{listing(colours)}。"
-
-
-def _description(scene: Scene, rng: random.Random) -> str:
-    n, empty = len(scene.objects), GRID * GRID - len(scene.objects)
-    closing = rng.choice(
-        (
-            f"网格上其余的{NUMBERS[empty]}个位置都是空的，所以画面显得简单整洁。",
-            "除了这些图形，背景是空的，整个画面简单而不杂乱。",
-            "图中没有其他东西，看起来干净而简洁。",
-        )
-    )
-    total = "图中总共只有一个图形。" if n == 1 else f"图中总共有{NUMBERS[n]}个图形。"
-    parts = [rng.choice(INTROS)] + [_object_sentence(o, rng) for o in scene.objects]
-    return "".join(parts + [total, _sizes(scene), _colours(scene), closing])
+def mixed_sizes(large: int, small: int) -> str:
+    return f"其中{NUMBERS[large]}个是大的，{NUMBERS[small]}个是小的。"
 
 
 # --- (b) short caption ----------------------------------------------------------------------
 
 CAPTION = ("请为这张图片写一句简短的说明。", "用一句话描述这张图片。", "给这张图片写一个简短的标题。")
+CAPTION_LEADS, CAPTION_LISTING = ("", "一幅简单的图画：", "浅色背景上："), ("；", "；")
 
 
-def _caption(scene: Scene, rng: random.Random) -> str:
-    sized = rng.random() < 0.5
-    things = "；".join(f"{PLACES[o.cell]}有{name(o, sized)}" for o in scene.objects)
-    return f"{rng.choice(('', '一幅简单的图画：', '浅色背景上：'))}{things}。"
+def caption_item(o: Obj, sized: bool) -> str:
+    return f"{PLACES[o.cell]}有{name(o, sized)}"
 
 
 # --- (c) multiple choice with explanation ---------------------------------------------------
 
 
-def checks(options: list[str], letter: str) -> str:
+def checks(kind: str, options: list[str], letter: str) -> str:
     """As `tasks_en.checks`: "A. 正方形：圆形不是正方形。B. 圆形：圆形是圆形。" """
     said, out = options[LETTERS.index(letter)], []
     for letter_, text in zip(LETTERS, options):
@@ -128,32 +104,20 @@ def checks(options: list[str], letter: str) -> str:
 
 
 COUNT_OPTIONS = ("一个", "两个", "三个", "四个")
+OPTION_SEP, CHOICE, CHOICE_ANSWER = "，", "{}\n选项：{}。\n请简要解释，然后给出正确选项的字母。", "{}{}答案：{}。"
 
 
-def _multiple_choice(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    o = rng.choice(scene.objects)
-    kind = rng.choice(("shape", "colour", "position", "count"))
-    if kind == "shape":
-        question = f"{PLACES[o.cell]}的图形是什么形状？"
-        options, letter = draw_options(SHAPES[o.shape], list(SHAPES.values()), rng)
-        reason = f"{PLACES[o.cell]}的物体是{name(o)}，所以它是{SHAPES[o.shape]}。"
-    elif kind == "colour":
-        question = f"{PLACES[o.cell]}的图形是什么颜色？"
-        options, letter = draw_options(COLOURS[o.colour], list(COLOURS.values()), rng)
-        reason = f"{PLACES[o.cell]}的图形是{name(o)}，所以它是{COLOURS[o.colour]}。"
-    elif kind == "position" and unique(scene, colour=o.colour, shape=o.shape):
-        question = f"{thing(o)}在哪里？"
-        options, letter = draw_options(PLACES[o.cell], list(PLACES), rng, ordered=True)
-        reason = f"{thing(o)}{PLACE_PHRASES[o.cell]}，所以它在{PLACES[o.cell]}。"
-    else:
-        n = len(scene.objects)
-        question = "图中有几个图形？"
-        options, letter = list(COUNT_OPTIONS), LETTERS[n - 1]
+def choice_words(kind: str, o: Obj, scene: Scene) -> tuple[str, str]:
+    """Multiple choice's question and reason (`phrasing.multiple_choice`)."""
+    place = PLACES[o.cell]
+    if kind == "count":
         listed = "；".join(f"{PLACES[x.cell]}有{name(x, False)}" for x in scene.objects)
-        reason = f"{listed}，所以共有{COUNT_OPTIONS[n - 1]}。"
-    listed = "，".join(f"{letter_}. {text}" for letter_, text in zip(LETTERS, options))
-    question = f"{question}\n选项：{listed}。\n请简要解释，然后给出正确选项的字母。"
-    return question, f"{reason}{checks(options, letter)}答案：{letter}。"
+        return "图中有几个图形？", f"{listed}，所以共有{COUNT_OPTIONS[len(scene.objects) - 1]}。"
+    return {
+        "shape": (f"{place}的图形是什么形状？", f"{place}的物体是{name(o)}，所以它是{SHAPES[o.shape]}。"),
+        "colour": (f"{place}的图形是什么颜色？", f"{place}的图形是{name(o)}，所以它是{COLOURS[o.colour]}。"),
+        "position": (f"{thing(o)}在哪里？", f"{thing(o)}{PLACE_PHRASES[o.cell]}，所以它在{place}。"),
+    }[kind]
 
 
 # --- short VQA ------------------------------------------------------------------------------
@@ -165,14 +129,30 @@ def restated(subject: str, rest: str, rng: random.Random) -> str:
     return f"{subject}{rest}{rng.choice(TAILS)}。"
 
 
-def _vqa_colour(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    o = rng.choice(scene.objects)
-    if unique(scene, shape=o.shape) and rng.random() < 0.5:
-        subject = SHAPES[o.shape]
-    else:
-        subject = f"{PLACES[o.cell]}的{rng.choice(('图形', '物体'))}"
-    question = rng.choice((f"{subject}是什么颜色？", f"{subject}的颜色是什么？"))
-    return question, restated(subject, f"是{COLOURS[o.colour]}", rng)
+IS, AT, THINGS = "是{}", "{}", ("图形", "物体")
+COLOUR_QUESTIONS = ("{}是什么颜色？", "{}的颜色是什么？")
+WHERE_QUESTIONS = ("{}在哪里？", "{}在图中的什么位置？")
+YESNO_QUESTIONS, YES, NO = (
+    ("图中有{}吗？", "你能看到{}吗？"),
+    ("有。", "有，{2}有一个{0}。"),
+    ("没有。", "没有，图中没有{}。"),
+)
+COLOUR_FIRST = False
+
+
+def the_shape(o: Obj) -> str:
+    return SHAPES[o.shape]
+
+
+def the_thing_at(noun: str, o: Obj) -> str:
+    return f"{PLACES[o.cell]}的{noun}"
+
+
+def asked_thing(o: Obj) -> str:
+    return thing(o)
+
+
+named = asked_thing  # "红色圆形"
 
 
 def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
@@ -195,24 +175,8 @@ def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
     return question, restated(what, f"有{NUMBERS[n]}个", rng)
 
 
-def _vqa_position(scene: Scene, rng: random.Random) -> tuple[str, str] | None:
-    o = nameable(scene, rng)
-    if o is None:
-        return None
-    question = rng.choice((f"{thing(o)}在哪里？", f"{thing(o)}在图中的什么位置？"))
-    return question, restated(thing(o), PLACE_PHRASES[o.cell], rng)
-
-
-def _vqa_yesno(scene: Scene, rng: random.Random) -> tuple[str, str]:
-    asked_, hit = asked(scene, rng)
-    question = rng.choice((f"图中有{thing(asked_)}吗？", f"你能看到{thing(asked_)}吗？"))
-    if hit:
-        return question, rng.choice(("有。", f"有，{PLACES[hit.cell]}有一个{thing(asked_)}。"))
-    return question, rng.choice(("没有。", f"没有，图中没有{thing(asked_)}。"))
-
-
 # The phrase tables `tasks.qa` dispatches over (`phrasing.ask`): the tasks whose question is drawn
-# from a list of prompts, and each task's form (`_<task>` above, `phrasing.forms`), which writes
+# from a list of prompts, and each task's form (its `_<task>` above, else `phrasing`'s), which writes
 # its answer (or question and answer).
 PROMPTS = {"description": DESCRIBE, "caption": CAPTION}
-FORMS = forms(globals())
+FORMS = forms(sys.modules[__name__])

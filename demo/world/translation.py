@@ -1,16 +1,6 @@
 """What each word of the other languages means in English, and their lookup facts.
 
-Contract:
-- `lexicon(language, function_words=False)` maps a word of German or Chinese (lower case, no
-  spaces) to the English words it translates: every grounded word (colours in all their
-  German endings, shapes and their plurals, sizes, places, counts), and with
-  `function_words` the few words the answers' layouts are built of ("ist" -> "is", "的" ->
-  "of"). Stage 10 starts each new token that spells one of them from its English translation's
-  embedding (`new_tokens.grow_embeddings`), so the lookup the target has already writes it.
-- `facts(scene, rng, language, verify)` is `data.facts` in another language: every lookup the
-  scene answers ("Kreis ist rot.", "圆形是红色。"), and with `verify` the verification facts
-  ("ist der Kreis blau? nein."), as (question, answer) pairs: the loss goes on the answer.
-Pure Python.
+More, with its measurements: docs/modules.md.
 """
 
 import random

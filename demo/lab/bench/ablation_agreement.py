@@ -6,12 +6,7 @@ off any clock, one attention pass (`demo.models.attention_pass`, the preset's la
 ablation (`demo.models.ablation`: the answer scored with the image and with a blank one). Each
 answer token is tagged with its word's category (`demo.session.rejections.token_categories`).
 
-Printed: for grounded words the question does not give (colour, shape, count: only the image tells
-them) against template words, how often the choice flips, the quantiles of the log ratio
-log p_with - log p_without, the AUC of that ratio, and the ratio threshold that best separates them
-(Youden's J). Then, per language, the agreement table between the two readings: attention says the
-target looked at the image (share >= 0.35, docs/grounding.md), ablation says the token depended on it
-(`Ablation.dependent`); with the agreement and Cohen's kappa.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -7,35 +7,7 @@ Throughput and speedup come from the runs' own clocks (device synchronised); tau
 and the rest from `demo.engine.metrics` over the events. Greedy cells also count how many outputs were
 identical between SPD and AR (lossless is counted, not assumed).
 
-`--drafters all` runs every drafter the preset offers (`Preset.drafter_names`): the model
-drafters, each with its "+tree" option, "prompt-lookup" and, where a search is stored,
-"layer-skip"; cells are named so in the JSON.
-
-Every cell also says where the time goes, from the same runs: the medians of the target's
-one-token step T1 (AR rounds), of its full verify forward T(w) (w = gamma + 1 tokens, or a full
-tree's nodes + 1), and of the drafter's step D (a round's drafting time over its drafter steps:
-drafts for a chain, 1 + nodes with children for a tree, lookups for prompt lookup). The cost
-model then runs over the rounds as they ran: predicted = tau * T1 / mean over rounds of
-(steps * D + T(width)), T(width) interpolated between T1 and T(w), so a tree's verify costs its
-node count and a round that drafted nothing one step. limit_speedup = tau * T1 / T(w) is the
-speedup this tau would give with free drafting and full verifies. Beside each median, the spread
-of the same samples: its interquartile range (`t1_iqr_ms`, `t_verify_iqr_ms`, `d_iqr_ms`). And
-the overhead (`demo.lab.bench.overhead`): decode wall time minus the host time inside model forwards,
-per round for SPD (`overhead_ms_per_round`) and per step for AR (`overhead_ms_per_step_ar`).
-`--drafter-paths lean,lean-torch,transformers` runs each cell with the lean drafting path (on a
-CPU its NumPy step), with LeanLM's torch step and with the transformers forward of the same
-drafter (`demo.engine.lean`), side by side.
-
-Then the peer comparison, on the same models and prompts: our AR against transformers'
-`generate(do_sample=False)`, and our SPD against transformers' assisted generation with the
-same drafter (as shipped, with its adaptive draft length). Both sides are timed end to end with
-the same wall clock, interleaved.
-
-Last, the goals of issue 32, read from this one run (`goals`): D / T1, measured speedup over
-its limit on descriptions at gamma 4, SPD over assisted generation, our AR over `generate`.
-
-Prints a table, writes CSV and JSON, then an HTML report with charts (only where plotly is
-installed: the JSON never waits on it), and ends with one JSON line.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -70,7 +42,7 @@ def examples_for(task: str, n: int, seed: int, languages: tuple[str, ...] = ("en
     return analysis.heldout_mix(PAPER_TASKS[task], n, seed, languages)
 
 
-# --- goals (issue 32) ---------------------------------------------------------------------------
+# --- the step-cost goals ------------------------------------------------------------------------------
 
 GOALS = (  # (name, "max" or "min", bar)
     ("D / T1", "max", 0.05),
@@ -81,7 +53,7 @@ GOALS = (  # (name, "max" or "min", bar)
 
 
 def goals(cells: list[Cell], peer_result: dict | None) -> list[dict]:
-    """Issue 32's goals from this run: the step-cost ones from the greedy description cell at
+    """The step-cost goals from this run: the step-cost ones from the greedy description cell at
     gamma 4 on the lean path (text-only drafter if it ran), the peer ones from the same drafter's
     peer block. A goal whose cell or block did not run has value None."""
     lean_cells = [c for c in cells if c.drafter_path != "transformers" and c.decoding == "greedy"]

@@ -63,25 +63,15 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         drafter.numpy = timed.step  # the loaded drafter is shared: leave it as it was
     by_position = {k + 1: statistics.median(v) * 1e6 for k, v in sorted(timed.seconds.items())}
-    result = dict(
-        drafter=args.drafter,
-        task=args.task,
-        gamma=args.gamma,
-        n=args.n,
-        step_us_by_draft=by_position,
-        d_ms=cell.d_ms,
-        t1_ms=cell.t1_ms,
-        d_over_t1=cell.d_ms / cell.t1_ms,
-        tau=cell.tau,
-        lossless=cell.lossless,
-    )
+    result = {key: getattr(args, key) for key in ("drafter", "task", "gamma", "n")}
+    result |= {"step_us_by_draft": by_position, "d_ms": cell.d_ms, "t1_ms": cell.t1_ms}
+    result |= {"d_over_t1": cell.d_ms / cell.t1_ms, "tau": cell.tau, "lossless": cell.lossless}
     steps = ", ".join(f"draft {k}: {us:.0f}" for k, us in by_position.items())
-    print(f"{args.drafter} on {args.task}, gamma {args.gamma}, {args.n} examples: median NumPy step, µs ({steps})")
     print(
+        f"{args.drafter} on {args.task}, gamma {args.gamma}, {args.n} examples: median NumPy step, µs ({steps})\n"
         f"D {cell.d_ms:.3f} ms (the whole propose, per draft), T1 {cell.t1_ms:.2f} ms, "
-        f"D/T1 {result['d_over_t1']:.3f}, tau {cell.tau:.2f}, {cell.lossless}"
+        f"D/T1 {result['d_over_t1']:.3f}, tau {cell.tau:.2f}, {cell.lossless}\n{json.dumps(result)}"
     )
-    print(json.dumps(result))
     return result
 
 

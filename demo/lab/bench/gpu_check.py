@@ -1,30 +1,6 @@
 """GPU check: `python -m demo.lab.bench.gpu_check` on a CUDA machine; `--smoke` runs tiny shapes anywhere.
 
-Measures, synchronising every GPU before each clock read:
-  1. speculative vs autoregressive decoding on the embedded models, every drafter the preset
-     offers at gamma 2 and 4, with the spread (IQR / median) of T1 and D (skipped, with the
-     reason, when they are not built);
-  2. the per-step costs of a llava-1.5-7b-shaped target (random weights, the device's dtype,
-     576 image tokens in the prompt, median over repeats): a 1-token step, a (gamma+1)-token
-     verify for gamma 1..8, and one step of a vicuna-68m-shaped drafter on each drafting path:
-     the transformers forward, the lean forward (`demo.engine.lean_lm`), and on CUDA the lean step
-     replayed as a CUDA graph, with the largest logit difference of the lean step from transformers;
-  3. from those costs, the wall-clock speedup tau * T1 / (gamma * D + T_{gamma+1})
-     (`metrics.predicted_speedup`) for block efficiencies tau in TAUS, with D the fastest drafting
-     path that ran.
-
-Parts 2 and 3 are `demo.lab.bench.gpu_steps`. TAUS spans the block efficiencies Gagrani et al. (2024)
-report for LLaVA-1.5-7B with a text-only 68M drafter (about 2 to 3 at gamma 3 to 5); the exact
-per-task figures are not reproduced here, so the range is used. Then, at the same 7B shape and on
-the same random weights (`demo.lab.bench.gpu_goals`): our AR against `generate`, our SPD against
-assisted generation, identical outputs counted, and on CUDA our rounds' host synchronisations.
-Last, issue 41's goals with their figures, "not measured" where a figure is absent. Prints the
-tables, then one JSON line.
-
-Budget (from the H200 run of 2026-12-04, ../shared/notes/gpu-2026-12-04.md, 53 s in all): building
-the 7B model about 15 s; part 1 about 3 s a configuration, 24 of them with every drafter (about
-75 s); part 2 about 10 s; the 7B race 4 methods x 3 passes x 64 tokens at 20 to 32 ms a token
-(about 25 s). About 2.5 minutes, inside the issue's 5. The model in bf16 needs about 15 GiB.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 41's GPU goals, read from one `python -m demo.lab.bench.gpu_check` run.
+"""The GPU goals, read from one `python -m demo.lab.bench.gpu_check` run.
 
     race_7b     at the llava-1.5-7b shape (random weights, `gpu_steps.build`): the target's
                 one-token step T1 through transformers and through the lean target
@@ -8,8 +8,7 @@
                 and on CUDA the host synchronisations of our rounds (`torch.cuda.set_sync_debug_mode`)
     goal_rows   each goal with its figure from this run, or "not measured" and why
 
-The tokenizer at that shape is a word-level one over the target's vocabulary ("t0", "t1", ...):
-random weights write no text, and the engine needs a tokenizer only to detokenise.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -158,7 +157,7 @@ def _spread(embedded: dict) -> float | None:
 
 
 def goal_rows(report: dict) -> list[dict]:
-    """(goal, bar, value or None, where it came from / why not measured) for each of issue 41's goals."""
+    """(goal, bar, value or None, where it came from / why not measured) for each GPU goal."""
     embedded, steps, race = report["embedded"], report["steps"], report.get("race_7b") or {}
     skipped = embedded.get("skipped")
 
@@ -198,7 +197,7 @@ def goal_rows(report: dict) -> list[dict]:
 
 
 def goal_table(rows: list[dict]) -> str:
-    lines = ["goals (issue 41)", f"   {'goal':<38}{'bar':>12}{'value':>14}  verdict   from"]
+    lines = ["GPU goals", f"   {'goal':<38}{'bar':>12}{'value':>14}  verdict   from"]
     for g in rows:
         value = "not measured" if g["value"] is None else f"{g['value']:.3f}"
         verdict = {True: "met", False: "NOT met", None: "-"}[g["met"]]

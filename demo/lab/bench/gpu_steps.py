@@ -1,16 +1,7 @@
 """The GPU check's parts 2 and 3 (`python -m demo.lab.bench.gpu_check`): the per-step costs of a
 llava-1.5-7b-shaped target and a vicuna-68m-shaped drafter, and the speedups those costs predict.
 
-    Shapes       the models' shapes and the timing's repeats: `FULL` (the 7B and 68M shapes) and
-                 `SMOKE` (tiny, for any machine)
-    build        random-weight target and drafter of those shapes, made on the device
-    step_costs   median milliseconds of a 1-token step, a (gamma+1)-token verify for each gamma in
-                 `GAMMAS`, and a drafter step on each drafting path (`lean_steps`: the lean
-                 forward, and on CUDA its replayed graph), every clock read after a synchronise
-                 (`median_ms`)
-    predictions  tau * T1 / (gamma * D + T_{gamma+1}) for each tau in `TAUS`, and break-even tau
-
-The same models and timer run the check's 7B race (`demo.lab.bench.gpu_goals`).
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

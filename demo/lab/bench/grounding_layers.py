@@ -8,12 +8,7 @@ contiguous range of layers, the image share (mean over heads and the range's lay
 words (colour, shape, count) the question does not contain is set against that of template words: the AUC is the chance that
 a grounded token's share beats a template token's (0.5: no separation). The best range is the
 one `demo.models.attention_pass.LAYERS` names for the embedded preset (docs/grounding.md).
-
-Also measured, for the tests' thresholds: the shares of colour words not in the question, and of
-tokens copied from the question (a word the question contains, any category), at the chosen range.
-
-It lives in bench, not in demo/world/experiments: it reads the target through demo.models and the
-categories through demo.session.rejections, which the world layer may not import (tests/test_layers.py).
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """The heaviest races the budget admits, raced: `python -m demo.lab.bench.heaviest`.
 
-Issue 54 found that the work budget admitted races it then stopped "over budget": three of six of
+The work budget once admitted races it then stopped "over budget": three of six of
 the heaviest admitted races were cut at 59.7-62.1 s. This sends such races one after another to the
 app (a child process on a loopback port, as `demo.lab.bench.soak` serves it) and counts those stopped.
 
-The race is the issue's: two drafters (text-only+tree and image-aware) at γ 8, sampling, on the
-embedded preset, with max new tokens set to the most the budget admits (`demo.session.budget`, read
-in this process with the same settings the server gets). Each race uses the next example image and
-question. It prints each race's seconds, whether it was stopped, the tokens each lane made and the
-seconds its clock ran, then one JSON line.
-
-The server is the app as `launch()` serves it, warm-up included (the bench waits until the warm-up
-has started, as a Space's first visitor would find it): the budget learns this machine's speed from
-the warm-up and each race (`budget.learn`), so on a loaded machine it may refuse the race the idle
-figures admit. A refused race is sent again at the max new tokens its sentence offers, as a visitor
-would; the summary counts the refused and, of the races admitted, those stopped over budget.
-
-    python -m demo.lab.bench.heaviest --races 3             the deployment's budget (DEMO_BUDGET_SECONDS)
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

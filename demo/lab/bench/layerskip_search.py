@@ -4,28 +4,9 @@
 
 Draft & Verify chose its skipped layers by Bayesian optimisation; this is a greedy search over
 layer subsets, on training-split prompts (never the held-out ones the benchmark, the tests and
-the page's examples use):
+the page's examples use).
 
-1. The target's greedy answers to `--n` training prompts per task family (`--max-new-tokens` at
-   most) are decoded once.
-2. A set S of skipped layers is scored by the greedy rounds the layer-skip drafter would have
-   on those answers at each gamma of `--gammas`: tau(S, gamma). A greedy target's verdicts are
-   its answer's own tokens, and a greedy drafter's k-th draft in a round, after k - 1 accepted
-   ones, is its argmax after the answer's own prefix; so one teacher-forced forward of the
-   drafter over prompt + answer (`agreement`) gives every round at every gamma (`rounds`), as
-   `demo.engine.sweep.replay` would step by step (equal up to float round-off at near-ties,
-   which the tests check). Its score is the best memory-bound
-   speedup over those gammas, MBSU = tau / (1 + gamma c(S)), c(S) the fraction of the target's
-   parameters the drafter runs. MBSU is deterministic (no timing on a shared machine) and is the
-   speedup when a forward costs the reading of its weights; the benchmark then measures the
-   wall-clock speedup.
-3. Start with one skipped layer, the one that scores best, then add the layer that scores best
-   with those already skipped, and so on until one layer is left. The result is the best set
-   along that path (fewer skipped on a tie); it is stored by hand in `Preset.skip_layers`, with
-   this command and what it found in a comment.
-
-Prints every candidate and the path, writes runs/layerskip/<preset>.json, and ends with one JSON
-line. A preset whose target layer-skip cannot run (not LLaVA) is refused with the reason.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -7,9 +7,7 @@ transformers, lean and layer-skip paths). Prefills are not counted (the engine's
 neither). A run's decode wall time minus that, per round, is its overhead: the loop around the
 models (drafting bookkeeping, the acceptance rule, the transfer, detokenising, events).
 
-On a CPU a forward returns when its work is done, so the forward time is the models' compute and
-the overhead is the loop's own cost: a proxy for what a GPU pays in launches and synchronisation.
-On a GPU a forward returns once its kernels are queued, so there the figure mixes device time in.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

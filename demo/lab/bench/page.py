@@ -1,19 +1,6 @@
 """How quick the page is for a person: `python -m demo.lab.bench.page [--runs 3] [--races N]`.
 
-Contract: drives Debian's headless Chromium with Playwright (the browser tests' set-up; both are
-test needs, see tests/requirements.txt) against fresh `python app.py` processes on the embedded
-models, and prints, per run and as medians next to the issue's targets:
-- start: the process started to a page a person can use (every chart of the Race tab drawn),
-  target at most 10 s;
-- first token: Run pressed on the first example to the first token on screen, target at most
-  1 s. Pressed once the page is usable and the example picked, as fast as a script can, so it
-  includes any wait for the background warm-up; `--read-s` waits that long first, a person
-  reading the question.
-With `--races N` it also keeps one tab open through N races of the examples in turn, and prints
-the tab's JavaScript heap after each (Chrome's `Performance.getMetrics`, after a forced garbage
-collection): what a visitor's tab holds over a session.
-Timings are of this machine as it is; run it on a quiet one. The tests use `launch_chromium`,
-`open_page` and `first_token` too, but assert no times: targets belong here, not in unit tests.
+More, with its measurements: docs/modules.md.
 """
 
 import argparse

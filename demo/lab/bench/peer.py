@@ -5,15 +5,7 @@
     ours_spd_transformers   our SPD with the same drafter's transformers forward (optional): what
                   the lean drafting path adds, in the same interleaved run
 
-A drafter whose vocabulary is smaller than the target's (the English drafters of the trilingual
-world) is handed to assisted generation widened to the target's vocabulary (`widened`), since
-transformers checks that the two vocabularies are the same size: the ids it lacks read as its
-`<unk>` and are never proposed, as our engine never proposes them.
-
-Greedy. Every method runs once per example and repetition, in an order that reverses every
-repetition, each timed end to end with the same synchronised wall clock. Our SPD drafts up to
-`gamma` tokens and stops below `min_confidence` (adaptive draft length); assisted generation runs
-as shipped (its own schedule and 0.4 threshold).
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

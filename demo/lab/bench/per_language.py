@@ -8,11 +8,7 @@ for each drafter and gamma, speculative decoding (SPD) against the target alone 
 each pair back to back in alternating order, through `cells.bench_cell`: tau, alpha,
 speedup and lossless counted ("k/n identical"). Every cell carries its "language".
 
-Drafters: every model drafter the preset offers (`--drafters` to choose), or, with `--world DIR`,
-those saved in a world directory (drafter-text and drafter-image, English only; drafter-
-multilingual, drafter-de, drafter-zh, the seed's), registered as a preset of their own, so a world
-not shipped yet can be measured. Prints the cells, the seed's table (speedup per drafter and
-language at each gamma, the best marked), writes OUT/languages.json, and ends with one JSON line.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -163,7 +163,7 @@ def page(cells, peer_result, analysis_summary, meta, goal_rows=()) -> str:
 td,th{{border:1px solid #ddd;padding:3px 7px;text-align:right}} th{{background:#f4f4f4}}
 .charts{{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:1rem}}</style></head><body>
 <h1>Speculative decoding of a multimodal target: benchmark</h1><p>{meta_line}</p>
-<h2>Goals (issue 32), from this run</h2>{_table(goal_table(goal_rows))}
+<h2>The step-cost goals, from this run</h2>{_table(goal_table(goal_rows))}
 <div class="charts">{charts}</div>
 <h2>Where the time goes (medians per cell)</h2>{_table(step_rows(cells))}
 <h2>Cells</h2>{_table([asdict(c) for c in cells])}

@@ -1,15 +1,11 @@
 """Soak benchmark: does the server's memory stay flat over many requests? `python -m demo.lab.bench.soak`.
 
-Launches the app (`demo.page.server.launch`, no warm-up thread) in a child process on a free loopback
-port, with its own Gradio cache folder, and drives it through gradio_client, one request after
-another, cycling through the embedded world's example images and questions and through MIX: a
-chain race, a tree race, a two-lane race, a sampled race, an analysis (its examples' image ablation
-included) and a law check of one prompt (/exactness).
-Each request comes from a new visitor (a new Gradio session), as on a public Space; `--one-session`
-sends them all from one. It prints the server's resident memory (RSS, from /proc) after the warm-up
-requests and after every `--every` requests, with the number of files in the server's Gradio
-cache and the server's CPU seconds per request (user + system, from /proc), and ends with one JSON
-line.
+Launches the app in a child process on a free loopback port and drives it through gradio_client,
+one request after another (each from a new visitor; `--one-session`: all from one), cycling
+through the world's examples and MIX (a chain, a tree, a two-lane and a sampled race, an analysis
+and a law check). It prints the server's RSS after the warm-up and every `--every` requests, its
+Gradio cache's files and CPU seconds per request, and one JSON line; `--tracemalloc N` shows what
+grows. The growth figure is RSS at the end minus RSS after the warm-up.
 
     python -m demo.lab.bench.soak --requests 1000 --warmup 30  the figure docs/soak.md quotes (last 500)
     python -m demo.lab.bench.soak --requests 60 --every 20     a quick look
@@ -18,10 +14,6 @@ line.
     python -m demo.lab.bench.soak --requests 12 --warmup 3 --every 12 --mix chain --one-session
                                                            a race's server CPU, quickly
 
-The growth figure is RSS at the end minus RSS after the warm-up: allocator noise and lazily
-built caches settle during the warm-up, so what grows afterwards is memory the server keeps.
-`soak(url, rss, ...)` is the same loop for a server run some other way (the tests run one
-in-process).
 """
 
 from __future__ import annotations

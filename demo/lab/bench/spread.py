@@ -1,23 +1,6 @@
 """How far one race's speedup can be trusted: `python -m demo.lab.bench.spread [--races 5] [--load N]`.
 
-Contract: the page's default race (the first example, the default preset and drafter, the
-session's default settings: greedy, γ = 4, 128 new tokens), raced `--races` times back to back
-in this process after one warm-up race, exactly as the page races it (`demo.session.lanes` and
-`racing`: compute-fair, each run on its own clock, the device synchronised). Prints each race's
-headline speedup (the page's: the race's rounds priced at the paper's fixed step-cost ratios,
-`demo.engine.metrics.scaled_speedup`, with τ, α and MBSU beside it), then what this machine
-measured: the range over the race's rounds (`metrics.round_speedups`' quartiles, the page's
-second line) and whether the page calls it inconclusive (`demo.page.speedup.measured_range`), the
-wall-clock speedup and whether its timing was noisy; then the medians and the spread around them
-(largest |speedup - median| / median), against the issue's bar of ±15%; ends with one JSON line.
-The headline is a function of the race's counts, so its spread is 0 wherever the race's tokens
-repeat (greedy, or one seed): the measured figures show what it replaced.
-
-With `--load N` it races twice: first as the machine is, then while N CPU-bound processes of its
-own (started here, stopped before it returns) share the machine; it prints the loaded races'
-spread around their own median and around the first set's median, with the 1-minute load
-average before and during each set. On a machine others share, the first set is not idle: the
-load average says how busy it was.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """The drafter's one-token step on each path: `python -m demo.lab.bench.steps [--compile]`.
 
 Times one drafter step (feed one token after a prompt, get the next token's logits, roll back)
-on the preset's drafters:
+on the preset's drafters.
 
-    transformers    the model's own forward on a DynamicCache (what drafting cost before)
-    lean            `LeanLM.forward` on a StaticCache (torch, eager)
-    lean static     `LeanLM.static_step`: every shape fixed, the form a CUDA graph captures
-    lean numpy      `demo.engine.lean_steps.NumpyStep`: the step in NumPy (what the demo runs on a
-                    CPU in float32)
-    lean compiled   that static step through torch.compile (with --compile; never in the demo:
-                    this measures whether it would help on this machine)
-
-The paths take turns, step by step. Reports, per path, the 10th percentile (the least disturbed by other processes on a shared
-machine) and the median wall time over many steps, then one JSON line.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The upload flood, bounded: `python -m demo.lab.bench.uploads`.
 
-The reproducer of issue 43 (random 9 MiB files sent to /gradio_api/upload from one client, as fast
+The reproducer of the upload flood (random 9 MiB files sent to /gradio_api/upload from one client, as fast
 as it answers), as a bounded loop to 127.0.0.1 only: it launches the app in a child process on a free
 loopback port with its own Gradio cache folder (as `demo.lab.bench.soak` does), sends `--files` uploads
 or stops after `--seconds`, and samples the upload folder's size every 0.1 s from a thread. It prints
@@ -8,9 +8,7 @@ what the server accepted and refused, the folder's peak size, and one JSON line.
 
     python -m demo.lab.bench.uploads                                   the deployment's defaults
     python -m demo.lab.bench.uploads --folder-mib 256 --rate-mib 100000   the folder cap alone at work
-
-`--folder-mib` and `--rate-mib` set the server's DEMO_UPLOAD_FOLDER_MIB and DEMO_UPLOAD_MIB_PER_MINUTE
-(`demo.serve.guard`); left out, the server uses its defaults.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
 """Where long answers go wrong: `python -m demo.lab.experiments.diagnose [--dir DIR] [--n N]`.
 
-Contract: answers held-out captions and multiple-choice questions greedily with the target (the
-real image through the shipped processor, as `evaluate` does) and takes the answers apart:
-- captions, item by item ("in the centre, a red circle"): are the places named exactly the
-  occupied cells, is the number of items right, how many items name an empty cell, and at an
-  occupied cell, are its colour and shape right;
-- multiple choice, per question kind (shape, colour, position, count): right letters, first
-  sentences equal to the reference's (the reading of the image), conclusions that name the
-  right option's word (the right letters perfect checks would give, so the most multiple
-  choice can reach with this reading of the image), and the checks taken apart ("B. circle: a
-  square is not a circle."): options read right from the question (the question's B is a
-  circle), verdicts right for the two words they compare, and whether the one option said to
-  match is the explanation's own conclusion;
-- descriptions, for fluency: how many hold a word that no training answer or question uses
-  (a word broken mid-way, "illuststration"), and how many borrow multiple choice's "answer is"
-  ("The answer is B.");
-- copying from the context, which reading multiple choice's options needs: random token
-  sequences given twice, and how many tokens of each copy the LM's argmax predicts. With
-  induction heads the second copy is almost all right; without, both are at chance.
-Prints the tables and ends with one JSON line. The parsing is pure Python, tested in
-tests/test_world.py.
+More, with its measurements: docs/modules.md.
 """
 
 import re

@@ -3,17 +3,7 @@
 `python -m demo.lab.experiments.languages_pilot --from assets/world --steps 300 [--init grounded]
 [--facts 100] [--fact-share 0.2] [--mix short] [--n 40]`
 
-Contract: loads the English world in `--from` (stages 1-9), grows the tokenizer as stage 10 does
-(`tokenization.extend_tokenizer`) and the target's embeddings with `--init`: "pieces" (each new token
-from its English pieces, the first run's), "grounded" (the grounded words from their English
-translations, `translation.lexicon`) or "lexicon" (and the answers' function words too). Then
-`--facts` steps of lookup facts in German and Chinese on real images (`multilingual
-.language_fact_batches`), then `--steps` steps of a task mix ("short": the short questions and
-captions, twice as often, in German and Chinese; "full": `recipe.MIX` in each), English a share
-`--english` of the batches (`ENGLISH_KEEP`), `--fact-share` of those steps on facts; one fresh
-schedule per phase. Evaluates the target greedily on `--n` held-out questions of colour,
-shape and captions per language (and English multiple choice), every `--eval-every` steps
-and at the end. Prints the figures and one JSON line. Nothing is saved unless `--save DIR`.
+More, with its measurements: docs/modules.md.
 """
 
 import argparse

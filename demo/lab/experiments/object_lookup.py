@@ -7,11 +7,7 @@ per question kind, how often the argmax there is right, how often it names anoth
 show instead, and the chance level of naming a random object on show. Questions are split by
 their key: a *name* ("What colour is the circle?") or a *place* ("... the shape in the centre?").
 
-Then the distance test: the same forward with a gap of g unused positions between the image
-tokens and the text after them (position ids shifted by g, nothing else changed). A model
-that finds the asked object by matching what its image tokens say does not care how far away
-they are; a model that learned "this phrasing at this distance means that cell" does. The
-accuracy at gap 0 is exactly the app's. Ends with one JSON line.
+More, with its measurements: docs/modules.md.
 """
 
 from collections import Counter

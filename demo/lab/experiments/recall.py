@@ -1,15 +1,7 @@
 """Can a language model learn to look things up in its image tokens?
 `python -m demo.lab.experiments.recall [--hidden 128] [--layers 2] [--steps 4000] [--form is|direct]`
 
-Contract: an associative-recall experiment on the world's slots (see slots.py), separate from the
-shipped models and their training. A fresh Llama LM reads the nine slots of a training scene,
-then every fact about it that a lookup can answer, shuffled: "circle is red. top left is red."
-(KEY is VALUE, `--form is`) or "circle red. top left red." (`--form direct`), with the loss on
-every fact token. Keys are each object's shape (when no other object has it) and its place;
-values are colours. Every `--every` steps it prints, on held-out scenes of two or three objects,
-how often the argmax at each value is right, for the first fact of a row (nothing earlier in
-the text gives the answer away) and for later ones, split by key. Chance is about 50%.
-Deterministic for its arguments and one thread.
+More, with its measurements: docs/modules.md.
 """
 
 import argparse

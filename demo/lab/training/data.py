@@ -1,19 +1,6 @@
 """Training data as tensors: rendered scene pools, encoded conversations, padded batches.
 
-Contract:
-- `ScenePool.build(split, n, seed, processor)` renders n scenes at display resolution and runs
-  the shipped image processor on them, so training sees exactly what the app will feed.
-- `encode(tok, question, answer, image=True)` gives (ids, labels) for one turn: the prompt as
-  `apply_chat_template` renders it (image token expanded to one per patch), then the answer
-  and `<|end|>`; labels are -100 on the prompt. With `image=False` every `<image>` id is
-  removed, exactly what the engine feeds the text-only drafter.
-- `batches(...)` yields right-padded batches of one task at a time, sized to a token budget.
-- `fact_batches(...)` yields the LM's lookup pretraining: a scene's image tokens, then every fact
-  a lookup in them answers ("circle is red. top left is red. red is circle."), no chat template,
-  the loss on every fact token, except a verification fact's question (see `facts`).
-- `drill_batches(...)` yields multiple-choice turns on pool scenes with the loss on the option
-  checks and the letter only (`check_row`): the reason is context, as the target will have
-  written it.
+More, with its measurements: docs/modules.md.
 """
 
 import random

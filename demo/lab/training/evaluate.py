@@ -1,16 +1,6 @@
 """Evaluate the shipped world: `python -m demo.lab.training.evaluate [--dir DIR] [--n N]`.
 
-Contract: loads the three models from DIR (default assets/world) with transformers alone and
-times it; encodes held-out questions with the shipped processor, exactly as the app does;
-answers them greedily (batched, left padded) and scores the answers with `scoring.score`.
-Prints, as readable tables:
-- accuracy per task for the target and for both drafters (the text drafter without the image);
-- each drafter's agreement with the target: the fraction of the target's greedy answer tokens
-  that the drafter's argmax predicts, given the target's own prefix (the per-token greedy
-  acceptance rate of speculative decoding), split into image-grounded words and the rest;
-- parameter counts, drafter/target ratios and load time.
-Ends with one JSON line holding all of it. The world in three languages is evaluated by
-`python -m demo.lab.training.evaluate_languages`.
+More, with its measurements: docs/modules.md.
 """
 
 import argparse

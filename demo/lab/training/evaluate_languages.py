@@ -1,18 +1,6 @@
 """The world in three languages, evaluated: `python -m demo.lab.training.evaluate_languages [--dir DIR] [--n N]`.
 
-Contract: loads the target and every text-only drafter in DIR (default assets/world):
-drafter-text (English only, the English tokenizer's 512 ids), drafter-multilingual, and
-drafter-de / drafter-zh (the seed's specialised drafters). For each language of
-`tasks.LANGUAGES` it asks held-out questions in that language (`tasks.heldout_examples`, the
-same scenes in every language), answers them with the target (greedy, real images through the
-shipped processor, as `evaluate.py` does) and scores them with `scoring.score`. Prints:
-- the tokenizer's tokens per word in each language (words split at spaces; Chinese, written
-  without them, per Han character) and tokens per text against English, on the same questions;
-- the target's accuracy per task and language, against the issue's bars (`BARS`), met or not;
-- each drafter's agreement with the target's greedy tokens, per language (teacher-forced argmax
-  match, the per-token greedy acceptance rate). A drafter with a smaller vocabulary reads the
-  ids it lacks as `<unk>` and never predicts them.
-Ends with one JSON line holding all of it.
+More, with its measurements: docs/modules.md.
 """
 
 import time

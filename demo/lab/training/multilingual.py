@@ -1,25 +1,6 @@
 """The world in three languages: the recipe's stages 10-12, after the English world of stages 1-9.
 
-Contract: `train_languages(w, recipe, seed, out, log, lap)` takes the English world (in memory,
-as stage 9 leaves it, or loaded from a saved one by `load_world`) and
- 10. grows the tokenizer for German and Chinese (`tokenization.extend_tokenizer`: English tokenises as
-     before) and the target's embeddings with it: a new token that spells a word of
-     `translation.lexicon` (every grounded word, and the words the layouts are made of) starts
-     from its English translation's row, any other from its pieces' rows, each plus its
-     language's direction (`grow_embeddings`); then trains the target end to end on real images
-     (tower frozen) through `recipe.LANGUAGE_CURRICULUM`, English a third of the batches with
-     the English target's answers kept where they are right (`kept_english_loss`) and the
-     world's answers where they are wrong (`english_answers`), probing held-out colour and shape
-     questions in each language at each phase's end, and rounds it to fp16;
- 11. writes each language's distillation set (the target's greedy answers on training scenes)
-     and trains the text drafters of the seed's recipe (`recipe.language_drafters`): each
-     pretrained on corpus text in its languages, then fine-tuned on the target's answers in them;
- 12. saves the target (grown tokenizer and processor) and drafter-NAME for each of them under
-     `out`. The English-only drafters stay as stages 7-8 made them, with the English tokenizer:
-     their vocabulary is the first 512 ids of the target's, which the engine accepts.
-The result depends only on the English world and the seed: every stream is seeded here, so
-going on from a saved world equals going on in memory (its weights were saved in fp16, as they
-were held). Each stage is timed through `lap`.
+More, with its measurements: docs/modules.md.
 """
 
 import argparse

@@ -8,8 +8,7 @@ it was while they do.
     new_rows_only      parameter groups in which, of the embeddings, only the new rows learn
     kept_english_loss  an English batch's loss is the KL divergence from the English target's
                        distribution, any other batch's the cross-entropy on its answer
-
-The languages pilot (`experiments/languages_pilot.py`) uses them too.
+More, with its measurements: docs/modules.md.
 """
 
 import torch

@@ -1,18 +1,6 @@
 """Tokenizer, chat template and processor of the world, built offline.
 
-Contract:
-- `train_tokenizer(texts)` trains a byte-level BPE on the corpus with a vocabulary small
-  enough that many words split into several pieces, and wraps it as a Hugging Face fast
-  tokenizer with the chat template, `<|end|>` as EOS and `<image>` as the image token.
-- `build_processor(tokenizer)` is the `LlavaProcessor` shipped with both LLaVA models: the
-  display-resolution image is resized to 48 px and cut into 3x3 patches of 16 px, one image
-  token per patch.
-- `extend_tokenizer(tok, texts, new_tokens, keep)` grows a trained tokenizer for more
-  languages: BPE's training continued on `texts` from the merges it has, `new_tokens` new
-  tokens appended after the old ids (which keep their meaning), never merging a pair that a
-  text of `keep` holds, so those (English) tokenise exactly as before.
-- `prompt_text(question)` is exactly what `apply_chat_template` renders for one user turn
-  with an image, with the generation prompt: the form every model is trained on.
+More, with its measurements: docs/modules.md.
 """
 
 import json

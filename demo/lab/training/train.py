@@ -8,39 +8,7 @@ and training_log.json (the recipe, parameter counts, probes, losses, seconds per
 `--quick` runs `recipe.QUICK`, a few steps per stage, into a temporary directory (the tests);
 otherwise `recipe.FULL`, which makes the shipped weights.
 
-Stages, each timed, each taking its config from recipe.py (LLaVA's recipe, with the projector
-aligned to word-embedding "slots", see slots.py):
- 1. data: the corpus, the BPE tokenizer and the training scene pool (rendered, processed)
- 2. target tower: per-cell attribute pretraining of the vision tower
- 3. target LM: lookup facts, then a curriculum of tasks (`recipe.CURRICULUM`), with slots in
-    place of the image tokens
- 3b. target LM: multiple choice's option checks and letter (`data.drill_batches`) alternating
-     with the task mix, on slots
- 4. target projector: regressed onto the slots, tower and LM frozen
- 5. target: end-to-end fine-tune of projector and LM on real images (tower frozen)
- 5b. target: the same, captions at 70% of the batches, with a fresh schedule
- 5c. target: the same mix again, at a third of the learning rate
- 5d. target: stage 3b's option drills on real images, alternating with stage 5's mix
- (3b-5d teach multiple choice in its early form, `tasks_en.EARLY`; the LM stage the brief one)
- 5e. target: multiple choice in its final form (whole answers; a fifth of the batches on
-     one-object scenes), alternating with stage 5's mix
- 6. distillation set: the shipped (fp16-rounded) target's greedy answers on training scenes
- 7. text drafter: pretrain on corpus text, then fine-tune on the target's answers, image removed
- 8. image drafter: tower pretraining, LM from the text drafter, the target's answers on slots,
-    projector regression, then the target's answers on real images
- 9. save, with the held-out example gallery
- 10-12. `python -m demo.lab.training.multilingual`: the world in three languages: the tokenizer
-     and the target grown for German and Chinese, the target trained on the three, the text
-     drafters of the seed's recipe (multilingual, German, Chinese); saved beside the English
-     ones. Not in the shipped world: its first run missed the issue's bars
-     (docs/world-languages.md), so the shipped weights are stages 1-9's.
-`--from WORLD` runs stages 10-12 only, from an English world saved by stages 1-9 (the world
-shipped before them: `git archive f18e9b8 assets/world | tar -x -C DIR`), the same as going on
-in memory.
-The target is rounded to fp16 after 5c, after 5d and after 5e, and each drafter after its stage.
-What ships is fp16; the roundings after 5c and 5d are where earlier versions of the recipe
-saved their worlds and later stages went on from the saves, and the shipped weights hold them
-(docs/world-experiments.md), so a straight run keeps them.
+More, with its measurements: docs/modules.md.
 """
 
 import argparse

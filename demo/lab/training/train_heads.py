@@ -3,30 +3,7 @@
     python -m demo.lab.training.train_heads            # data, the speculator (10,000 steps), Medusa heads (400), save
     python -m demo.lab.training.train_heads --compare  # and the forms without the look, on the same data
 
-Distilled on the target's own outputs: training-split conversations of every task family in
-English, German and Chinese (descriptions most), one teacher-forced forward of the shipped (fp16)
-target over each, which gives its last hidden state f_j and its own greedy choice at every answer
-position; chains are trained only along runs where its choices are the answer's tokens, i.e. on
-its own greedy path (`target_data`). Then, on those alone (the target is frozen, and its output
-embedding scores every head):
-
-    feature   `heads.Speculator`, unrolled over UNROLL steps on its own predicted state, fed the
-              target's tokens (a round only goes on past a draft the target accepted, i.e. its
-              token): cross-entropy on the next token at each step, and with `shared` (the
-              EAGLE-style form) a smooth-L1 pull of s_k onto the target's f_{j+k}. With `look`
-              (LOOK heads) every step also attends over the target's states of its conversation's
-              prompt (`prompt_states`: the image's positions and the question's, as the prefill
-              hands them over); its batches take PER positions from each of BATCH // PER
-              conversations. With --compare the forms without it train too; the longer held-out
-              chain ships. Trained, a speculator is restricted to the ids the target wrote in the
-              training answers (`heads.Speculator.restrict`: 420 of 1,024 on the embedded world),
-              so a draft scores only those rows of the output embedding.
-    medusa    `heads.MedusaHeads`: head i's cross-entropy on token j + 1 + i.
-
-Held out: every tenth conversation; the figure is the mean number of leading drafts
-of a gamma-4 chain equal to the target's own tokens there (greedy), written with the weights
-(`assets/world/drafter-feature.safetensors`, `drafter-medusa.safetensors`) and to
-`assets/world/heads_log.json`.
+More, with its measurements: docs/modules.md.
 """
 
 from __future__ import annotations
