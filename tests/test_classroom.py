@@ -54,8 +54,8 @@ def test_a_request_that_fails_before_its_race_clears_the_last_races_panels():
     race = handlers.run_race(None, "  ", "embedded", "text-only", 4, "greedy", 0.8, 0.95, 0, 16)
     update = next(race)
     assert "Ask a question about the image first." in update["outcome"] and "error-box" in update["outcome"]
-    assert "0.000 s compute · 0 tokens · waiting" in update["spd_panel"]  # nothing of the last race stays
-    assert "0.000 s compute · 0 tokens · waiting" in update["ar_panel"]
+    assert "0.000 s compute · 0 tokens · not run" in update["spd_panel"]  # nothing of the last race stays
+    assert "0.000 s compute · 0 tokens · not run" in update["ar_panel"]
     assert "Run the race and one of its rounds is explained here" in update["how_round"]
     assert update["json_file"].interactive is False and "blocks" in update and "race_chart" in update
     with pytest.raises(gr.Error):

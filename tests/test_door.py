@@ -228,9 +228,8 @@ def test_a_newcomer_to_a_full_queue_takes_the_place_of_a_visitors_second_waiting
 @pytest.mark.parametrize("k", [0, 4, -1, 2.5, "2", None, True, [2], {"k": 2}, 10**9])
 def test_exactness_refuses_a_bad_k_with_its_sentence(app, world, k):  # noqa: F811
     client = Client(app.local_url, verbose=False)
-    image, question, preset, drafter, gamma, _, temperature, top_p, seed, *_ = args(world)
-    with pytest.raises(AppError) as refused:
-        client.predict(image, question, preset, drafter, gamma, temperature, top_p, seed, k, api_name="/exactness")
+    with pytest.raises(AppError) as refused:  # /exactness takes /trace's values, then k
+        client.predict(*args(world), k=k, api_name="/exactness")
     client.close()
     expected = f"k (the tokens after the first that are checked) must be a whole number from 1 to 3; got {k!r}."
     assert str(refused.value) == expected

@@ -147,8 +147,8 @@ def _heads(small, kind: str):
 class _SampledFromArgmax(MedusaState):
     """A negative control: drafts the argmax of q but reports q itself, so q is not what it sampled from."""
 
-    def propose(self, answer, n, sampling, generator, min_confidence=0.0):
-        drafts, q = super().propose(answer, n, Sampling(), generator)
+    def propose(self, answer, n, sampling, generator, min_confidence=0.0, features=None):
+        drafts, q = super().propose(answer, n, Sampling(), generator, features=features)
         if len(drafts) == 0:  # the token budget's last token: nothing drafted
             return drafts, q
         return drafts, torch.stack([self.q(self.rows[i], sampling) for i in range(len(drafts))])
@@ -186,8 +186,8 @@ def test_the_chain_rule_never_accepts_a_draft_with_q_zero_and_the_round_stops_wi
         assert int(n_accepted) == 0
 
     class ZeroQ(MedusaState):
-        def propose(self, answer, n, sampling, generator, min_confidence=0.0):
-            drafts, q = super().propose(answer, n, sampling, generator)
+        def propose(self, answer, n, sampling, generator, min_confidence=0.0, features=None):
+            drafts, q = super().propose(answer, n, sampling, generator, features=features)
             return drafts, q.scatter(1, drafts[:, None], 0.0)
 
     drafter = _heads(small, "medusa")

@@ -4,6 +4,7 @@ a /trace call through it returns the race's JSON, having passed the same guard a
 
 import asyncio
 import base64
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -23,6 +24,13 @@ def app():
     demo.close()
 
 
+def _run(coroutine):
+    """Runs the client on a thread of its own: a browser test earlier in this worker may have left
+    an event loop running on the main thread, where asyncio.run refuses to start another."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 async def _session(url: str, work):
     from mcp import ClientSession
     from mcp.client.streamable_http import streamablehttp_client
@@ -38,7 +46,7 @@ def test_an_mcp_client_lists_trace_and_exactness_and_calls_trace(app):
     async def listed(session):
         return (await session.list_tools()).tools
 
-    tools = {t.name: t for t in asyncio.run(_session(url, listed))}
+    tools = {t.name: t for t in _run(_session(url, listed))}
     assert sorted(tools) == ["exactness", "trace"], sorted(tools)  # the page's /race and /analysis are not tools
     trace = tools["trace"]
     assert "accepted or\nrejected" in trace.description or "accepted or rejected" in trace.description
@@ -52,7 +60,7 @@ def test_an_mcp_client_lists_trace_and_exactness_and_calls_trace(app):
     async def called(session):
         return await session.call_tool("trace", args)
 
-    result = asyncio.run(_session(url, called))
+    result = _run(_session(url, called))
     assert not result.isError, result.content
     text = result.content[0].text  # the JSON output, as Gradio's MCP server prints a dict
     assert "'speculative'" in text and "'drafter': 'text-only'" in text and "'accepted'" in text

@@ -49,8 +49,9 @@ def test_a_race_processes_its_image_once_for_the_target_and_once_per_drafter_tha
     result = items[-1]
     assert isinstance(result, session.RaceResult) and result.ending == "finished"
     # the lanes (3), the γ sweep (10 replays), the table (every strategy of the preset) and the
-    # attention pass all read the same prompts: the target's image once, the image-aware drafter's once
-    assert sorted(processed) == ["drafter", "target"]
+    # attention pass and the ablation all read the same prompts: the target's image once, the
+    # image-aware drafter's once; the ablation's blank image is the one more the target processes
+    assert sorted(processed) == ["drafter", "target", "target"]
     assert len(result.rows) == 10 and [r["strategy"] for r in result.strategies] == list(
         loader.PRESETS["tiny-race"].drafter_names()
     )

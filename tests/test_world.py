@@ -286,13 +286,6 @@ def test_the_recipe_and_the_evaluation_do_not_import_the_experiments():
     assert out.stdout.strip() == "[]"
 
 
-def test_no_world_module_is_over_500_lines():
-    root = ASSETS.parents[1] / "demo" / "world"
-    lengths = {p.relative_to(root).as_posix(): len(p.read_text().splitlines()) for p in root.rglob("*.py")}
-    assert "experiments/diagnose.py" in lengths and "train.py" in lengths
-    assert max(lengths.values()) <= 500, lengths
-
-
 def test_lookup_gap_shifts_only_the_positions_after_the_last_image_token():
     import torch
 

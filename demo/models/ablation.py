@@ -82,14 +82,15 @@ def answer_logits(loaded, inputs: dict, answer_ids: list[int]) -> torch.Tensor:
         return model(**full, use_cache=False, logits_to_keep=n).logits[0].float()  # [n, V]
 
 
-def ablate(loaded, image: Image.Image | None, question: str, answer_ids: list[int]) -> Ablation:
+def ablate(loaded, image: Image.Image | None, question: str, answer_ids: list[int], with_image=None) -> Ablation:
     """Score `answer_ids` (the target's answer to `question` about `image`) with the image and with
-    a blank one; `Ablation.missing` says why where it cannot."""
+    a blank one; `Ablation.missing` says why where it cannot. `with_image`: the race's own target
+    inputs for `image`, so that only the blank image is processed here."""
     if image is None:
         return Ablation.missing("There is no image in this question, so nothing depends on it.")
     if not answer_ids:
         return Ablation.missing("The answer is empty.")
-    with_image = loaded.prompt(image, question).target_inputs
+    with_image = with_image if with_image is not None else loaded.prompt(image, question).target_inputs
     blank = loaded.prompt(blank_like(image), question).target_inputs
     if not torch.equal(with_image["input_ids"], blank["input_ids"]):
         return Ablation.missing(

@@ -161,7 +161,7 @@ def _status(trace: Trace, stopped: bool = False) -> str:
         why = "end of answer" if trace.summary.stop == "eos" else "token budget reached"
         return f"done ({why})"
     if stopped:
-        return "stopped" if trace.prefill is not None else "not run"
+        return "stopped" if trace.start is not None else "not run"
     if trace.prefill is None:
         return "waiting"
     return "decoding…"

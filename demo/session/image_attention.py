@@ -71,7 +71,7 @@ def _ablate(prompts, question: str, ids: list[int]) -> dict:
     from demo.models import ablation
 
     try:
-        return ablation.ablate(prompts.loaded, prompts.image, question, ids).to_dict()
+        return ablation.ablate(prompts.loaded, prompts.image, question, ids, prompts.target_inputs).to_dict()
     except Exception as error:  # the run stands; only its ablation is lost
         log.warning("the image ablation failed", exc_info=error)
         return ablation.Ablation.missing(f"The image ablation could not be read ({type(error).__name__}).").to_dict()
