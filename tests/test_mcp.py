@@ -9,19 +9,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from demo.page import server
+from test_api_labels import app  # noqa: F401 (the app launched in-process, once for this file)
 
 pytestmark = pytest.mark.slow
 IMAGE = sorted((Path(__file__).resolve().parent.parent / "assets" / "world" / "examples").glob("*.png"))[0]
-
-
-@pytest.fixture(scope="module")
-def app():
-    demo = server.build_demo()
-    server.launch(demo, warm=None, prevent_thread_lock=True, quiet=True)
-    yield demo
-    demo.close()
 
 
 def _run(coroutine):
@@ -40,7 +31,7 @@ async def _session(url: str, work):
         return await work(session)
 
 
-def test_an_mcp_client_lists_trace_and_exactness_and_calls_trace(app):
+def test_an_mcp_client_lists_trace_and_exactness_and_calls_trace(app):  # noqa: F811
     url = app.local_url + "gradio_api/mcp/"
 
     async def listed(session):
@@ -66,7 +57,7 @@ def test_an_mcp_client_lists_trace_and_exactness_and_calls_trace(app):
     assert "'speculative'" in text and "'drafter': 'text-only'" in text and "'accepted'" in text
 
 
-def test_an_mcp_message_passes_the_guard_of_every_call(app):
+def test_an_mcp_message_passes_the_guard_of_every_call(app):  # noqa: F811
     """The guard caps an MCP message as it caps a call's body: 413 with its sentence, before Gradio."""
     from demo.serve import guard
 
