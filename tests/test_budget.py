@@ -54,7 +54,7 @@ def test_the_pages_default_race_fits_and_the_longest_races_are_shortened(monkeyp
     # + 0.02 + 0.04 (feature and its tree) + 0.02 + 0.04 (medusa and its tree) + 0.15 (staged), each its
     # registered kind's step
     assert default.seconds == pytest.approx((128 * (1.82 + 1 + 1.5 + 3.24) + 40) * 0.02)
-    budget.check(default)
+    budget.fit(default)
     assert budget.limit(default) == pytest.approx(2 * default.seconds)
     # the longest race: shortened with its sweep and table, which replay the whole answer
     assert budget.fit_race(race(gamma=10, max_new_tokens=512))[1:] == (

@@ -191,7 +191,7 @@ def test_a_race_is_checked_again_at_ready_where_a_warm_up_it_waited_for_measured
 
     monkeypatch.setattr(lane_runs, "load", after_a_warm_up)
     race = session.Race(request, str(uploads / "q.png"), uploads)
-    budget.check(race.estimate)  # admitted before its models are loaded: nothing measured yet
+    budget.fit(race.estimate)  # admitted before its models are loaded: nothing measured yet
     seen = []
     with pytest.raises(InvalidInput, match="at this machine's present speed"):
         seen.extend(race.events())

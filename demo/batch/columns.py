@@ -78,7 +78,7 @@ def example_row(meta: dict, decoded, seconds: float, seed: int | None) -> dict:
     names = export.engine_names(trace)
     share = rejections.grounded_share(decoded.observations)
     drafting = [r for r in trace.rounds if r.drafted_ids]
-    histogram = metrics.accept_length_histogram(trace)
+    histogram = names["spec_accept_histogram"]  # vLLM's acceptance_histogram counts the same rounds
     return _key(meta) | {
         "drafter": decoded.drafter,
         "seed": seed,

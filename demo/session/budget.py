@@ -134,11 +134,6 @@ def shortened(estimate: Estimate, runs: int) -> str:
     return f"This machine is busy: {said}" if estimate.slow > 1 else said
 
 
-def check(estimate: Estimate) -> None:
-    """Refuse a request that cannot run even shortened (`fit`)."""
-    fit(estimate)
-
-
 def drafter_step(drafter: str, preset: str) -> float:
     """A drafter's step, in target steps: its registered kind's (`demo.models.drafter_kinds`); a
     drafter of no registered kind costs a text-only drafter's."""
