@@ -103,15 +103,23 @@ class Target:
 
     # transformers' forwards: the prefill always, the decode steps where the lean path does not run.
 
+    # The position arguments of the prefill and of a decode forward: none here (transformers counts
+    # them); `demo.models.families.MRopeTarget` gives its own.
+    def prefill_positions(self, inputs: dict, cache) -> dict:
+        return {}
+
+    def decode_positions(self, cache, n: int) -> dict:
+        return {}
+
     def transformers_prefill(self, inputs: dict, cache: DynamicCache, features: bool = False):
-        out = self.model(
-            **inputs, **{self.cache_kw: cache}, use_cache=True, logits_to_keep=1, output_hidden_states=features
-        )
+        kw = {**self.prefill_positions(inputs, cache), self.cache_kw: cache}
+        out = self.model(**inputs, **kw, use_cache=True, logits_to_keep=1, output_hidden_states=features)
         return with_features(out, features, prefill=True)
 
     def transformers_forward(self, ids: torch.Tensor | list[int], cache: DynamicCache, features: bool = False):
         input_ids = torch.as_tensor(ids, device=self.device)[None]  # [1, n]
-        out = self.model(input_ids=input_ids, **{self.cache_kw: cache}, use_cache=True, output_hidden_states=features)
+        kw = {**self.decode_positions(cache, len(ids)), self.cache_kw: cache}
+        out = self.model(input_ids=input_ids, **kw, use_cache=True, output_hidden_states=features)
         return with_features(out, features)
 
     def transformers_forward_tree(

@@ -54,9 +54,6 @@ class LeanDrafter(Drafter):
     everything is built inside the GPU call, on the real device.
     """
 
-    CHECK_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-8}  # relative to the logits' scale
-    HALF_TOLERANCE = 5e-2  # bf16 / fp16
-
     def __init__(self, model, *, graphs: bool | None = None, numpy: bool = True, **kwargs):
         super().__init__(model, **kwargs)
         self.lean: LeanLM | None = None
@@ -124,17 +121,11 @@ class LeanDrafter(Drafter):
         self._forward_transformers(ref_cache, ids[:6])
         cache = lean.new_cache(16)
         cache.load(ref_cache)
-        tolerance = self.CHECK_TOLERANCE.get(lean.dtype, self.HALF_TOLERANCE)
         for chunk, rollback in ((ids[6:7], 0), (ids[7:9], 1), (ids[9:10], 0), (ids[10:12], 0)):
             if rollback:
                 ref_cache.crop(-rollback)
                 cache.crop(-rollback)
-            ref = self._forward_transformers(ref_cache, chunk)
-            got = forward(cache, chunk)
-            scale = float(ref.abs().max()) + 1.0
-            error = float((got.float() - ref.float()).abs().max())
-            if not error <= tolerance * scale:
-                raise ValueError(f"logits differ by {error:.3g} (allowed {tolerance * scale:.3g})")
+            lean_lm.check_close(forward(cache, chunk), self._forward_transformers(ref_cache, chunk), lean.dtype)
 
     def _forward_transformers(self, cache, ids: list[int]) -> torch.Tensor:
         input_ids = torch.tensor([ids], device=self.device)
@@ -153,7 +144,7 @@ class LeanDrafter(Drafter):
             want = self.lean.forward(eager, ids[4:5])
             got = step(ids[4])
             torch.cuda.synchronize(self.device)
-            if not torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2 * (float(want.abs().max()) + 1)):
+            if not lean_lm.replays_alike(got, want):
                 raise ValueError("graph replay differs from the eager step")
             return True
         except Exception as error:

@@ -18,19 +18,50 @@ import torch.nn.functional as F
 ARCHITECTURES = ("llama", "qwen2")  # language-model types LeanLM reproduces
 STATIC_ROPE = ("default", "linear", "llama3")  # rotary types whose frequencies do not depend on the length
 CHUNK = 256  # cache capacity grows in multiples of this many positions
+TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-8}  # a check's, relative to the logits' scale (else 5e-2)
+
+
+def text_config(model):
+    return getattr(model.config, "text_config", None) or model.config
 
 
 def language_model(model):
     """(decoder, lm_head, text config) of a causal LM or of a LLaVA-style drafter."""
     inner = model.model
     decoder = getattr(inner, "language_model", None) or getattr(inner, "text_model", inner)  # LLaVA; Idefics3
-    config = getattr(model.config, "text_config", None) or model.config
-    return decoder, model.get_output_embeddings(), config
+    return decoder, model.get_output_embeddings(), text_config(model)
+
+
+def check_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, name: str = "logits") -> None:
+    """Raise unless a lean forward's `got` matches transformers' `want` within the dtype's tolerance."""
+    allowed = TOLERANCE.get(dtype, 5e-2) * (float(want.abs().max()) + 1.0)
+    error = float((got.float() - want.float()).abs().max())
+    if not error <= allowed:
+        raise ValueError(f"{name} differ by {error:.3g} (allowed {allowed:.3g})")
+
+
+def replays_alike(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Whether a CUDA graph's replay matches the eager step it captured."""
+    return torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2 * (float(want.abs().max()) + 1))
+
+
+def capture(step, args, device: torch.device, warmup: int, **graph_kw) -> tuple[torch.cuda.CUDAGraph, object]:
+    """`step(*args)` warmed up on a side stream, then captured as a CUDA graph: (graph, its outputs)."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            step(*args)
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, **graph_kw):
+        outputs = step(*args)
+    return graph, outputs
 
 
 def unsupported(model) -> str | None:
     """Why LeanLM cannot run this model, or None when it can."""
-    config = getattr(model.config, "text_config", None) or model.config
+    config = text_config(model)
     if config.model_type not in ARCHITECTURES:
         return f"not covered by the lean path: architecture {config.model_type!r} (covered: {', '.join(ARCHITECTURES)})"
     try:
@@ -199,9 +230,11 @@ class LeanLM:
     def dtype(self) -> torch.dtype:
         return self.embed.dtype
 
+    cache_class = StaticCache
+
     def new_cache(self, capacity: int) -> StaticCache:
         capacity = math.ceil(max(capacity, 1) / CHUNK) * CHUNK
-        return StaticCache(len(self.layers), self.n_kv, self.head_dim, capacity, self.dtype, self.device)
+        return self.cache_class(len(self.layers), self.n_kv, self.head_dim, capacity, self.dtype, self.device)
 
     def _tables(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin [n, D] for positions 0..n-1, from the model's own rotary module (its

@@ -16,9 +16,7 @@ import math
 import numpy as np
 import torch
 
-# The LeanLM and StaticCache these steps run on (`demo.engine.lean_lm`) are named in docstrings,
-# not imported: the steps read only their tensors and methods, and `demo.engine.lean`, which picks
-# a step, imports this module.
+from demo.engine import lean_lm
 
 
 def supported(lm) -> str | None:
@@ -48,15 +46,7 @@ class GraphStep:
         self.keys_index = torch.arange(cache.capacity, device=device)
         self.tables = self.lm.rope(cache.capacity)  # held here: the graph reads them by address
         args = (cache, self.token, self.position, self.keys_index, self.tables)
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            for _ in range(self.WARMUP):
-                self.lm.static_step(*args)
-        torch.cuda.current_stream(device).wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.logits = self.lm.static_step(*args)
+        self.graph, self.logits = lean_lm.capture(self.lm.static_step, args, device, self.WARMUP)
         self.capacity = cache.capacity
 
     def __call__(self, token: int | torch.Tensor) -> torch.Tensor:

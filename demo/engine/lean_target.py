@@ -19,7 +19,7 @@ import torch
 
 from demo.engine import lean_lm
 from demo.engine.events import TREE_SHAPE
-from demo.engine.target_lm import GraphSet, TargetCache, TargetLM, unsupported
+from demo.engine.target_lm import GraphSet, TargetCache, TargetLM, unsupported, visibility
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +36,6 @@ class LeanTarget:
     `path` says which runs: "lean + CUDA graphs", "lean" or "transformers" (with
     `fallback_reason`). `prepare` builds and checks it and, on CUDA, captures the graphs; the
     session or benchmark calls it before any clock starts, and the first run calls it otherwise."""
-
-    CHECK_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-8}  # relative to the logits' scale
-    HALF_TOLERANCE = 5e-2  # bf16 / fp16
 
     def __init__(self, target, want: bool | None):
         self.target = target
@@ -147,13 +144,9 @@ class LeanTarget:
         cache = lm.new_cache(16)
         cache.load(reference)
         cache.rope_delta = getattr(reference, "rope_delta", 0)
-        tolerance = self.CHECK_TOLERANCE.get(lm.dtype, self.HALF_TOLERANCE)
         parents = [-1, -1, 0, 0, 2]  # a tree: two roots, two children of the first, a grandchild
         depths = [0, 1, 1, 2, 2, 3]
-        visible = torch.eye(6, dtype=torch.bool)
-        visible[:, 0] = True
-        for i, parent in enumerate(parents):
-            visible[i + 1] |= visible[parent + 1]
+        visible = visibility(parents)
         for chunk, rollback, tree in (
             (ids[8:9], 0, False),
             (ids[9:12], 2, False),
@@ -172,10 +165,7 @@ class LeanTarget:
                 want = target.transformers_forward(chunk, reference, True)
                 got = target.forward(chunk, cache, True)
             for name, w, g in zip(("logits", "hidden states"), want, got, strict=True):
-                scale = float(w.abs().max()) + 1.0
-                error = float((g.float() - w.float()).abs().max())
-                if not error <= tolerance * scale:
-                    raise ValueError(f"{name} differ by {error:.3g} (allowed {tolerance * scale:.3g})")
+                lean_lm.check_close(g, w, lm.dtype, name)
 
     def _sample_ids(self, n: int) -> list[int]:
         """n seeded ids of ordinary text tokens: no added or special token (image placeholders)."""
@@ -222,6 +212,6 @@ class LeanTarget:
             )
             got = graphs(cache, torch.tensor(chunk, device=lm.device), pos, visible)
             torch.cuda.synchronize(lm.device)
-            if not torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2 * (float(want.abs().max()) + 1)):
+            if not lean_lm.replays_alike(got, want):
                 raise ValueError(f"graph replay of width {n} differs from the eager step")
         cache.length = 0

@@ -240,22 +240,10 @@ def autoregressive_generate(
         with clock:
             logits = target.forward(ids_on(target.device, [state.answer[-1]]), state.cache)[0]  # [V]
             token, p_token = _first_token(logits, sampling, generator)
-            text = state.append(token)
-        yield TokenEvent(
-            index=len(state.answer) - 1, token_id=token, text=text, kind="target", round=step, p=p_token, t=clock.total
-        )
-        yield RoundEvent(
-            index=step,
-            drafted_ids=(),
-            drafted_texts=(),
-            n_accepted=0,
-            target_id=token,
-            n_emitted=1,
-            stop=state.stop,
-            draft_seconds=0.0,
-            verify_seconds=clock.last,
-            t=clock.total,
-        )
+            fields = emitted(state, [token], step, lambda j: dict(kind="target", p=p_token))
+        tokens, round_event = round_events(state, step, [], (), 0, token, fields, (0.0, clock.last))
+        yield from tokens
+        yield round_event
     yield _summary(state, prefill, step)
 
 
@@ -272,21 +260,7 @@ def run(
     """One whole run as a trace: speculative with a drafter, autoregressive without. Its random
     numbers come from a generator seeded with `sampling.seed` on the target's device."""
     generator = torch.Generator(device=target.device).manual_seed(sampling.seed)
+    kw = dict(sampling=sampling, max_new_tokens=max_new_tokens, generator=generator)
     if drafter is None:
-        return Trace.of(
-            autoregressive_generate(
-                target, prompt, sampling=sampling, max_new_tokens=max_new_tokens, generator=generator
-            )
-        )
-    return Trace.of(
-        speculative_generate(
-            target,
-            drafter,
-            prompt,
-            gamma=gamma,
-            sampling=sampling,
-            max_new_tokens=max_new_tokens,
-            generator=generator,
-            min_confidence=min_confidence,
-        )
-    )
+        return Trace.of(autoregressive_generate(target, prompt, **kw))
+    return Trace.of(speculative_generate(target, drafter, prompt, gamma=gamma, min_confidence=min_confidence, **kw))

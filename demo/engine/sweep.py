@@ -99,28 +99,3 @@ def replay(
         seconds.append(clock.last)
         n += emitted
     return SweepPoint(gamma=gamma, rounds=tuple(rounds), tree_costs=tuple(costs), draft_seconds=tuple(seconds))
-
-
-def sweep(
-    drafter: Drafter,
-    drafter_inputs: dict,
-    answer: list[int],
-    *,
-    max_new_tokens: int,
-    min_confidence: float = 0.0,
-    gammas: tuple[int, ...] = GAMMAS,
-    features: torch.Tensor | None = None,
-) -> list[SweepPoint]:
-    """`replay` at each gamma of `gammas`."""
-    return [
-        replay(
-            drafter,
-            drafter_inputs,
-            answer,
-            gamma=g,
-            max_new_tokens=max_new_tokens,
-            min_confidence=min_confidence,
-            features=features,
-        )
-        for g in gammas
-    ]

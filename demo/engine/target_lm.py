@@ -8,7 +8,6 @@ More, with its measurements: docs/modules.md.
 
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass
 
@@ -23,7 +22,7 @@ MROPE = ("qwen2_5_vl_text", "qwen2_vl_text")  # Qwen2 language models with 3-sec
 
 def unsupported(model) -> str | None:
     """Why TargetLM cannot run this target's language model, or None when it can."""
-    config = getattr(model.config, "text_config", None) or model.config
+    config = lean_lm.text_config(model)
     if config.model_type not in MROPE:
         return lean_lm.unsupported(model)
     rope = config.rope_parameters or {}
@@ -32,6 +31,17 @@ def unsupported(model) -> str | None:
     if getattr(config, "use_sliding_window", False):
         return "not covered by the lean path: sliding-window attention"
     return None
+
+
+def visibility(parents: list[int]) -> torch.Tensor:
+    """[n + 1, n + 1] bool: row 0 is the answer's last token, row i + 1 node i, which sees the last
+    token, its ancestors and itself (parents come before their children)."""
+    n = len(parents)
+    seen = torch.eye(n + 1, dtype=torch.bool)
+    seen[:, 0] = True
+    for i, parent in enumerate(parents):
+        seen[i + 1] |= seen[parent + 1]
+    return seen
 
 
 @dataclass
@@ -68,6 +78,8 @@ class TargetCache(StaticCache):
 class TargetLM(LeanLM):
     """LeanLM with a forward over n tokens at given positions with a visibility mask among them."""
 
+    cache_class = TargetCache
+
     def __init__(self, model):
         super().__init__(model)
         config = self.config
@@ -82,10 +94,6 @@ class TargetLM(LeanLM):
         self.axes = 3 if section else 1
         self.axis = torch.cat([axis, axis]).to(self.device)  # [D]
         self.dims = torch.arange(self.head_dim, device=self.device)[:, None]  # [D, 1]
-
-    def new_cache(self, capacity: int) -> TargetCache:
-        capacity = math.ceil(max(capacity, 1) / lean_lm.CHUNK) * lean_lm.CHUNK
-        return TargetCache(len(self.layers), self.n_kv, self.head_dim, capacity, self.dtype, self.device)
 
     def _rotary(self, positions: torch.Tensor, tables) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [n, 1, D] for rotary positions [A, n]: dimension d reads axis axis[d]'s position
@@ -151,15 +159,10 @@ class GraphSet:
             visible = torch.ones(n, n, dtype=torch.bool, device=device).tril()
             self.start.fill_(self.capacity - n)
             args = (cache, ids, positions, self.start, visible, self.capacity, self.tables)
-            stream = torch.cuda.Stream(device)
-            stream.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(stream):
-                for _ in range(self.WARMUP):
-                    lm.step(*args)
-            torch.cuda.current_stream(device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):  # other threads run on
-                outputs = lm.step(*args)  # logits [n, V], hidden [n, C]
+            # other threads run on while it captures; outputs: logits [n, V], hidden [n, C]
+            graph, outputs = lean_lm.capture(
+                lm.step, args, device, self.WARMUP, pool=pool, capture_error_mode="thread_local"
+            )
             self.graphs[n] = (graph, ids, positions, visible, outputs)
 
     def covers(self, cache: TargetCache, n: int, top: int) -> bool:

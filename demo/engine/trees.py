@@ -30,6 +30,7 @@ from demo.engine.events import (
     TreeShape,
 )
 from demo.engine.sampling import Sampling, sample, undefined_q, warp
+from demo.engine.target_lm import visibility
 
 
 class TreeDrafter(OnBase):
@@ -106,17 +107,6 @@ def draft_tree(
     finally:  # `grow` calls itself, so it sits in its own closure: a reference cycle that would hold
         grow = None  # the state and its KV cache until Python's rare full collection (docs/soak.md)
     return tree
-
-
-def visibility(parents: list[int]) -> torch.Tensor:
-    """[n + 1, n + 1] bool: row 0 is the answer's last token, row i + 1 node i, which sees the last
-    token, its ancestors and itself (parents come before their children)."""
-    n = len(parents)
-    seen = torch.eye(n + 1, dtype=torch.bool)
-    seen[:, 0] = True
-    for i, parent in enumerate(parents):
-        seen[i + 1] |= seen[parent + 1]
-    return seen
 
 
 def keep_path(cache, start: int, path: list[int], n_nodes: int) -> None:

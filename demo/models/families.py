@@ -23,7 +23,6 @@ import torch
 from transformers import AutoProcessor, AutoTokenizer, DynamicCache, Qwen2_5_VLProcessor, Qwen2VLImageProcessorPil
 from transformers.processing_utils import ProcessorMixin
 
-from demo.engine.decoding import with_features
 from demo.engine.speculative import Target
 
 
@@ -59,34 +58,16 @@ class MRopeTarget(Target):
         positions, deltas = get_rope_index(**{k: v for k, v in inputs.items() if k in accepted})
         return positions, int(deltas[0, 0])
 
-    def transformers_prefill(self, inputs: dict, cache: _RopeCache, features: bool = False):
+    def prefill_positions(self, inputs: dict, cache: _RopeCache) -> dict:
         positions, cache.rope_delta = self.prompt_positions(inputs)
-        out = self.model(
-            **inputs,
-            position_ids=positions,
-            **{self.cache_kw: cache},
-            use_cache=True,
-            logits_to_keep=1,
-            output_hidden_states=features,
-        )
-        return with_features(out, features, prefill=True)
+        return {"position_ids": positions}
+
+    def decode_positions(self, cache: _RopeCache, n: int) -> dict:
+        return {"position_ids": self.positions(cache, torch.arange(n, device=self.device))}
 
     def positions(self, cache, offsets: torch.Tensor) -> torch.Tensor:
         """Text positions for tokens at `offsets` [n] past the cache: [3, 1, n], one per M-RoPE axis."""
         return (cache.get_seq_length() + cache.rope_delta + offsets).view(1, 1, -1).expand(3, 1, -1)
-
-    def transformers_forward(self, ids: torch.Tensor | list[int], cache: _RopeCache, features: bool = False):
-        start = cache.get_seq_length() + cache.rope_delta
-        positions = torch.arange(start, start + len(ids), device=self.device).view(1, 1, -1).expand(3, 1, -1)
-        input_ids = torch.as_tensor(ids, device=self.device)[None]  # [1, n]: ids a device tensor or a list
-        out = self.model(
-            input_ids=input_ids,
-            position_ids=positions,
-            **{self.cache_kw: cache},
-            use_cache=True,
-            output_hidden_states=features,
-        )
-        return with_features(out, features)
 
 
 class Qwen2_5_VLImageProcessor(Qwen2_5_VLProcessor):
