@@ -31,7 +31,7 @@ from PIL import Image
 
 from demo.page.examples import load_examples
 from demo.session.request import DEFAULTS
-from demo.world import scoring, scoring_languages
+from demo.world import scoring
 from demo.world.gallery import PER_TASK, PICKS, describes_in_full, picked, states_only_true_facts
 from demo.world.tasks import LANGUAGES
 
@@ -79,7 +79,7 @@ def test_every_shipped_example_gets_a_right_answer_from_the_target(world, langua
         with Image.open(entry.image) as image:
             trace = races.ar(world, image.convert("RGB"), entry.question, max_new=DEFAULTS["max_new_tokens"])
         answer = trace.summary.text
-        score = scoring.score if language == "en" else scoring_languages.score
+        score = scoring.score
         problems = []
         if not score(entry.task, example, answer):
             problems.append("wrong")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from demo.lab.training.recipe import FULL, LANGUAGE_MIX
-from demo.world import ASSETS, tasks_de, tasks_zh
+from demo.world import ASSETS, phrasing, tasks_de, tasks_zh
 from demo.world.scenes import Obj, Scene
 from demo.world.scoring import score
 from demo.world.scoring_languages import CHINESE, GERMAN, count_in, pairs_in, position_in
@@ -105,7 +105,7 @@ def test_multiple_choice_keeps_its_layout_in_every_language():
     assert "\nOptionen: A. " in de_q and de_a.endswith(tuple(f"Die Antwort ist {x}." for x in "ABCD"))
     assert "\n选项：A. " in zh_q and zh_a.endswith(tuple(f"答案：{x}。" for x in "ABCD"))
     assert (
-        tasks_zh.checks("shape", ["正方形", "圆形", "三角形", "十字形"], "B")
+        phrasing.checks(tasks_zh, "shape", ["正方形", "圆形", "三角形", "十字形"], "B")
         == "A. 正方形：圆形不是正方形。B. 圆形：圆形是圆形。"
     )
 

@@ -113,11 +113,7 @@ def _lexicon(language: str) -> tuple[dict[str, tuple[str, object]], re.Pattern]:
         else:  # a number counts with its measure word: 一幅 (an intro's "a drawing") is no fact
             forms |= {f"{w}个": ("count", i) for i, w in enumerate(tasks_zh.NUMBERS) if i} | {"两个": ("count", 2)}
         if language == "de":
-            sizes = {
-                f: v
-                for v, de in tasks_de.SIZES.items()
-                for f in (tasks_de.inflect(de, e) for e in ("", "e", "er", "es", "en"))
-            }
+            sizes = {f: v for v, de in tasks_de.SIZES.items() for f in tasks_de.endings(de)}
         else:
             sizes = {"大的": "large", "小的": "small"}
         forms |= {w: ("size", v) for w, v in sizes.items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 
 from demo.world.scenes import COLOURS, GRID, SHAPES, Obj, Scene
 
@@ -127,6 +127,25 @@ def caption(L, scene: Scene, rng: random.Random) -> str:
     return cap(f"{rng.choice(L.CAPTION_LEADS)}{things}{L.STOP}")
 
 
+def restated(L, subject: str, rest: str, rng: random.Random) -> str:
+    """A short answer: its subject, the looked-up words right after it, then a varying tail
+    ("The circle is red here."), the form a model reads an image token fastest in (docs/world.md)."""
+    return cap(f"{subject}{L.SPACE}{rest}{rng.choice(L.TAILS)}{L.STOP}")
+
+
+def checks(L, kind: str, options: list[str], letter: str) -> str:
+    """Multiple choice's checks: the options in order up to the right one, each copied, then
+    compared with the concluded word restated next to it (`L.verdict`): "A. square: a circle is
+    not a square. B. circle: a circle is a circle." With both words a few tokens back the verdict
+    is a local comparison; checks against the conclusion a sentence earlier were not learnt."""
+    said, out = options[LETTERS.index(letter)], []
+    for letter_, text in zip(LETTERS, options):
+        out.append(f"{letter_}. {text}{L.verdict(kind, said, text)}")
+        if text == said:
+            return L.SPACE.join(out)
+    raise ValueError(f"{letter} is not among {options}")
+
+
 def vqa_colour(L, scene: Scene, rng: random.Random) -> tuple[str, str]:
     o = rng.choice(scene.objects)
     if unique(scene, shape=o.shape) and rng.random() < 0.5:
@@ -134,7 +153,7 @@ def vqa_colour(L, scene: Scene, rng: random.Random) -> tuple[str, str]:
     else:
         subject = L.the_thing_at(rng.choice(L.THINGS), o)
     question = rng.choice(L.COLOUR_QUESTIONS).format(subject)
-    return question, L.restated(subject, L.IS.format(L.COLOURS[o.colour]), rng)
+    return question, restated(L, subject, L.IS.format(L.COLOURS[o.colour]), rng)
 
 
 def vqa_position(L, scene: Scene, rng: random.Random) -> tuple[str, str] | None:
@@ -142,7 +161,7 @@ def vqa_position(L, scene: Scene, rng: random.Random) -> tuple[str, str] | None:
     if o is None:
         return None
     question = rng.choice(L.WHERE_QUESTIONS).format(L.named(o))
-    return question, L.restated(L.named(o), L.AT.format(L.PLACE_PHRASES[o.cell]), rng)
+    return question, restated(L, L.named(o), L.AT.format(L.PLACE_PHRASES[o.cell]), rng)
 
 
 def vqa_yesno(L, scene: Scene, rng: random.Random) -> tuple[str, str]:
@@ -169,7 +188,7 @@ def multiple_choice(L, scene: Scene, rng: random.Random) -> tuple[str, str]:
         kind, options, letter = "count", list(L.COUNT_OPTIONS), LETTERS[len(scene.objects) - 1]
     question, reason = L.choice_words(kind, o, scene)
     listed = L.OPTION_SEP.join(f"{x}. {text}" for x, text in zip(LETTERS, options))
-    return L.CHOICE.format(question, listed), L.CHOICE_ANSWER.format(reason, L.checks(kind, options, letter), letter)
+    return L.CHOICE.format(question, listed), L.CHOICE_ANSWER.format(reason, checks(L, kind, options, letter), letter)
 
 
 ALIKE = {"description": description, "caption": caption, "vqa_colour": vqa_colour, "multiple_choice": multiple_choice}
@@ -178,17 +197,15 @@ ALIKE |= {"vqa_position": vqa_position, "vqa_yesno": vqa_yesno}
 
 def forms(L) -> dict[str, Callable]:
     """A language's task -> form table: its own `_<task>` where it has one, else the form every
-    language writes alike, over its tables."""
-    return {task: getattr(L, f"_{task}", None) or functools.partial(ALIKE[task], L) for task in TASKS}
+    language writes alike; each over the language's tables."""
+    return {task: functools.partial(getattr(L, f"_{task}", None) or ALIKE[task], L) for task in TASKS}
 
 
-def ask(
-    prompts: Mapping[str, Sequence[str]], forms: Mapping[str, Callable], task: str, scene: Scene, rng: random.Random
-) -> tuple[str, str] | None:
-    """(question, reference answer) of `task` from a language's phrase tables, or None when the
-    task does not apply to the scene. A task in `prompts` (description, caption) draws its question
-    from that list first and its answer from forms[task](scene, rng) then; every other task's form
-    writes both, drawing from `rng` as it goes."""
-    if task in prompts:
-        return rng.choice(prompts[task]), forms[task](scene, rng)
-    return forms[task](scene, rng)
+def ask(L, task: str, scene: Scene, rng: random.Random) -> tuple[str, str] | None:
+    """(question, reference answer) of `task` in the language of module L, or None when the task
+    does not apply to the scene. A description or a caption draws its question from L's prompts
+    first, then its answer; every other task's form writes both, drawing from `rng` as it goes."""
+    prompts = {"description": L.DESCRIBE, "caption": L.CAPTION}.get(task)
+    if prompts:
+        return rng.choice(prompts), L.FORMS[task](scene, rng)
+    return L.FORMS[task](scene, rng)

@@ -1,7 +1,7 @@
 """Scoring an answer in German or Chinese: `scoring.score`'s definition of correct, per language.
 
-Contract: `score(task, example, answer) -> bool` for an `Example` whose language is "de" or "zh",
-with the rules of `scoring.py` (English): colour / shape questions name exactly the reference's
+Contract: `readers(language)`, what `scoring.score` reads of an answer in "de" or "zh", with the
+rules of `scoring.py` (English): colour / shape questions name exactly the reference's
 colours (shapes); count: the first number word; position: the place phrase names the right
 cell; yes/no: the first word; caption: the (colour, shape) pairs named equal the scene's, as a
 multiset; description: one (place, colour, shape) triple per sentence; multiple choice: the
@@ -11,13 +11,12 @@ substrings, longest first, shape names taken out before numbers are read (三角
 Pure Python.
 """
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass
 
 from demo.world import tasks_de, tasks_zh
-from demo.world.scenes import Scene
-from demo.world.tasks import Example
 
 
 @dataclass(frozen=True)
@@ -42,12 +41,8 @@ def _places(language, fold=str) -> list[tuple[str, int]]:
     return sorted(pairs, key=lambda pc: len(pc[0]), reverse=True)
 
 
-def _german_forms(adjective: str) -> list[str]:
-    return [tasks_de.inflect(adjective, e) for e in ("", "e", "er", "es", "en")]
-
-
 GERMAN = Lexicon(
-    colours={form: c for c, de in tasks_de.COLOURS.items() for form in _german_forms(de)},
+    colours={form: c for c, de in tasks_de.COLOURS.items() for form in tasks_de.endings(de)},
     shapes={s.lower(): k for k, s in tasks_de.SHAPES.items()} | {s.lower(): k for k, s in tasks_de.PLURALS.items()},
     places=_places(tasks_de, str.lower),
     counts={"kein": 0, "keine": 0, "null": 0} | {w: i for i, w in enumerate(tasks_de.NUMBERS) if i},
@@ -134,26 +129,8 @@ def letter_in(lex: Lexicon, text: str) -> str | None:
     return hits[-1] if hits else None
 
 
-def score(task: str, example: Example, answer: str) -> bool:
-    lex, ref, scene = LEXICONS[example.language], example.answer, example.scene
-    if task == "vqa_colour":
-        return colours_in(lex, answer) == colours_in(lex, ref)
-    if task == "vqa_shape":
-        return shapes_in(lex, answer) == shapes_in(lex, ref)
-    if task == "vqa_count":
-        return count_in(lex, answer) is not None and count_in(lex, answer) == count_in(lex, ref)
-    if task == "vqa_position":
-        return position_in(lex, answer) is not None and position_in(lex, answer) == position_in(lex, ref)
-    if task == "vqa_yesno":
-        return yes_or_no(lex, answer) is not None and yes_or_no(lex, answer) == yes_or_no(lex, ref)
-    if task == "caption":
-        return pairs_in(lex, answer) == _scene_pairs(scene)
-    if task == "description":
-        return triples_in(lex, answer) == Counter((o.cell, o.colour, o.shape) for o in scene.objects)
-    if task == "multiple_choice":
-        return letter_in(lex, answer) is not None and letter_in(lex, answer) == letter_in(lex, ref)
-    raise ValueError(f"unknown task {task!r}")
-
-
-def _scene_pairs(scene: Scene) -> Counter:
-    return Counter((o.colour, o.shape) for o in scene.objects)
+def readers(language: str) -> dict:
+    """What each task reads of a text in `language` (`scoring.score`)."""
+    read = dict(vqa_colour=colours_in, vqa_shape=shapes_in, vqa_count=count_in, vqa_position=position_in)
+    read |= dict(vqa_yesno=yes_or_no, caption=pairs_in, description=triples_in, multiple_choice=letter_in)
+    return {task: functools.partial(f, LEXICONS[language]) for task, f in read.items()}

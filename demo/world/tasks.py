@@ -62,7 +62,7 @@ def qa(task: str, scene: Scene, rng: random.Random) -> tuple[str, str] | None:
         tables = {"de": tasks_de, "zh": tasks_zh}[language]
     else:
         tables = tasks_en
-    return ask(tables.PROMPTS, tables.FORMS, task, scene, rng)
+    return ask(tables, task, scene, rng)
 
 
 def examples(

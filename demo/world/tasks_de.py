@@ -1,6 +1,6 @@
 """The world's questions and reference answers in German: every task family of `tasks.py`.
 
-Contract: the phrase tables `PROMPTS` and `FORMS`, over which `tasks.qa` writes (question,
+Contract: the phrase tables (the prompts `DESCRIBE`, `CAPTION`) and `FORMS`, over which `tasks.qa` writes (question,
 answer) as in English, with the same facts and the same layout of each answer, in German. The
 answers keep the English forms that the target learnt (the place or name first, then the looked-up word; multiple
 choice's reason, restated checks and letter), so what the target knows carries over and only
@@ -12,7 +12,7 @@ masculine or neuter: every shape noun is one of them).
 import random
 import sys
 
-from demo.world.phrasing import LETTERS, cap, counted, forms, listing, unique
+from demo.world.phrasing import cap, counted, forms, listing, restated, unique
 from demo.world.scenes import Obj, Scene
 
 COLOURS = {"red": "rot", "orange": "orange", "yellow": "gelb", "green": "grün", "blue": "blau", "purple": "violett"}
@@ -38,6 +38,11 @@ NUMBERS = ("keine", "eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", 
 def inflect(adjective: str, ending: str) -> str:
     """'rot' + 'er' -> 'roter'; 'orange' + 'er' -> 'oranger' (an adjective ending in e keeps one)."""
     return adjective + (ending[1:] if adjective.endswith("e") and ending else ending)
+
+
+def endings(adjective: str) -> list[str]:
+    """Every form of an adjective the answers use: 'rot', 'rote', 'roter', 'rotes', 'roten'."""
+    return [inflect(adjective, e) for e in ("", "e", "er", "es", "en")]
 
 
 def indefinite(o: Obj, size: bool = True, accusative: bool = False) -> str:
@@ -116,18 +121,11 @@ def caption_item(o: Obj, sized: bool) -> str:
 # --- (c) multiple choice with explanation ---------------------------------------------------
 
 
-def checks(kind: str, options: list[str], letter: str) -> str:
-    """As `tasks_en.checks`: "A. Quadrat: ein Kreis ist kein Quadrat. B. Kreis: ein Kreis ist ein Kreis." """
-    said, out = options[LETTERS.index(letter)], []
-    for letter_, text in zip(LETTERS, options):
-        if kind == "shape":
-            verdict = f"ein {said} ist {'ein' if text == said else 'kein'} {text}"
-        else:
-            verdict = f"{said} ist {'' if text == said else 'nicht '}{text}"
-        out.append(f"{letter_}. {text}: {verdict}.")
-        if text == said:
-            return " ".join(out)
-    raise ValueError(f"{letter} is not among {options}")
+def verdict(kind: str, said: str, text: str) -> str:
+    """One option's check (`phrasing.checks`): ": ein Kreis ist kein Quadrat."."""
+    if kind == "shape":
+        return f": ein {said} ist {'ein' if text == said else 'kein'} {text}."
+    return f": {said} ist {'' if text == said else 'nicht '}{text}."
 
 
 COUNT_OPTIONS, OPTION_SEP = NUMBERS[1:5], ", "
@@ -162,13 +160,7 @@ def choice_words(kind: str, o: Obj, scene: Scene) -> tuple[str, str]:
 
 # --- short VQA ------------------------------------------------------------------------------
 
-TAILS = ("", " hier", " auf diesem Bild", " im Bild")  # after the looked-up word, as in English
-
-
-def restated(subject: str, rest: str, rng: random.Random) -> str:
-    return cap(f"{subject} {rest}{rng.choice(TAILS)}.")
-
-
+TAILS = ("", " hier", " auf diesem Bild", " im Bild")  # after the looked-up word (`phrasing.restated`)
 IS, AT, THINGS = "ist {}", "ist {}", ("die Form", "das Objekt")
 COLOUR_QUESTIONS = ("Welche Farbe hat {}?", "In welcher Farbe ist {}?")
 WHERE_QUESTIONS = ("Wo ist {}?", "Wo auf dem Bild ist {}?")
@@ -196,18 +188,18 @@ def asked_thing(o: Obj) -> str:
     return indefinite(o, size=False, accusative=True)
 
 
-def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
+def _vqa_shape(L, scene: Scene, rng: random.Random) -> tuple[str, str]:
     o = rng.choice(scene.objects)
     answer = f"ist ein {SHAPES[o.shape]}"
     if unique(scene, colour=o.colour) and rng.random() < 0.5:
         subject = f"das {inflect(COLOURS[o.colour], 'e')} Objekt"
         question = rng.choice((f"Welche Form hat {subject}?", f"Welche Form ist {COLOURS[o.colour]}?"))
-        return question, restated(subject, answer, rng)
+        return question, restated(L, subject, answer, rng)
     question = rng.choice((f"Welche Form ist {phrase(o)}?", f"Welche Form siehst du {phrase(o)}?"))
-    return question, restated(f"die Form {phrase(o)}", answer, rng)
+    return question, restated(L, f"die Form {phrase(o)}", answer, rng)
 
 
-def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
+def _vqa_count(L, scene: Scene, rng: random.Random) -> tuple[str, str]:
     kind, counting, n = counted(scene, rng)
     if kind == "colour":  # the adjective's strong and weak endings: "rote Formen", "der roten Formen"
         strong, weak = (f"{inflect(COLOURS[counting], e)} Formen" for e in ("e", "en"))
@@ -215,12 +207,8 @@ def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
         strong = weak = "Formen" if kind == "all" else PLURALS[counting]
     question = rng.choice((f"Wie viele {strong} gibt es?", f"Wie viele {strong} sind auf dem Bild?"))
     if n == 0:
-        return question, restated("es gibt", f"keine {weak}", rng)
-    return question, restated(f"die Anzahl der {weak}", f"ist {NUMBERS[n]}", rng)
+        return question, restated(L, "es gibt", f"keine {weak}", rng)
+    return question, restated(L, f"die Anzahl der {weak}", f"ist {NUMBERS[n]}", rng)
 
 
-# The phrase tables `tasks.qa` dispatches over (`phrasing.ask`): the tasks whose question is drawn
-# from a list of prompts, and each task's form (its `_<task>` above, else `phrasing`'s), which writes
-# its answer (or question and answer).
-PROMPTS = {"description": DESCRIBE, "caption": CAPTION}
-FORMS = forms(sys.modules[__name__])
+FORMS = forms(sys.modules[__name__])  # each task's form: its `_<task>` above, else `phrasing`'s

@@ -1,17 +1,18 @@
 """The world's questions and reference answers in English: every task family of `tasks.py`, and
 multiple choice's earlier forms (`BRIEF`, `EARLY`).
 
-Contract: the phrase tables `PROMPTS` and `FORMS`, over which `tasks.qa` writes (question,
+Contract: the phrase tables (the prompts `DESCRIBE`, `CAPTION`) and `FORMS`, over which `tasks.qa` writes (question,
 answer) in English. Phrasings vary (drawn from `rng`), the facts never do: every answer is true of the scene.
 The count words and plurals (`NUMBERS`, `plural`) are read by the scorer and the translations
 too; `tasks_de` and `tasks_zh` write multiple choice's checks as `checks` does.
 """
 
+import functools
 import random
 import sys
 
 from demo.world import scenes
-from demo.world.phrasing import LETTERS, cap, counted, draw_options, forms, listing, unique
+from demo.world.phrasing import LETTERS, cap, checks, counted, draw_options, forms, listing, restated, unique
 from demo.world.scenes import POSITION_PHRASES, POSITIONS, SHAPES, Obj, Scene
 
 NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -100,7 +101,7 @@ def caption_item(o: Obj, sized: bool) -> str:
 EARLY = "multiple_choice_early"
 
 
-def _multiple_choice(scene: Scene, rng: random.Random, form: str = "multiple_choice") -> tuple[str, str]:
+def _multiple_choice(L, scene: Scene, rng: random.Random, form: str = "multiple_choice") -> tuple[str, str]:
     final = form == "multiple_choice"
     o = rng.choice(scene.objects)
     kind = rng.choice(("shape", "colour", "position", "count"))
@@ -135,7 +136,7 @@ def _multiple_choice(scene: Scene, rng: random.Random, form: str = "multiple_cho
     # on lines of their own the question's "A" and the answer's " A" were two unrelated tokens.
     listed = ", ".join(f"{letter_}. {text}" for letter_, text in zip(LETTERS, options))
     question = f"{question}\nOptions: {listed}.\nExplain briefly, then give the letter of the correct option."
-    said = brief_checks(options, letter) if form == BRIEF else checks(kind, options, letter)
+    said = brief_checks(options, letter) if form == BRIEF else checks(L, kind, options, letter)
     return question, f"{reason} {said} The answer is {letter}."
 
 
@@ -143,19 +144,10 @@ def _multiple_choice(scene: Scene, rng: random.Random, form: str = "multiple_cho
 ARTICLE = {"shape": "a ", "colour": "", "position": "the ", "count": ""}
 
 
-def checks(kind: str, options: list[str], letter: str) -> str:
-    """The options in order up to the right one, each copied, then compared with the concluded
-    word restated next to it: "A. square: a circle is not a square. B. circle: a circle is a
-    circle." With both words a few tokens back the verdict is a local comparison; checks against
-    the conclusion a sentence earlier ("A. square: no.") were not learnt (README)."""
-    said, a = options[LETTERS.index(letter)], ARTICLE[kind]
-    out = []
-    for letter_, text in zip(LETTERS, options):
-        verdict = "is" if text == said else "is not"
-        out.append(f"{letter_}. {text}: {a}{said} {verdict} {a}{text}.")
-        if text == said:
-            return " ".join(out)
-    raise ValueError(f"{letter} is not among {options}")
+def verdict(kind: str, said: str, text: str) -> str:
+    """One option's check (`phrasing.checks`): ": a circle is not a square."."""
+    a = ARTICLE[kind]
+    return f": {a}{said} {'is' if text == said else 'is not'} {a}{text}."
 
 
 # The LM stage (train.py, stage 3) and the tokenizer's corpus keep the brief checks, "A. square:
@@ -176,16 +168,7 @@ def brief_checks(options: list[str], letter: str) -> str:
 # --- short VQA ------------------------------------------------------------------------------
 
 
-# Short answers name their subject, then the looked-up word right after it, then a varying tail
-# ("The circle is red here."): the form a model reads an image token fastest in (docs/world.md).
-TAILS = ("", " here", " in this image", " in the picture")
-
-
-def restated(subject: str, rest: str, rng: random.Random) -> str:
-    """'The circle is red here.': the subject, the looked-up words, then a varying tail."""
-    return cap(f"{subject} {rest}{rng.choice(TAILS)}.")
-
-
+TAILS = ("", " here", " in this image", " in the picture")  # a short answer's (`phrasing.restated`)
 IS, AT, THINGS = "is {}", "is {}", ("shape", "object")
 COLOUR_QUESTIONS = ("What colour is {}?", "What is the colour of {}?")
 WHERE_QUESTIONS = ("Where is {}?", "Where in the image is {}?")
@@ -213,30 +196,25 @@ def asked_thing(o: Obj) -> str:
     return article(f"{o.colour} {o.shape}")
 
 
-def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
+def _vqa_shape(L, scene: Scene, rng: random.Random) -> tuple[str, str]:
     o = rng.choice(scene.objects)
     if unique(scene, colour=o.colour) and rng.random() < 0.5:
         noun = rng.choice(("shape", "object"))
         question = rng.choice((f"What shape is the {o.colour} {noun}?", f"Which shape is {o.colour}?"))
-        return question, restated(f"the {o.colour} {noun}", f"is a {o.shape}", rng)
+        return question, restated(L, f"the {o.colour} {noun}", f"is a {o.shape}", rng)
     question = rng.choice((f"What shape is {o.position_phrase}?", f"Which shape can you see {o.position_phrase}?"))
-    return question, restated(f"the shape {o.position_phrase}", f"is a {o.shape}", rng)
+    return question, restated(L, f"the shape {o.position_phrase}", f"is a {o.shape}", rng)
 
 
-def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
+def _vqa_count(L, scene: Scene, rng: random.Random) -> tuple[str, str]:
     kind, counting, n = counted(scene, rng)
     what = "shapes" if kind == "all" else f"{counting} shapes" if kind == "colour" else plural(counting)
     question = rng.choice((f"How many {what} are there?", f"How many {what} are in the image?"))
     if n == 0:
-        return question, restated("there", f"are no {what}", rng)
-    return question, restated(f"the number of {what}", f"is {NUMBERS[n]}", rng)
+        return question, restated(L, "there", f"are no {what}", rng)
+    return question, restated(L, f"the number of {what}", f"is {NUMBERS[n]}", rng)
 
 
-# The phrase tables `tasks.qa` dispatches over (`phrasing.ask`): the tasks whose question is drawn
-# from a list of prompts, and each task's form (its `_<task>` above, else `phrasing`'s), which writes
-# its answer (or question and answer); multiple choice's earlier forms besides.
-PROMPTS = {"description": DESCRIBE, "caption": CAPTION}
-FORMS = forms(sys.modules[__name__]) | {
-    BRIEF: lambda scene, rng: _multiple_choice(scene, rng, BRIEF),
-    EARLY: lambda scene, rng: _multiple_choice(scene, rng, EARLY),
-}
+# Each task's form (its `_<task>` above, else `phrasing`'s); multiple choice's earlier forms besides.
+FORMS = forms(sys.modules[__name__])
+FORMS |= {form: functools.partial(FORMS["multiple_choice"], form=form) for form in (BRIEF, EARLY)}

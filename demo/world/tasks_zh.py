@@ -1,6 +1,6 @@
 """The world's questions and reference answers in Chinese: every task family of `tasks.py`.
 
-Contract: the phrase tables `PROMPTS` and `FORMS`, over which `tasks.qa` writes (question,
+Contract: the phrase tables (the prompts `DESCRIBE`, `CAPTION`) and `FORMS`, over which `tasks.qa` writes (question,
 answer) as in English, with the same facts and the same layout of each answer, in Chinese: the
 place or name first, then the looked-up word; multiple choice's reason, restated checks and
 letter. Grounded words are translated (`COLOURS`, `SHAPES`, `SIZES`, `PLACES`, `PLACE_PHRASES`,
@@ -11,7 +11,7 @@ punctuation (":", "，", "。"), so the byte-level pre-tokenizer always cuts a l
 import random
 import sys
 
-from demo.world.phrasing import LETTERS, counted, forms, unique
+from demo.world.phrasing import counted, forms, restated, unique
 from demo.world.scenes import Obj, Scene
 
 COLOURS = {"red": "红色", "orange": "橙色", "yellow": "黄色", "green": "绿色", "blue": "蓝色", "purple": "紫色"}
@@ -93,14 +93,9 @@ def caption_item(o: Obj, sized: bool) -> str:
 # --- (c) multiple choice with explanation ---------------------------------------------------
 
 
-def checks(kind: str, options: list[str], letter: str) -> str:
-    """As `tasks_en.checks`: "A. 正方形：圆形不是正方形。B. 圆形：圆形是圆形。" """
-    said, out = options[LETTERS.index(letter)], []
-    for letter_, text in zip(LETTERS, options):
-        out.append(f"{letter_}. {text}：{said}{'是' if text == said else '不是'}{text}。")
-        if text == said:
-            return "".join(out)
-    raise ValueError(f"{letter} is not among {options}")
+def verdict(kind: str, said: str, text: str) -> str:
+    """One option's check (`phrasing.checks`): "：圆形不是正方形。"."""
+    return f"：{said}{'是' if text == said else '不是'}{text}。"
 
 
 COUNT_OPTIONS = ("一个", "两个", "三个", "四个")
@@ -122,13 +117,7 @@ def choice_words(kind: str, o: Obj, scene: Scene) -> tuple[str, str]:
 
 # --- short VQA ------------------------------------------------------------------------------
 
-TAILS = ("", "，就在这里", "，在这张图片里", "，在图中")  # after the looked-up word, as in English
-
-
-def restated(subject: str, rest: str, rng: random.Random) -> str:
-    return f"{subject}{rest}{rng.choice(TAILS)}。"
-
-
+TAILS = ("", "，就在这里", "，在这张图片里", "，在图中")  # after the looked-up word (`phrasing.restated`)
 IS, AT, THINGS = "是{}", "{}", ("图形", "物体")
 COLOUR_QUESTIONS = ("{}是什么颜色？", "{}的颜色是什么？")
 WHERE_QUESTIONS = ("{}在哪里？", "{}在图中的什么位置？")
@@ -155,7 +144,7 @@ def asked_thing(o: Obj) -> str:
 named = asked_thing  # "红色圆形"
 
 
-def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
+def _vqa_shape(L, scene: Scene, rng: random.Random) -> tuple[str, str]:
     o = rng.choice(scene.objects)
     if unique(scene, colour=o.colour) and rng.random() < 0.5:
         subject = f"{COLOURS[o.colour]}的{rng.choice(('图形', '物体'))}"
@@ -163,20 +152,16 @@ def _vqa_shape(scene: Scene, rng: random.Random) -> tuple[str, str]:
     else:
         subject = f"{PLACES[o.cell]}的图形"
         question = rng.choice((f"{PLACES[o.cell]}是什么形状？", f"{PLACES[o.cell]}能看到什么形状？"))
-    return question, restated(subject, f"是{SHAPES[o.shape]}", rng)
+    return question, restated(L, subject, f"是{SHAPES[o.shape]}", rng)
 
 
-def _vqa_count(scene: Scene, rng: random.Random) -> tuple[str, str]:
+def _vqa_count(L, scene: Scene, rng: random.Random) -> tuple[str, str]:
     kind, counting, n = counted(scene, rng)
     what = "图形" if kind == "all" else f"{COLOURS[counting]}的图形" if kind == "colour" else SHAPES[counting]
     question = rng.choice((f"有几个{what}？", f"图中有多少个{what}？"))
     if n == 0:
-        return question, restated("图中", f"没有{what}", rng)
-    return question, restated(what, f"有{NUMBERS[n]}个", rng)
+        return question, restated(L, "图中", f"没有{what}", rng)
+    return question, restated(L, what, f"有{NUMBERS[n]}个", rng)
 
 
-# The phrase tables `tasks.qa` dispatches over (`phrasing.ask`): the tasks whose question is drawn
-# from a list of prompts, and each task's form (its `_<task>` above, else `phrasing`'s), which writes
-# its answer (or question and answer).
-PROMPTS = {"description": DESCRIBE, "caption": CAPTION}
-FORMS = forms(sys.modules[__name__])
+FORMS = forms(sys.modules[__name__])  # each task's form: its `_<task>` above, else `phrasing`'s

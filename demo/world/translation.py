@@ -139,19 +139,15 @@ CHINESE_FUNCTION_WORDS = {
 }
 
 
-def _german_forms(adjective: str) -> list[str]:
-    return [tasks_de.inflect(adjective, e) for e in ("", "e", "er", "es", "en")]
-
-
 def lexicon(language: str, function_words: bool = False) -> dict[str, str]:
     """Word (lower case) -> its English translation (module docstring)."""
     out: dict[str, str] = {}
     if language == "de":
         m = tasks_de
         for c, de in m.COLOURS.items():
-            out |= dict.fromkeys(_german_forms(de), c)
+            out |= dict.fromkeys(tasks_de.endings(de), c)
         for s, size in m.SIZES.items():
-            out |= dict.fromkeys(_german_forms(size), s)
+            out |= dict.fromkeys(tasks_de.endings(size), s)
         out |= {de.lower(): s for s, de in m.SHAPES.items()} | {de.lower(): plural(s) for s, de in m.PLURALS.items()}
         out |= GERMAN_PLACE_WORDS
         out |= {w: NUMBERS[i] for i, w in enumerate(m.NUMBERS)} | {"kein": "no"}
