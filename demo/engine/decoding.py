@@ -25,12 +25,9 @@ from demo.engine.target_lm import TargetCache
 
 
 class Target:
-    """The multimodal target: a prefill with the image, then text-only forwards on a KV cache.
-
-    A run's cache comes from `new_cache`: a `TargetCache` when the lean path runs (the prefill
-    still goes through transformers and is copied into it), else a transformers DynamicCache.
-    `lean`: True runs the lean path wherever it passes its check, False never, None (default)
-    on CUDA only (on this project's CPU it measured no faster: docs/gpu.md)."""
+    """The multimodal target: a prefill with the image, then text-only forwards on a KV cache: a
+    `TargetCache` where the lean path runs (the prefill, through transformers, copied into it),
+    else a DynamicCache. `lean`: True wherever it passes its check, False never, None on CUDA only."""
 
     def __init__(self, model, tokenizer, *, name: str, stop_ids: frozenset[int], lean: bool | None = None):
         self.model = model
@@ -145,10 +142,8 @@ class Target:
 
 
 def with_features(out, features: bool, prefill: bool = False):
-    """A transformers output as the Target's forwards return it: logits [n, V] (the prefill's
-    last row [V]), and with `features` the last hidden states [n, C] (the prefill's: every
-    prompt position's [P, C]).
-    transformers' last hidden state is the one after the final norm, which its head reads."""
+    """A transformers output as the Target's forwards return it: logits [n, V] (the prefill's last
+    row [V]), and with `features` the last hidden states (after the final norm) [n, C] (prefill: [P, C])."""
     logits = out.logits[0, -1] if prefill else out.logits[0]
     if not features:
         return logits
@@ -188,12 +183,8 @@ class Stopwatch:
 
 
 class Laps:
-    """Marks inside one timed block, read after it: the seconds between consecutive marks.
-
-    On CUDA a mark records an event on the current stream, which nothing waits for; the times are
-    read after the block's synchronisation has passed every mark. On a CPU an operation has
-    finished when it returns, so a mark reads the host clock.
-    """
+    """Marks inside one timed block, read after it: the seconds between consecutive marks. On CUDA
+    a mark is an event nothing waits for, read after the block's synchronisation; on a CPU, the clock."""
 
     def __init__(self, device: torch.device):
         self.cuda = torch.device(device).type == "cuda"
@@ -247,8 +238,7 @@ class Decoding:
 
 def emitted(state: Decoding, tokens: list[int], round_index: int, fields_of) -> list[dict]:
     """Append a round's tokens to the answer, cut after the first stop; returns each one's event
-    fields: `fields_of(j)` (kind and probabilities of the j-th) with its index, id, text and round.
-    Chains and trees emit through it (`speculative_round`, `trees.tree_round`)."""
+    fields: `fields_of(j)` (kind and probabilities of the j-th) with its index, id, text and round."""
     out = []
     for j, token in enumerate(tokens):
         text = state.append(token)
@@ -269,10 +259,8 @@ def round_events(
     seconds,
     **more,
 ) -> tuple[list[TokenEvent], RoundEvent]:
-    """A round's events, all stamped with the run's clock at the round's end: a TokenEvent of each
-    emitted token (`tokens`: `emitted`'s fields) and the RoundEvent (`seconds`: drafting's and
-    verifying's; `more`: its detail, and a tree's or staged drafting's own fields). Chains and
-    trees end their rounds through it."""
+    """A round's events, stamped with the run's clock at its end: a TokenEvent per emitted token
+    (`emitted`'s fields) and the RoundEvent (`seconds`: drafting's and verifying's; `more`: its detail)."""
     t = state.clock.total
     return [TokenEvent(**fields, t=t) for fields in tokens], RoundEvent(
         index=index,

@@ -109,19 +109,13 @@ class OnBase:
         self.base = base
         self.name = name
 
-    def __getattr__(self, attr: str):
+    def __getattr__(self, attr: str):  # `feedable` too
         return getattr(self.base, attr)
-
-    def feedable(self, token_id: int) -> bool:
-        return self.base.feedable(token_id)
 
 
 class Drafter(Capabilities):
-    """A loaded drafter model and what it may propose; shared, read-only, by every run.
-
-    `path` names the forward its runs draft with: "transformers" here; `demo.engine.lean.LeanDrafter`
-    reports "lean" (or "lean + NumPy step", "lean + CUDA graphs"), and says in `fallback_reason` why it could not.
-    """
+    """A loaded drafter model and what it may propose; shared, read-only, by every run. `path`:
+    the forward its runs draft with ("transformers"; `lean.LeanDrafter`'s say "lean ...")."""
 
     path = "transformers"
     fallback_reason: str | None = None
@@ -257,12 +251,10 @@ class DraftState(ReadBack):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Propose n tokens to follow `answer`, on the device (the arguments: `Drafting.propose`).
 
-        Returns (drafts [m], q [m, target_vocab_size]): the drafts (long) and the distributions
-        they were drawn from, zero on ids the drafter cannot propose. m = n, drafting on past a
-        stop token (the round cuts there), except with adaptive length: after the first draft,
-        drafting stops where the drafter's top probability falls below min_confidence. That
-        decision is taken before sampling, from q alone, so every draft is still an exact sample
-        of q and verification stays exact; it reads one number back per step.
+        Returns (drafts [m], q [m, target_vocab_size]), q zero on ids it cannot propose. m = n,
+        drafting on past a stop (the round cuts there), except with adaptive length: after the
+        first draft it stops where q's top probability falls below min_confidence, decided from q
+        before sampling, so every draft is still an exact sample of q (one number read back a step).
         """
         if features is not None:
             self.observe(features)

@@ -200,13 +200,9 @@ class TreeNode:
 @dataclass(frozen=True)
 class DraftTree:
     """A round's drafts as a tree (the "<drafter>+tree" option): the target scores every node in one
-    forward, each node attending to its ancestors only, and accepts one root-to-node path.
-
-    The round's `drafted_ids` are then the path the acceptance rule walked: the accepted nodes,
-    then, where it stopped at a rejection, the first child it rejected there; `n_accepted` is the
-    accepted path's length. So tau, alpha and the token kinds read as for a chain, and the tree's
-    size (what the verify paid for) is `len(nodes)`.
-    """
+    forward, each attending to its ancestors only, and accepts one root-to-node path. The round's
+    `drafted_ids` are the path the rule walked (the accepted nodes, then the first child rejected),
+    so tau, alpha and the token kinds read as for a chain; `len(nodes)` is what the verify paid for."""
 
     nodes: tuple[TreeNode, ...]  # in the order the target saw them: parents before children
     path: tuple[int, ...]  # indices of the accepted nodes, depth 1 first (empty: none accepted)

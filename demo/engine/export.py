@@ -5,16 +5,6 @@ app's downloads, its API endpoint and the benchmark. Numbers come from `demo.eng
 metric with nothing to count yet, e.g. alpha of an autoregressive run) becomes null, so the JSON is
 strict. A race's lanes are named as the session names them: "speculative", "speculative-2" (a
 second drafter's lane, when there is one) and "autoregressive"; every lane is exported.
-
-    payload(settings, traces) -> dict            the whole race: settings, every lane's trace and
-                                                 metrics, each speculative lane against the target
-    comparison(spd, ar) -> dict                  identical outputs? first difference, the speedups:
-                                                 wall clock, projected, this machine's range
-    to_json(payload) -> str
-    tokens_csv(traces) -> str                    run, index, text, kind, round, p, q, ... t, drafter,
-                                                 image_attention
-    engine_names(trace) -> dict                  a speculative lane's counts under the names SGLang
-                                                 and vLLM report them by (docs/api.md maps them)
 """
 
 from __future__ import annotations
@@ -78,17 +68,9 @@ def comparison(spd: Trace, ar: Trace) -> dict:
 
 
 def engine_names(trace: Trace) -> dict:
-    """A speculative lane's numbers as the serving engines name them, so they can be set beside theirs.
-
-    SGLang (per request, `meta_info`): `spec_verify_ct` target verify forwards; `spec_num_proposed_drafts`
-    and `spec_num_correct_drafts` drafts made and accepted (no bonus); `spec_accept_rate` their ratio;
-    `spec_accept_length` = completion_tokens / spec_verify_ct, the bonus and the prefill's token
-    included (so it is tau + 1 / spec_verify_ct: tau counts decoding only); `spec_accept_histogram`
-    [k] = rounds that accepted exactly k drafts. vLLM (its spec-decode counters): `num_drafts` rounds
-    that drafted, `num_draft_tokens`, `num_accepted_tokens`, `num_accepted_tokens_per_pos` [i] = rounds
-    whose draft i+1 was accepted; `acceptance_rate_per_pos` = that / num_drafts (unconditional, as vLLM
-    prints it); `mean_acceptance_length` = 1 + num_accepted_tokens / num_drafts. A token tree's drafts
-    are its walked path, as tau and alpha read them; `verified_nodes` counts every node it verified."""
+    """A speculative lane's numbers under the names SGLang (`spec_*`, per request) and vLLM (its
+    spec-decode counters) report them by, so they can be set beside theirs; docs/api.md defines
+    each. A token tree's drafts are its walked path; `verified_nodes` counts every node verified."""
     rounds = trace.rounds
     verify_ct = len(rounds)
     proposed = metrics.drafted(trace)
@@ -119,11 +101,9 @@ def payload(
     gamma_sweep: list[dict] | None = None,
     strategies: list[dict] | None = None,
 ) -> dict:
-    """The whole race: settings, and for each run its full event trace and its metrics; once every
-    run is done, "comparisons": each speculative lane against "autoregressive", by lane, and
-    "comparison": the first lane's (as before there were two); each speculative run has
-    "engine_names" (`engine_names`); with `gamma_sweep`
-    (`demo.session.gamma_sweep.rows`' records) and `strategies` (`demo.session.strategies`'), those too."""
+    """The whole race: settings, and each run's event trace and metrics (a speculative run's
+    `engine_names` too); once every run is done, "comparisons", each speculative lane against
+    "autoregressive", and "comparison", the first lane's; `gamma_sweep` and `strategies` if given."""
     runs = {name: {"metrics": metrics.summary(trace), "trace": trace.to_dict()} for name, trace in traces.items()}
     for name, trace in traces.items():
         if trace.start is not None and trace.start.mode == "speculative":

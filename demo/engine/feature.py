@@ -2,9 +2,8 @@
 
 Neither sees the image itself or reads the prompt's tokens: each reads the target's last hidden
 states, which the engine hands to `propose` from the target forwards it runs anyway (the
-prefill's every prompt position, then each round's accepted positions). So the image reaches them through the target's own eyes, and a round still costs
-T(gamma + 1) + gamma * D, D being a few small matrix products. Their networks and checkpoints are
-`demo.engine.heads`; both score tokens with the target's own output embedding.
+prefill's every prompt position, then each round's accepted positions): the image reaches them
+through the target's own eyes. Their networks and checkpoints are `demo.engine.heads`.
 
 More, with its measurements: docs/modules.md.
 """
@@ -100,6 +99,10 @@ class _FeatureState(DraftState):
     def observe(self, features: torch.Tensor) -> None:
         self.feature = features[-1].float()
 
+    def _ready(self) -> None:
+        if self.feature is None:
+            raise RuntimeError(f"{self.drafter.name} drafts only after the target's features reached it (observe)")
+
 
 class SpeculatorState(_FeatureState):
     """The speculator's states along the drafted path: states[i] after feeding answer position
@@ -132,8 +135,7 @@ class SpeculatorState(_FeatureState):
 
     def catch_up(self, answer: list[int]) -> torch.Tensor:
         """From f before the newest token and that token: logits for the first draft [V]."""
-        if self.feature is None:
-            raise RuntimeError("a feature drafter drafts only after the target's features reached it (observe)")
+        self._ready()
         self.base, self.states = len(answer), []
         return self._step(answer[-1])
 
@@ -154,8 +156,7 @@ class SpeculatorState(_FeatureState):
             self.observe(features)
         if d.numpy is None or not sampling.greedy or n == 0:
             return super().propose(answer, n, sampling, generator, min_confidence)
-        if self.feature is None:
-            raise RuntimeError("a feature drafter drafts only after the target's features reached it (observe)")
+        self._ready()
         self.base, self.states = len(answer), []
         s, token, drafts = self.feature, answer[-1], []
         q = np.zeros((n, d.usable), dtype=np.float32)  # zero off the ids it drafts from
@@ -184,8 +185,7 @@ class MedusaState(_FeatureState):
         self.rows: torch.Tensor | None = None  # [k, V]
 
     def catch_up(self, answer: list[int]) -> torch.Tensor:
-        if self.feature is None:
-            raise RuntimeError("Medusa heads draft only after the target's features reached them (observe)")
+        self._ready()
         d = self.drafter
         self.base, self.rows = len(answer), d.logits(d.net(self.feature))
         return self.rows[0]

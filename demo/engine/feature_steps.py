@@ -1,9 +1,7 @@
 """The speculator's draft step in NumPy, for a CPU and float32 (`feature.SpeculatorDrafter`).
 
-On a CPU a speculator's step is a few small matrix-vector products, and each torch operation
-costs a few microseconds of dispatch (a step makes about twenty): the same step in NumPy, its
-affine maps folded ahead of time, takes about a third of the time (docs/drafters-feature.md
-measures it). It computes what `heads.Speculator.step` computes, in another order.
+It computes what `heads.Speculator.step` computes, its affine maps folded ahead of time, in
+another order, without torch's per-operation dispatch.
 
 More, with its measurements: docs/modules.md.
 """

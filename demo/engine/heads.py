@@ -34,10 +34,8 @@ class Stage(nn.Module):
 
 class Look(nn.Module):
     """s -> s + attention(s, the prompt's rows): `heads` heads of size `dim` from the speculator's
-    state to P rows of the target's last hidden state over the prompt (the image's positions and
-    the question's). The rows' keys and values are made once per run (`prepare`); a step costs a
-    query, P scores per head and a weighted sum. `out` starts at zero, so an untrained Look is
-    the identity."""
+    state to the target's last hidden states over the prompt (keys and values made once per run,
+    `prepare`). `out` starts at zero: an untrained Look is the identity."""
 
     def __init__(self, hidden: int, heads: int, dim: int):
         super().__init__()

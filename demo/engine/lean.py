@@ -1,9 +1,7 @@
 """Lean drafting: the drafter's step at the cost of its arithmetic, behind the `Drafter` interface.
 
-A 0.6M-parameter drafter does about a megaflop per token, microseconds of work, yet one
-transformers forward costs about a millisecond of per-call framework overhead (argument
-handling, mask construction, cache objects, output dataclasses). This module runs the same
-drafter with none of that, in the style of gpt-fast's `model.py`.
+The same drafter without transformers' per-call framework overhead, in the style of gpt-fast's
+`model.py`; checked against transformers at first use.
 
 More, with its measurements: docs/modules.md.
 """
@@ -46,13 +44,8 @@ class LeanDraftState(DraftState):
 
 
 class LeanDrafter(Drafter):
-    """A Drafter that drafts through LeanLM where it can, else through transformers.
-
-    Whether it can is decided once, at first use (`prepare`, called by `path`): the architecture
-    check, then a comparison of lean and transformers logits over a short sequence with a
-    rollback, then on CUDA a graph capture. The first use happens inside the run, so on ZeroGPU
-    everything is built inside the GPU call, on the real device.
-    """
+    """A Drafter that drafts through LeanLM where it can, else through transformers: decided once,
+    at first use (`prepare`; inside the run, so on ZeroGPU on the real device), by its checks."""
 
     def __init__(self, model, *, graphs: bool | None = None, numpy: bool = True, **kwargs):
         super().__init__(model, **kwargs)
@@ -109,9 +102,8 @@ class LeanDrafter(Drafter):
 
     @torch.inference_mode()
     def _check(self, lean: LeanLM, forward) -> None:
-        """Lean logits (`forward(cache, ids)` over a cache of `lean`'s) must match transformers' after a
-        transformers prefill copied into a static cache (as `start` does), over steps of 1 and 2
-        tokens and a rollback."""
+        """Lean logits (`forward(cache, ids)`) against transformers' after a transformers prefill copied
+        into a static cache (as `start` does), over steps of 1 and 2 tokens and a rollback."""
         from transformers import DynamicCache
 
         g = torch.Generator().manual_seed(0)

@@ -1,8 +1,7 @@
 """The lean language model: a Llama-architecture forward over a static KV cache, on the model's own tensors.
 
-One transformers forward costs about a millisecond of per-call framework overhead (argument
-handling, mask construction, cache objects, output dataclasses), however small the model. The
-forward here does the arithmetic and little else, in the style of gpt-fast's `model.py`.
+The arithmetic and little else (no argument handling, mask construction, cache objects or output
+dataclasses per call), in the style of gpt-fast's `model.py`.
 
 More, with its measurements: docs/modules.md.
 """
@@ -80,12 +79,9 @@ def unsupported(model) -> str | None:
 
 
 class StaticCache:
-    """One run's KV cache: keys and values [layers, kv_heads, capacity, head_dim], and a length.
-
-    Only positions [0, length) are ever read; rolling back just lowers the length. The tensors
-    start zeroed (a masked slot must hold finite values: 0 * nan is nan) and grow by whole
-    CHUNKs, copying what they hold, when a forward would pass the capacity.
-    """
+    """One run's KV cache: keys and values [layers, kv_heads, capacity, head_dim], and a length
+    (only [0, length) is read: a rollback lowers it). Zeroed (a masked slot must be finite: 0 * nan
+    is nan), grown by whole CHUNKs when a forward would pass the capacity."""
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, capacity: int, dtype, device):
         shape = (layers, kv_heads, capacity, head_dim)
@@ -128,13 +124,9 @@ class StaticCache:
 
 
 def _fuse(modules) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One weight [sum of outputs, C] (and bias) for Linear modules that read the same input.
-
-    Each module's weight (and bias) then becomes a row view of the fused tensor, so transformers'
-    forward and the lean one read one storage: no second copy of the weights, and one matrix
-    product where there were two or three. Values are unchanged. Modules fused before (a second
-    LeanLM on one model) give back the same fused storage.
-    """
+    """One weight [sum of outputs, C] (and bias) for Linear modules that read the same input; each
+    module's weight becomes a row view of it, so transformers and the lean forward read one storage
+    (one product where there were two or three). Modules fused before give back the same storage."""
     if len({m.bias is None for m in modules}) != 1:
         raise ValueError("some of the fused projections have a bias and some do not")
     if _adjacent([m.weight for m in modules]) and (modules[0].bias is None or _adjacent([m.bias for m in modules])):
@@ -184,12 +176,9 @@ def _mm(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> t
 
 
 class LeanLM:
-    """A Llama-architecture language model's forward over a StaticCache, on the model's own tensors.
-
-    Weights are the transformers modules' own storage: q/k/v and gate/up are fused into one
-    matrix each, and the modules' parameters become views of it (`_fuse`). Shapes in comments:
-    n new tokens, C hidden, H query heads, K kv heads, D head dim, I intermediate.
-    """
+    """A Llama-architecture language model's forward over a StaticCache, on the model's own tensors
+    (q/k/v and gate/up fused, `_fuse`). Shapes: n new tokens, C hidden, H query heads, K kv heads,
+    D head dim, I intermediate."""
 
     def __init__(self, model):
         decoder, head, config = language_model(model)
@@ -277,11 +266,8 @@ class LeanLM:
 
     def forward(self, cache: StaticCache, ids: torch.Tensor | list[int], every: bool = False) -> torch.Tensor:
         """Feed ids [n] (a long tensor on the device, or a list) after the cache's tokens; return
-        the logits for the token after them: [V] (with `every`, after each of them: [n, V]).
-
-        Eager, with the attention sliced to the tokens the cache holds: for one token two batched
-        products over the kv groups, no mask; for several, SDPA with a causal mask.
-        """
+        the logits for the token after them: [V] (with `every`, after each of them: [n, V]). Eager,
+        attention sliced to the cache's tokens: one token, two batched products; several, causal SDPA."""
         n, start = len(ids), cache.length
         end = start + n
         cache.reserve(end)

@@ -1,10 +1,8 @@
 """The lean target: the target's decode forwards through a static KV cache and a minimal forward.
 
-A target's decode forward in transformers pays per-call framework cost (argument handling, mask
-construction, cache objects, output dataclasses) that the model's arithmetic does not need, and
-on a GPU that cost is host time the device waits for. This module runs the target's three decode
-forwards, one token (autoregressive), a chain of gamma + 1 (verify) and a token tree (tree
-verify), as one function over a static cache, and on CUDA replays it as a CUDA graph.
+The target's three decode forwards, one token (autoregressive), a chain of gamma + 1 (verify) and
+a token tree (tree verify), as one function over a static cache without transformers' per-call
+framework cost; on CUDA replayed as a CUDA graph.
 
 More, with its measurements: docs/modules.md.
 """
@@ -31,11 +29,8 @@ WIDTHS = tuple(sorted({*range(1, 10), *(TREE_SHAPE.nodes(g) + 1 for g in range(1
 
 
 class LeanTarget:
-    """The target's lean decode path, decided once; see the module docstring.
-
-    `path` says which runs: "lean + CUDA graphs", "lean" or "transformers" (with
-    `fallback_reason`). `prepare` builds and checks it and, on CUDA, captures the graphs; the
-    session or benchmark calls it before any clock starts, and the first run calls it otherwise."""
+    """The target's lean decode path, decided once (`prepare`: before any clock starts, or at the
+    first run); `path` says which runs: "lean + CUDA graphs", "lean" or "transformers"."""
 
     def __init__(self, target, want: bool | None):
         self.target = target
@@ -107,11 +102,9 @@ class LeanTarget:
 
     @torch.inference_mode()  # the cache and graph buffers are inference tensors, updated in place
     def forward(self, cache: TargetCache, ids: list[int], positions: torch.Tensor, visible, features: bool = False):
-        """Feed ids after the cache -> logits [n, V] (with `features`: and the last hidden states
-        [n, C], `Target.forward`); positions [A, n] rotary positions, visible
-        [n, n] bool among the new tokens (None: causal, a chain). ids, positions and visible may be
-        host tensors or lists: they reach the device by non-blocking copies, which do not wait for
-        the device (a blocking host-to-device copy synchronises the stream)."""
+        """Feed ids after the cache -> logits [n, V] (and with `features` hidden states [n, C]);
+        positions [A, n], visible [n, n] bool (None: causal). Host tensors or lists reach the device
+        by non-blocking copies (a blocking host-to-device copy synchronises the stream)."""
         lm, n, start = self.lm, len(ids), cache.length
         device = lm.device
         visible = torch.ones(n, n, dtype=torch.bool).tril() if visible is None else visible

@@ -28,11 +28,8 @@ class Sampling:
 
 
 def warp(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """Logits [..., V] -> probabilities [..., V] as used for decisions.
-
-    In greedy mode decisions use the argmax, and the softmax at temperature 1 is returned only
-    to report how confident each model was.
-    """
+    """Logits [..., V] -> probabilities [..., V] as used for decisions (greedy: the softmax at
+    temperature 1, only to report how confident each model was; decisions use the argmax)."""
     logits = logits.float()
     if sampling.greedy:
         return torch.softmax(logits, dim=-1)
@@ -72,14 +69,10 @@ def _leading(ok: torch.Tensor, n_drafts: torch.Tensor | None) -> torch.Tensor:
 def verify_greedy(
     target_logits: torch.Tensor, drafts: torch.Tensor, n_drafts: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy verification.
-
-    target_logits [..., gamma+1, V]: the target's logits at each draft position and one past.
-    drafts [..., gamma]; n_drafts [...] (optional): how many of them count, the rest being drafted
-    past a stop. Returns (n_accepted [...], next_token [...]): the number of leading drafts equal
-    to the target's argmax, and the target's argmax right after them (the correction at the first
-    mismatch, or the bonus token when all matched).
-    """
+    """Greedy verification: target_logits [..., gamma+1, V] at each draft position and one past,
+    drafts [..., gamma], n_drafts [...] how many count (the rest drafted past a stop) ->
+    (n_accepted [...], next_token [...]): the leading drafts equal to the target's argmax, and the
+    argmax right after them (the correction at the first mismatch, or the bonus when all matched)."""
     choice = target_logits.argmax(dim=-1)  # [..., gamma+1]
     gamma = drafts.shape[-1]
     n_accepted = _leading(choice[..., :gamma] == drafts, n_drafts)  # [...]
@@ -112,12 +105,9 @@ def acceptance_probs(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> 
 def verify_sampled(
     p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rejection-sampling verification (Leviathan et al. 2023, Algorithm 1).
-
-    p [..., gamma+1, V]: target probabilities at each draft position and one past.
-    q [..., gamma, V]: drafter probabilities the drafts were sampled from.
-    drafts [..., gamma]. Returns (n_accepted [...], next_token [...]).
-    """
+    """Rejection-sampling verification (Leviathan et al. 2023, Algorithm 1): p [..., gamma+1, V]
+    the target's at each draft position and one past, q [..., gamma, V] the drafter's the drafts
+    [..., gamma] were sampled from -> (n_accepted [...], next_token [...])."""
     gamma = drafts.shape[-1]
     # 1. accept draft i with probability min(1, p_i(x_i) / q_i(x_i)); keep the leading run.
     u = torch.rand(drafts.shape, generator=generator, device=p.device)  # [..., gamma]

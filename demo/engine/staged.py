@@ -79,7 +79,7 @@ class StagedState(ReadBack):
                     confirmed += 1
                     guesses.pop(0)
                     continue
-                self._forget(len(guesses))  # the wrong guess and the ones after it
+                inner.rollback(inner.fed_positions[-len(guesses)])  # the wrong guess and the ones after it
                 rows, guesses = [], []
             # Stage 2 guesses what follows the drafter's token; stage 1 feeds its token and the
             # guesses in one forward, which gives the logits after each.
@@ -93,17 +93,9 @@ class StagedState(ReadBack):
             inner.consumed = position + len(fed)
             rows = list(inner.forward_all(fed))
         if guesses:
-            self._forget(len(guesses))  # computed ahead, never drafted
+            inner.rollback(inner.fed_positions[-len(guesses)])  # computed ahead, never drafted
         self.stages = (guessed, confirmed)
         return torch.stack(drafts), inner.widen(qs)
 
     def rollback(self, n_answer: int) -> None:
         self.inner.rollback(n_answer)
-
-    def _forget(self, k: int) -> None:
-        """Drop the last k fed tokens from the cache (guesses the drafter did not confirm)."""
-        inner = self.inner
-        inner.cache.crop(-k)
-        del inner.fed_positions[-k:]
-        del inner.fed_tokens[-k:]
-        inner.consumed = inner.fed_positions[-1] + 1 if inner.fed_positions else 0

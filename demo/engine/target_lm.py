@@ -54,11 +54,8 @@ class _Layer:
 
 
 class TargetCache(StaticCache):
-    """One run's target cache on the lean path: a StaticCache and the run's rope delta.
-
-    `layers` gives DynamicCache-like views, so code that moves cached rows (`trees.keep_path`)
-    moves them in the static tensors. `graphs` is the slot's graph set when the cache is a pooled
-    slot (its tensors are the ones the graphs were captured on)."""
+    """One run's target cache on the lean path: a StaticCache, the run's rope delta, DynamicCache-like
+    `layers` views (`trees.keep_path` moves rows through them), and its slot's `graphs` if pooled."""
 
     rope_delta: int = 0  # M-RoPE: text position = cache index + rope_delta
     graphs: GraphSet | None = None

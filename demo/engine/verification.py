@@ -152,10 +152,8 @@ def _ranked(top: tuple[list[float], list[int]], tokenizer) -> tuple[tuple[str, f
 
 
 def round_detail(drafts: list[int], texts: tuple[str, ...], v: Verdict, tokenizer) -> RoundDetail:
-    """The inspector's view of a round, from what verification already brought back (no model
-    call, no transfer): each checked draft's text (`texts`, the drafts' whole characters as the
-    round's event holds them), the top k of p and q there, the uniform draws u, and the law of
-    the target's token (the residual at a sampled rejection, else p)."""
+    """The inspector's view of a round from what verification brought back (no model call, no
+    transfer): each checked draft's text, p and q's top k there, u, and the law of the target's token."""
     n_checked = min(v.n_accepted + 1, len(drafts))
     positions = tuple(
         Position(

@@ -20,11 +20,10 @@ import torch
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from demo.engine.grounding import ImageAttention
+from demo.engine.lean_lm import language_model
 
-# The layers averaged, by preset; elsewhere the middle third. `python -m demo.lab.bench.grounding_layers`
-# (2026-12-04, 72 held-out questions, 24 per language): layer 1 of 6 alone best separates grounded
-# words the question does not give from template words (AUC 0.81: en 0.84, de 0.85, zh 0.78;
-# all six layers 0.75), docs/grounding.md.
+# The layers averaged, by preset (chosen by `python -m demo.lab.bench.grounding_layers`); elsewhere
+# the middle third.
 LAYERS: dict[str, tuple[int, ...]] = {"embedded": (1,)}
 READABLE = ("sdpa", "eager")
 TILE = re.compile(r"<row_(\d+)_col_(\d+)>")
@@ -148,9 +147,7 @@ def layers_of(preset: str, n_layers: int) -> tuple[int, ...]:
 
 def _decoder_attentions(model) -> list:
     """The self-attention module of each decoder layer of the target's language model."""
-    inner = model.model
-    decoder = getattr(inner, "language_model", None) or inner.text_model  # Idefics3: text_model
-    return [layer.self_attn for layer in decoder.layers]
+    return [layer.self_attn for layer in language_model(model)[0].layers]
 
 
 def head_shares(model, inputs: dict, answer_ids: list[int], layers: tuple[int, ...], positions=None) -> torch.Tensor:

@@ -112,10 +112,7 @@ def _lookup_note(d, target) -> str:
     )
 
 
-# The built-in kinds. Budget step costs, measured on an idle 2-core CPU (docs/benchmark.md): a
-# text-only drafter step 0.96 ms against a target step of 6.66 ms (0.15); layer-skip runs most of
-# the target's layers (0.7); a lookup is a list search (0.02), as is a hidden-state drafter's few
-# small matrix products (docs/drafters-feature.md).
+# The built-in kinds; their budget step costs were measured on an idle 2-core CPU (docs/benchmark.md).
 BLIND = "the text-only drafter cannot see the image, so it guessed from the words alone"
 SIGHTED = "the image-aware drafter sees the image, but it is a far smaller model than the target and reads it less well"
 MODEL_KINDS = (  # the drafter models a preset names (`DrafterSpec.kind`), by what their prompt holds
@@ -186,13 +183,13 @@ FEATURE_KINDS = (
     (
         "target-feature",
         "feature",
-        loaders.feature,
+        loaders.heads("feature"),
         "Feature: reads the target's hidden state, so it sees the image through the target's eyes; a small network chains its drafts on its own predicted state.",
     ),
     (
         "target-heads",
         "medusa",
-        loaders.medusa,
+        loaders.heads("medusa"),
         "Medusa: k heads on the target, each guessing one more token ahead from its hidden state.",
     ),
 )

@@ -94,25 +94,21 @@ def layer_skip(loaded, name: str, spec, progress):
     )
 
 
-def _heads(loaded, name: str, which: str, progress):
-    """A drafter on the target's hidden states, from its checkpoint beside the target's directory
-    (a checkpoint for another hidden size is refused with a sentence, `demo.engine.heads.load`)."""
-    from demo.engine.feature import FeatureDrafter
-    from demo.models.feature_assets import checkpoint, no_checkpoint
+def heads(which: str):
+    """The loader of the `which` ("feature", "medusa") drafter on the target's hidden states, from
+    its checkpoint beside the target's directory (one for another hidden size is refused)."""
 
-    progress(0.2, f"loading the {which} drafter on the target's hidden states")
-    path = checkpoint(loaded.preset, which)
-    if path is None:
-        raise ValueError(no_checkpoint(which)(loaded.preset))
-    return FeatureDrafter.load(path, loaded.target, name=name, blocked_ids=loaded.placeholder_ids())
+    def load(loaded, name: str, spec, progress):
+        from demo.engine.feature import FeatureDrafter
+        from demo.models.feature_assets import checkpoint, no_checkpoint
 
+        progress(0.2, f"loading the {which} drafter on the target's hidden states")
+        path = checkpoint(loaded.preset, which)
+        if path is None:
+            raise ValueError(no_checkpoint(which)(loaded.preset))
+        return FeatureDrafter.load(path, loaded.target, name=name, blocked_ids=loaded.placeholder_ids())
 
-def feature(loaded, name: str, spec, progress):
-    return _heads(loaded, name, "feature", progress)
-
-
-def medusa(loaded, name: str, spec, progress):
-    return _heads(loaded, name, "medusa", progress)
+    return load
 
 
 def staged(loaded, name: str, spec, progress):

@@ -8,6 +8,7 @@
                 the cache. `MRopeTarget` supplies those positions on every forward.
     idefics3    Idefics3 / SmolVLM: the image is split into tiles, each wrapped as
                 <fake_token_around_image><row_i_col_j><image>*n, plus a <global-img> thumbnail.
+
 More, with its measurements: docs/modules.md.
 """
 
@@ -35,13 +36,10 @@ class _RopeCache(DynamicCache):
 class MRopeTarget(Target):
     """A Qwen2.5-VL target that computes its own M-RoPE positions on every forward.
 
-    transformers keeps the rope delta as state on the model (`model.model.rope_deltas`), set by
-    whichever request prefilled last, and uses it on every cached forward that comes without
-    position ids. With one model shared by all users that is wrong for everyone else, and stale
-    after a question without an image. Here the delta belongs to the request's cache, and every
-    forward passes explicit position ids: the prompt's from the model's own `get_rope_index`, then
-    `cache length + delta` onwards for decoding and for the gamma+1 tokens of a verify. Cropping the
-    cache shortens it, so positions after a rollback follow without bookkeeping.
+    transformers keeps the rope delta on the model, set by whichever request prefilled last: with
+    one model shared by all users that is wrong for the others. Here the delta belongs to the
+    request's cache, and every forward passes explicit position ids: the prompt's from the model's
+    own `get_rope_index`, then `cache length + delta` onwards (a crop moves them back with it).
     """
 
     def dynamic_cache(self) -> _RopeCache:
@@ -71,13 +69,8 @@ class MRopeTarget(Target):
 
 
 class Qwen2_5_VLImageProcessor(Qwen2_5_VLProcessor):
-    """Qwen2.5-VL's processor without its video half.
-
-    The stock processor cannot even be constructed without torchvision in transformers 5.x (its
-    video processor needs it, and the class check fails first). The demo never sends video, so
-    this keeps the image processor, tokenizer and chat template, and builds the same inputs for
-    images and text.
-    """
+    """Qwen2.5-VL's processor without its video half (the stock one cannot be built without
+    torchvision in transformers 5.x): the same inputs for images and text."""
 
     def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
         self.image_token = getattr(tokenizer, "image_token", None) or "<|image_pad|>"

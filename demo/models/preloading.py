@@ -1,11 +1,5 @@
 """Preloading (a Space, or DEMO_PRELOAD): presets loaded at start-up, and then only they are served.
 
-    preload(names)       load the presets and every drafter of each now, in this process; a preset
-                         that fails is recorded with the reason and the others still load
-    preloaded()          what `preload` did (preset -> None or why it failed), or None in lazy mode
-    served()             the presets served in preload mode, or None (lazy: any that can load)
-    check_served(name)   in preload mode, refuse (Unavailable) a preset that did not preload
-
 `demo.models.zerogpu` says which presets to preload and why a Space must; loading itself is
 `demo.models.loader.load`.
 """
@@ -25,14 +19,9 @@ _PRELOADED: dict[str, str | None] | None = None  # preload mode: preset -> None 
 
 
 def preload(names: tuple[str, ...]) -> dict[str, str | None]:
-    """Load the named presets and every drafter of each, now, in this process.
-
-    On ZeroGPU this runs at start-up in the main process, so that the models sit on the emulated
-    `cuda` before the first request (`demo.models.zerogpu`). From then on the deployment serves exactly
-    the presets that loaded (`check_served`): no request loads anything. A preset that fails
-    (files missing, not enough memory, damaged weights) is recorded with the reason and the
-    others still load. Returns preset -> None (loaded) or the reason, in order.
-    """
+    """Load the named presets and every drafter of each, now, in this process (on ZeroGPU: at
+    start-up, in the main process); from then on only those that loaded are served. Returns
+    preset -> None (loaded) or why it failed, in order: a failure does not stop the others."""
     global _PRELOADED
     outcome: dict[str, str | None] = {}
     for name in names:

@@ -143,10 +143,7 @@ PRESETS: dict[str, Preset] = {
         description="The project's own LLaVA (trained on synthetic scenes) and its drafters, on CPU.",
         seconds_per_token=0.05,
         cpu_seconds_per_token=0.02,  # a target step: 6.7-8.7 ms on an idle 2-core CPU (docs/benchmark.md)
-        # `python -m demo.lab.bench.layerskip_search --preset embedded` (2026-12-04, on the trilingual target):
-        # skipping [2, 3] of 6 layers scores best, MBSU 1.08 at gamma 1 (tau 1.85, c 0.71); keeping
-        # layer 0 alone, best on the English target before, falls to 0.99 (tau 1.26-1.35). See docs/benchmark.md.
-        skip_layers=(2, 3),
+        skip_layers=(2, 3),  # `python -m demo.lab.bench.layerskip_search --preset embedded` chose them
         max_new_tokens=495,  # 512 positions less the shortest prompt's 17 (9 of them the image's)
     ),
     "llava-1.5-7b": Preset(

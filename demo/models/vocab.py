@@ -1,13 +1,6 @@
 """What a preset's token ids mean: the ids that end an answer, the ids that stand for the image,
 whether a drafter's ids mean what the target's mean, and a question kept from spelling control tokens.
 
-    stop_ids_of(tokenizer, model)          EOS ids, and the chat template's end of turn
-    check_vocab_compatible(t, d, name)     refuse (VocabMismatch) a drafter whose shared ids spell
-                                           other tokens than the target's
-    image_placeholder_ids(processor, ...)  the ids no drafter reads or proposes
-    as_text(question, tokenizer)           every added-token string broken by WORD_JOINER, so it
-                                           is read as the characters typed
-
 More, with its measurements: docs/modules.md.
 """
 
@@ -33,11 +26,8 @@ def stop_ids_of(tokenizer, model) -> frozenset[int]:
 
 
 def check_vocab_compatible(target_tokenizer, drafter_tokenizer, drafter_name: str) -> None:
-    """Refuse a drafter whose shared ids spell different tokens than the target's.
-
-    Tokenizer vocabularies are compared, not embedding sizes: those are often padded
-    (Qwen2.5: 151936 rows for about 151665 tokens; LLaVA-1.5: 32064 rows for 32002 tokens).
-    """
+    """Refuse (VocabMismatch) a drafter whose shared ids spell different tokens than the target's
+    (vocabularies compared, not embedding sizes: those are often padded)."""
     target_vocab = {i: t for t, i in target_tokenizer.get_vocab().items()}
     drafter_vocab = {i: t for t, i in drafter_tokenizer.get_vocab().items()}
     for i in sorted(target_vocab.keys() & drafter_vocab.keys()):
@@ -49,10 +39,8 @@ def check_vocab_compatible(target_tokenizer, drafter_tokenizer, drafter_name: st
 
 
 def image_placeholder_ids(processor, names: tuple[str, ...] = ()) -> frozenset[int]:
-    """Ids that stand for image content in the target's prompt; a text-only drafter never sees them.
-
-    The processor's image token, plus the family's other structure tokens (`names`) that exist.
-    """
+    """Ids that stand for image content in the target's prompt (the processor's image token and the
+    family's structure tokens, `names`): no drafter reads or proposes them."""
     tokenizer = processor.tokenizer
     candidates = {getattr(processor, "image_token", None), getattr(tokenizer, "image_token", None), *names}
     vocab = tokenizer.get_vocab()
@@ -66,8 +54,7 @@ def as_text(question: str, tokenizer) -> str:
     """The question with every added-token string in it (<|end|>, <|user|>, <image>, <pad>...)
     broken by a word joiner before its last character, so that the tokenizer reads it as the
     characters typed, never as the control token: a question cannot end its turn, write the
-    assistant's, or add an image placeholder. Only the chat template's markers are tokens.
-    A question without such strings is returned unchanged (and tokenised exactly as before)."""
+    assistant's, or add an image placeholder. A question without such strings is unchanged."""
     names = sorted(
         {t.content for t in tokenizer.added_tokens_decoder.values() if len(t.content) > 1}, key=len, reverse=True
     )

@@ -30,11 +30,8 @@ def zero_gpu() -> bool:
 
 
 def preload_names(default: str) -> tuple[str, ...] | None:
-    """The presets to load at start-up, in order, or None for lazy loading.
-
-    DEMO_PRELOAD=name,name names them (an empty value means lazy, even on a Space); on a Space
-    without it, the default preset is preloaded.
-    """
+    """The presets to load at start-up, in order, or None for lazy loading: DEMO_PRELOAD=name,name
+    (empty: lazy, even on a Space); on a Space without it, the default preset."""
     value = os.environ.get(PRELOAD_ENV)
     if value is None:
         return (default,) if on_space() else None

@@ -151,9 +151,7 @@ def verdict(kind: str, said: str, text: str) -> str:
 
 
 # The LM stage (train.py, stage 3) and the tokenizer's corpus keep the brief checks, "A. square:
-# no. B. circle: yes.": every run that trained the restated form from the start read its image
-# slots slower (colour 75-87% at the end of the LM stage against 95%, README), before multiple
-# choice was even in its mix. The restated form is taught once the lookups are in place.
+# no. B. circle: yes."; the restated form is taught once the lookups are in place (docs/modules.md).
 BRIEF = "multiple_choice_brief"
 
 
