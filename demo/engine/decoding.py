@@ -102,7 +102,7 @@ class Target:
 
     # The position arguments of the prefill and of a decode forward: none here (transformers counts
     # them); `demo.models.families.MRopeTarget` gives its own.
-    def prefill_positions(self, inputs: dict, cache) -> dict:
+    def prefill_positions(self, inputs: dict, cache=None) -> dict:
         return {}
 
     def decode_positions(self, cache, n: int) -> dict:

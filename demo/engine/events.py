@@ -143,18 +143,8 @@ class TokenEvent:
     def to_dict(self) -> dict:
         """The exported record: the rejection flattened into rejected_* fields (None when absent)."""
         rejected = asdict(self.rejection) if self.rejection else dict.fromkeys(REJECTION_FIELDS)
-        return {
-            "index": self.index,
-            "token_id": self.token_id,
-            "text": self.text,
-            "kind": self.kind,
-            "round": self.round,
-            "p": self.p,
-            "q": self.q,
-            "accept_prob": self.accept_prob,
-            **{f"rejected_{name}": value for name, value in rejected.items()},
-            "t": self.t,
-        }
+        record = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("rejection", "t")}
+        return record | {f"rejected_{name}": value for name, value in rejected.items()} | {"t": self.t}
 
 
 Ranked = tuple[tuple[str, float], ...]  # the k most likely tokens of a distribution: (text, probability)

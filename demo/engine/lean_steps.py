@@ -86,11 +86,8 @@ def _mm(x: np.ndarray, weight_t: np.ndarray, bias: np.ndarray | None) -> np.ndar
 
 
 class NumpyStep:
-    """LeanLM's one-token step over a StaticCache, in NumPy (see the module's docstring).
-
-    Shapes in comments: C hidden, H query heads, K kv heads, D head dim, I intermediate, V vocab,
-    L positions attended (the cache's tokens and the new one).
-    """
+    """LeanLM's one-token step over a StaticCache, in NumPy. Shapes: C hidden, H query heads, K kv
+    heads, D head dim, I intermediate, V vocab, L positions attended (the cache's and the new one)."""
 
     def __init__(self, lm):
         assert supported(lm) is None, supported(lm)

@@ -15,10 +15,8 @@ from demo.engine.events import Event
 
 
 def race(lanes: dict[str, Iterator[Event]]) -> Iterator[tuple[str, Event]]:
-    """Yield (lane name, event) pairs, always advancing the lane whose clock is behind.
-
-    Ties go to the lane listed first. A lane that ends drops out; the rest carry on.
-    """
+    """Yield (lane name, event) pairs, always advancing the lane whose clock is behind (ties: the
+    lane listed first); a lane that ends drops out."""
     clocks = {name: 0.0 for name in lanes}
     live = dict(lanes)
     while live:

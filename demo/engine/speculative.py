@@ -192,11 +192,8 @@ def speculative_generate(
     generator: torch.Generator,
     min_confidence: float = 0.0,
 ) -> Iterator[Event]:
-    """Speculative decoding of `target`, drafting with `drafter`; yields the run's events.
-
-    gamma is the most drafts per round. With min_confidence > 0 the draft length adapts: the
-    drafter stops early where its top probability falls below it (see `DraftState.draft`).
-    """
+    """Speculative decoding of `target`, drafting with `drafter`; yields the run's events. gamma:
+    the most drafts per round; min_confidence > 0: adaptive draft length (`DraftState.propose`)."""
     assert gamma >= 1 and max_new_tokens >= 1
     if drafter.tree is not None and (why := tree_refusal(drafter.tree, gamma, min_confidence)):
         raise ValueError(f"This tree cannot run: {why}.")

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import torch
 from PIL import Image
 
+from demo.models.attention_pass import sequence_positions, teacher_forced
+
 BLANK = (128, 128, 128)  # the blank image's colour: mid grey, which each family's normalisation sends near 0
 RATIO = 2.0  # the image at least doubles the token's probability: it depended on it (docs/grounding.md)
 
@@ -66,20 +68,10 @@ def blank_like(image: Image.Image) -> Image.Image:
 def answer_logits(loaded, inputs: dict, answer_ids: list[int]) -> torch.Tensor:
     """The target's logits deciding each answer token, teacher forced: [n, V] (row i decided token
     i: the forward at the token before it). One forward over prompt + answer[:-1], no cache."""
-    model = loaded.target.model
-    n = len(answer_ids)
-    device = inputs["input_ids"].device
-    tail = torch.tensor([answer_ids[:-1]], device=device, dtype=torch.long)
-    full = {**inputs, "input_ids": torch.cat([inputs["input_ids"], tail], dim=1)}
-    for name, value in inputs.items():  # per-token inputs grow with the answer: attended, text
-        if name != "input_ids" and torch.is_tensor(value) and value.shape == inputs["input_ids"].shape:
-            fill = torch.ones if name == "attention_mask" else torch.zeros
-            full[name] = torch.cat([value, fill((1, n - 1), dtype=value.dtype, device=device)], dim=1)
-    if loaded.preset.family == "qwen2_5_vl":  # M-RoPE: the full sequence's positions, by the model's own rule
-        spec = {k: v for k, v in full.items() if k != "attention_mask"}
-        full["position_ids"], _ = loaded.target.prompt_positions(spec)
+    full = teacher_forced(inputs, answer_ids)
+    full |= sequence_positions(loaded.target, full)
     with torch.no_grad():
-        return model(**full, use_cache=False, logits_to_keep=n).logits[0].float()  # [n, V]
+        return loaded.target.model(**full, use_cache=False, logits_to_keep=len(answer_ids)).logits[0].float()
 
 
 def ablate(loaded, image: Image.Image | None, question: str, answer_ids: list[int], with_image=None) -> Ablation:

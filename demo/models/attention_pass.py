@@ -150,18 +150,29 @@ def _decoder_attentions(model) -> list:
     return [layer.self_attn for layer in language_model(model)[0].layers]
 
 
+def teacher_forced(inputs: dict, answer_ids: list[int]) -> dict:
+    """The target's inputs for prompt + answer[:-1], teacher forced (a forward's row i decides
+    answer token i): the per-token inputs grow with the answer (attended; text, not image)."""
+    n, device = len(answer_ids), inputs["input_ids"].device
+    tail = torch.tensor([answer_ids[:-1]], device=device, dtype=torch.long)
+    full = {**inputs, "input_ids": torch.cat([inputs["input_ids"], tail], dim=1)}
+    for name, value in inputs.items():
+        if name != "input_ids" and torch.is_tensor(value) and value.shape == inputs["input_ids"].shape:
+            fill = torch.ones if name == "attention_mask" else torch.zeros
+            full[name] = torch.cat([value, fill((1, n - 1), dtype=value.dtype, device=device)], dim=1)
+    return full
+
+
+def sequence_positions(target, full: dict) -> dict:
+    """A teacher-forced sequence's position arguments by the model's own rule (M-RoPE), else none."""
+    return target.prefill_positions({k: v for k, v in full.items() if k != "attention_mask"})
+
+
 def head_shares(model, inputs: dict, answer_ids: list[int], layers: tuple[int, ...], positions=None) -> torch.Tensor:
     """The attention rows of each answer token at `layers`: [layers, heads, n, K] over the keys
     of prompt + answer[:-1] (row i is the forward that decided answer token i). One forward, no
     cache, no gradient; `positions` are the full sequence's position ids where the family needs them."""
-    n = len(answer_ids)
-    device = inputs["input_ids"].device
-    ids = torch.cat([inputs["input_ids"], torch.tensor([answer_ids[:-1]], device=device, dtype=torch.long)], dim=1)
-    full = {**inputs, "input_ids": ids}
-    for name, value in inputs.items():  # per-token inputs grow with the answer: attended, text
-        if name != "input_ids" and torch.is_tensor(value) and value.shape == inputs["input_ids"].shape:
-            fill = torch.ones if name == "attention_mask" else torch.zeros
-            full[name] = torch.cat([value, fill((1, n - 1), dtype=value.dtype, device=device)], dim=1)
+    n, full = len(answer_ids), teacher_forced(inputs, answer_ids)
     if positions is not None:
         full["position_ids"] = positions
     modules = _decoder_attentions(model)
@@ -206,15 +217,7 @@ def image_attention(
         return ImageAttention.missing(f"The image's tokens could not be placed on its grid ({error}).")
     n_layers = len(_decoder_attentions(model))
     layers = layers_of(loaded.preset.name, n_layers) if layers is None else layers
-    positions = None
-    if family == "qwen2_5_vl":  # M-RoPE: the full sequence's positions from the model's own rule
-        n, device = len(answer_ids), target_inputs["input_ids"].device
-        full = {**target_inputs, "input_ids": torch.tensor([input_ids + list(answer_ids[:-1])], device=device)}
-        full.pop("attention_mask", None)
-        if "mm_token_type_ids" in full:  # which positions are image: the answer's are text
-            pad = torch.zeros((1, n - 1), dtype=full["mm_token_type_ids"].dtype, device=device)
-            full["mm_token_type_ids"] = torch.cat([full["mm_token_type_ids"], pad], dim=1)
-        positions, _ = loaded.target.prompt_positions(full)
+    positions = sequence_positions(loaded.target, teacher_forced(target_inputs, answer_ids)).get("position_ids")
     weights = head_shares(model, target_inputs, list(answer_ids), layers, positions)  # [layers, H, n, K]
     return summarise(weights, [c[0] for c in cells], len(input_ids), rows, cols, cells, layers)
 

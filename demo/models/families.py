@@ -56,8 +56,10 @@ class MRopeTarget(Target):
         positions, deltas = get_rope_index(**{k: v for k, v in inputs.items() if k in accepted})
         return positions, int(deltas[0, 0])
 
-    def prefill_positions(self, inputs: dict, cache: _RopeCache) -> dict:
-        positions, cache.rope_delta = self.prompt_positions(inputs)
+    def prefill_positions(self, inputs: dict, cache: _RopeCache | None = None) -> dict:
+        positions, delta = self.prompt_positions(inputs)
+        if cache is not None:
+            cache.rope_delta = delta
         return {"position_ids": positions}
 
     def decode_positions(self, cache: _RopeCache, n: int) -> dict:

@@ -103,22 +103,15 @@ def availability(refs: list[str]) -> Availability:
     if not missing:
         return Availability(True, True, "All model files are on this machine.")
     names = ", ".join(missing)
+    absent = f"Not in the local Hugging Face cache: {names}"
     if offline():
-        return Availability(
-            False, False, f"Not in the local Hugging Face cache: {names}; the hub is off (HF_HUB_OFFLINE=1)."
-        )
+        return Availability(False, False, f"{absent}; the hub is off (HF_HUB_OFFLINE=1).")
     if not downloads_allowed():
-        return Availability(
-            False,
-            False,
-            f"Not in the local Hugging Face cache: {names}. Downloads are off: set {ALLOW_DOWNLOADS}=1 to fetch "
-            "them, or put them in the cache beforehand.",
-        )
+        fetch = f"set {ALLOW_DOWNLOADS}=1 to fetch them, or put them in the cache beforehand"
+        return Availability(False, False, f"{absent}. Downloads are off: {fetch}.")
     reason = probe(missing[0])
     if reason is not None:
-        return Availability(
-            False, False, f"Not in the local Hugging Face cache: {names}, and the hub cannot be reached ({reason})."
-        )
+        return Availability(False, False, f"{absent}, and the hub cannot be reached ({reason}).")
     return Availability(True, False, f"Will be downloaded on first use: {names}.")
 
 

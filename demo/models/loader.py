@@ -199,11 +199,8 @@ def is_loaded(name: str) -> bool:
 
 
 def load(name: str = DEFAULT_PRESET, progress: Progress | None = None) -> Loaded:
-    """Load a preset's target and processor once per process (drafters load on first use).
-
-    Raises hub.Unavailable (files neither here nor obtainable) or devices.NotEnoughMemory, each
-    with a message for the UI.
-    """
+    """Load a preset's target and processor once per process (drafters load on first use); raises
+    hub.Unavailable or devices.NotEnoughMemory, each with a message for the UI."""
     report = progress or _silent
     preset = _preset(name)
     with _REGISTRY:

@@ -68,10 +68,8 @@ class Preset:
     max_new_tokens: int = 512
 
     def drafter_names(self) -> tuple[str, ...]:
-        """Every drafter a race on this preset may name, in display order: each model drafter
-        (with its tree option where its kind has one), then the registered kinds with a name of
-        their own that this preset can offer (`demo.models.drafter_kinds`): prompt lookup, then
-        layer-skip self-drafting where a search is stored, then any kind registered after."""
+        """Every drafter a race on this preset may name, in display order: each model drafter (and
+        its tree option), then the registered kinds with a name of their own that it can offer."""
         names = []
         for spec in self.drafters:
             tree = drafter_kinds.KINDS[spec.kind].tree if spec.kind in drafter_kinds.KINDS else False
@@ -94,10 +92,8 @@ class Preset:
         return Offer(kind, spec, name.endswith(TREE)) if kind else None
 
     def refusal(self, drafter: str, gamma: int, min_confidence: float = 0.0) -> str | None:
-        """Why this preset cannot race `drafter`, one of the names it offers (a name it does not
-        offer is refused by `validate.lane_drafters`, with the reason), at these settings, with the
-        limit in the sentence: a token tree too large or with a confidence threshold; else None.
-        Reads no model: a request is refused before any work."""
+        """Why this preset cannot race `drafter`, one of the names it offers, at these settings (a
+        token tree too large or with a confidence threshold), the limit in the sentence; else None."""
         if drafter.endswith(TREE):
             return tree_refusal(TREE_SHAPE, gamma, min_confidence)
         return None

@@ -74,10 +74,8 @@ def examples(
     form: str = "multiple_choice",
     language: str = "en",
 ) -> list[Example]:
-    """n examples of one task on distinct scenes of one split; deterministic for the arguments.
-    Multiple choice comes in `form` (`BRIEF`, `EARLY` or the final "multiple_choice"): the same
-    questions on the same scenes. Every language asks about the same scenes; its phrasings are
-    drawn from a stream of its own (English's is the one it always was)."""
+    """n examples of one task on distinct scenes of one split, deterministic; multiple choice in
+    `form` (`BRIEF`, `EARLY` or the final one). Every language asks about the same scenes."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
     key = in_language(form if task == "multiple_choice" else task, language)
@@ -95,9 +93,7 @@ def examples(
 
 def corpus(n: int, seed: int = 0, language: str = "en") -> list[str]:
     """Every question and answer of n training examples per task: the text the tokenizer is
-    trained on, and the words a fluent answer uses. Multiple choice's checks are the brief ones,
-    the LM stage's (`BRIEF`); the restated form's words are all in the other tasks too. Other
-    languages than English have the final form only."""
+    trained on. English's multiple choice in its brief form (`BRIEF`); other languages, the final."""
     form = BRIEF if language == "en" else "multiple_choice"
     return [
         text
