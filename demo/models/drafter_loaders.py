@@ -62,18 +62,17 @@ def model(loaded, name: str, spec, progress):
     return drafter
 
 
+def _on_target(loaded, name: str) -> dict:
+    """What a drafter built on the loaded target takes of it: its name, vocabulary, stops and blocks."""
+    t = loaded.target
+    return dict(name=name, target_vocab_size=t.vocab_size, stop_ids=t.stop_ids, blocked_ids=loaded.placeholder_ids())
+
+
 def prompt_lookup(loaded, name: str, spec, progress):
     """Prompt lookup: built on what is loaded already (no model)."""
     from demo.engine.lookup import PromptLookup
 
-    target = loaded.target
-    return PromptLookup(
-        name=name,
-        target_vocab_size=target.vocab_size,
-        stop_ids=target.stop_ids,
-        blocked_ids=loaded.placeholder_ids(),
-        device=loaded.device,
-    )
+    return PromptLookup(**_on_target(loaded, name), device=loaded.device)
 
 
 def layer_skip(loaded, name: str, spec, progress):
@@ -84,14 +83,7 @@ def layer_skip(loaded, name: str, spec, progress):
     why = layerskip.unsupported(target.model)
     if why:
         raise KeyError(f"drafter {name!r} is not offered for preset {loaded.preset.name!r}: {why}")
-    return layerskip.LayerSkipDrafter(
-        target.model,
-        skip=loaded.preset.skip_layers,
-        name=name,
-        target_vocab_size=target.vocab_size,
-        stop_ids=target.stop_ids,
-        blocked_ids=loaded.placeholder_ids(),
-    )
+    return layerskip.LayerSkipDrafter(target.model, skip=loaded.preset.skip_layers, **_on_target(loaded, name))
 
 
 def heads(which: str):
