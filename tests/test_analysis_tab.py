@@ -85,8 +85,28 @@ def test_headline_sentences_are_computed_from_the_numbers():
         "On image-grounded words these examples cannot rank the <b>text-only</b> drafter's 60% (3/5; 95% 23%–88%) "
         "and the <b>image-aware</b> drafter's 100% (1/1; 95% 21%–100%): their 95% intervals overlap." in text
     )
-    assert "compared on the <b>1</b> of 1 example that every one of them finished" in text
+    assert "The drafters are compared on the 1 of 1 example every drafter finished." in text
     assert "1 example · 14 drafted positions checked · greedy · γ = 3" in text
+
+
+def test_a_batch_stopped_partway_compares_the_drafters_on_the_examples_every_one_finished():
+    """Stopped over budget after the text-only drafter's run on a second example: every aggregate,
+    sentence and table is of the one example both drafters finished, and the status says how many."""
+    batch, whole = hand_batch(), hand_batch()
+    trace = shapes_trace()
+    batch.runs.append(Run(3, 1, item(), "text-only", trace, rejections.observations(trace, 1, STOPS), correct=True))
+    assert analysis_tab.summaries(batch) == analysis_tab.summaries(whole)
+    text = analysis_tab.headline_html(batch, analysis_tab.summaries(batch))
+    assert text == analysis_tab.headline_html(whole, analysis_tab.summaries(whole)).replace(
+        "1 of 1 example ", "1 of 2 examples "
+    )
+    assert "1 example · 14 drafted positions checked" in text
+    status = analysis_tab.stopped(batch, over=True)["status"]
+    assert (
+        "Stopped: over budget after 3 runs; the drafters are compared on the 1 of 2 examples every drafter finished."
+        in status
+    )
+    assert len(analysis_tab.stopped(batch)["runs"]) == 3  # the table lists every run that finished
 
 
 def test_headline_says_when_every_draft_was_accepted_or_nothing_ran():
@@ -546,7 +566,7 @@ def test_the_headline_says_but_only_where_the_shares_differ_as_shown():
     run = SimpleNamespace(
         example=0, language="en", obs=[], drafter="text-only", trace=SimpleNamespace(image_attention=None)
     )
-    batch = SimpleNamespace(runs=[run], gamma=4, drafters=["text-only"], decoding="greedy")
+    batch = SimpleNamespace(runs=[run], gamma=4, drafters=["text-only"], decoding="greedy", compared=lambda: [run])
 
     def sentence(drafted_share: float, rejected_share: float) -> str:
         grounded = {

@@ -18,7 +18,7 @@ from demo.session import image_rejections
 
 def _by_drafter(batch) -> dict[str, list]:
     out: dict[str, list] = {}
-    for r in batch.runs:
+    for r in batch.compared():
         out.setdefault(r.drafter, []).extend(r.obs)
     return out
 
@@ -35,7 +35,7 @@ def rejections(batch) -> list[dict]:
             "category": o.category,
             "image_attention": o.image_attention,
         }
-        for r in batch.runs
+        for r in batch.compared()
         for o in r.obs
         if not o.accepted
     ]

@@ -210,8 +210,9 @@ def _ended(request: session.Request, image, run: runs.PageRun, redraws: Redraws 
     if redraws is None:  # stopped while the preset loaded
         return _stopped(run, result)
     cut = result.ending == "sweep cut"  # out of budget in the sweep: the race stands
+    record = {"last": (redraws.facts, result.timeline, request, image)}  # the race shown, stopped or not
     if result.ending in ("stopped", "over budget"):  # the race's own table was not made
-        return [update | {"strategies": strategy_table.STOPPED} for update in _stopped(run, result)]
+        return [update | {"strategies": strategy_table.STOPPED} | record for update in _stopped(run, result)]
     rows, table = list(result.rows), list(result.strategies)
     why_not = render.sweep_cut_note(result.limit) if cut else result.why_not
     # The last update repeats the whole view, so that an API client's result is the whole page.
@@ -221,7 +222,7 @@ def _ended(request: session.Request, image, run: runs.PageRun, redraws: Redraws 
         | ({"strategies": f'<div class="sweep-note">{why_not}</div>'} if cut else {})
         | downloads(redraws.traces, request, rows, table)
         | buttons(busy=False)
-        | {"last": (redraws.facts, result.timeline, request, image)}
+        | record
     ]
 
 

@@ -27,6 +27,7 @@ from demo.page.analysis.view import (
     TASK_CHOICES,
     Batch,
     Run,
+    compared,
     examples_for,
     headline_html,
     language_choices,
@@ -112,7 +113,8 @@ def stopped(batch: Batch, over: bool = False) -> dict:
     stay, and can be downloaded."""
     runs = len(batch.runs)
     why = "Stopped: over budget" if over else "Stopped"
-    status = status_html(f"{why} after {runs} run{'s' * (runs != 1)}; the charts and tables show those.")
+    shown = f"the drafters are {compared(batch)}" if len(batch.drafters) > 1 else "the charts and tables show those"
+    status = status_html(f"{why} after {runs} run{'s' * (runs != 1)}; {shown}.")
     return _view(batch, status, busy=False, files=_downloads(batch) if runs else None)
 
 

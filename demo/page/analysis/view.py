@@ -95,10 +95,12 @@ class Batch:
     decoding: str = "greedy"  # or "sampled" (a batch run with --sampled)
     opened: str = ""  # the folder or files a batch was read back from (`opened`); "" for a live one
 
-    def compared(self) -> set[int]:
-        """The examples every drafter of the batch finished: what a comparison of drafters uses."""
+    def compared(self) -> list[Run]:
+        """The runs on the examples every drafter of the batch finished: what its aggregates use (a
+        stopped analysis may have run some drafters on one example more)."""
         done = [{r.example for r in self.runs if r.drafter == d} for d in self.drafters]
-        return set.intersection(*done) if done else set()
+        kept = set.intersection(*done) if done else set()
+        return [r for r in self.runs if r.example in kept]
 
     def settings(self) -> dict:
         return {
@@ -145,7 +147,7 @@ def by_language(batch: Batch) -> list[dict]:
     out = []
     for lang in _languages(batch):
         for d in batch.drafters:
-            runs = [r for r in batch.runs if r.language == lang and r.drafter == d]
+            runs = [r for r in batch.compared() if r.language == lang and r.drafter == d]
             if not runs:
                 continue
             tau, accepted_drafts, drafted = tau_alpha(runs)
@@ -170,12 +172,10 @@ def by_language(batch: Batch) -> list[dict]:
 
 
 def summaries(batch: Batch) -> dict[str, dict]:
-    """Each drafter's aggregates over its runs so far; with several drafters, over the examples
-    every one of them finished (`Batch.compared`), so that they are compared on the same ones."""
-    kept = batch.compared() if len(batch.drafters) > 1 else {r.example for r in batch.runs}
+    """Each drafter's aggregates over the examples every drafter finished (`Batch.compared`)."""
+    runs = batch.compared()
     return {
-        d: rejections.summary([o for r in batch.runs if r.drafter == d and r.example in kept for o in r.obs], TOP_WORDS)
-        for d in batch.drafters
+        d: rejections.summary([o for r in runs if r.drafter == d for o in r.obs], TOP_WORDS) for d in batch.drafters
     }
 
 
@@ -194,13 +194,7 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
             '<div class="an-headline">Pick a task, a drafter and how many examples, then press '
             "<b>Run analysis</b>.</div>"
         )
-    lines = []
-    if len(batch.drafters) > 1:
-        run = len({r.example for r in batch.runs})
-        lines.append(
-            f"<p>The drafters are compared on the <b>{len(batch.compared())}</b> of {run} example{'s' * (run != 1)} "
-            "that every one of them finished.</p>"
-        )
+    lines = [f"<p>The drafters are {compared(batch)}.</p>"] if len(batch.drafters) > 1 else []
     for d, s in sums.items():
         g = s["grounded"]
         name = f"<b>{html.escape(d)}</b> drafter"
@@ -232,7 +226,7 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
             f"α = {rate(b['accepted'], b['drafted'])}, {rate(b['correct'], b['runs'])} answers correct, "
             f"{rate(b['grounded_accepted'], b['grounded_drafted'])} of drafts on image-grounded words accepted.</p>"
         )
-    done = len({r.example for r in batch.runs})
+    done = len({r.example for r in batch.compared()})
     decoding = batch.decoding
     lines.append(
         f'<p class="n">{done} example{"s" * (done != 1)} · '
@@ -241,6 +235,12 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
     )
     views = attention_view.attention_html(batch) + attention_view.dependence_html(batch)
     return f'<div class="an-headline">{"".join(lines)}{views}</div>'
+
+
+def compared(batch: Batch) -> str:
+    """How many examples the drafters are compared on: those every one of them finished."""
+    kept, run = len({r.example for r in batch.compared()}), len({r.example for r in batch.runs})
+    return f"compared on the {kept} of {run} example{'s' * (run != 1)} every drafter finished"
 
 
 def _ranked(sums: dict[str, dict]) -> list[str]:
