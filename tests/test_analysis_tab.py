@@ -326,7 +326,7 @@ ENGLISH_RUN_COLUMNS = [
     "question",
     "answer",
     "τ",
-    "α: accepted/drafted (95%)",
+    "α: accepted / drafted (95%)",
     "rejected",
     "on grounded words",
     "correct",

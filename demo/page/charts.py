@@ -278,9 +278,17 @@ def race(spds: list[Trace], ar: Trace) -> go.Figure:
     )
 
 
+def best_gamma(rows: list[dict], key: str) -> dict | None:
+    """The sweep's row where the speedup `key` peaks ("scaled_speedup": the projection's,
+    "predicted_speedup": this machine's), or None where no row has it."""
+    scored = [r for r in rows if r.get(key) is not None and not math.isnan(r[key])]
+    return max(scored, key=lambda r: r[key]) if scored else None
+
+
 def gamma_sweep(rows: list[dict], race_gamma: int) -> go.Figure:
     """The γ sweep of this prompt: τ, MBSU, the speedup at the paper's fixed ratios and the cost
-    model's from this race's measured costs against γ (left axis), α (right axis), the race's γ marked."""
+    model's from this race's measured costs against γ (left axis), α (right axis), the race's γ marked,
+    and each speedup's best γ starred on its curve."""
     if not rows:
         return _empty("γ sweep for this prompt (greedy races)")
     gammas = [r["gamma"] for r in rows]
@@ -312,6 +320,23 @@ def gamma_sweep(rows: list[dict], race_gamma: int) -> go.Figure:
             line={"color": POSITION, "dash": "dash"},
         ),
     ]
+    # (this machine's curve runs under the projection's: its label goes below it)
+    for key, where, side in (("scaled_speedup", "projected", "top"), ("predicted_speedup", "this machine's", "bottom")):
+        best = best_gamma(rows, key)
+        if best is not None:  # each speedup curve's peak, starred on it and named
+            lines.append(
+                go.Scatter(
+                    x=[best["gamma"]],
+                    y=[best[key]],
+                    name=f"best γ, {where}",
+                    mode="markers+text",
+                    text=[f"{where} best γ {best['gamma']}"],
+                    textposition=f"{side} {'left' if best['gamma'] > 5 else 'right'}",  # inside the plot
+                    textfont={"size": 10, "color": "#8a5a00"},
+                    marker={"color": DRAFT, "symbol": "star", "size": 14, "line": {"color": "#333", "width": 1}},
+                    showlegend=False,
+                )
+            )
     mark = {
         "type": "line",
         "xref": "x",
@@ -329,8 +354,8 @@ def gamma_sweep(rows: list[dict], race_gamma: int) -> go.Figure:
         {"title": {"text": "τ, ×"}, "rangemode": "tozero"},
         lines,
         yaxis2={"overlaying": "y", "side": "right", "range": [0, 1.05], "title": {"text": "α"}, "showgrid": False},
-        showlegend=True,
-        legend={"orientation": "h", "x": 0.0, "y": -0.3, "yanchor": "top", "xanchor": "left"},
+        showlegend=True,  # at the figure's foot, under the axis's title at every width
+        legend={"orientation": "h", "x": 0.0, "y": 0, "yref": "container", "yanchor": "bottom", "xanchor": "left"},
         shapes=[mark],
         height=HEIGHT + 60,
         margin={"l": 44, "r": 40, "t": 36, "b": 92},

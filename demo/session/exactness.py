@@ -288,15 +288,18 @@ def check(
     seed: int = 0,
     budget_s: float | None = BUDGET_S,
     ends: float | None = None,
+    progress=None,
 ) -> LawCheck:
     """Draw the k tokens after the first n times each way (fewer where `budget_s` seconds of draws
     ran out first, or where `ends`, a time.monotonic(), is closer than the law took: every way then
     draws as many), and test each histogram against the target's exact law. `sampling` must
-    sample (greedy=False); `drafter` is a loaded `Drafter`."""
+    sample (greedy=False); `drafter` is a loaded `Drafter`. `progress(fraction, sentence)`, if
+    given, hears after each draw how many are done and the time left at the rate measured."""
     assert not sampling.greedy, "the law of a sampled answer is checked; greedy is checked token for token"
     assert 1 <= k <= 3 and n >= 1
-    target = loaded.target
-    seconds: dict[str, float] = {}
+    target, seconds = loaded.target, {}
+    if progress is not None:
+        progress(0.0, f"the target's exact law of {k} tokens")
     with torch.inference_mode():
         bench = _Bench(target, drafter, prompt, gamma, sampling, k, seed)
         began = time.perf_counter()
@@ -320,6 +323,11 @@ def check(
                 lap = time.perf_counter()
                 drawn[way].append(draw())
                 seconds[way] += time.perf_counter() - lap
+            if progress is not None:
+                done, now = len(drawn["broken"]), time.perf_counter()
+                left = (now - began) / done * (n - done)
+                left = left if ends is None else min(left, ends - time.monotonic())
+                progress(done / n, f"{done} of {n} draws a way, about {max(0, left):.0f} s left")
         n = len(drawn["broken"])
         lap = time.perf_counter()
         drawn = {"target": bench.target_alone(n), **drawn}

@@ -47,8 +47,8 @@ from demo.world.tasks import LANGUAGE_NAMES
 # The runs table's column widths, one per column of `run_columns(multilingual)`: the language
 # column, where there is one, takes its room from the others.
 RUN_WIDTHS = {
-    False: ["4%", "10%", "9%", "22%", "22%", "5%", "6%", "7%", "7%", "8%"],
-    True: ["4%", "9%", "8%", "20%", "20%", "5%", "6%", "7%", "7%", "6%", "8%"],
+    False: ["3%", "9%", "9%", "18%", "19%", "6%", "10%", "9%", "9%", "8%"],
+    True: ["3%", "9%", "9%", "14%", "14%", "6%", "10%", "9%", "9%", "8%", "9%"],
 }
 # An analysis's outputs, in the order /analysis returns them (the API keeps it: by_language,
 # added last, comes last).
@@ -318,7 +318,7 @@ def analysis_tab(race: RaceControls) -> None:
         wrap=True,
         max_height=360,
         elem_id="an-words",
-        column_widths=["12%", "12%", "12%", "9%", "9%", "10%", "36%"],
+        column_widths=["11%", "10%", "10%", "9%", "8%", "16%", "36%"],
     )
     runs = gr.Dataframe(
         runs_table(None, multilingual),

@@ -280,7 +280,7 @@ RUN_COLUMNS = [
     "question",
     "answer",
     "τ",
-    "α: accepted/drafted (95%)",
+    "α: accepted / drafted (95%)",
     "rejected",
     "on grounded words",
     "correct",
@@ -290,7 +290,7 @@ LANGUAGE_COLUMNS = [
     "drafter",
     "runs",
     "τ",
-    "α: accepted/drafted (95%)",
+    "α: accepted / drafted (95%)",
     "correct (95%)",
     "grounded accepted (95%)",
 ]
