@@ -495,6 +495,20 @@ def test_an_english_batch_shows_no_language_breakdown(monkeypatch, served):
 # --- the tab in a browser ---------------------------------------------------------------------
 
 
+# The tables' header cells whose text does not fit (Gradio clips it: "on groun…").
+CUT_HEADERS = """() => [...document.querySelectorAll('#an-runs thead th, #an-words thead th')]
+  .filter(th => [th, ...th.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1))
+  .map(th => th.innerText.trim())"""
+# The charts' count labels shown that overlap another ("0/3 0/3" drawn on each other).
+OVERLAPPING_COUNTS = """() => {
+  const boxes = [...document.querySelectorAll('#an-chart-category text.bartext, #an-chart-position .textpoint text')]
+    .filter(t => t.textContent && getComputedStyle(t).display !== 'none' && t.getBoundingClientRect().width > 0)
+    .map(t => [t.textContent, t.getBoundingClientRect()]);
+  const apart = (a, b) => a.right <= b.left || b.right <= a.left || a.bottom <= b.top || b.bottom <= a.top;
+  return boxes.flatMap(([s, a], i) => boxes.slice(i + 1).filter(([, b]) => !apart(a, b)).map(([t]) => s + ' ' + t));
+}"""
+
+
 @pytest.mark.slow
 def test_the_tab_in_chromium_runs_shows_a_trace_and_races_it_on_the_race_tab(served, chromium):
     # the worker's one Chromium (tests/browser_app.py): a second Playwright in one process fails
@@ -512,6 +526,11 @@ def test_the_tab_in_chromium_runs_shows_a_trace_and_races_it_on_the_race_tab(ser
     page.wait_for_function("document.querySelector('#an-status').innerText.startsWith('Done')", timeout=60_000)
     assert page.locator("#an-chart-category .js-plotly-plot").count() == 1
     page.screenshot(path=str(SHOTS / "analysis-tab.png"), full_page=True)
+    for width in (420, 1400):  # at a phone's width and a desktop's: every header whole, no two counts on each other
+        page.set_viewport_size({"width": width, "height": 900})
+        page.wait_for_timeout(600)  # plotly redraws at the new width
+        assert page.evaluate(CUT_HEADERS) == [], width
+        assert page.evaluate(OVERLAPPING_COUNTS) == [], width
     page.click("#an-runs [data-testid='cell-1-1']")  # the second run: the image-aware drafter
     page.wait_for_selector("#an-trace-view .tok")
     assert "image-aware drafter" in page.locator("#an-trace-view").inner_text()

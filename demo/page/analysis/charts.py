@@ -34,7 +34,7 @@ def colour(drafter: str, i: int) -> str:
     return DRAFTER_COLOURS.get(drafter, FREE_COLOURS[i % len(FREE_COLOURS)])
 
 
-def _layout(title: str, empty: bool, counts: str = "labels: rejected/drafted", **extra) -> dict:
+def _layout(title: str, empty: bool, counts: str = "labels, where they fit: rejected/drafted", **extra) -> dict:
     layout = {
         "title": {"text": title + WHISKERS.format(counts), "font": {"size": 14}, "x": 0.02, "y": 0.97},
         "height": HEIGHT,
