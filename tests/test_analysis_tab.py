@@ -253,7 +253,7 @@ def test_analysis_streams_progress_then_charts_tables_and_downloads_that_agree(s
     title = json.loads(by_category["plot"])["layout"]["title"]["text"]
     assert (
         title
-        == "Rejection rate by word category<br><sup>whiskers: 95% Wilson interval · labels: rejected/drafted</sup>"
+        == "Rejection rate by word category<br><sup>whiskers: 95% Wilson interval · labels, where they fit: rejected/drafted</sup>"
     )
     record = json.loads(Path(json_file["value"]).read_text())
     assert record["settings"] | {"drafters": None} == {

@@ -278,6 +278,10 @@ def race(spds: list[Trace], ar: Trace) -> go.Figure:
     )
 
 
+STAR = {"mode": "markers+text", "showlegend": False, "textfont": {"size": 10, "color": "#8a5a00"}}
+STAR["marker"] = {"color": DRAFT, "symbol": "star", "size": 14, "line": {"color": "#333", "width": 1}}
+
+
 def best_gamma(rows: list[dict], key: str) -> dict | None:
     """The sweep's row where the speedup `key` peaks ("scaled_speedup": the projection's,
     "predicted_speedup": this machine's), or None where no row has it."""
@@ -320,34 +324,14 @@ def gamma_sweep(rows: list[dict], race_gamma: int) -> go.Figure:
             line={"color": POSITION, "dash": "dash"},
         ),
     ]
-    # (this machine's curve runs under the projection's: its label goes below it)
+    # each speedup curve's best γ starred on it and named (this machine's curve runs under the projection's)
     for key, where, side in (("scaled_speedup", "projected", "top"), ("predicted_speedup", "this machine's", "bottom")):
-        best = best_gamma(rows, key)
-        if best is not None:  # each speedup curve's peak, starred on it and named
-            lines.append(
-                go.Scatter(
-                    x=[best["gamma"]],
-                    y=[best[key]],
-                    name=f"best γ, {where}",
-                    mode="markers+text",
-                    text=[f"{where} best γ {best['gamma']}"],
-                    textposition=f"{side} {'left' if best['gamma'] > 5 else 'right'}",  # inside the plot
-                    textfont={"size": 10, "color": "#8a5a00"},
-                    marker={"color": DRAFT, "symbol": "star", "size": 14, "line": {"color": "#333", "width": 1}},
-                    showlegend=False,
-                )
-            )
-    mark = {
-        "type": "line",
-        "xref": "x",
-        "yref": "paper",
-        "x0": race_gamma,
-        "x1": race_gamma,
-        "y0": 0,
-        "y1": 1,
-        "line": {"color": "#bbb", "width": 6},
-        "opacity": 0.35,
-    }
+        if (best := best_gamma(rows, key)) is not None:
+            at = f"{side} {'left' if best['gamma'] > 5 else 'right'}"  # inside the plot
+            text = {"text": [f"{where} best γ {best['gamma']}"], "textposition": at}
+            lines.append(go.Scatter(x=[best["gamma"]], y=[best[key]], name=f"best γ, {where}", **text, **STAR))
+    mark = dict(type="line", xref="x", yref="paper", x0=race_gamma, x1=race_gamma, y0=0, y1=1, opacity=0.35)
+    mark["line"] = {"color": "#bbb", "width": 6}
     return _figure(
         "γ sweep for this prompt",
         {"title": {"text": "γ (drafts per round)"}, "dtick": 1},

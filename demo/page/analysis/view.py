@@ -153,20 +153,18 @@ def by_language(batch: Batch) -> list[dict]:
             tau, accepted_drafts, drafted = tau_alpha(runs)
             g = rejections.grounded_share([o for r in runs for o in r.obs])
             accepted = g["grounded_drafted"] - g["grounded_rejected"]
+            row = dict(
+                language=lang,
+                drafter=d,
+                runs=len(runs),
+                tau=tau,
+                alpha=accepted_drafts / drafted if drafted else math.nan,
+            )
+            row |= dict(accepted=accepted_drafts, drafted=drafted, correct=sum(bool(r.correct) for r in runs))
+            share = accepted / g["grounded_drafted"] if g["grounded_drafted"] else math.nan
             out.append(
-                {
-                    "language": lang,
-                    "drafter": d,
-                    "runs": len(runs),
-                    "tau": tau,
-                    "alpha": accepted_drafts / drafted if drafted else math.nan,
-                    "accepted": accepted_drafts,
-                    "drafted": drafted,
-                    "correct": sum(bool(r.correct) for r in runs),
-                    "grounded_drafted": g["grounded_drafted"],
-                    "grounded_accepted": accepted,
-                    "grounded_acceptance": accepted / g["grounded_drafted"] if g["grounded_drafted"] else math.nan,
-                }
+                row
+                | dict(grounded_drafted=g["grounded_drafted"], grounded_accepted=accepted, grounded_acceptance=share)
             )
     return out
 
@@ -264,49 +262,15 @@ def _ranked(sums: dict[str, dict]) -> list[str]:
     return lines
 
 
-WORD_COLUMNS = [
-    "drafter",
-    "word",
-    "category",
-    "rejected",
-    "drafted",
-    "rejected % (95% interval)",
-    "drafter wrote instead",
-]
-RUN_COLUMNS = [
-    "#",
-    "task",
-    "drafter",
-    "question",
-    "answer",
-    "τ",
-    "α: accepted / drafted (95%)",
-    "rejected",
-    "on grounded words",
-    "correct",
-]
-LANGUAGE_COLUMNS = [
-    "language",
-    "drafter",
-    "runs",
-    "τ",
-    "α: accepted / drafted (95%)",
-    "correct (95%)",
-    "grounded accepted (95%)",
-]
+ALPHA = "α: accepted / drafted (95%)"
+WORD_COLUMNS = [*"drafter word category rejected drafted".split(), "rejected % (95% interval)", "drafter wrote instead"]
+RUN_COLUMNS = ["#", "task", "drafter", "question", "answer", "τ", ALPHA, "rejected", "on grounded words", "correct"]
+LANGUAGE_COLUMNS = ["language", "drafter", "runs", "τ", ALPHA, "correct (95%)", "grounded accepted (95%)"]
 
 
 def words_table(sums: dict[str, dict]) -> pd.DataFrame:
     rows = [
-        [
-            d,
-            w["word"],
-            w["category"],
-            w["rejected"],
-            w["drafted"],
-            rate(w["rejected"], w["drafted"]),
-            w["drafter_said"],
-        ]
+        [d, w["word"], w["category"], w["rejected"], w["drafted"], rate(w["rejected"], w["drafted"]), w["drafter_said"]]
         for d, s in sums.items()
         for w in s["most_rejected"]
     ]
@@ -327,15 +291,8 @@ def _round(x: float, digits: int) -> float | None:
 def languages_table(batch: Batch | None) -> pd.DataFrame:
     """One row per language and drafter (`by_language`)."""
     rows = [
-        [
-            LANGUAGE_NAMES[b["language"]],
-            b["drafter"],
-            b["runs"],
-            _round(b["tau"], 2),
-            rate(b["accepted"], b["drafted"]),
-            rate(b["correct"], b["runs"]),
-            rate(b["grounded_accepted"], b["grounded_drafted"]),
-        ]
+        [LANGUAGE_NAMES[b["language"]], b["drafter"], b["runs"], _round(b["tau"], 2), rate(b["accepted"], b["drafted"])]
+        + [rate(b["correct"], b["runs"]), rate(b["grounded_accepted"], b["grounded_drafted"])]
         for b in (by_language(batch) if batch else [])
     ]
     return pd.DataFrame(rows, columns=LANGUAGE_COLUMNS)
@@ -349,20 +306,10 @@ def run_columns(multilingual: bool) -> list[str]:
 def run_row(run: Run, multilingual: bool = False) -> list:
     share = rejections.grounded_share(run.obs)
     tau, accepted, drafted = tau_alpha([run])
-    language = [LANGUAGE_NAMES[run.language]] * multilingual
-    return [
-        run.number,
-        run.item.task.replace("_", " "),
-        run.drafter,
-        _short(run.item.question, 60),
-        _short(run.numbers["answer"], 60),
-        _round(tau, 2),
-        rate(accepted, drafted),
-        share["rejected"],
-        share["grounded_rejected"],
-        {True: "✓", False: "✗"}.get(run.correct, "–"),
-        *language,
-    ]
+    texts = [_short(run.item.question, 60), _short(run.numbers["answer"], 60)]
+    counts = [_round(tau, 2), rate(accepted, drafted), share["rejected"], share["grounded_rejected"]]
+    correct, language = {True: "✓", False: "✗"}.get(run.correct, "–"), [LANGUAGE_NAMES[run.language]] * multilingual
+    return [run.number, run.item.task.replace("_", " "), run.drafter, *texts, *counts, correct, *language]
 
 
 def runs_table(batch: Batch | None, multilingual: bool = False) -> pd.DataFrame:
