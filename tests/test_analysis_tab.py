@@ -499,12 +499,12 @@ def test_an_english_batch_shows_no_language_breakdown(monkeypatch, served):
 CUT_HEADERS = """() => [...document.querySelectorAll('#an-runs thead th, #an-words thead th')]
   .filter(th => [th, ...th.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1))
   .map(th => th.innerText.trim())"""
-# The charts' count labels shown that overlap another ("0/3 0/3" drawn on each other).
+# The charts' count labels shown that overlap or touch another ("0/3 0/3" drawn on each other, "0/20/2").
 OVERLAPPING_COUNTS = """() => {
   const boxes = [...document.querySelectorAll('#an-chart-category text.bartext, #an-chart-position .textpoint text')]
     .filter(t => t.textContent && getComputedStyle(t).display !== 'none' && t.getBoundingClientRect().width > 0)
     .map(t => [t.textContent, t.getBoundingClientRect()]);
-  const apart = (a, b) => a.right <= b.left || b.right <= a.left || a.bottom <= b.top || b.bottom <= a.top;
+  const apart = (a, b) => a.right + 2 <= b.left || b.right + 2 <= a.left || a.bottom <= b.top || b.bottom <= a.top;
   return boxes.flatMap(([s, a], i) => boxes.slice(i + 1).filter(([, b]) => !apart(a, b)).map(([t]) => s + ' ' + t));
 }"""
 

@@ -324,9 +324,12 @@ def gamma_sweep(rows: list[dict], race_gamma: int) -> go.Figure:
             line={"color": POSITION, "dash": "dash"},
         ),
     ]
-    # each speedup curve's best γ starred on it and named (this machine's curve runs under the projection's)
-    for key, where, side in (("scaled_speedup", "projected", "top"), ("predicted_speedup", "this machine's", "bottom")):
+    # each speedup curve's best γ starred on it and named: above it, and this machine's below it unless
+    # that is down at the axis (its curve runs under the projection's)
+    top = best_gamma(rows, "scaled_speedup")
+    for key, where in (("scaled_speedup", "projected"), ("predicted_speedup", "this machine's")):
         if (best := best_gamma(rows, key)) is not None:
+            side = "bottom" if key != "scaled_speedup" and best[key] > (top or best)["scaled_speedup"] / 4 else "top"
             at = f"{side} {'left' if best['gamma'] > 5 else 'right'}"  # inside the plot
             text = {"text": [f"{where} best γ {best['gamma']}"], "textposition": at}
             lines.append(go.Scatter(x=[best["gamma"]], y=[best[key]], name=f"best γ, {where}", **text, **STAR))

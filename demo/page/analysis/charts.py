@@ -129,6 +129,7 @@ def category_figure(summaries: dict[str, dict]) -> go.Figure:
             not present,
             barmode="group",
             bargap=0.25,
+            bargroupgap=0.15,  # a gap between a group's bars: their counts never run into each other
             showlegend=len(summaries) > 1,
             xaxis={"automargin": True},  # labels turn where they would overlap (a phone)
             uniformtext={"minsize": 8, "mode": "hide"},  # a count wider than its bar is left to the hover

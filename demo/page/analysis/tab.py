@@ -47,8 +47,8 @@ from demo.world.tasks import LANGUAGE_NAMES
 # The runs table's column widths, one per column of `run_columns(multilingual)`: the language
 # column, where there is one, takes its room from the others.
 RUN_WIDTHS = {
-    False: ["3%", "10%", "9%", "18%", "18%", "6%", "10%", "9%", "9%", "8%"],
-    True: ["3%", "10%", "9%", "13%", "14%", "6%", "10%", "9%", "9%", "8%", "9%"],
+    False: ["3%", "13%", "9%", "17%", "16%", "6%", "10%", "9%", "9%", "8%"],
+    True: ["3%", "13%", "9%", "12%", "12%", "6%", "10%", "9%", "9%", "8%", "9%"],
 }
 # An analysis's outputs, in the order /analysis returns them (the API keeps it: by_language,
 # added last, comes last).
