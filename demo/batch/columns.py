@@ -1,13 +1,5 @@
-"""A decoded example as rows of the batch's three tables (plain dicts; docs/batch.md lists them).
-
-    token_rows(meta, decoded, stop_ids)     tokens.parquet: one row per answer token of a lane
-    example_row(meta, decoded, seconds)     examples.parquet: one row per example and lane, its
-                                            counts under SGLang's and vLLM's per-request names
-    error_row(meta, reason)                 errors.parquet: an example that could not be used
-
-`meta` is the example's input row (example, source, language, task, question, reference);
-`decoded` a `demo.session.race_events.Decoded` from `demo.session.analysis.decode_examples`.
-"""
+"""A decoded example as rows of the batch's three tables (tokens, examples, errors), as plain dicts;
+docs/batch.md lists their columns."""
 
 from __future__ import annotations
 

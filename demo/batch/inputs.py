@@ -1,16 +1,6 @@
-"""The batch's examples, read with the `datasets` library into one Arrow table, one row each.
-
-    world(task, n, seed, languages)   the embedded world's held-out examples (the Analysis tab's mix,
-                                      `rejections.heldout_mix`), images as PNG bytes
-    folder(path)                      an imagefolder folder: images plus metadata.jsonl (file_name,
-                                      question, optionally answer, task, language)
-    parquet(path)                     a Parquet file: image (bytes, or {bytes, path}), question, ...
-    world_items(spec)                 the world's examples again (the worker scores answers with them)
-
-Columns: example (0, 1, ...: the id a resumed run skips by), source, language, task, question,
-reference, image (bytes or null), image_path (or null). A missing image stays a row: the worker
-writes it to errors.parquet with its reason.
-"""
+"""The batch's examples, read with `datasets` into one Arrow table, one row each: the embedded world's
+held-out examples, an imagefolder folder, or a Parquet file. A missing image stays a row (the
+worker writes it to errors.parquet with its reason)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
-"""The actor Ray Data runs on each worker: the preset's models loaded once, then each example of a
-batch decoded through the session layer, exactly as the Analysis tab decodes it.
-
-    Worker(preset, drafters, settings, world)   loads the preset (`demo.models.loader.load`)
-    worker(table) -> table                       one row per example: its three tables' rows as
-                                                 Arrow IPC bytes (tokens, examples, errors)
-    decode(worker, row) -> (tokens, examples, errors)   the same, for one example, in process
-
-Each example: its image opened and checked as an upload is (`validate.open_image`), its question
-and settings parsed as /trace parses them (`session.parse`), then
-`demo.session.analysis.decode_examples` over every drafter; sampled runs seed example i with
-`seed + i`, the Analysis tab's rule. An example that fails is one error row with its sentence.
-"""
+"""The actor Ray Data runs on each worker: the preset's models loaded once, then each example decoded
+through the session layer exactly as the Analysis tab decodes it; a failed example is one error
+row with its sentence."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""The front door (docs/reliability.md): the ASGI middleware `Guard` checks every way in before
-Gradio sees it (`demo.page.server.launch` installs it; Gradio 6.31 has no such hook).
-
-    POST /gradio_api/queue/join, /call/NAME, /call/v2/NAME, /run/NAME, /api/NAME, /mcp/...
-        a malformed body, an unknown function, the wrong values (by position or name): 4xx with a
-        sentence, never 500; a join beyond its visitor's share (`demo.serve.visitors`) 429, one
-        naming an evicted image 410 (gradio_client hears either as its AppError); a direct /run of
-        a queued function 403; an MCP message is capped as a call's body, its tool call a join
-    POST /gradio_api/upload   at most MAX_UPLOAD_REQUEST bytes; per visitor UPLOAD_MIB_PER_MINUTE
-        and UPLOAD_FILES_PER_MINUTE files a minute (429, Retry-After); room made under
-        UPLOAD_FOLDER_MIB by the folder's ledger (`demo.serve.upload_folder`)
-"""
+"""The front door (docs/reliability.md): ASGI middleware that checks every way in before Gradio sees
+it (`demo.page.server.launch` installs it). A malformed body or wrong values get 4xx with a
+sentence, never 500; a join beyond its visitor's share 429; uploads are capped per request, per
+visitor and per folder."""
 
 from __future__ import annotations
 

@@ -1,16 +1,5 @@
-"""The upload folder's ledger (docs/reliability.md): whose files it holds, kept as uploads come and
-go (no upload walks the folder), and the trim that makes room for the next upload.
-
-    Ledger.start(files) / add(paths, visitor)   the files found at the first upload / stored since
-    Ledger.make_room(size, v)   delete files until `size` more bytes fit the cap: the uploader's
-        own, then others' (the largest holder's first), oldest first; a visitor's RESERVE_FILES
-        newest images, younger than RESERVE_S and not raced, only when such images alone fill
-        the folder (the oldest first: no number of addresses locks newcomers out)
-    Ledger.raced(data) / evicted_in(data)   a call's images leave the reserve / the sentence for
-        a call naming an image the trim removed (stored again, the same bytes, it is back)
-Files leave the ledger when trimmed or older than MAX_AGE_S (Gradio's own hourly sweep). Uploads
-only are counted: a race's two download copies are not.
-"""
+"""The upload folder's ledger (docs/reliability.md): whose files it holds, kept as uploads come and go
+(no upload walks the folder), and the trim that makes room for the next upload."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""Who a request comes from, and each visitor's share of the queues (docs/reliability.md).
-
-    visitor_of(scope)   the visitor: the socket's address (IPv6: its /64), or with PROXY_HOPS
-                        proxies trusted (DEMO_PROXY_HOPS; 1 on a Space, the hub's, else 0) the
-                        X-Forwarded-For entry PROXY_HOPS from the right: forged entries sit left
-    Share.refusal(...)  the sentence refusing a join beyond one running and one waiting request
-                        of its visitor in that queue (races; analyses), or None
-    Share.joining(...)  an admitted join, counted while it reaches Gradio's queue; then the
-                        waiting list is put in visitor order, round robin (`fair`)
-    make_place, tell    a newcomer's place in a full queue; a refusal told to gradio_client
-It reads Gradio's queue (`blocks._queue`, Gradio 6.31) and changes only its waiting lists.
-"""
+"""Who a request comes from (`visitor_of`) and each visitor's share of the queues: one running and one
+waiting request per queue, the waiting list in visitor order, round robin (docs/reliability.md).
+It reads Gradio 6.31's queue and changes only its waiting lists."""
 
 from __future__ import annotations
 

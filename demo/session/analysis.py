@@ -1,21 +1,7 @@
-"""An analysis, as one object: what the Analysis tab consumes (session layer, no Gradio).
-
-    analysis = Analysis(request, items)   refuses (InvalidInput, Unavailable) what is not served
-                                          here or cannot fit the budget even at one example;
-                                          shortens one that does to the first N that fit (every
-                                          drafter on each), `shortened` saying so
-    analysis.events()                     Running / Decoded items as they come (`decode_examples`);
-                                          the limit is armed once its models are loaded, and checked before
-                                          each run, so a stop costs at most the run at hand
-    analysis.stop()                       ends it before the next run (the page's Stop)
-    analysis.ending                       once `events()` is over: "finished", "stopped" or
-                                          "over budget" (as a race's, `demo.session.race`)
-
-`decode_examples` is its accelerator call: each example's image processed once for all its
-drafters (`lane_runs.Prompts`), each run's image attention read after it, off its clock, and each
-example's answer ablated once (its image blanked: `image_attention.dependence`), off the clocks too:
-every observation says whether its token depends on the image.
-"""
+"""An analysis as one object, what the Analysis tab consumes: `Analysis(request, items)` refuses what
+cannot run here or fit the budget even at one example and shortens the rest to the examples that
+fit; `events()` yields Running / Decoded items, `stop()` ends it before the next run, `ending`
+says how it ended. `decode_examples` is its accelerator call."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""The Analysis tab's request: a batch of held-out examples of the embedded world, decoded
-greedily with one drafter or each of a preset's drafters, parsed by name as a race's `Request`
-is (`demo.session.parse`), every value checked by `validate` and refused with its name and range.
-
-    parse_analysis(preset=, task=, drafter=, gamma=, n=, seed=, language=) -> AnalysisRequest
-    drafter_choices(preset)   the drafter values the API takes: every drafter a race may name, then BOTH
-                              (the page's control picks one to MAX_COMPARED of them: a list)
-    spoken()                  the languages the shipped world speaks (English first)
-"""
+"""The Analysis tab's request: held-out examples of the embedded world decoded greedily with one or
+more of a preset's drafters, parsed by name and checked by `validate` as a race's `Request` is."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""The work budget: the compute a request asks, from the request alone, at this machine's speed.
-
-`race`, `analysis` and `law` estimate target steps (one target forward for one token)
-for the worst case: every draft rejected, every lane to max new tokens. `fit` runs the largest
-version that fits DEMO_BUDGET_SECONDS (0: no budget) and says so in one sentence, refusing only
-what cannot fit even at its smallest; `Deadline` ends a request at its `limit`. Seconds are steps x
-the preset's step (`Preset.cpu_seconds_per_token`; on ZeroGPU `seconds_per_token`, whence its
-duration). On a CPU the estimates learn (`learn`): each race's lanes record what a token cost them
-over what is counted, and the median of each kind's last LEARN_KEEP (x LEARN_MARGIN, at least 1)
-scales it (`slowdown`), so the estimates follow a loaded machine down and an idle one back up.
-"""
+"""The work budget: the compute a request asks, estimated from the request alone at this machine's
+speed. `race`, `analysis` and `law` count worst-case target steps; `fit` runs the largest version
+that fits DEMO_BUDGET_SECONDS and says so; `Deadline` ends a request at its limit; `learn` makes
+the estimates follow this machine's measured speed (docs/modules.md)."""
 
 from __future__ import annotations
 

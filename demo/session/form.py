@@ -1,13 +1,6 @@
-"""The request's fields as the endpoints take them, read off `session.parse`, which spells them once.
-
-    signature()     /trace's parameters: the image, then parse's fields in order, with their
-                    defaults (gradio_client fills in what a caller leaves out)
-    fields(values)  the request's fields among an endpoint's values, by name, for `parse`
-
-/race takes the same fields by the same names (its Decoding radio carries `greedy`, its threshold
-slider `min_confidence`), then the page-only ones (`demo.page.handlers.PAGE_ONLY`: the Adaptive
-box); tests/test_app.py ties both endpoints' parameter names to FIELDS.
-"""
+"""The request's fields as the endpoints take them, read off `session.parse`, which spells them once:
+`signature()` is /trace's parameters, `fields(values)` picks them out of an endpoint's values by
+name (tests/test_app.py ties /race's and /trace's names to FIELDS)."""
 
 from __future__ import annotations
 

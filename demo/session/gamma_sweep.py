@@ -1,17 +1,6 @@
-"""The gamma sweep of a finished greedy race, for the page and /trace (session layer, no Gradio).
-
-    replays(request, prompts, spd, ar) -> Iterator[SweepPoint]   one per gamma
-    rows(points, spd, ar) -> list[dict]
-
-are called by `demo.session.race.gpu_race` right after the race, in the same accelerator call, with
-the race's own prompts (`lane_runs.Prompts`: its models, and its image processed once); it replays the race's own greedy answer with the drafter at
-gamma = 1..10 (`demo.engine.sweep`: drafter forwards only, no target forward) and returns one record per gamma: tau, alpha, MBSU
-from the drafts made, and the cost model's predicted speedup from this race's measured step
-costs (`demo.engine.metrics.costs`). Sampling races have no sweep (an empty list): their
-verdicts are random draws, not read off one answer (`unsweepable(request)` says so). Every
-drafter replays, trees, prompt lookup and layer-skip included; a race with two speculative lanes
-sweeps its first.
-"""
+"""The γ sweep of a finished greedy race: its answer replayed with the drafter at gamma = 1..10
+(drafter forwards only, `demo.engine.sweep`), one record per gamma: tau, alpha, MBSU and the
+predicted speedup at this race's measured step costs. Sampling races have none (`unsweepable`)."""
 
 from __future__ import annotations
 

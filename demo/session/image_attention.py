@@ -1,24 +1,7 @@
-"""The target's image attention of finished runs, for every surface: the page, /trace, the
-Analysis tab and the benchmark (no Gradio here).
-
-A run's clocks and outputs are its own: this reads the attention afterwards, from one extra target
-forward over the answer (`demo.models.attention_pass`), and sets `Trace.image_attention`. Runs that wrote
-the same answer from the same prompt share one reading. What it allocates is freed before it
-returns (no cache is kept; the weights are reduced to per-token shares and maps at once).
-
-    attach(prompts, traces, question=None)
-                             set image_attention on each finished trace of the runs that read
-                             `prompts` (`lane_runs.Prompts`: the target's inputs made once), and
-                             with `question` its `ablation` too; a failed reading costs only its
-                             view, and says why
-    dependence(prompts, question, ids)
-                             per answer token, whether the image at least doubles the target's p
-                             there (`demo.models.ablation`: two teacher-forced forwards, with the
-                             image and with a blank one); None where it cannot be read
-
-A race reads it at the end of its own accelerator call, after the γ sweep (`race.gpu_race`,
-which hands it on in its `Swept` event); an analysis after each run (`analysis.decode_examples`).
-"""
+"""The target's image attention of finished runs, read afterwards, off their clocks: one extra target
+forward over the answer (`attach`), and the image ablation (`dependence`: whether the image at
+least doubles the target's p at each answer token). Runs that wrote the same answer share one
+reading; nothing it allocates is kept."""
 
 from __future__ import annotations
 

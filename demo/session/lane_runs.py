@@ -1,18 +1,6 @@
-"""The lanes of a race, from the loaded models to closed runs (session layer, no Gradio; torch
-is imported on first use).
-
-    load(request, progress)        the preset and drafters, loaded once per process (waits for a
-                                   running warm-up, so clocks never share the CPU with it)
-    loading(request, show)         `load` in a thread, yielding show(fraction, message) reports
-    Prompts(loaded, question, image)  one race's prompts: the image processed once for the
-                                   target and once per drafter that reads it itself, however many
-                                   lanes, replays, strategies and attention readings ask
-    lanes(loaded, request, image)  the race's seeded runs, not started: lane -> event generator
-    racing(lanes)                  the race as (lane, event) pairs, compute-fair; closes the runs
-                                   (and frees their KV caches) however it is left
-    run_lanes(...), run(...)       a request's lanes (or one) decoded whole -> Trace
-    warm_up(preset)                load and decode a few tokens with each drafter (their costs: `budget.learn`)
-"""
+"""The lanes of a race, from the loaded models to closed runs: `load` (once per process), `Prompts`
+(the image processed once per model that reads it), `lanes` (the seeded runs), `racing`
+(compute-fair, closing every run however it is left), `run_lanes` / `run`, `warm_up`."""
 
 from __future__ import annotations
 

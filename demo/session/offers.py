@@ -1,17 +1,6 @@
-"""Whether a preset, and a race's lanes, can run here: answered before any work, loading nothing.
-
-    check_available(preset)          refuse (Unavailable, LoadFailed) a preset not served here or
-                                     that cannot load
-    check_memory(preset, drafters)   refuse (NotEnoughMemory) lanes whose drafter models do not
-                                     fit beside the target, with the need and the free memory
-    offered(default)                 the presets a page offers, and the others with the reason
-    availability(name)               whether a preset can load now, and the sentence that says so
-    for_language(question, preset, current, last)
-                                     the drafter a question's language asks for on a preset, and
-                                     the sentence that says why (`demo.session.languages`)
-
-Part of the session layer (no Gradio); torch and transformers are imported on first use.
-"""
+"""Whether a preset, and a race's lanes, can run here, answered before any work and loading nothing:
+availability, memory beside the target, the presets a page offers, and the drafter a question's
+language asks for."""
 
 from __future__ import annotations
 

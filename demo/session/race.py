@@ -1,27 +1,8 @@
-"""A race, as one object: what the page's Run and the /trace endpoint both consume.
-
-    race = Race(request, image_payload, uploads)
-    race.events()    Loading / Ready / Lane / Sweeping items as they come, then one RaceResult
-    race.stop()      ends it after the item at hand (the page's Stop)
-    race.traces      the lanes' traces: the one accumulator, filled as the Lane items pass
-    race.deadline    its budget: a race that cannot fit even shortened is refused before any work
-                     (`budget.fit_race`); one that fits shortened runs so, fitted again once its
-                     models are loaded (`Ready.request`); then a limit the race arms at Ready
-
-`RaceResult.ending` says how it ended, once: "finished" (the lanes, the γ sweep, the table of
-strategies, and each answer's image attention and ablation on its trace), "stopped" (a Stop), "over budget" (the limit ran out while
-the lanes decoded) or "sweep cut" (it ran out after every lane finished, while the sweep or the
-table was made: the race stands whole, only those are missing).
-
-The race's accelerator part is `gpu_race`: one call (on ZeroGPU, in another process, so it
-yields plain data only) that prepares the race (the image checked, the models loaded, one
-`Prompts` made), races the lanes, then replays the answer for the γ sweep and the table of
-strategies and reads the image attention and ablation of each answer once, all from the same prompts: the image is processed once
-for the target and once per drafter that reads it itself. The traces that call keeps for the
-sweep live in its own process; `Race.traces` are the caller's.
-
-    Replay(timeline, slowdown)   a recorded race again, each event at its measured time x slowdown
-"""
+"""A race as one object, what the page's Run and /trace consume: `Race(request, image, uploads)`, its
+`events()` (Loading / Ready / Lane / Sweeping, then one `RaceResult` whose `ending` says how it
+ended), `stop()`, `traces` and `deadline`. `gpu_race` is its one accelerator call: the lanes, the
+γ sweep, the table of strategies and each answer's image attention, all from one `Prompts`.
+`Replay` plays a recorded race again, slowed down."""
 
 from __future__ import annotations
 

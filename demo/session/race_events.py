@@ -1,18 +1,5 @@
-"""What a race and an analysis yield: `demo.session.race.gpu_race`'s and `analysis.decode_examples`' items, one
-dataclass for each kind of news.
-
-    Loading    a preset loading (lazy deployments only): how far, and what it is doing
-    Ready      every lane set up: the page's facts about the drafters, notes on the image
-    Lane       one engine event of one lane, in the order the race ran them
-    Sweeping   the γ sweep (or the table of strategies) has replayed one more answer
-    Swept      the γ sweep, each finished lane's image attention and ablation, the table of strategies
-
-    Running    an analysis is about to decode one example with one drafter
-    Decoded    that run's trace, where its drafts were rejected, and whether its answer is right
-
-Plain data only, frozen: on ZeroGPU the race runs in another process and these cross its
-boundary pickled. The session package re-exports them (`demo.session.Ready`, ...).
-"""
+"""What a race and an analysis yield: one frozen dataclass per kind of news, plain data, so that on
+ZeroGPU it crosses the process boundary pickled."""
 
 from __future__ import annotations
 

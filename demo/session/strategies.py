@@ -1,32 +1,6 @@
-"""Every drafting strategy the preset offers, on this prompt: the table after a greedy race
-(session layer, no Gradio; torch is imported on first use).
-
-    compare(request, prompts, spd, ar, show, swept) -> Iterator[show(name)], returning list[dict]
-
-`demo.session.race.gpu_race` calls it after the γ sweep, in the race's own accelerator call, with
-the race's own prompts (`lane_runs.Prompts`: its models, the image processed once per drafter). It replays the race's greedy answer at the race's gamma with each
-drafter of `Preset.drafter_names()` (`demo.engine.sweep.replay`: drafter forwards only, the
-target's verdicts read off its own answer), yields show(name) after each replay (so that a caller
-can stop between strategies), and returns one record per strategy, in the preset's order. The race's
-own drafter is not replayed again: the γ sweep's point at the race's gamma (`swept`) is the same
-replay.
-
-    strategy, raced     the drafter's name; whether a lane of this race drafted with it
-    gamma, tau, alpha, mbsu, predicted_speedup
-                        `demo.engine.metrics.sweep_rows` of the replay: tau and alpha exact (the
-                        race's own drafter's equal the race's), MBSU from the drafts made, and the
-                        cost model fed with this race's measured target step and verify and the
-                        replay's own measured drafter step
-    c                   drafter parameters / target parameters (prompt lookup 0, layer-skip the
-                        share of the target's parameters it runs), as `metrics.param_ratio` reads
-    draft_ms            one drafter step's wall time in this replay, in ms (`SweepPoint.step_seconds`;
-                        None where it drafted nothing)
-    left_out            None, or why the strategy has no replay (its numbers are then None):
-                        refused at these settings, its model's files not here, no room for any
-                        replay beside a shortened race (`budget.fit_race`), or its replay failed
-
-A sampling race has none (`gamma_sweep.unsweepable` says why).
-"""
+"""Every drafting strategy the preset offers, on this prompt: after a greedy race, in its accelerator
+call, the race's answer replayed at its gamma with each drafter (`compare`), one record per
+strategy (its columns: docs/modules.md)."""
 
 from __future__ import annotations
 

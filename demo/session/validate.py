@@ -1,26 +1,6 @@
-"""Input validation: every value a person or an API caller sends is checked here, before any work.
-
-The contract: each function either returns a clean value or raises `InvalidInput`, whose message is
-written for the person who sent the value (what was wrong, the valid range or names, what to do).
-Nothing here loads a model or knows about Gradio.
-
-    integer, number, flag, choice, question
-                              one value each, named in the message; refuses, never clamps
-                              (`demo.session.parse` builds a Request from them, by name)
-    image_path(payload, uploads)
-                              the image value of a request -> the uploaded file's path, or None;
-                              refuses any path outside the upload folder (no server paths)
-    open_image(path)          the file -> an RGB PIL image; refuses non-images, corrupt files,
-                              more than MAX_PIXELS or a side ratio over MAX_ASPECT, reading only
-                              the header first; converts every other mode (see `to_rgb`)
-    lane_drafters(...)        the drafters of a race's speculative lanes: one or two, each one the
-                              preset offers and can use, never the same twice
-    check_context(...)        prompt + new tokens must fit the models' context windows
-
-Policy, decided once: out-of-range or wrongly typed values are refused with the valid range (the
-sliders cannot send them; an API caller learns the range). No image is refused too: every target
-of this demo answers questions about an image.
-"""
+"""Input validation: every value a person or API caller sends is checked here before any work, and
+returned clean or refused with `InvalidInput`, whose message names the value, the valid range and
+what to do. Values are refused, never clamped; a request with no image is refused."""
 
 from __future__ import annotations
 
