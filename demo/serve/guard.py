@@ -25,10 +25,7 @@ UPLOAD_RATE_ENV = "DEMO_UPLOAD_MIB_PER_MINUTE"  # what one client may upload in 
 UPLOAD_FOLDER_MIB = 1024  # default: a Space has 50 GB of disk; 1 GiB holds ~100 images at the size limit
 UPLOAD_MIB_PER_MINUTE = 60  # default: six images at the size limit a minute; a person uploads a few
 UPLOAD_FILES_ENV = "DEMO_UPLOAD_FILES_PER_MINUTE"  # files one visitor may upload in any minute
-# default: two a second. A person uploads a few images a minute, but gradio_client sends the image
-# again with every call, and a script's refused calls come back within milliseconds; the issue's
-# one address made 30,000 files a minute
-UPLOAD_FILES_PER_MINUTE = 120
+UPLOAD_FILES_PER_MINUTE = 120  # two a second: gradio_client sends the image again with every call
 MAX_UPLOAD_REQUEST = MAX_FILE_BYTES + MIB  # one file at the limit and its multipart envelope
 MAX_CALL_BODY = 4 * MIB  # a queue join or direct call is JSON with a file reference, never the file
 CALLS = ("/gradio_api/queue/join", "/gradio_api/run/", "/gradio_api/api/", "/gradio_api/call/")
@@ -183,9 +180,9 @@ async def _answer(send, status: int, detail: str, headers: tuple = (), key: str 
 
 
 class Guard:
-    """The ASGI middleware (see the module docstring). `arity(block_fn, n)` is the sentence refusing
-    `n` values for the function, or None when `n` will do (`demo.page.server.arity_refusal`);
-    `folder()` is the upload folder."""
+    """The ASGI middleware: uploads, calls and MCP messages checked before the app sees them.
+    `arity(block_fn, n)` is the sentence refusing `n` values for the function, or None when `n`
+    will do (`demo.page.server.arity_refusal`); `folder()` is the upload folder."""
 
     def __init__(self, app, arity: Callable, folder: Callable[[], Path]):
         self.app, self.arity, self.folder = app, arity, folder
@@ -357,7 +354,6 @@ class Guard:
         )
 
     def _make_room(self, blocks, size: int, visitor: str) -> None:
-        """Make room for `size` bytes in the upload folder."""
         ledger = self.folder_ledger
         if not ledger.started:  # the files a restart found there: one walk, at the first upload
             ledger.start(sorted(deletable(blocks)))

@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from demo.world.tasks import LANGUAGE_NAMES as NAMES
 from demo.world.tasks import LANGUAGES
 
-# The drafter each language's questions get by default, by its name in the embedded preset:
-# English keeps the text-only drafter it always had; German and Chinese get the drafters
-# specialised in them (issue 28, the second seed's recipe).
+# The drafter each language's questions get by default, by its name in the embedded preset.
 SPECIALISED = {"en": "text-only", "de": "german", "zh": "chinese"}
 MULTILINGUAL = "multilingual"
 RECOGNISED = 0.4  # of a question's words must be the world's English or German words ...
@@ -73,7 +71,8 @@ def _script(char: str) -> str | None:
 
 
 def detect(question: str) -> Detected:
-    """The question's language (module docstring)."""
+    """The question's language: Chinese by its Han characters (beside kana: Japanese), English and
+    German by the world's words and German's letters (docs/modules.md)."""
     text = unicodedata.normalize("NFC", question or "")
     scripts = [_script(c) for c in text]
     han, kana, other = scripts.count("han"), scripts.count("kana"), scripts.count("other")
@@ -106,7 +105,7 @@ def _listing(names: list[str]) -> str:
 
 
 def pick(question: str, offered: tuple[str, ...], default: str) -> Pick:
-    """The default drafter for `question` among the preset's `offered` drafters (module docstring)."""
+    """The default drafter for `question` among the preset's `offered` drafters, and why."""
     d = detect(question)
     if d.language in SPECIALISED:
         name = SPECIALISED[d.language]
