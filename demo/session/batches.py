@@ -15,13 +15,6 @@ VQA = tuple(t for t in TASKS if t.startswith("vqa_"))
 TASK_KINDS = {"all": TASKS, "vqa": VQA} | {t: (t,) for t in TASKS}  # choice -> world tasks, cycled
 N_RANGE = (1, 32)  # examples in a batch
 MAX_COMPARED = 3  # drafters one analysis compares, each on every example
-DEFAULTS = {
-    "gamma": 4,
-    "n": 8,
-    "seed": 0,
-    "language": "en",
-    "max_new_tokens": 160,  # enough for the world's longest answers (detailed descriptions)
-}
 
 
 @dataclass(frozen=True)
@@ -54,16 +47,7 @@ def drafter_choices(preset: str) -> list[str]:
     return names + [BOTH] if len(presets.PRESETS[preset].drafters) > 1 else names
 
 
-def parse_analysis(
-    *,
-    preset,
-    task,
-    drafter,
-    gamma=DEFAULTS["gamma"],
-    n=DEFAULTS["n"],
-    seed=DEFAULTS["seed"],
-    language=DEFAULTS["language"],
-) -> AnalysisRequest:
+def parse_analysis(*, preset, task, drafter, gamma=4, n=8, seed=0, language="en") -> AnalysisRequest:
     """The analysis from its settings as sent, by name, decoding at most DEFAULTS' max_new_tokens
     per example. Raises InvalidInput naming the first bad value and what would do."""
     preset = validate.choice("model preset", preset, presets.PRESETS)
@@ -87,6 +71,11 @@ def parse_analysis(
         languages=languages if language == ALL_LANGUAGES else (language,),
         max_new_tokens=DEFAULTS["max_new_tokens"],
     )
+
+
+# The values a setting takes when it is not sent, spelled once, in the signature; and the new tokens
+# an example may take: enough for the world's longest answers (detailed descriptions).
+DEFAULTS = parse_analysis.__kwdefaults__ | {"max_new_tokens": 160}
 
 
 def _drafters(preset: str, drafter, known: list[str]) -> tuple[str, ...]:

@@ -119,7 +119,8 @@ def _chinese_words(run: str) -> list[str]:
 
 
 def words(text: str) -> list[tuple[int, int]]:
-    """The (start, end) of each word of a text, in order (module docstring)."""
+    """The (start, end) of each word of a text, in order: Latin words, and Chinese words cut from a
+    run of Han characters (`_chinese_words`)."""
     spans = []
     for m in WORD.finditer(text):
         if not _is_han(m.group()):
