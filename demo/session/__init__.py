@@ -8,32 +8,9 @@ use, so a page can import this package before they are."""
 
 from __future__ import annotations
 
-from demo.session.analysis import Analysis, decode_examples  # noqa: F401  (re-exported)
-from demo.session.lane_runs import (  # noqa: F401  (re-exported)
-    Prompts,
-    close,
-    lanes,
-    load,
-    racing,
-    run,
-    run_lanes,
-    warm_up,
-)
-from demo.session.race import (  # noqa: F401  (re-exported)
-    Race,
-    RaceResult,
-    Replay,
-    _race_duration,
-    gpu_race,
-    prepare,
-)
+# Re-exported: demo.session.X is how every surface knows them.
+from demo.session.analysis import Analysis, decode_examples  # noqa: F401
+from demo.session.lane_runs import Prompts, lanes, load, racing, run, run_lanes, warm_up  # noqa: F401
+from demo.session.race import Race, RaceResult, Replay, _race_duration, gpu_race, prepare  # noqa: F401
 from demo.session.race_events import Decoded, Lane, Loading, Ready, Running, Sweeping, Swept  # noqa: F401
-from demo.session.request import (  # noqa: F401  (re-exported: demo.session.X is how every surface knows them)
-    DEFAULTS,
-    LANES,
-    SECOND,
-    Request,
-    lane_names,
-    parse,
-)
-from demo.session.validate import InvalidInput  # noqa: F401
+from demo.session.request import DEFAULTS, LANES, SECOND, Request, lane_names, parse  # noqa: F401

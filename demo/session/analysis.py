@@ -69,22 +69,15 @@ def _with_dependence(observations: list, dependent: tuple[bool, ...] | None) -> 
 
 class Analysis:
     """One analysis (`demo.session.batches.AnalysisRequest` over `items`, the examples it runs):
-    its budget, its stop, its events (see the module's docstring)."""
+    its budget, its stop, its events."""
 
     def __init__(self, request, items: list):
         offers.check_available(request.preset)  # not served here, or cannot load: said before any work
         self.request, self.items = request, items
-        self.estimate = budget.analysis(
-            request.preset,
-            list(request.drafters),
-            request.n,
-            len(items),
-            request.gamma,
-            request.max_new_tokens,
-            [item.answer for item in items],
-        )
+        r, answers = request, [item.answer for item in items]
+        asked = budget.analysis(r.preset, list(r.drafters), r.n, len(items), r.gamma, r.max_new_tokens, answers)
         # the largest that fits: the first N examples, every drafter on each (refused: not even one)
-        self.estimate, self.shortened = budget.fit(self.estimate)
+        self.estimate, self.shortened = budget.fit(asked)
         if self.shortened:
             per = max(1, len(items) // max(request.n, 1))  # one example a language asked
             self.request, self.items = replace(request, n=self.estimate.units), items[: self.estimate.units * per]
@@ -100,9 +93,7 @@ class Analysis:
         ended = None  # how it ended before its last run, if it did
         with closing(decode_examples(r.preset, list(r.drafters), self.items, r.gamma, r.max_new_tokens)) as steps:
             for step in steps:
-                if (
-                    self.deadline.ends is None
-                ):  # its models loaded: past its limit from now, it ends after the run at hand
+                if self.deadline.ends is None:  # its models loaded: from now on, it may end over budget
                     self.deadline.arm(budget.limit(self.estimate))
                 if isinstance(step, Running) and self.deadline.ended:
                     ended = "over budget" if self.deadline.over else "stopped"

@@ -217,7 +217,6 @@ def run(loaded, request: Request, image: Image.Image, lane: str = "speculative",
 
 def warm_up(preset: str) -> None:
     """Load a preset and its drafters and decode a few tokens with each, so the first Run is fast."""
-    from demo.engine.events import Trace
     from demo.engine.sampling import Sampling
     from demo.models import loader  # torch and transformers: imported on first use
 
@@ -238,10 +237,7 @@ def warm_up(preset: str) -> None:
                     sampling=Sampling(),
                     max_new_tokens=8,
                 )
-                traces = {}
-                with racing(lanes(loaded, request, image)) as events:
-                    for lane, event in events:
-                        traces.setdefault(lane, Trace()).add(event)
+                traces = run_lanes(loaded, request, image)
                 if i:  # the first pays the process's one-time costs; the others tell the budget this machine's speed
                     budget.learn(request, traces)
     except Exception:  # reported again to whoever runs the preset
