@@ -5,6 +5,7 @@ predicted speedup at this race's measured step costs. Sampling races have none (
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from demo.engine import metrics
@@ -23,25 +24,32 @@ def unsweepable(request) -> str | None:
 
 def replays(request, prompts, spd: Trace, ar: Trace, tokens: int | None = None) -> Iterator[SweepPoint]:
     """The sweep of the finished greedy race (spd, ar) of `request`, one point per gamma as each
-    replay ends (so that a caller can stop between them), from the race's own prompts
-    (`lane_runs.Prompts`: `gpu_race` calls it in the race's own accelerator call), over the
-    answer's first `tokens` (None: all; `budget.fit_race`: what fits beside a shortened race)."""
+    replay ends (so that a caller can stop between them), over the answer's first `tokens` (None:
+    all; `budget.fit_race`: what fits beside a shortened race)."""
     from demo.engine import sweep  # torch: imported on first use
 
     if unsweepable(request) or not (spd.done and ar.done) or tokens == 0:
         return
-    prompt = prompts(request.drafter)
     answer = list(spd.summary.token_ids)[:tokens]
+    request = replace(request, max_new_tokens=min(request.max_new_tokens, tokens or request.max_new_tokens))
     for gamma in sweep.GAMMAS:
-        yield sweep.replay(
-            prompts.loaded.drafter(request.drafter),
-            prompt.drafter_inputs,
-            answer,
-            gamma=gamma,
-            max_new_tokens=min(request.max_new_tokens, tokens or request.max_new_tokens),
-            min_confidence=request.min_confidence,
-            features=prompts.features(request.drafter, answer),
-        )
+        yield replay(request, prompts, request.drafter, answer, gamma)
+
+
+def replay(request, prompts, drafter: str, answer: list[int], gamma: int) -> SweepPoint:
+    """The race's `answer` replayed with `drafter` at `gamma`, from the race's own `prompts`
+    (`lane_runs.Prompts`): drafter forwards only, the target's verdicts read off the answer."""
+    from demo.engine import sweep  # torch: imported on first use
+
+    return sweep.replay(
+        prompts.loaded.drafter(drafter),
+        prompts(drafter).drafter_inputs,
+        answer,
+        gamma=gamma,
+        max_new_tokens=request.max_new_tokens,
+        min_confidence=request.min_confidence,
+        features=prompts.features(drafter, answer),
+    )
 
 
 def rows(points: list[SweepPoint], spd: Trace, ar: Trace) -> list[dict]:

@@ -65,10 +65,7 @@ def _left_out(request, name: str, why: str) -> dict:
 
 def _row(request, loaded, prompts: Prompts, answer: list[int], name: str, step_costs, point=None) -> dict:
     """The record of strategy `name`: its replay's numbers (`point`: that replay, already made), or
-    why it has none. prompts(name) makes the race's prompt for that strategy's drafter, and
-    prompts.features(name, answer) the target's hidden states a feature drafter replays with."""
-    from demo.engine import sweep  # torch: imported on first use
-
+    why it has none."""
     record = {"strategy": name, "raced": name in request.drafters, "gamma": request.gamma}
     why = loaded.preset.refusal(name, request.gamma, request.min_confidence) or _not_here(loaded, name)
     if why:
@@ -76,15 +73,7 @@ def _row(request, loaded, prompts: Prompts, answer: list[int], name: str, step_c
     try:
         drafter = loaded.drafter(name)
         if point is None:
-            point = sweep.replay(
-                drafter,
-                prompts(name).drafter_inputs,
-                answer,
-                gamma=request.gamma,
-                max_new_tokens=request.max_new_tokens,
-                min_confidence=request.min_confidence,
-                features=prompts.features(name, answer),
-            )
+            point = gamma_sweep.replay(request, prompts, name, answer, request.gamma)
     except Exception as error:  # one strategy's failure leaves the others' rows
         log.warning("the strategy table could not replay %r", name, exc_info=error)
         return _left_out(request, name, f"its replay failed ({failures.first_line(error)})")
