@@ -61,11 +61,8 @@ def _nan(x: float) -> float | None:
 
 
 def example_row(meta: dict, decoded, seconds: float, seed: int | None) -> dict:
-    """One lane's numbers: the project's (τ, α, MBSU) and the engines' names for the same counts.
-    SGLang: spec_verify_ct, spec_accept_length, spec_accept_rate, spec_accept_token_num,
-    spec_draft_token_num, spec_accept_histogram; vLLM (RequestSpecDecodeMetrics): num_spec_steps,
-    num_draft_tokens, num_accepted_draft_tokens, draft_acceptance_rate, mean_acceptance_length,
-    acceptance_histogram, per_step_accepted, per_step_drafted, acceptance_rate_per_pos."""
+    """One lane's numbers: the project's (τ, α, MBSU), and SGLang's and vLLM's names for the same
+    counts (docs/batch.md)."""
     trace = decoded.trace
     names = export.engine_names(trace)
     share = rejections.grounded_share(decoded.observations)

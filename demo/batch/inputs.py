@@ -64,15 +64,13 @@ def folder(path: str | Path) -> pa.Table:
     """An imagefolder layout: metadata.jsonl beside the images names each image's question."""
     import datasets
 
-    ds = datasets.load_dataset("imagefolder", data_dir=str(path), split="train")
-    return _table(ds)
+    return _table(datasets.load_dataset("imagefolder", data_dir=str(path), split="train"))
 
 
 def parquet(path: str | Path) -> pa.Table:
     import datasets
 
-    ds = datasets.load_dataset("parquet", data_files=str(path), split="train")
-    return _table(ds)
+    return _table(datasets.load_dataset("parquet", data_files=str(path), split="train"))
 
 
 def _table(ds) -> pa.Table:

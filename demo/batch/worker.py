@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -88,9 +87,8 @@ def decode(worker: Worker, row: dict) -> tuple[list, list, list]:
         )  # fmt: skip
         if worker.world is not None:  # score against the scene, as the tab does
             item.scene = worker.world[row["example"]].scene
-        sampling = None if s["greedy"] else Sampling(False, s["temperature"], 0, s["top_p"], s["seed"])
-        if sampling:  # example i of the batch: seed + i (decode_examples seeds its i-th item so)
-            sampling = replace(sampling, seed=s["seed"] + row["example"])
+        # example i of the batch is seeded seed + i, as decode_examples seeds its i-th item
+        sampling = None if s["greedy"] else Sampling(False, s["temperature"], 0, s["top_p"], s["seed"] + row["example"])
         tokens, examples = [], []
         started = time.perf_counter()
         for step in analysis.decode_examples(
