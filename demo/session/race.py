@@ -58,16 +58,12 @@ def _race_duration(request: Request, image_payload, uploads=None) -> int:
 def gpu_race(
     request: Request, image_payload, uploads: str | Path
 ) -> Iterator[Loading | Ready | Lane | Sweeping | Swept]:
-    """The part of a race that needs the accelerator, in one call, yielding plain data only:
-    Loading while a preset loads (lazy deployments only), Ready once every lane is set up, a Lane
-    per event of the race, a Sweeping per draft length the γ sweep has replayed and per strategy
-    the table has, then Swept: both, and each finished lane's image attention. Every run is closed
-    however it ends."""
+    """The part of a race that needs the accelerator, in one call, yielding plain data only (Loading,
+    Ready, a Lane per event, a Sweeping per replay, then Swept); every run is closed however it ends."""
     from demo.engine.events import Trace
 
     facts, notes, prompts = yield from prepare(request, image_payload, uploads, Loading)
-    # Fitted again, now its models are loaded: a warm-up it waited for may have just measured this
-    # machine's speed (`budget.learn`); still before any decoding.
+    # Fitted again before any decoding: a warm-up it waited for may have just measured this machine.
     request, replayed, said = budget.fit_race(request)
     runs = lane_runs.lanes(prompts.loaded, request, prompts.image, prompts=prompts)
     yield Ready((said,) * bool(said) + facts, notes, request, said)
