@@ -18,9 +18,9 @@ class LoadFailed(RuntimeError):
     """A preset whose files are here but would not load (damaged weights, a bad config...)."""
 
 
-def first_line(error: BaseException, limit: int = 160) -> str:
+def first_line(error: BaseException) -> str:
     line = (str(error).strip().splitlines() or [""])[0]
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return line if len(line) <= 160 else line[:159] + "…"
 
 
 def _out_of_memory(error: BaseException) -> bool:

@@ -14,12 +14,12 @@ _PARAMETERS = inspect.signature(parse).parameters
 FIELDS = tuple(name for name in _PARAMETERS if name not in _OWN)
 
 
-def signature(first: str = "image") -> inspect.Signature:
-    """An endpoint's signature: `first`, then every field of the request in parse's order, each
+def signature() -> inspect.Signature:
+    """An endpoint's signature: the image, then every field of the request in parse's order, each
     taken positionally or by name, with parse's default."""
     positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
     return inspect.Signature(
-        [inspect.Parameter(first, positional), *(_PARAMETERS[name].replace(kind=positional) for name in FIELDS)]
+        [inspect.Parameter("image", positional), *(_PARAMETERS[name].replace(kind=positional) for name in FIELDS)]
     )
 
 
