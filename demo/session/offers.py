@@ -57,11 +57,9 @@ def check_memory(preset_name: str, drafters: tuple[str, ...]) -> None:
 
 
 def offered(default: str) -> tuple[list[str], dict[str, str]]:
-    """The presets a page offers, and the others with the reason each is left out.
-
-    Preloaded (a Space, or DEMO_PRELOAD): exactly the presets that loaded at start-up. Lazy: the
-    presets whose files are here or may be downloaded (`demo.models.hub`, no torch needed), and
-    always `default`, whose own status line says whether it can load."""
+    """The presets a page offers, and the others with the reason each is left out: preloaded (a
+    Space, or DEMO_PRELOAD), those that loaded at start-up; lazy, those whose files are here or may
+    be downloaded (no torch needed), and always `default`, whose status line says if it can load."""
     if zerogpu.preload_names(presets.DEFAULT_PRESET) is not None:
         from demo.models import preloading  # already imported: the presets were loaded at start-up
 
