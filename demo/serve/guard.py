@@ -33,6 +33,7 @@ V2 = "/gradio_api/call/v2/"
 GUARDED = "demo.guarded"  # the key the guard sets in the scope of every call it checked
 UPLOAD = "/gradio_api/upload"
 MCP = "/gradio_api/mcp"  # MCP messages: capped as a call's body; a tool call then joins through CALLS
+BODY = "object with the call's values as a list under 'data'"  # what a call's body must be
 
 
 def setting(name: str, default: int) -> int:
@@ -243,15 +244,11 @@ class Guard:
         try:
             payload = json.loads(body or b"null")
         except ValueError:
-            return (400, "The body must be JSON: an object with the call's values as a list under 'data'."), None, []
+            return (400, f"The body must be JSON: an {BODY}."), None, []
         except RecursionError:  # arrays or objects nested thousands deep: Python's parser gives up
-            return (
-                (400, "The body is nested too deeply: send an object with the call's values as a list under 'data'."),
-                None,
-                [],
-            )
+            return (400, f"The body is nested too deeply: send an {BODY}."), None, []
         if not isinstance(payload, dict):
-            return (422, "The body must be a JSON object with the call's values as a list under 'data'."), None, []
+            return (422, f"The body must be a JSON {BODY}."), None, []
         data = payload.get("data") if isinstance(payload.get("data"), list) else []
         blocks = scope["app"].get_blocks()
         public = {i: fn for i, fn in blocks.fns.items() if getattr(fn, "api_visibility", "public") == "public"}
@@ -282,16 +279,13 @@ class Guard:
         if refused:
             return (422, refused), block_fn, data
         if block_fn.queue and not path.startswith("/gradio_api/call/"):
-            return (
-                (
-                    403,
-                    f"/{block_fn.api_name} runs in the queue, one request at a time, so that every visitor gets a turn: "
-                    f"call it through the queue (gradio_client, or POST /gradio_api/call/{block_fn.api_name} and then "
-                    "GET its result), not as a direct /run call.",
-                ),
-                block_fn,
-                data,
+            api = block_fn.api_name
+            queued = (
+                f"/{api} runs in the queue, one request at a time, so that every visitor gets a turn: call it through "
+                f"the queue (gradio_client, or POST /gradio_api/call/{api} and then GET its result), not as a direct "
+                "/run call."
             )
+            return (403, queued), block_fn, data
         return None, block_fn, data  # a missing or mistyped 'data' is refused by Gradio's own 422
 
     def _by_name(self, blocks, name: str, payload: dict) -> list:
