@@ -281,9 +281,8 @@ def analysis(
     per_token = sum(token_steps(d, gamma, True, preset) * slowdown(preset, d) for d in drafters)
     setups = (SETUP_STEPS * len(drafters) + ABLATION_STEPS) * slowdown(preset)
     steps = sum(lengths) * per_token + setups * len(lengths)
-    asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} x {max_new_tokens} new tokens"
-    if answers:
-        asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} (answers of up to {max(lengths)} tokens)"
+    tokens = f"(answers of up to {max(lengths)} tokens)" if answers else f"x {max_new_tokens} new tokens"
+    asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} {tokens}"
     per = max(1, runs // max(n, 1))  # examples in each N: one in each language asked
     advice = ("compare fewer drafters",) * (len(drafters) > 1) + ("pick one language",) * (per > 1)
     advice += ("pick shorter answers (a vqa task)",) * (max(lengths) > 2 * ANSWER_MARGIN)
