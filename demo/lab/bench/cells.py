@@ -5,24 +5,26 @@ paths, a gamma and a decoding, measured over held-out examples.
 example back to back through the session, alternating which goes first, and returns a `Cell`:
 tau, alpha, MBSU, throughput and speedup from the runs' own clocks; the step costs T1, T(w) and D
 (`step_costs`, medians) with their interquartile ranges (`step_samples`, `iqr`); the overhead
-outside model forwards; the cost model's predicted and limit speedups; answers the world's scorer
-accepts; and, greedy, how many outputs were identical. `drafter_on` puts a loaded drafter on the
-path under test. The benchmark's docstring says what each figure means; the per-language table
-(`demo.lab.bench.per_language`) measures its cells here too.
+outside model forwards (`ForwardTime`); the cost model's predicted and limit speedups; answers
+the world's scorer accepts; and, greedy, how many outputs were identical. `drafter_on` puts a
+loaded drafter on the path under test. The per-language table (`demo.lab.bench.per_language`)
+and the step-cost bench's race row (`demo.lab.bench.step_costs`) measure their cells here too.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from demo import session
 from demo.engine import lean, metrics
+from demo.engine.decoding import Target
+from demo.engine.drafters import DraftState
 from demo.engine.events import Trace
 from demo.engine.sampling import Sampling
 from demo.engine.trees import TreeDrafter
-from demo.lab.bench.overhead import ForwardTime
 from demo.world.scoring import score
 
 SAMPLING = Sampling(greedy=False, temperature=0.7, top_p=0.95, seed=0)
@@ -68,6 +70,59 @@ class Cell:
 
 
 WARM_TOKENS = 16  # the untimed pair each cell starts with (`bench_cell`)
+
+
+def _classes(base: type) -> list[type]:
+    """base and every subclass of it, recursively."""
+    out = [base]
+    for sub in base.__subclasses__():
+        out += _classes(sub)
+    return out
+
+
+class ForwardTime:
+    """Host seconds spent inside the engine's forwards while `active()` (nested calls counted once):
+    the target's decode forwards (`Target.forward`, `forward_tree` and their overrides) and every
+    drafting state's step (`DraftState._forward` and its subclasses'); not the prefills. A run's
+    decode wall time minus that is its overhead: the loop around the models."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.calls = 0
+        self._depth = 0
+
+    def _wrap(self, method):
+        def timed(*args, **kwargs):
+            if self._depth:
+                return method(*args, **kwargs)
+            self._depth += 1
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.calls += 1
+                self._depth -= 1
+
+        return timed
+
+    @contextmanager
+    def active(self):
+        """Count forwards inside this block (the class methods are wrapped, then restored)."""
+        patched = [
+            (cls, name, cls.__dict__[name])
+            for base, names in ((Target, ("forward", "forward_tree")), (DraftState, ("_forward",)))
+            for cls in _classes(base)
+            for name in names
+            if name in cls.__dict__
+        ]
+        for cls, name, method in patched:
+            setattr(cls, name, self._wrap(method))
+        try:
+            yield self
+        finally:
+            for cls, name, method in patched:
+                setattr(cls, name, method)
 
 
 def drafter_on(loaded, name: str, path: str):
@@ -136,8 +191,6 @@ def step_costs(spd_traces: list[Trace], ar_traces: list[Trace]) -> metrics.Costs
         t_verify=statistics.median(samples["t_verify"]),
         t_draft=statistics.median(samples["d"]) if samples["d"] else 0.0,
         gamma=spd_traces[0].gamma,
-        t1_spread=math.nan,
-        verify_spread=math.nan,
         width=metrics.full_width(spd_traces[0]),
     )
 
@@ -162,6 +215,7 @@ def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tup
     costs = step_costs(spds, ars)
     spread = {k: iqr(v) * 1e3 for k, v in step_samples(spds, ars).items()}
     rounds = len(all_spd.rounds)
+    steps, _, verify = metrics.round_costs(all_spd, costs)  # a round's drafter steps and verify, on average
     ar_steps = sum(len(t.rounds) for t in ars)
     identical = sum(s.summary.token_ids == a.summary.token_ids for s, a in zip(spds, ars))
     drafting = sum(r.draft_seconds for t in spds for r in t.rounds)
@@ -191,7 +245,7 @@ def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tup
         overhead_ms_per_round=(sum(metrics.decode_seconds(t) for t in spds) - inside_spd) / rounds * 1e3,
         overhead_ms_per_step_ar=(sum(metrics.decode_seconds(t) for t in ars) - inside_ar) / ar_steps * 1e3,
         limit_speedup=tau * costs.t1 / costs.t_verify,
-        predicted_speedup=metrics.predicted_by_rounds(all_spd, costs),
+        predicted_speedup=tau * costs.t1 / (steps * costs.t_draft + verify),
         draft_share=drafting / sum(metrics.decode_seconds(t) for t in spds),
         lossless=f"{identical}/{len(examples)} identical" if decoding == "greedy" else "n/a (sampling)",
         correct_spd=sum(score(ex.task, ex, s.summary.text) for ex, s in zip(examples, spds)),
