@@ -101,7 +101,7 @@ ROWS = tuple(
 DEFAULT_ROWS = ("target/*/embedded", "drafter/[!c]*/embedded")  # compiled (minutes) and race on request
 
 
-def time_steps(steps: dict[str, Callable[[], object]], warmup: int, repeats: int) -> dict[str, dict]:
+def time_steps(steps: dict[object, Callable[[], object]], warmup: int, repeats: int) -> dict[object, dict]:
     """Each step's median and p10 wall time (ms), the steps taken in turn (interleaved) so that a
     machine busier at one moment than another slows every path alike, the device synchronised."""
     for _ in range(warmup):
