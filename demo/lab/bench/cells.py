@@ -4,11 +4,10 @@ paths, a gamma and a decoding, measured over held-out examples.
 `bench_cell` runs speculative decoding (SPD) and plain autoregressive decoding (AR) of each
 example back to back through the session, alternating which goes first, and returns a `Cell`:
 tau, alpha, MBSU, throughput and speedup from the runs' own clocks; the step costs T1, T(w) and D
-(`step_costs`, medians) with their interquartile ranges (`step_samples`, `iqr`); the overhead
-outside model forwards (`ForwardTime`); the cost model's predicted and limit speedups; answers
-the world's scorer accepts; and, greedy, how many outputs were identical. `drafter_on` puts a
-loaded drafter on the path under test. The per-language table (`demo.lab.bench.per_language`)
-and the step-cost bench's race row (`demo.lab.bench.step_costs`) measure their cells here too.
+(`step_costs`: medians, with their interquartile ranges); the overhead outside model forwards
+(`ForwardTime`); the cost model's predicted and limit speedups; answers the world's scorer accepts;
+and, greedy, how many outputs were identical. `drafter_on` puts a loaded drafter on the path
+under test. The per-language table and the step-cost bench's race row measure their cells here.
 """
 
 from __future__ import annotations
@@ -160,20 +159,6 @@ def run_pair(loaded, example, drafter, gamma: int, sampling: Sampling, max_new: 
     return traces["speculative"], traces["autoregressive"], inside["speculative"], inside["autoregressive"]
 
 
-def step_samples(spd_traces: list[Trace], ar_traces: list[Trace]) -> dict[str, list[float]]:
-    """The measured step costs, seconds, pooled over the cell's runs: "t1" (AR steps), "t_verify"
-    (full verifies: w = gamma + 1, or a full tree's nodes + 1) and "d" (drafter steps: a round's
-    drafting time over its drafter steps, rounds that drafted only)."""
-    width = metrics.full_width(spd_traces[0])
-    spd = [r for t in spd_traces for r in t.rounds]
-    full = [r for r in spd if metrics.verify_width(r) == width] or [r for r in spd if r.drafted_ids] or spd
-    return {
-        "t1": [r.verify_seconds for t in ar_traces for r in t.rounds],
-        "t_verify": [r.verify_seconds for r in full],
-        "d": [r.draft_seconds / metrics.drafter_steps(r) for r in spd if r.drafted_ids],
-    }
-
-
 def iqr(values: list[float]) -> float:
     """Interquartile range (0 for fewer than two values)."""
     if len(values) < 2:
@@ -182,17 +167,22 @@ def iqr(values: list[float]) -> float:
     return q3 - q1
 
 
-def step_costs(spd_traces: list[Trace], ar_traces: list[Trace]) -> metrics.Costs:
-    """Median measured T1 (AR step), T(w) (a full verify) and D (one drafter step), seconds,
-    pooled over the cell's runs (`step_samples`)."""
-    samples = step_samples(spd_traces, ar_traces)
-    return metrics.Costs(
-        t1=statistics.median(samples["t1"]),
-        t_verify=statistics.median(samples["t_verify"]),
-        t_draft=statistics.median(samples["d"]) if samples["d"] else 0.0,
-        gamma=spd_traces[0].gamma,
-        width=metrics.full_width(spd_traces[0]),
-    )
+def step_costs(spd_traces: list[Trace], ar_traces: list[Trace]) -> tuple[metrics.Costs, dict[str, float]]:
+    """The measured step costs, pooled over the cell's runs: their medians as `Costs` (seconds), and
+    the interquartile range of each (ms): "t1" (AR steps), "t_verify" (full verifies: w = gamma + 1,
+    or a full tree's nodes + 1) and "d" (drafter steps: a round's drafting time over its drafter
+    steps, rounds that drafted only)."""
+    width = metrics.full_width(spd_traces[0])
+    spd = [r for t in spd_traces for r in t.rounds]
+    full = [r for r in spd if metrics.verify_width(r) == width] or [r for r in spd if r.drafted_ids] or spd
+    samples = {
+        "t1": [r.verify_seconds for t in ar_traces for r in t.rounds],
+        "t_verify": [r.verify_seconds for r in full],
+        "d": [r.draft_seconds / metrics.drafter_steps(r) for r in spd if r.drafted_ids],
+    }
+    median = {k: statistics.median(v) if v else 0.0 for k, v in samples.items()}
+    costs = metrics.Costs(median["t1"], median["t_verify"], median["d"], gamma=spd_traces[0].gamma, width=width)
+    return costs, {k: iqr(v) * 1e3 for k, v in samples.items()}
 
 
 def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tuple[Cell, list[Trace]]:
@@ -212,8 +202,7 @@ def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tup
     tok_s_spd = sum(metrics.decode_tokens(t) for t in spds) / sum(metrics.decode_seconds(t) for t in spds)
     tok_s_ar = sum(metrics.decode_tokens(t) for t in ars) / sum(metrics.decode_seconds(t) for t in ars)
     tau = metrics.tau(all_spd)
-    costs = step_costs(spds, ars)
-    spread = {k: iqr(v) * 1e3 for k, v in step_samples(spds, ars).items()}
+    costs, spread = step_costs(spds, ars)
     rounds = len(all_spd.rounds)
     steps, _, verify = metrics.round_costs(all_spd, costs)  # a round's drafter steps and verify, on average
     ar_steps = sum(len(t.rounds) for t in ars)
