@@ -32,12 +32,20 @@ from demo.engine.lean import LeanDrafter
 from demo.engine.sampling import Sampling
 from demo.lab.bench import peer
 from demo.lab.bench.cells import iqr, run_pair
-from demo.lab.bench.step_costs import SHAPES, build, drafter_costs, random_prompt, target_costs, targets, word_tokenizer
+from demo.lab.bench.step_costs import (
+    GAMMA,
+    SHAPES,
+    build,
+    drafter_costs,
+    random_prompt,
+    target_costs,
+    targets,
+    word_tokenizer,
+)
 from demo.models import loader
 
 QUESTIONS = ("Describe the image.", "What colour is the largest shape?", "How many objects are there?")
 BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}  # bytes/s, by device name
-GAMMA = 4
 GAMMAS = tuple(range(1, 9))
 TAUS = (2.0, 2.5, 3.0)
 
