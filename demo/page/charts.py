@@ -1,18 +1,6 @@
-"""Events -> plotly figures: the live charts of the race.
-
-Pure functions of `Trace`s; every plotted number comes from `demo.engine.metrics` or straight from the
-events. No Gradio here. Each figure is sized for a quarter of the page and works on empty or
-partial traces, so the UI can redraw it while the runs are still going. A race has one or two
-speculative lanes (`spds`, in lane order): the charts overlay them, each lane in a colour and a
-line or fill pattern of its own, named by its drafter in the legend.
-
-    block_efficiency        running tau after each round, between 1 (autoregressive) and gamma+1
-    accept_lengths          how many rounds accepted exactly k drafts, k = 0..gamma
-    acceptance_by_position  the fraction of drafts accepted at draft position 1..gamma
-    race                    answer tokens against each run's own compute clock
-    gamma_sweep             the first speculative lane's γ sweep
-    JS                      the page's script that frees a plot element Gradio dropped
-"""
+"""Events -> plotly figures: the live charts of the race (block efficiency, accept lengths, acceptance
+by position, the race, the γ sweep). Pure functions of `Trace`s that work on partial traces, so the
+page can redraw them while the runs go; each speculative lane has a colour and pattern of its own."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""The page's proof section: after every race, where each speculative lane's time went (chart and
-sentence) and which answer tokens needed the image, both read off the race's own record
-(`demo.page.lanes.view`: the time split from its traces, the ablation its one accelerator call
-read); on demand, "Check exactness": the sampling law of the race shown above, checked live.
-
-    section()                       the components, in the current Blocks context
-    wire(p, last, api_inputs)       the button (the race in `last`) and /exactness (the request's
-                                    fields by name, `form.FIELDS`, then k)
-"""
+"""The page's proof section: after every race, where each speculative lane's time went and which
+answer tokens needed the image, read off the race's own record; on demand, "Check exactness" (and
+/exactness, which takes the request's fields by name), the sampling law checked live."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Events -> the page's teaching views: one annotated round of this race, the round inspector
-(p and q at each draft), the γ sweep's rule of thumb, and whether the target's answer matches an
-example's reference. The race's headline and the "why" of its speedup are `demo.page.speedup`'s.
-
-Pure functions of `Trace`s and of `demo.engine.metrics` numbers, like `demo.page.render`; no Gradio.
-"""
+"""Events -> the page's teaching views: one annotated round, the round inspector (p and q at each
+draft), the γ sweep's rule of thumb, and whether the answer matches an example's reference."""
 
 from __future__ import annotations
 

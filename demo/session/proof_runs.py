@@ -1,10 +1,5 @@
-"""The sampling law checked live (`demo.session.exactness`) for every surface (no Gradio here):
-it prepares like a race (the image checked and opened, the preset loaded, `race.prepare`), runs
-off every race's clock, and returns plain data; one accelerator call on ZeroGPU. (A race's image
-ablation is read in the race's own call: `image_attention.attach`.)
-
-    check_law(request, image_payload, uploads, k=, n=) -> dict    `LawCheck.to_dict()`
-"""
+"""The sampling law checked live for every surface: `check_law` prepares like a race and runs
+`exactness.check` off every race's clock, in one accelerator call, returning plain data."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""Error-analysis summaries -> plotly figures, for the benchmark report and the Analysis tab.
-
-Pure functions of `{drafter name: demo.session.rejections.summary(observations)}`; every plotted number
-comes from `demo.session.rejections`. Several drafters share each figure, side by side, one colour each.
-
-    category_figure   rejection rate by word category, image-grounded categories grouped apart
-    position_figure   rejection rate along the answer, by relative position
-
-Each bin shows its counts (a bar's label, where it fits; a point's hover) and its 95% Wilson interval (`wilson`).
-"""
+"""Error-analysis summaries -> plotly figures (rejection rate by word category and along the answer),
+for the Analysis tab and the batch report: pure functions of `rejections.summary` per drafter, each
+bin with its counts and 95% Wilson interval."""
 
 from __future__ import annotations
 

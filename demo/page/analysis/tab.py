@@ -1,12 +1,6 @@
-"""The Analysis tab: where, and on which words, the target rejects the drafter, over a batch.
-
-A person picks a task family, one to three drafters, gamma, N and a language; the tab races them
-greedily on N held-out examples of the embedded world and streams the aggregates as each run
-finishes (rejections by word category, along the answer, the most-rejected words, one row per
-run). Selecting a row shows that run's trace; its button replays it on the Race tab, token for
-token. Every number comes from `demo.session.rejections` over the runs' events; handlers return
-dicts keyed by component name (`demo.page.runs.positional`). Nothing heavy at import time.
-"""
+"""The Analysis tab: where, and on which words, the target rejects the drafter, over N held-out
+examples of the embedded world raced greedily, the aggregates streamed as each run finishes. A
+row's button replays its run on the Race tab; handlers return dicts keyed by component name."""
 
 from __future__ import annotations
 
