@@ -85,8 +85,28 @@ def test_headline_sentences_are_computed_from_the_numbers():
         "On image-grounded words these examples cannot rank the <b>text-only</b> drafter's 60% (3/5; 95% 23%–88%) "
         "and the <b>image-aware</b> drafter's 100% (1/1; 95% 21%–100%): their 95% intervals overlap." in text
     )
-    assert "compared on the <b>1</b> of 1 example that every one of them finished" in text
+    assert "The drafters are compared on the 1 of 1 example every drafter finished." in text
     assert "1 example · 14 drafted positions checked · greedy · γ = 3" in text
+
+
+def test_a_batch_stopped_partway_compares_the_drafters_on_the_examples_every_one_finished():
+    """Stopped over budget after the text-only drafter's run on a second example: every aggregate,
+    sentence and table is of the one example both drafters finished, and the status says how many."""
+    batch, whole = hand_batch(), hand_batch()
+    trace = shapes_trace()
+    batch.runs.append(Run(3, 1, item(), "text-only", trace, rejections.observations(trace, 1, STOPS), correct=True))
+    assert analysis_tab.summaries(batch) == analysis_tab.summaries(whole)
+    text = analysis_tab.headline_html(batch, analysis_tab.summaries(batch))
+    assert text == analysis_tab.headline_html(whole, analysis_tab.summaries(whole)).replace(
+        "1 of 1 example ", "1 of 2 examples "
+    )
+    assert "1 example · 14 drafted positions checked" in text
+    status = analysis_tab.stopped(batch, over=True)["status"]
+    assert (
+        "Stopped: over budget after 3 runs; the drafters are compared on the 1 of 2 examples every drafter finished."
+        in status
+    )
+    assert len(analysis_tab.stopped(batch)["runs"]) == 3  # the table lists every run that finished
 
 
 def test_headline_says_when_every_draft_was_accepted_or_nothing_ran():
@@ -233,7 +253,7 @@ def test_analysis_streams_progress_then_charts_tables_and_downloads_that_agree(s
     title = json.loads(by_category["plot"])["layout"]["title"]["text"]
     assert (
         title
-        == "Rejection rate by word category<br><sup>whiskers: 95% Wilson interval · labels: rejected/drafted</sup>"
+        == "Rejection rate by word category<br><sup>whiskers: 95% Wilson interval · labels, where they fit: rejected/drafted</sup>"
     )
     record = json.loads(Path(json_file["value"]).read_text())
     assert record["settings"] | {"drafters": None} == {
@@ -306,7 +326,7 @@ ENGLISH_RUN_COLUMNS = [
     "question",
     "answer",
     "τ",
-    "α: accepted/drafted (95%)",
+    "α: accepted / drafted (95%)",
     "rejected",
     "on grounded words",
     "correct",
@@ -475,6 +495,20 @@ def test_an_english_batch_shows_no_language_breakdown(monkeypatch, served):
 # --- the tab in a browser ---------------------------------------------------------------------
 
 
+# The tables' header cells whose text does not fit (Gradio clips it: "on groun…").
+CUT_HEADERS = """() => [...document.querySelectorAll('#an-runs thead th, #an-words thead th')]
+  .filter(th => [th, ...th.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1))
+  .map(th => th.innerText.trim())"""
+# The charts' count labels shown that overlap or touch another ("0/3 0/3" drawn on each other, "0/20/2").
+OVERLAPPING_COUNTS = """() => {
+  const boxes = [...document.querySelectorAll('#an-chart-category text.bartext, #an-chart-position .textpoint text')]
+    .filter(t => t.textContent && getComputedStyle(t).display !== 'none' && t.getBoundingClientRect().width > 0)
+    .map(t => [t.textContent, t.getBoundingClientRect()]);
+  const apart = (a, b) => a.right + 2 <= b.left || b.right + 2 <= a.left || a.bottom <= b.top || b.bottom <= a.top;
+  return boxes.flatMap(([s, a], i) => boxes.slice(i + 1).filter(([, b]) => !apart(a, b)).map(([t]) => s + ' ' + t));
+}"""
+
+
 @pytest.mark.slow
 def test_the_tab_in_chromium_runs_shows_a_trace_and_races_it_on_the_race_tab(served, chromium):
     # the worker's one Chromium (tests/browser_app.py): a second Playwright in one process fails
@@ -492,6 +526,11 @@ def test_the_tab_in_chromium_runs_shows_a_trace_and_races_it_on_the_race_tab(ser
     page.wait_for_function("document.querySelector('#an-status').innerText.startsWith('Done')", timeout=60_000)
     assert page.locator("#an-chart-category .js-plotly-plot").count() == 1
     page.screenshot(path=str(SHOTS / "analysis-tab.png"), full_page=True)
+    for width in (420, 1400):  # at a phone's width and a desktop's: every header whole, no two counts on each other
+        page.set_viewport_size({"width": width, "height": 900})
+        page.wait_for_timeout(600)  # plotly redraws at the new width
+        assert page.evaluate(CUT_HEADERS) == [], width
+        assert page.evaluate(OVERLAPPING_COUNTS) == [], width
     page.click("#an-runs [data-testid='cell-1-1']")  # the second run: the image-aware drafter
     page.wait_for_selector("#an-trace-view .tok")
     assert "image-aware drafter" in page.locator("#an-trace-view").inner_text()
@@ -546,7 +585,7 @@ def test_the_headline_says_but_only_where_the_shares_differ_as_shown():
     run = SimpleNamespace(
         example=0, language="en", obs=[], drafter="text-only", trace=SimpleNamespace(image_attention=None)
     )
-    batch = SimpleNamespace(runs=[run], gamma=4, drafters=["text-only"], decoding="greedy")
+    batch = SimpleNamespace(runs=[run], gamma=4, drafters=["text-only"], decoding="greedy", compared=lambda: [run])
 
     def sentence(drafted_share: float, rejected_share: float) -> str:
         grounded = {

@@ -197,7 +197,9 @@ def test_an_example_that_cannot_be_used_is_an_error_row_while_the_rest_finish(ra
 def test_the_tab_reads_a_batch_back_to_the_views_of_the_same_runs(greedy_out):
     out, _ = greedy_out
     batch = opened.read(out)
-    assert batch.drafters == list(DRAFTERS) and len(batch.runs) == 6 and batch.compared() == {0, 1, 2}
+    assert (
+        batch.drafters == list(DRAFTERS) and len(batch.runs) == 6 and {r.example for r in batch.compared()} == {0, 1, 2}
+    )
     live = view.Batch("embedded", "vqa", list(DRAFTERS), 4, 3, 0, 48)
     items = inputs.world_items(WORLD | {"n": 3})
     import torch

@@ -12,8 +12,7 @@ from races import CASES, MAX_NEW, spd
 import demo.lab.bench
 from demo.engine.decoding import Target
 from demo.lab.bench import benchmark, peer
-from demo.lab.bench.cells import Cell, iqr
-from demo.lab.bench.overhead import ForwardTime
+from demo.lab.bench.cells import Cell, ForwardTime, iqr
 from demo.models import loader
 from demo.world.tasks import heldout_examples
 

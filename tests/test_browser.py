@@ -136,8 +136,15 @@ def test_a_race_teaches_an_annotated_round_the_gamma_sweep_and_p_and_q(browser, 
     # beside the results (issue 44): under the outcome and the lanes' panels, above the charts
     assert page.locator("#spd-panel").bounding_box()["y"] < page.locator("#how-round").bounding_box()["y"]
     assert page.locator("#how-round").bounding_box()["y"] < page.locator("#chart-race").bounding_box()["y"]
-    # 2. the sweep chart: tau, MBSU, the speedup at the paper's scale and on this machine, and alpha for gamma = 1..10
-    assert page.locator("#chart-sweep .scatterlayer .trace").count() == 5
+    # 2. the sweep chart: tau, MBSU, the speedup at the paper's scale and on this machine, and alpha for gamma = 1..10,
+    # and each speedup's best γ starred on its curve, named as the sentence names it
+    assert page.locator("#chart-sweep .scatterlayer .trace").count() == 7
+    note = page.inner_text("#sweep-note")
+    for where, said in (
+        ("projected", r"projected, the speedup peaks at γ = (\d+)"),
+        ("this machine's", r"on this machine it peaks at γ = (\d+)"),
+    ):
+        assert f"{where} best γ {re.search(said, note).group(1)}" in page.locator("#chart-sweep").text_content()
     # the one time chart: the proof section's split (drafting, verification, everything else)
     assert page.locator("#time-split-chart .barlayer .trace").count() >= 3
     # 5. honest labels: the example's reference is judged beside the lossless badge; the projection named so
@@ -162,6 +169,10 @@ def test_a_race_teaches_an_annotated_round_the_gamma_sweep_and_p_and_q(browser, 
     page.wait_for_timeout(600)
     for chart in ("#chart-race", "#chart-sweep"):  # one chart a row on a phone: titles whole
         assert page.locator(chart).bounding_box()["width"] > 340, chart
+    sweep = page.locator("#chart-sweep")  # the stars' labels inside the chart at a phone's width too
+    for label in sweep.locator(".textpoint text").all():
+        box, plot = label.bounding_box(), sweep.bounding_box()
+        assert plot["x"] <= box["x"] and box["x"] + box["width"] <= plot["x"] + plot["width"], label.text_content()
     shoot(page, "teach-phone.png")
     page.close()
 

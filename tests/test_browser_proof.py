@@ -16,6 +16,7 @@ pytestmark = pytest.mark.slow
 # shape is, so accepting its drafts writes other words than the target's (measured on all ten
 # gallery images at the page's temperature 0.8: the broken rule's p-value 1/4001, the lane's 1.0).
 CAPTION = "Write a short caption for this image."
+DRAWING = r"\d+ of \d+ draws a way, about \d+ s left"  # the law check's progress
 
 
 # Words for developers, never for the page's visitors: a file path, a module, a command line, a setting.
@@ -45,7 +46,12 @@ def test_the_time_split_the_image_dependent_tokens_and_the_law_check_show_after_
     page.wait_for_selector("#image-dependence .img-dep", timeout=60_000)
     assert developer_words(page) == []  # after it: the headline, its closed section, the proof panels
     page.fill("#question textarea", "Is there a circle?")  # the check is of the race shown, not of the form
+    page.set_viewport_size({"width": 420, "height": 1000})  # its progress read on a phone
     page.click("#check-exactness")
+    # its progress, on its chart alone: the draws done and the time left, not Gradio's timer against an estimate
+    page.wait_for_function(f"/{DRAWING}/.test(document.querySelector('#law-chart').innerText)", timeout=120_000)
+    proof_text = page.inner_text("#proof")
+    assert "draws a way" not in page.inner_text("#law-note") and not re.search(r"\d\.\d/\d+\.\ds", proof_text)
     page.wait_for_selector("#law-note .law-fail", timeout=120_000)
     assert page.locator("#law-note .law-fail").count() == 1
     for width in (1400, 420):

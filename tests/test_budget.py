@@ -16,6 +16,13 @@ from demo.session.validate import InvalidInput
 QUESTION = "Describe the image."
 
 
+def refusal(call, *args) -> str:
+    """What `call(*args)` refuses with (it must refuse)."""
+    with pytest.raises(InvalidInput) as refused:
+        call(*args)
+    return str(refused.value)
+
+
 def race(**fields) -> session.Request:
     return session.parse(question=QUESTION, preset="embedded", **({"drafter": "text-only"} | fields))
 
@@ -34,16 +41,15 @@ def test_the_issues_three_lane_sampled_race_runs_the_most_tokens_that_fit_and_sa
     assert said == "272 of the 440 tokens you asked for fit in the 60 s a request may take, so the race runs 272."
     assert budget.fit_race(ran) == (ran, 272, "")  # the largest that fits, fits as it is
     monkeypatch.setenv(budget.BUDGET_ENV, "1")  # not even 16 tokens fit: refused, with what applies
-    with pytest.raises(InvalidInput) as refused:
-        budget.fit_race(request)
-    assert str(refused.value) == (
+    assert refusal(budget.fit_race, request) == (
         "This race asks for 3 lanes x 440 new tokens (text-only+tree, image-aware at γ 8, sampling), and not even "
         "its smallest version (16 tokens) fits in the 1 s a request may take here. To run it, race one drafter "
         "rather than two, or pick a chain drafter rather than a tree, or lower γ."
     )
-    with pytest.raises(InvalidInput) as refused:  # a one-lane chain race is told neither
-        budget.fit_race(race(gamma=2, max_new_tokens=64))
-    assert str(refused.value).endswith("fits in the 1 s a request may take here. To run it, ask for fewer tokens.")
+    # a one-lane chain race is told neither
+    assert refusal(budget.fit_race, race(gamma=2, max_new_tokens=64)).endswith(
+        "fits in the 1 s a request may take here. To run it, ask for fewer tokens."
+    )
 
 
 def test_the_pages_default_race_fits_and_the_longest_races_are_shortened(monkeypatch):
@@ -95,9 +101,7 @@ def test_an_analysis_runs_the_first_examples_that_fit_for_every_drafter_and_says
     # without the answers, every run counts 160 tokens: the worst case of any example; each example's ablation 40
     assert budget.analysis("embedded", two, 8, 8, 4, 160).steps == pytest.approx(2 * 8 * (160 * 1.82 + 20) + 8 * 40)
     monkeypatch.setenv(budget.BUDGET_ENV, "5")  # not even one example fits: refused, with what applies
-    with pytest.raises(InvalidInput) as refused:
-        budget.fit(estimate("all", 8, three))
-    assert str(refused.value) == (
+    assert refusal(budget.fit, estimate("all", 8, three)) == (
         "This analysis asks for 8 examples x 3 drafters (answers of up to 160 tokens), and not even its smallest "
         "version (1 example) fits in the 5 s a request may take here. To run it, compare fewer drafters, or pick "
         "shorter answers (a vqa task)."
@@ -201,9 +205,7 @@ def test_a_single_law_check_counts_the_law_and_the_targets_draws_and_is_shortene
         == f"{fitted.units} of the 200 draws you asked for fit in the 20 s a request may take, so the check runs {fitted.units}."
     )
     monkeypatch.setenv(budget.BUDGET_ENV, "8")
-    with pytest.raises(InvalidInput) as refused:
-        budget.fit(heavy)
-    assert str(refused.value) == (
+    assert refusal(budget.fit, heavy) == (
         "This check asks for the sampling law of 3 tokens drawn 200 times each way (text-only at γ 10), and not even "
         "its smallest version (50 draws) fits in the 8 s a request may take here. To run it, check fewer tokens (k), "
         "or lower γ."

@@ -153,6 +153,7 @@ def test_the_draws_end_where_the_time_left_would_not_hold_the_rest(default_examp
     image, request = default_example
     loaded = embedded.embedded()
     prompt = loaded.prompt(image, request.question, "text-only")
+    heard = []  # what the page's progress bar shows: (fraction, sentence, seconds since the start)
     started = time.monotonic()
     result = exactness.check(
         loaded,
@@ -164,6 +165,14 @@ def test_the_draws_end_where_the_time_left_would_not_hold_the_rest(default_examp
         n=10_000,
         budget_s=None,
         ends=started + 2.0,
+        progress=lambda fraction, said: heard.append((fraction, said, time.monotonic() - started)),
     )
     assert 0 < result.n < 10_000 and time.monotonic() - started < 2.0 + 1.0
     assert all(sum(c) == result.n for c in result.counts.values())
+    # after each draw: how many of the planned are done, and the time left: here the deadline's, not
+    # the 10,000 draws' at the measured rate
+    assert heard[0][:2] == (0.0, "the target's exact law of 2 tokens")  # first, before any draw
+    assert [fraction for fraction, _, _ in heard[1:]] == [i / 10_000 for i in range(1, result.n + 1)]
+    for i, (_, said, at) in enumerate(heard[1:], 1):
+        left = int(said.removeprefix(f"{i} of 10000 draws a way, about ").removesuffix(" s left"))
+        assert abs(left - (2.0 - at)) <= 0.6, (said, at)

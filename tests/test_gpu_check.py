@@ -1,4 +1,5 @@
-"""The GPU check in its --smoke mode (tiny shapes on CPU); the full run needs a CUDA machine."""
+"""The GPU check in its --smoke mode (tiny shapes on CPU; the full run needs a CUDA machine) and the
+step-cost bench it reads."""
 
 import json
 import math
@@ -7,8 +8,7 @@ import pytest
 import tiny_families
 import torch
 
-from demo.engine import metrics
-from demo.lab.bench import gpu_check, gpu_steps
+from demo.lab.bench import gpu_check, step_costs
 from demo.models import loader
 
 
@@ -29,15 +29,15 @@ def test_smoke_mode_prints_a_table_and_ends_with_one_json_line(no_embedded, caps
     assert report["embedded"] == {"skipped": f"Model files missing: {missing.target}, {missing.drafters[0].path}."}
     steps = report["steps"]
     assert steps["image_tokens"] == 16 and steps["context"] == 1 + 16 + 8 + 8
-    assert sorted(steps["verify_ms"]) == list(gpu_steps.GAMMAS) and steps["t1_ms"] > 0 and steps["draft_ms"] > 0
+    assert sorted(steps["verify_ms"]) == list(gpu_check.GAMMAS) and steps["t1_ms"] > 0 and steps["draft_ms"] > 0
     for gamma, row in report["predicted"].items():
-        expected = metrics.predicted_speedup(2.5, gamma, steps["t1_ms"], steps["verify_ms"][gamma], steps["draft_ms"])
+        expected = 2.5 * steps["t1_ms"] / (gamma * steps["draft_ms"] + steps["verify_ms"][gamma])
         assert row["tau=2.5"] == (expected if gamma >= 2 else None)  # tau 2.5 needs at least 2 drafts
         assert row["break_even_tau"] * steps["t1_ms"] == pytest.approx(
             gamma * steps["draft_ms"] + steps["verify_ms"][gamma]
         )
     part3 = next(i for i, line in enumerate(out) if line.startswith("3. predicted")) + 2  # after its header
-    assert sum(line.strip().startswith(str(g)) for g in gpu_steps.GAMMAS for line in out[part3 : part3 + 8]) == 8
+    assert sum(line.strip().startswith(str(g)) for g in gpu_check.GAMMAS for line in out[part3 : part3 + 8]) == 8
     # 4. the 7B-shaped race and the goals, from this run; "not measured" where a figure is absent.
     race = report["race_7b"]
     assert race["ar_vs_generate"] == pytest.approx(
@@ -58,7 +58,7 @@ def test_embedded_runs_compare_speculative_with_autoregressive(tmp_path, monkeyp
     preset = tiny_families.build("llava", tmp_path / "llava")
     monkeypatch.setitem(loader.PRESETS, preset.name, preset)
     try:
-        runs = gpu_check.embedded_runs(gpu_steps.SMOKE, preset=preset.name)
+        runs = gpu_check.embedded_runs(gpu_check.SMOKE, preset=preset.name)
     finally:
         loader._LOADED.pop(preset.name, None)
     names = preset.drafter_names()  # every drafter the preset offers, at gamma 2 and 4
@@ -79,3 +79,24 @@ def test_embedded_runs_compare_speculative_with_autoregressive(tmp_path, monkeyp
 def test_full_mode_needs_a_gpu():
     with pytest.raises(SystemExit):
         gpu_check.main([])
+
+
+def test_the_step_cost_bench_prints_one_json_line_over_the_rows_asked_for(capsys):
+    """Tiny shapes, two repeats: every path but the compiled one (minutes of compiling) names its
+    figures or why it cannot run here; the lean paths compute transformers' logits."""
+    result = step_costs.main(["--rows", "target/*/tiny", "drafter/[!c]*/tiny", "--device", "cuda"] + ["--repeats", "2"])
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == json.loads(json.dumps(result))
+    rows = result["rows"]
+    assert sorted(rows) == sorted(r for r in step_costs.ROWS if r.endswith("/tiny") and "compiled" not in r)
+    cuda = torch.cuda.is_available()
+    assert result["device"] != "cpu (no CUDA here)" if cuda else result["device"] == "cpu (no CUDA here)"
+    for path in step_costs.TARGET_PATHS:
+        [target] = rows[f"target/{path}/tiny"].values()
+        assert target["path"].startswith(path) and target["context"] == 1 + 16 + 8 + 8
+        assert sorted(target["ms"]) == [1, step_costs.GAMMA + 1] and target["ms"][1]["median_ms"] > 0
+    for path in ("transformers", "lean", "static", "numpy") + (("graphs",) if cuda else ()):
+        [drafter] = rows[f"drafter/{path}/tiny"].values()
+        assert drafter["median_ms"] >= drafter["p10_ms"] > 0 and drafter["max_abs_logit_diff"] < 1e-4
+    assert cuda or rows["drafter/graphs/tiny"] == {"llama tiny shape": {"error": "no CUDA device"}}
+    with pytest.raises(SystemExit):
+        step_costs.main(["--rows", "nothing/*"])

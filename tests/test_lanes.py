@@ -11,7 +11,7 @@ from demo.engine.events import Trace
 from demo.engine.sampling import Sampling
 from demo.models import presets
 from demo.page import lanes, layout, strategy_table
-from demo.session import offers
+from demo.session import offers, strategies
 
 pytestmark = pytest.mark.fast  # the fast tier (`pytest -m fast`): pure functions and tiny models, milliseconds each
 
@@ -87,12 +87,17 @@ def test_a_preset_not_offered_is_told_in_words_for_visitors_without_paths_or_set
     assert "<b>big</b>: It needs 30 GB of memory; this machine has 24 GB." in told  # a reason for visitors stays
 
 
+def row(name, predicted, raced=False, left_out=None, tau=2.5, alpha=0.5, mbsu=2.0, c=0.1, draft_ms=1.25) -> dict:
+    """A strategy row as `session.strategies` writes it: its NUMBERS, every one None where it was left out."""
+    numbers = (
+        dict.fromkeys(strategies.NUMBERS)
+        if left_out
+        else dict(zip(strategies.NUMBERS, (tau, alpha, mbsu, predicted, c, draft_ms)))
+    )
+    return dict(strategy=name, raced=raced, gamma=4, **numbers, left_out=left_out)
+
+
 def test_the_table_lists_each_row_by_predicted_speedup_marks_the_race_and_footnotes_what_was_left_out():
-    def row(name, predicted, raced=False, left_out=None):
-        numbers = dict(tau=2.5, alpha=0.5, mbsu=2.0, predicted_speedup=predicted, c=0.1, draft_ms=1.25)
-        if left_out:
-            numbers = dict.fromkeys(numbers)
-        return dict(strategy=name, raced=raced, gamma=4, **numbers, left_out=left_out)
 
     rows = [
         row("text-only", 1.4, raced=True),
@@ -121,20 +126,7 @@ def test_the_sweep_view_puts_the_table_under_the_sweep_and_says_why_a_sampling_r
     request = session.Request(
         question="q", preset="embedded", drafter="text-only", gamma=4, sampling=Sampling(), max_new_tokens=24
     )
-    rows = [
-        dict(
-            strategy="text-only",
-            raced=True,
-            gamma=4,
-            tau=2.0,
-            alpha=0.5,
-            mbsu=1.9,
-            predicted_speedup=1.3,
-            c=0.04,
-            draft_ms=0.9,
-            left_out=None,
-        )
-    ]
+    rows = [row("text-only", 1.3, raced=True, tau=2.0, mbsu=1.9, c=0.04, draft_ms=0.9)]
     assert '<th scope="row">text-only' in lanes.sweep_view([], request, None, tuple(rows))["strategies"]
     assert lanes.sweep_view([], request, "sampling")["strategies"] == strategy_table.NONE
     assert lanes.cleared()["strategies"] == strategy_table.NOTE

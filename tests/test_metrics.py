@@ -103,10 +103,6 @@ def test_speedup_is_the_throughput_ratio():
     assert metrics.speedup(spd, ar) == pytest.approx((11 / 2) / (11 / 11))
 
 
-def test_cost_model_prediction():
-    assert metrics.predicted_speedup(3.0, gamma=4, t1=10.0, t_verify=20.0, t_draft=1.0) == 30 / 24
-
-
 def test_truncated_round_counts_only_emitted_tokens():
     trace = spd_trace([(4, 4)])
     trace.rounds[0] = round_event(1, 4, 4, n_emitted=4, stop="eos")
@@ -165,19 +161,19 @@ def test_a_trace_before_its_first_event_has_no_gamma_and_no_parameter_ratio():
 
 
 def test_cost_model_keeps_measured_verify_costs_and_never_prices_one_below_them():
-    measured = metrics.Costs(t1=0.004, t_verify=0.006, t_draft=0.0005, gamma=4, t1_spread=0.0, verify_spread=0.0)
+    measured = metrics.Costs(t1=0.004, t_verify=0.006, t_draft=0.0005, gamma=4)
     assert measured.verify(1) == 0.004 and measured.verify(5) == pytest.approx(0.006)
     assert measured.verify(9) == pytest.approx(0.008)  # extrapolated along the measured slope
     # A busy machine timed the 5-token verify cheaper than the 1-token step: a wider forward does that
     # step's work and more, so every verify is held at one step at least.
-    inverted = metrics.Costs(t1=0.075, t_verify=0.030, t_draft=0.001, gamma=4, t1_spread=0.0, verify_spread=0.0)
+    inverted = metrics.Costs(t1=0.075, t_verify=0.030, t_draft=0.001, gamma=4)
     assert inverted.verify(1) == inverted.verify(5) == inverted.verify(40) == 0.075
 
 
 def test_a_drafter_that_gets_nothing_accepted_is_priced_at_or_below_x1_on_the_strategy_tables_costs():
     """τ 1, α 0 (text-only on a Chinese prompt): the row read ×1.55 where the verify was timed cheaper
     than one step; every draft is work for nothing, so it can never read faster than the target alone."""
-    inverted = metrics.Costs(t1=0.075, t_verify=0.030, t_draft=0.001, gamma=4, t1_spread=0.0, verify_spread=0.0)
+    inverted = metrics.Costs(t1=0.075, t_verify=0.030, t_draft=0.001, gamma=4)
     for made in (4, 0):  # four rejected drafts a round; and prompt lookup with no match, which drafts nothing
         point = metrics.SweepPoint(gamma=4, rounds=((made, 0, 1),) * 5)
         [row] = metrics.sweep_rows([point], c=0.0 if made == 0 else 0.1, step_costs=inverted)

@@ -557,6 +557,9 @@ def test_the_stop_button_ends_its_pages_race_within_an_event_and_frees_the_cache
     last = updates[-1]
     assert "Stopped." in last["outcome"] and last["run"].interactive and not last["stop"].interactive
     assert "· stopped" in last["spd_panel"] and "· stopped" in last["ar_panel"]
+    # the after-race record (what the check and the replay read) is this race, as far as it ran
+    facts, timeline, request, raced = last["last"]
+    assert request.max_new_tokens == 400 and raced == str(uploads / "0.png") and len(timeline) > 70
     assert all(ref() is None for ref in probe.caches) and len(probe.caches) == 3
     assert not any("lossless" in str(update.get("outcome")) for update in updates)  # the race never reached its end
 

@@ -80,7 +80,7 @@ def test_a_budget_cut_answer_replays_with_its_draftless_last_round(world):
 
 def test_sweep_rows_give_mbsu_from_the_drafts_made_and_the_cost_model_from_measured_costs():
     point = metrics.SweepPoint(gamma=3, rounds=((3, 3, 4), (2, 0, 1)))
-    costs = metrics.Costs(t1=0.010, t_verify=0.014, t_draft=0.002, gamma=3, t1_spread=0.1, verify_spread=0.1)
+    costs = metrics.Costs(t1=0.010, t_verify=0.014, t_draft=0.002, gamma=3)
     [row] = metrics.sweep_rows([point], c=0.1, step_costs=costs)
     assert row["gamma"] == 3 and row["tau"] == 2.5 and row["alpha"] == 0.6
     assert row["mbsu"] == pytest.approx(2.5 / (1 + 2.5 * 0.1))
@@ -94,8 +94,8 @@ def test_sweep_rows_price_each_gamma_at_the_papers_ratios_whatever_the_measured_
     # rounds of 3 and 2 drafts: drafter steps at 0.011 T1, verifies of 4 and 3 tokens at the H200's
     # 22.39 / 20.67 and 22.62 / 20.67 T1
     cost = (5 * 0.011 + 22.39 / 20.67 + 22.62 / 20.67) / 2
-    slow = metrics.Costs(t1=0.010, t_verify=0.030, t_draft=0.004, gamma=3, t1_spread=0.1, verify_spread=0.1)
-    fast = metrics.Costs(t1=0.010, t_verify=0.011, t_draft=0.001, gamma=3, t1_spread=0.1, verify_spread=0.1)
+    slow = metrics.Costs(t1=0.010, t_verify=0.030, t_draft=0.004, gamma=3)
+    fast = metrics.Costs(t1=0.010, t_verify=0.011, t_draft=0.001, gamma=3)
     rows = [metrics.sweep_rows([point], c=0.1, step_costs=costs)[0] for costs in (slow, fast, None)]
     assert [row["scaled_speedup"] for row in rows] == [pytest.approx(2.5 / cost)] * 3
     # prompt lookup drafts with no forward; layer-skip's step is the share of the target it runs

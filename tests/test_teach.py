@@ -251,8 +251,14 @@ def test_rule_of_thumb_takes_the_best_gamma_from_the_exact_tau_at_the_papers_rat
     assert "τ goes 1.80 → 2.70 while α goes 0.80 → 0.60" in text
     assert "used γ = 3: ×2.05 projected, ×1.35 on this machine." in text
     figure = charts.gamma_sweep(rows, 3)
-    assert [t.name for t in figure.data] == ["τ", "MBSU", "speedup, paper's scale", "speedup, this machine", "α"]
+    names = ["τ", "MBSU", "speedup, paper's scale", "speedup, this machine", "α"]
+    assert [t.name for t in figure.data] == [*names, "best γ, projected", "best γ, this machine's"]
     assert list(figure.data[2].y) == [1.6, 2.1, 2.05] and figure.layout.shapes[0].x0 == 3
+    # each curve's best γ starred on it, named as the sentence names it: the projection's, this machine's
+    assert [(t.x, t.y, t.text) for t in figure.data[5:]] == [
+        ((2,), (2.1,), ("projected best γ 2",)),
+        ((1,), (1.5,), ("this machine's best γ 1",)),
+    ]
 
 
 def test_the_export_of_a_round_leaves_the_inspector_detail_out():

@@ -1,13 +1,5 @@
-"""A decoded example as rows of the batch's three tables (plain dicts; docs/batch.md lists them).
-
-    token_rows(meta, decoded, stop_ids)     tokens.parquet: one row per answer token of a lane
-    example_row(meta, decoded, seconds)     examples.parquet: one row per example and lane, its
-                                            counts under SGLang's and vLLM's per-request names
-    error_row(meta, reason)                 errors.parquet: an example that could not be used
-
-`meta` is the example's input row (example, source, language, task, question, reference);
-`decoded` a `demo.session.race_events.Decoded` from `demo.session.analysis.decode_examples`.
-"""
+"""A decoded example as rows of the batch's three tables (tokens, examples, errors), as plain dicts;
+docs/batch.md lists their columns."""
 
 from __future__ import annotations
 
@@ -69,11 +61,8 @@ def _nan(x: float) -> float | None:
 
 
 def example_row(meta: dict, decoded, seconds: float, seed: int | None) -> dict:
-    """One lane's numbers: the project's (τ, α, MBSU) and the engines' names for the same counts.
-    SGLang: spec_verify_ct, spec_accept_length, spec_accept_rate, spec_accept_token_num,
-    spec_draft_token_num, spec_accept_histogram; vLLM (RequestSpecDecodeMetrics): num_spec_steps,
-    num_draft_tokens, num_accepted_draft_tokens, draft_acceptance_rate, mean_acceptance_length,
-    acceptance_histogram, per_step_accepted, per_step_drafted, acceptance_rate_per_pos."""
+    """One lane's numbers: the project's (τ, α, MBSU), and SGLang's and vLLM's names for the same
+    counts (docs/batch.md)."""
     trace = decoded.trace
     names = export.engine_names(trace)
     share = rejections.grounded_share(decoded.observations)

@@ -1,16 +1,6 @@
-"""The batch's examples, read with the `datasets` library into one Arrow table, one row each.
-
-    world(task, n, seed, languages)   the embedded world's held-out examples (the Analysis tab's mix,
-                                      `rejections.heldout_mix`), images as PNG bytes
-    folder(path)                      an imagefolder folder: images plus metadata.jsonl (file_name,
-                                      question, optionally answer, task, language)
-    parquet(path)                     a Parquet file: image (bytes, or {bytes, path}), question, ...
-    world_items(spec)                 the world's examples again (the worker scores answers with them)
-
-Columns: example (0, 1, ...: the id a resumed run skips by), source, language, task, question,
-reference, image (bytes or null), image_path (or null). A missing image stays a row: the worker
-writes it to errors.parquet with its reason.
-"""
+"""The batch's examples, read with `datasets` into one Arrow table, one row each: the embedded world's
+held-out examples, an imagefolder folder, or a Parquet file. A missing image stays a row (the
+worker writes it to errors.parquet with its reason)."""
 
 from __future__ import annotations
 
@@ -74,15 +64,13 @@ def folder(path: str | Path) -> pa.Table:
     """An imagefolder layout: metadata.jsonl beside the images names each image's question."""
     import datasets
 
-    ds = datasets.load_dataset("imagefolder", data_dir=str(path), split="train")
-    return _table(ds)
+    return _table(datasets.load_dataset("imagefolder", data_dir=str(path), split="train"))
 
 
 def parquet(path: str | Path) -> pa.Table:
     import datasets
 
-    ds = datasets.load_dataset("parquet", data_files=str(path), split="train")
-    return _table(ds)
+    return _table(datasets.load_dataset("parquet", data_files=str(path), split="train"))
 
 
 def _table(ds) -> pa.Table:

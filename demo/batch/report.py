@@ -1,9 +1,6 @@
-"""report.html: the Analysis tab's charts, sentences and tables over a batch's files (Plotly,
-one self-contained page): every bin and rate with its counts and 95% Wilson interval, the drafters
-compared on the examples every one of them finished, the errors listed.
-
-    write(out) -> Path
-"""
+"""report.html (`write(out)`): the Analysis tab's charts, sentences and tables over a batch's files,
+one self-contained Plotly page: every bin and rate with its counts and 95% Wilson interval, the
+drafters compared on the examples every one of them finished, the errors listed."""
 
 from __future__ import annotations
 

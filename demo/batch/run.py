@@ -1,15 +1,6 @@
-"""A batch on Ray Data: Ray started (sized to the machine) or joined, each example mapped through
-a pool of `Worker` actors, each finished block committed to --out as it comes, then the four files.
-
-    run(table, out, preset, drafters, settings, ...) -> manifest
-
-A part is a folder written under a temporary name and renamed when whole (parts/<n>/: tokens,
-examples, errors), so a killed run leaves whole parts only; a run started again with the same
---out reads which examples its parts hold and maps only the others. An example already committed
-is never written again (a retried block's rows are dropped), so each example is in the results
-once. Actors restart where a worker dies (Ray Data's default for actor pools), and their tasks
-are retried.
-"""
+"""A batch on Ray Data: Ray started or joined, the examples mapped through a pool of `Worker` actors,
+each finished part committed to --out as it comes (a killed run resumes; no example is written
+twice), then the four files and the manifest."""
 
 from __future__ import annotations
 

@@ -1,23 +1,12 @@
-"""The actor Ray Data runs on each worker: the preset's models loaded once, then each example of a
-batch decoded through the session layer, exactly as the Analysis tab decodes it.
-
-    Worker(preset, drafters, settings, world)   loads the preset (`demo.models.loader.load`)
-    worker(table) -> table                       one row per example: its three tables' rows as
-                                                 Arrow IPC bytes (tokens, examples, errors)
-    decode(worker, row) -> (tokens, examples, errors)   the same, for one example, in process
-
-Each example: its image opened and checked as an upload is (`validate.open_image`), its question
-and settings parsed as /trace parses them (`session.parse`), then
-`demo.session.analysis.decode_examples` over every drafter; sampled runs seed example i with
-`seed + i`, the Analysis tab's rule. An example that fails is one error row with its sentence.
-"""
+"""The actor Ray Data runs on each worker: the preset's models loaded once, then each example decoded
+through the session layer exactly as the Analysis tab decodes it; a failed example is one error
+row with its sentence."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -98,9 +87,8 @@ def decode(worker: Worker, row: dict) -> tuple[list, list, list]:
         )  # fmt: skip
         if worker.world is not None:  # score against the scene, as the tab does
             item.scene = worker.world[row["example"]].scene
-        sampling = None if s["greedy"] else Sampling(False, s["temperature"], 0, s["top_p"], s["seed"])
-        if sampling:  # example i of the batch: seed + i (decode_examples seeds its i-th item so)
-            sampling = replace(sampling, seed=s["seed"] + row["example"])
+        # example i of the batch is seeded seed + i, as decode_examples seeds its i-th item
+        sampling = None if s["greedy"] else Sampling(False, s["temperature"], 0, s["top_p"], s["seed"] + row["example"])
         tokens, examples = [], []
         started = time.perf_counter()
         for step in analysis.decode_examples(

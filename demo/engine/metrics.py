@@ -98,15 +98,6 @@ def speedup(spd: Trace, ar: Trace) -> float:
     return tokens_per_second(spd) / baseline if baseline > 0 else math.nan
 
 
-def predicted_speedup(tau_value: float, gamma: int, t1: float, t_verify: float, t_draft: float) -> float:
-    """Cost model: tau target steps' worth of tokens for gamma draft steps plus one verify.
-
-    t1: one target step of 1 token; t_verify: one target forward of gamma+1 tokens;
-    t_draft: one drafter step.
-    """
-    return tau_value * t1 / (gamma * t_draft + t_verify)
-
-
 def pooled(traces: list[Trace]) -> Trace:
     """One trace holding the rounds and tokens of several runs of one setting, for pooled rates;
     it starts as the first of them does."""
@@ -171,13 +162,6 @@ def _quantile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def spread(values: list[float]) -> float:
-    """Interquartile range over the median: how much a step's cost varied within the run."""
-    median = _quantile(values, 0.5)
-    return (_quantile(values, 0.75) - _quantile(values, 0.25)) / median if median > 0 else math.nan
-
-
-NOISY_SPREAD = 0.3  # a run whose step costs vary more than this (IQR / median) is timed on a busy machine
 # Each step cost is the lower quartile of the race's steps: what a step costs when the race has the
 # cores (other processes make steps slower, never faster; docs/benchmark.md).
 STEP_QUANTILE = 0.25
@@ -192,13 +176,7 @@ class Costs:
     t_verify: float  # one target forward over gamma + 1 tokens (the speculative run's full rounds)
     t_draft: float  # one drafter step (a round's draft seconds over its drafts)
     gamma: int  # the race's gamma
-    t1_spread: float  # `spread` of the autoregressive steps
-    verify_spread: float  # `spread` of the speculative verifies
     width: int = 0  # tokens in the verifies t_verify measures: gamma + 1 (0 says so), or a tree's nodes + 1
-
-    @property
-    def noisy(self) -> bool:
-        return self.t1_spread > NOISY_SPREAD or self.verify_spread > NOISY_SPREAD
 
     def verify(self, n_tokens: float) -> float:
         """A target forward over n_tokens tokens, interpolated linearly between the two measured
@@ -247,20 +225,8 @@ def costs(spd: Trace, ar: Trace) -> Costs | None:
         t_verify=_quantile(full, STEP_QUANTILE),
         t_draft=_quantile(per_draft, STEP_QUANTILE),
         gamma=spd.gamma,
-        t1_spread=spread(steps),
-        verify_spread=spread(full),
         width=width,
     )
-
-
-def predicted_by_rounds(trace: Trace, c: Costs) -> float:
-    """The cost model over the rounds that ran: tau target steps' worth of tokens for each round's
-    own drafter steps and its verify of its own width (chains, trees, rounds that drafted
-    nothing alike), averaged over the rounds."""
-    if not trace.rounds:
-        return math.nan
-    steps, _, verify = round_costs(trace, c)
-    return tau(trace) * c.t1 / (steps * c.t_draft + verify)
 
 
 def round_costs(trace: Trace, c: Costs) -> tuple[float, float, float]:
@@ -290,20 +256,6 @@ def split(spd: Trace, ar: Trace) -> dict | None:
         **{"t1": c.t1, "draft": draft, "verify": verify, "other": other, "steps": steps, "width": width},
         **{"low": t * c.t1 / (draft + verify + other), "high": t * c.t1 / (draft + verify)},
     }
-
-
-def round_speedups(spd: Trace, ar: Trace) -> tuple[float, float, float]:
-    """The speedup from per-round medians, and its low and high ends from the quartiles: tau
-    tokens per speculative round (draft + verify) against tau single target steps."""
-    rounds = [r.draft_seconds + r.verify_seconds for r in spd.rounds]
-    steps = [r.verify_seconds for r in ar.rounds]
-    t = tau(spd)
-    if not rounds or not steps:
-        return math.nan, math.nan, math.nan
-    mid = t * _quantile(steps, 0.5) / _quantile(rounds, 0.5)
-    low = t * _quantile(steps, 0.25) / _quantile(rounds, 0.75)
-    high = t * _quantile(steps, 0.75) / _quantile(rounds, 0.25)
-    return mid, low, high
 
 
 # --- the gamma sweep's numbers ---------------------------------------------------------------------
@@ -387,9 +339,9 @@ def sweep_rows(points: list[SweepPoint], c: float, step_costs: Costs | None, kin
             cost = sum(n * step_costs.t_draft + step_costs.verify(w) for n, w in pt.tree_costs) / len(pt.tree_costs)
             row["predicted_speedup"] = pt.tau * step_costs.t1 / cost
         else:
-            made = pt.drafts_per_round
-            row["predicted_speedup"] = predicted_speedup(
-                pt.tau, made, step_costs.t1, step_costs.verify(made + 1), step_costs.t_draft
+            made = pt.drafts_per_round  # the cost model: tau target steps for the drafts made and one verify
+            row["predicted_speedup"] = (
+                pt.tau * step_costs.t1 / (made * step_costs.t_draft + step_costs.verify(made + 1))
             )
         rows.append(row)
     return rows

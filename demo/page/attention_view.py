@@ -1,12 +1,6 @@
-"""The Analysis tab's image-attention view: was the drafter rejected where the target looked at
-the image? Pure functions of a batch (`demo.page.analysis.view.Batch`): the headline sentence,
-the rejection rate per bin of the target's image-attention share for each drafter (the paper's
-comparison is the text-only drafter against the image-aware one), and the rejections where the
-target looked at the image most, each linked to its run's trace (the page's script selects that
-run's row, `JS`); and, from each example's image ablation, the rejection rate where the answer
-token depends on the image and where it does not (`dependence_html`). Every number comes from `demo.session.image_rejections` over the runs'
-observations, whose shares were read after each run (`demo.session.image_attention`).
-"""
+"""The Analysis tab's image-attention view: was the drafter rejected where the target looked at the
+image, or where the answer depends on it? Pure functions of a batch (`view.Batch`) over
+`demo.session.image_rejections`; each rejection listed links to its run's trace (`JS`)."""
 
 from __future__ import annotations
 
@@ -18,7 +12,7 @@ from demo.session import image_rejections
 
 def _by_drafter(batch) -> dict[str, list]:
     out: dict[str, list] = {}
-    for r in batch.runs:
+    for r in batch.compared():
         out.setdefault(r.drafter, []).extend(r.obs)
     return out
 
@@ -35,7 +29,7 @@ def rejections(batch) -> list[dict]:
             "category": o.category,
             "image_attention": o.image_attention,
         }
-        for r in batch.runs
+        for r in batch.compared()
         for o in r.obs
         if not o.accepted
     ]

@@ -1,17 +1,7 @@
-"""Events -> the block view: one row per verification round of a speculative lane, and, for a
-token-tree lane ("<drafter>+tree"), each round's tree of drafts drawn under its row.
-
-Pure functions of `Trace`s; no Gradio. Styled by `assets/page.css` (with the chip classes of `demo.page.render`):
-
-    .round-d              a round: <details> whose summary shows the drafts (✓ accepted, ✗ the
-                          first rejected, dimmed: never checked) and the target's own token; it
-                          opens (click, or Enter) into the p/q inspector of `demo.page.teach`
-    .tree                 a tree round's drafts: nodes in columns by depth, an edge from each to
-                          its parent, the accepted path solid and ✓, the children the target
-                          turned down dashed, struck through and ✗, the branches dropped with
-                          them dotted and ○: told apart by mark and line as well as colour.
-                          Every node is focusable and says what it is (depth, text, q, verdict).
-"""
+"""Events -> the block view: one row per verification round of a speculative lane, each opening into
+the p/q inspector (`demo.page.teach`), and for a token-tree lane each round's tree of drafts, the
+accepted path, the rejected children and the dropped branches told apart by mark and line as well
+as colour. Pure functions of `Trace`s, styled by `assets/page.css`."""
 
 from __future__ import annotations
 

@@ -1,18 +1,6 @@
-"""Events -> plotly figures: the live charts of the race.
-
-Pure functions of `Trace`s; every plotted number comes from `demo.engine.metrics` or straight from the
-events. No Gradio here. Each figure is sized for a quarter of the page and works on empty or
-partial traces, so the UI can redraw it while the runs are still going. A race has one or two
-speculative lanes (`spds`, in lane order): the charts overlay them, each lane in a colour and a
-line or fill pattern of its own, named by its drafter in the legend.
-
-    block_efficiency        running tau after each round, between 1 (autoregressive) and gamma+1
-    accept_lengths          how many rounds accepted exactly k drafts, k = 0..gamma
-    acceptance_by_position  the fraction of drafts accepted at draft position 1..gamma
-    race                    answer tokens against each run's own compute clock
-    gamma_sweep             the first speculative lane's γ sweep
-    JS                      the page's script that frees a plot element Gradio dropped
-"""
+"""Events -> plotly figures: the live charts of the race (block efficiency, accept lengths, acceptance
+by position, the race, the γ sweep). Pure functions of `Trace`s that work on partial traces, so the
+page can redraw them while the runs go; each speculative lane has a colour and pattern of its own."""
 
 from __future__ import annotations
 
@@ -278,9 +266,21 @@ def race(spds: list[Trace], ar: Trace) -> go.Figure:
     )
 
 
+STAR = {"mode": "markers+text", "showlegend": False, "textfont": {"size": 10, "color": "#8a5a00"}}
+STAR["marker"] = {"color": DRAFT, "symbol": "star", "size": 14, "line": {"color": "#333", "width": 1}}
+
+
+def best_gamma(rows: list[dict], key: str) -> dict | None:
+    """The sweep's row where the speedup `key` peaks ("scaled_speedup": the projection's,
+    "predicted_speedup": this machine's), or None where no row has it."""
+    scored = [r for r in rows if r.get(key) is not None and not math.isnan(r[key])]
+    return max(scored, key=lambda r: r[key]) if scored else None
+
+
 def gamma_sweep(rows: list[dict], race_gamma: int) -> go.Figure:
     """The γ sweep of this prompt: τ, MBSU, the speedup at the paper's fixed ratios and the cost
-    model's from this race's measured costs against γ (left axis), α (right axis), the race's γ marked."""
+    model's from this race's measured costs against γ (left axis), α (right axis), the race's γ marked,
+    and each speedup's best γ starred on its curve."""
     if not rows:
         return _empty("γ sweep for this prompt (greedy races)")
     gammas = [r["gamma"] for r in rows]
@@ -312,25 +312,25 @@ def gamma_sweep(rows: list[dict], race_gamma: int) -> go.Figure:
             line={"color": POSITION, "dash": "dash"},
         ),
     ]
-    mark = {
-        "type": "line",
-        "xref": "x",
-        "yref": "paper",
-        "x0": race_gamma,
-        "x1": race_gamma,
-        "y0": 0,
-        "y1": 1,
-        "line": {"color": "#bbb", "width": 6},
-        "opacity": 0.35,
-    }
+    # each speedup curve's best γ starred on it and named: above it, and this machine's below it unless
+    # that is down at the axis (its curve runs under the projection's)
+    top = best_gamma(rows, "scaled_speedup")
+    for key, where in (("scaled_speedup", "projected"), ("predicted_speedup", "this machine's")):
+        if (best := best_gamma(rows, key)) is not None:
+            side = "bottom" if key != "scaled_speedup" and best[key] > (top or best)["scaled_speedup"] / 4 else "top"
+            at = f"{side} {'left' if best['gamma'] > 5 else 'right'}"  # inside the plot
+            text = {"text": [f"{where} best γ {best['gamma']}"], "textposition": at}
+            lines.append(go.Scatter(x=[best["gamma"]], y=[best[key]], name=f"best γ, {where}", **text, **STAR))
+    mark = dict(type="line", xref="x", yref="paper", x0=race_gamma, x1=race_gamma, y0=0, y1=1, opacity=0.35)
+    mark["line"] = {"color": "#bbb", "width": 6}
     return _figure(
         "γ sweep for this prompt",
         {"title": {"text": "γ (drafts per round)"}, "dtick": 1},
         {"title": {"text": "τ, ×"}, "rangemode": "tozero"},
         lines,
         yaxis2={"overlaying": "y", "side": "right", "range": [0, 1.05], "title": {"text": "α"}, "showgrid": False},
-        showlegend=True,
-        legend={"orientation": "h", "x": 0.0, "y": -0.3, "yanchor": "top", "xanchor": "left"},
+        showlegend=True,  # at the figure's foot, under the axis's title at every width
+        legend={"orientation": "h", "x": 0.0, "y": 0, "yref": "container", "yanchor": "bottom", "xanchor": "left"},
         shapes=[mark],
         height=HEIGHT + 60,
         margin={"l": 44, "r": 40, "t": 36, "b": 92},

@@ -1,15 +1,6 @@
-"""The classroom replay: the last race again at a speed a class can follow, or one verification
-round at a time, each with its annotation.
-
-    SPEEDS           the replay's speeds: the measured race shown 4 or 8 times slower than it ran
-    controls()       the speed choice and the "Next round" button, built in the current Blocks context
-    step(last, k)    the page as the last race stood after its speculative lane's round k: every
-                     lane's tokens up to that moment (the race's own order), the block view, and
-                     round k annotated where the annotated round goes
-
-Pure functions of the recorded race (`last`: its facts and its (lane, event) timeline, as
-`demo.page.handlers` keeps it); no decoding.
-"""
+"""The classroom replay: the last race again at a speed a class can follow (`SPEEDS`), or one
+verification round at a time with its annotation (`step`). Pure functions of the recorded race
+(`last`, as `demo.page.handlers` keeps it); no decoding."""
 
 from __future__ import annotations
 

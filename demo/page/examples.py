@@ -1,9 +1,6 @@
-"""The page's examples: held-out scenes of the embedded world with their reference answers, in
-each language the world speaks (the same tasks in the same order, the same scenes asked and
-answered in that language but the description, each language's own scene and image:
-`demo.world.gallery.PICKS`), and which example a request is (for saying whether the target's
-answer matches the reference).
-"""
+"""The page's examples: held-out scenes of the embedded world with their reference answers, in each
+language the world speaks, and which example a request is (so the page can say whether the
+target's answer matches the reference)."""
 
 from __future__ import annotations
 

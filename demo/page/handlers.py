@@ -1,37 +1,7 @@
-"""The Race tab's handlers: each yields dicts keyed by the names of the components it updates.
-
-    run_race      /race and the Run button: streams every lane's token panel and stats, the block
-                  views and the charts while the runs decode, then the downloads
-    replay_race   the Replay button: the last race again from its recorded events, slowed down
-                  by the factor chosen (`demo.page.classroom.SPEEDS`), which the page states
-    stop_race     the Stop button: ends the page's race or replay after the event at hand, which
-                  says "Stopped." in its own last update
-    trace     /trace, for gradio_client: the same race returned whole as one JSON document
-
-A name left out of an update leaves that component as it is. `positional(handler)` turns the
-dicts into the tuples Gradio expects, in `OUTPUTS` order (`demo.page.server` wires them; the
-mechanism, the Stop registry and the downloads' folder are `demo.page.runs`, shared with the
-Analysis tab).
-
-The handlers hold no decoding logic and touch no caches or logits: `demo.session` parses the
-request, loads, builds the lanes, races and closes them; `demo.page.lanes` turns the traces into
-component updates. Both endpoints consume one `session.Race`: its `events()` (the accelerator's
-call, ended by the page's Stop or the race's own budget), its `traces`, and the `RaceResult`
-that ends them, whose `ending` says how; `demo.page.redraws` paces the redraws and holds the views
-the handlers send besides the lanes (buttons, status, downloads).
-
-Reliability, as the handlers guarantee it:
-- Both endpoints receive the raw request values (`preprocess=False`), so every malformed value
-  reaches the session's parsing and gets its message; nothing reaches the engine unchecked.
-- Every failure ends as `gr.Error(message)`: the page shows it (and keeps what was decoded), an
-  API caller's gradio_client raises it. Unexpected errors are logged with their traceback and
-  the person sees one sentence with a reference to the log line, never a traceback.
-- A race is closed however it ends (finished, failed, stopped, cancelled, client gone), which
-  frees its KV caches (`Race.events` closes the call). An API caller's cancel or a client
-  gone makes Gradio close the handler at its next yield, and the handlers yield after any round
-  that ends HEARTBEAT_EVERY s (/trace: TRACE_HEARTBEAT_EVERY s) after their last yield: decoding
-  ends within max(one round, that heartbeat).
-"""
+"""The Race tab's handlers (/race, Replay, Stop, /trace): each yields dicts keyed by the names of the
+components it updates, consuming one `session.Race`. They receive the raw values, so every bad one
+gets the session's message; every failure ends as one `gr.Error` sentence; a race is closed however
+it ends, within a heartbeat of a client gone (docs/modules.md)."""
 
 from __future__ import annotations
 
@@ -210,8 +180,9 @@ def _ended(request: session.Request, image, run: runs.PageRun, redraws: Redraws 
     if redraws is None:  # stopped while the preset loaded
         return _stopped(run, result)
     cut = result.ending == "sweep cut"  # out of budget in the sweep: the race stands
+    record = {"last": (redraws.facts, result.timeline, request, image)}  # the race shown, stopped or not
     if result.ending in ("stopped", "over budget"):  # the race's own table was not made
-        return [update | {"strategies": strategy_table.STOPPED} for update in _stopped(run, result)]
+        return [update | {"strategies": strategy_table.STOPPED} | record for update in _stopped(run, result)]
     rows, table = list(result.rows), list(result.strategies)
     why_not = render.sweep_cut_note(result.limit) if cut else result.why_not
     # The last update repeats the whole view, so that an API client's result is the whole page.
@@ -221,7 +192,7 @@ def _ended(request: session.Request, image, run: runs.PageRun, redraws: Redraws 
         | ({"strategies": f'<div class="sweep-note">{why_not}</div>'} if cut else {})
         | downloads(redraws.traces, request, rows, table)
         | buttons(busy=False)
-        | {"last": (redraws.facts, result.timeline, request, image)}
+        | record
     ]
 
 

@@ -1,15 +1,6 @@
-"""Where the target looked: its attention on the image, as a map on a copy of the picture that stays
-beside the lane's tokens.
-
-A lane's panel holds, once the run's image attention was read (`Trace.image_attention`), a copy of
-the input image beside its tokens (`figure_html`: sticky, so it stays in view while the tokens
-scroll) and under them "x% of the target's attention on the image" for the token shown, with
-every token's map as data (`section_html`). The page's script (`JS`, joined to `text.JS`) copies
-the input image in and marks each cell by an outline whose weight follows the share of the token's
-attention that fell on it (the shapes keep their colours). It first shows the first rejected
-draft's position, else the token that looked at the image most; hovering or focusing a token, or
-opening its round in the block view, shows that token's map. Pure functions: no model, no logits.
-"""
+"""Where the target looked: its attention on the image, as an outlined map on a copy of the picture
+that stays beside the lane's tokens, for the token hovered, focused or opened (`JS`). Pure
+functions of `Trace.image_attention`: no model, no logits."""
 
 from __future__ import annotations
 

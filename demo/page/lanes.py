@@ -1,17 +1,6 @@
 """The Race tab's lanes as component updates: a race's traces (lane -> Trace) in, a dict keyed by
-component name out. Pure functions of the traces (their first events say what ran); no decoding.
-
-A race has the autoregressive lane and one or two speculative lanes (`demo.session.lane_names`):
-
-    lane            panel, stats, block view            in the charts
-    speculative     spd_panel, spd_stats, blocks        solid green, circles
-    speculative-2   spd2_panel, spd2_stats, blocks2     dashed purple, diamonds, hatched bars
-    autoregressive  ar_panel, ar_stats                  dotted grey
-
-The teaching views (the annotated round, the γ sweep) follow the first speculative lane, and say
-so when there is a second; each speculative lane's block view opens its rounds' inspectors. The
-table of drafting strategies under the sweep marks every lane's drafter.
-"""
+component name out (speculative, speculative-2 and autoregressive, each its panel, stats and block
+view). The teaching views follow the first speculative lane. Pure functions; no decoding."""
 
 from __future__ import annotations
 

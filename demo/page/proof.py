@@ -1,18 +1,6 @@
-"""Proof on the page: where the time went, the sampling law checked, and whether the target used
-the image. Pure functions of traces and of the session's results (plain dicts): plotly figures and
-HTML (one Gradio update: a hidden chart shown). No model, no tensor here.
-
-    views(spds, ar) -> dict            the section's views of a finished race, by component name
-    time_split(spd, ar) -> dict        each round of a speculative lane split into drafting (γ·D),
-                                       verification (T(γ+1)) and everything else (the host's part)
-    time_sentence(split) -> str        which part ate the speedup, at the headline's step costs
-    time_figure(split) -> Figure       the split per round, beside acceptance by position
-    law_figure(check) -> Figure        `demo.session.exactness.LawCheck.to_dict()`: each way's
-                                       histogram against the target's exact law, side by side
-    law_summary(check) -> str          the three verdicts as HTML
-    dependence_html(trace, ablation)   the answer with its image-dependent tokens marked, and how
-                                       the attention's reading agrees (`demo.models.ablation`)
-"""
+"""Proof on the page: where the time went (drafting, verification, everything else), the sampling law
+checked, and which answer tokens needed the image. Pure functions of traces and of the session's
+plain results -> plotly figures and HTML; no model, no tensor."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""The page's proof section: after every race, where each speculative lane's time went (chart and
-sentence) and which answer tokens needed the image, both read off the race's own record
-(`demo.page.lanes.view`: the time split from its traces, the ablation its one accelerator call
-read); on demand, "Check exactness": the sampling law of the race shown above, checked live.
-
-    section()                       the components, in the current Blocks context
-    wire(p, last, api_inputs)       the button (the race in `last`) and /exactness (the request's
-                                    fields by name, `form.FIELDS`, then k)
-"""
+"""The page's proof section: after every race, where each speculative lane's time went and which
+answer tokens needed the image, read off the race's own record; on demand, "Check exactness" (and
+/exactness, which takes the request's fields by name), the sampling law checked live."""
 
 from __future__ import annotations
 
@@ -78,20 +72,20 @@ def runs_uploads():
     return uploads()
 
 
-def _check(request: session.Request, image, k) -> tuple:
-    try:
-        result = proof_runs.check_law(request, image, runs_uploads(), k=k)  # k checked there, with a sentence
+def _check(request: session.Request, image, k, progress=None) -> tuple:
+    try:  # k checked there, with a sentence; `progress` hears the draws done and the time left
+        result = proof_runs.check_law(request, image, runs_uploads(), k=k, progress=progress)
     except Exception as error:
         raise runs.page_error(failures.message(error)) from None
     return proof.law_summary(result), proof.law_figure(result), result
 
 
-def on_check(last, k):
+def on_check(last, k, progress=gr.Progress()):  # noqa: B008 (Gradio's way: a default it fills in)
     """The law check of the race shown above (its request and image, as raced: `last`)."""
     if not last or len(last) < 4:
         raise runs.page_error("Run a race first: the check draws from the race shown above.")
     _, _, request, image = last[:4]
-    return _check(request, image, k)
+    return _check(request, image, k, progress)
 
 
 def exactness(image, *sent):
@@ -137,7 +131,9 @@ def wire(p: SimpleNamespace, last, api_inputs: list) -> None:
     p.paradox.click(paradox_example, None, api_inputs[:4], api_visibility="private", queue=False)  # image .. drafter
     once = {"concurrency_limit": 1, "concurrency_id": "race", "preprocess": False}
     outputs = [p.law_note, p.law_chart, p.law_json]
-    p.check.click(on_check, [last, p.k], outputs, api_visibility="private", **once)
+    # its progress (draws done, time left at the measured rate) on the chart alone: Gradio's own
+    # timer, an average of earlier checks, had read "171.0/17.1 s"
+    p.check.click(on_check, [last, p.k], outputs, api_visibility="private", show_progress_on=p.law_chart, **once)
     gr.Button(visible=False).click(  # the MCP tool "exactness", described by its docstring
         exactness, [*api_inputs, p.k], outputs, api_name="exactness", **once
     )

@@ -1,21 +1,6 @@
-"""Events -> HTML: the coloured token panels, the block-by-block view and the race's headline.
-
-Pure functions of `Trace`s (and of numbers computed from them); no Gradio here. The classes they
-emit are styled by `assets/page.css`, which the page loads once:
-
-    .tok .tok-<kind>      one span per TokenEvent, kind in TOKEN_KINDS; focusable, with a
-                          tooltip (.tip) giving p, q, min(1, p/q), the rejected draft, the round
-    .round                one row per verification round in the block view
-    .chip-ok / -no / -skip / -own
-                          a draft the target accepted / rejected / never checked, and the
-                          target's own token
-    .outcome .badge       the race's headline and the lossless check
-
-The stats tables under each lane are `demo.page.stats_tables`'s.
-
-Colours are the Okabe-Ito palette (colour-blind safe), and every kind also has a line style of
-its own (solid, dashed box, double), so the kinds stay apart in greyscale too.
-"""
+"""Events -> HTML: the coloured token panels, the block-by-block view and the race's headline. Pure
+functions of `Trace`s, styled by `assets/page.css`: every token kind has an Okabe-Ito colour and a
+line style of its own, so kinds stay apart in greyscale too."""
 
 from __future__ import annotations
 

@@ -1,18 +1,5 @@
-"""What both tabs' handlers stand on: dicts turned into Gradio's tuples, runs a page's Stop can
-end, one folder for the downloads, and the per-visitor copies Gradio leaves behind.
-
-    positional(handler, names)   `handler`'s dicts keyed by component name, as the tuples Gradio
-                                 expects in `names` order (gr.skip() for a name left out); a
-                                 generator handler is followed by `forget_stale_copies()`
-    page_run(page)               register a run (a race, a replay, an analysis) where the page's
-                                 Stop finds it; `stop(page)` asks it to end after the event at hand
-    stopper(tab, answer)         a tab's Stop handler: stop(page, tab), then the Stop's own update
-    page_error(message)          the gr.Error a handler raises, shown as typed
-    export_dir()                 the one folder per process the downloads are written to
-
-No decoding here and nothing of either tab's layout: the Race tab's handlers are
-`demo.page.handlers`, the Analysis tab's `demo.page.analysis.tab`.
-"""
+"""What both tabs' handlers stand on: dicts turned into Gradio's tuples (`positional`), runs a page's
+Stop can end, one folder for the downloads, and the per-visitor copies Gradio leaves behind."""
 
 from __future__ import annotations
 

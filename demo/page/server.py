@@ -1,17 +1,6 @@
-"""The Gradio app: the page put together, its events wired, and its launch.
-
-    build_demo()   the page: the Race tab (`demo.page.layout`, handlers in `demo.page.handlers`)
-                   and the Analysis tab (`demo.page.analysis.tab`); API endpoints /race (the Run
-                   button) and /trace (the same race as one JSON document), among others
-    launch(demo)   serve it behind the front door (`demo.serve.guard`), and warm the default preset
-                   up once the first page has loaded, unless the presets were preloaded (a Space,
-                   or DEMO_PRELOAD: `demo.models.zerogpu`)
-
-Two queues, one request at a time each: races (/race, /trace: `concurrency_id="race"`) and
-analyses, at most QUEUE_SIZE waiting in all; each request bounded by the work budget
-(`demo.session.budget`). /trace and /exactness are MCP tools too. Gradio 6 takes the theme, CSS
-and script at launch: use `launch()`.
-"""
+"""The Gradio app: the page put together (`build_demo`), its events wired, and its launch behind the
+front door (`demo.serve.guard`). Two queues, races and analyses, one request at a time each, each
+bounded by the work budget. Gradio 6 takes the theme, CSS and script at launch: use `launch()`."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""The race's two speedups, and how they are computed.
-
-    headline_html(spd, ar, wall)   the projection, named as one (`metrics.scaled_speedup`: this
-                                   race's τ and rounds priced at step costs measured for a 7B
-                                   LLaVA on an H200, with what of it was not measured), and the
-                                   speedup measured on this machine as a range (`metrics.split`,
-                                   the step costs the proof panel's time split reads too)
-    why_html(spd, ar, wall)        closed: both worked out, the wall clock, MBSU, `clock_note`
-    clock_note(spd, ar, wall)      a warning where a busy machine hit a lane's clock
-
-Pure functions of `Trace`s and `demo.engine.metrics`; no Gradio.
-"""
+"""The race's two speedups and how they are computed: the projection (this race's τ and rounds priced
+at step costs measured for a 7B LLaVA on an H200, named as a projection) and the speedup measured
+on this machine as a range, with a warning where a busy machine hit a lane's clock."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""The stats tables under each lane: every number from `demo.engine.metrics`, with its formula.
-
-    speculative_stats_html(spd, speedup, narrow)   tokens by kind, target forwards, τ, α, decode
-                                                   tokens/s, the wall-clock speedup and MBSU
-    autoregressive_stats_html(ar, narrow)          tokens, target forwards, τ, decode tokens/s
-                                                   and the prefill
-
-Each formula sits beside its number, or under it when `narrow` (three lanes side by side). Pure
-functions of `Trace`s, no Gradio; the tables' classes (`.stats`, `.stats-narrow`) are styled by
-`assets/page.css`.
-"""
+"""The stats tables under each lane: every number from `demo.engine.metrics`, with its formula beside
+it (or under it when `narrow`, three lanes side by side)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""The table of drafting strategies on this prompt, under the γ sweep on the Race tab: pure HTML
-from the records `demo.session.strategies.compare` made (no decoding here).
-
-    table_html(rows, gamma)   one row per strategy replayed, sorted by predicted speedup, the
-                              race's own marked (in words and in colour); a footnote for each
-                              strategy left out, with the reason
-    NOTE, NONE, STOPPED       what the component says before a race, after a sampling race, and
-                              after a Stop that came before the table
-"""
+"""The table of drafting strategies on this prompt, under the γ sweep: HTML from the records
+`demo.session.strategies.compare` made, the race's own marked, each strategy left out footnoted."""
 
 from __future__ import annotations
 

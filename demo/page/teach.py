@@ -1,9 +1,5 @@
-"""Events -> the page's teaching views: one annotated round of this race, the round inspector
-(p and q at each draft), the γ sweep's rule of thumb, and whether the target's answer matches an
-example's reference. The race's headline and the "why" of its speedup are `demo.page.speedup`'s.
-
-Pure functions of `Trace`s and of `demo.engine.metrics` numbers, like `demo.page.render`; no Gradio.
-"""
+"""Events -> the page's teaching views: one annotated round, the round inspector (p and q at each
+draft), the γ sweep's rule of thumb, and whether the answer matches an example's reference."""
 
 from __future__ import annotations
 
@@ -14,6 +10,7 @@ import re
 from demo.engine.detokenize import END_TOKENS
 from demo.engine.events import RoundEvent, Trace
 from demo.models import drafter_kinds
+from demo.page import charts
 from demo.session import rejections
 
 CAUSAL = (
@@ -258,20 +255,18 @@ def rule_of_thumb(rows: list[dict], race_gamma: int, whose: str = "") -> str:
     so a rerun cannot move it) and the γ this machine's step costs prefer, and how τ and α move
     (`whose`: which lane's sweep it is, when a race has several)."""
     scored = [r for r in rows if not math.isnan(r.get("scaled_speedup", math.nan))]
-    if not scored:
+    best, mine = charts.best_gamma(rows, "scaled_speedup"), charts.best_gamma(rows, "predicted_speedup")
+    if best is None:
         return ""
-    best = max(scored, key=lambda r: r["scaled_speedup"])
     near = [r["gamma"] for r in scored if r["scaled_speedup"] >= 0.95 * best["scaled_speedup"]]
     first, last = rows[0], rows[-1]
     here = next((r for r in scored if r["gamma"] == race_gamma), None)
-    timed = [r for r in scored if r.get("predicted_speedup") is not None]
     text = (
         f"Rule of thumb for this prompt{whose}: projected, the speedup peaks at γ = {best['gamma']} "
         f"(×{best['scaled_speedup']:.2f}), "
         + (f"and γ = {min(near)}–{max(near)} is within 5% of it" if len(near) > 1 else "and no other γ comes within 5%")
     )
-    if timed:
-        mine = max(timed, key=lambda r: r["predicted_speedup"])
+    if mine is not None:
         text += f"; on this machine it peaks at γ = {mine['gamma']} (×{mine['predicted_speedup']:.2f})"
     text += (
         f". From γ = {first['gamma']} to {last['gamma']} τ goes "

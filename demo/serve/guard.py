@@ -1,15 +1,7 @@
-"""The front door (docs/reliability.md): the ASGI middleware `Guard` checks every way in before
-Gradio sees it (`demo.page.server.launch` installs it; Gradio 6.31 has no such hook).
-
-    POST /gradio_api/queue/join, /call/NAME, /call/v2/NAME, /run/NAME, /api/NAME, /mcp/...
-        a malformed body, an unknown function, the wrong values (by position or name): 4xx with a
-        sentence, never 500; a join beyond its visitor's share (`demo.serve.visitors`) 429, one
-        naming an evicted image 410 (gradio_client hears either as its AppError); a direct /run of
-        a queued function 403; an MCP message is capped as a call's body, its tool call a join
-    POST /gradio_api/upload   at most MAX_UPLOAD_REQUEST bytes; per visitor UPLOAD_MIB_PER_MINUTE
-        and UPLOAD_FILES_PER_MINUTE files a minute (429, Retry-After); room made under
-        UPLOAD_FOLDER_MIB by the folder's ledger (`demo.serve.upload_folder`)
-"""
+"""The front door (docs/reliability.md): ASGI middleware that checks every way in before Gradio sees
+it (`demo.page.server.launch` installs it). A malformed body or wrong values get 4xx with a
+sentence, never 500; a join beyond its visitor's share 429; uploads are capped per request, per
+visitor and per folder."""
 
 from __future__ import annotations
 
@@ -33,10 +25,7 @@ UPLOAD_RATE_ENV = "DEMO_UPLOAD_MIB_PER_MINUTE"  # what one client may upload in 
 UPLOAD_FOLDER_MIB = 1024  # default: a Space has 50 GB of disk; 1 GiB holds ~100 images at the size limit
 UPLOAD_MIB_PER_MINUTE = 60  # default: six images at the size limit a minute; a person uploads a few
 UPLOAD_FILES_ENV = "DEMO_UPLOAD_FILES_PER_MINUTE"  # files one visitor may upload in any minute
-# default: two a second. A person uploads a few images a minute, but gradio_client sends the image
-# again with every call, and a script's refused calls come back within milliseconds; the issue's
-# one address made 30,000 files a minute
-UPLOAD_FILES_PER_MINUTE = 120
+UPLOAD_FILES_PER_MINUTE = 120  # two a second: gradio_client sends the image again with every call
 MAX_UPLOAD_REQUEST = MAX_FILE_BYTES + MIB  # one file at the limit and its multipart envelope
 MAX_CALL_BODY = 4 * MIB  # a queue join or direct call is JSON with a file reference, never the file
 CALLS = ("/gradio_api/queue/join", "/gradio_api/run/", "/gradio_api/api/", "/gradio_api/call/")
@@ -44,6 +33,7 @@ V2 = "/gradio_api/call/v2/"
 GUARDED = "demo.guarded"  # the key the guard sets in the scope of every call it checked
 UPLOAD = "/gradio_api/upload"
 MCP = "/gradio_api/mcp"  # MCP messages: capped as a call's body; a tool call then joins through CALLS
+BODY = "object with the call's values as a list under 'data'"  # what a call's body must be
 
 
 def setting(name: str, default: int) -> int:
@@ -191,9 +181,9 @@ async def _answer(send, status: int, detail: str, headers: tuple = (), key: str 
 
 
 class Guard:
-    """The ASGI middleware (see the module docstring). `arity(block_fn, n)` is the sentence refusing
-    `n` values for the function, or None when `n` will do (`demo.page.server.arity_refusal`);
-    `folder()` is the upload folder."""
+    """The ASGI middleware: uploads, calls and MCP messages checked before the app sees them.
+    `arity(block_fn, n)` is the sentence refusing `n` values for the function, or None when `n`
+    will do (`demo.page.server.arity_refusal`); `folder()` is the upload folder."""
 
     def __init__(self, app, arity: Callable, folder: Callable[[], Path]):
         self.app, self.arity, self.folder = app, arity, folder
@@ -254,15 +244,11 @@ class Guard:
         try:
             payload = json.loads(body or b"null")
         except ValueError:
-            return (400, "The body must be JSON: an object with the call's values as a list under 'data'."), None, []
+            return (400, f"The body must be JSON: an {BODY}."), None, []
         except RecursionError:  # arrays or objects nested thousands deep: Python's parser gives up
-            return (
-                (400, "The body is nested too deeply: send an object with the call's values as a list under 'data'."),
-                None,
-                [],
-            )
+            return (400, f"The body is nested too deeply: send an {BODY}."), None, []
         if not isinstance(payload, dict):
-            return (422, "The body must be a JSON object with the call's values as a list under 'data'."), None, []
+            return (422, f"The body must be a JSON {BODY}."), None, []
         data = payload.get("data") if isinstance(payload.get("data"), list) else []
         blocks = scope["app"].get_blocks()
         public = {i: fn for i, fn in blocks.fns.items() if getattr(fn, "api_visibility", "public") == "public"}
@@ -293,16 +279,13 @@ class Guard:
         if refused:
             return (422, refused), block_fn, data
         if block_fn.queue and not path.startswith("/gradio_api/call/"):
-            return (
-                (
-                    403,
-                    f"/{block_fn.api_name} runs in the queue, one request at a time, so that every visitor gets a turn: "
-                    f"call it through the queue (gradio_client, or POST /gradio_api/call/{block_fn.api_name} and then "
-                    "GET its result), not as a direct /run call.",
-                ),
-                block_fn,
-                data,
+            api = block_fn.api_name
+            queued = (
+                f"/{api} runs in the queue, one request at a time, so that every visitor gets a turn: call it through "
+                f"the queue (gradio_client, or POST /gradio_api/call/{api} and then GET its result), not as a direct "
+                "/run call."
             )
+            return (403, queued), block_fn, data
         return None, block_fn, data  # a missing or mistyped 'data' is refused by Gradio's own 422
 
     def _by_name(self, blocks, name: str, payload: dict) -> list:
@@ -365,7 +348,6 @@ class Guard:
         )
 
     def _make_room(self, blocks, size: int, visitor: str) -> None:
-        """Make room for `size` bytes in the upload folder."""
         ledger = self.folder_ledger
         if not ledger.started:  # the files a restart found there: one walk, at the first upload
             ledger.start(sorted(deletable(blocks)))

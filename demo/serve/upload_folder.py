@@ -1,16 +1,5 @@
-"""The upload folder's ledger (docs/reliability.md): whose files it holds, kept as uploads come and
-go (no upload walks the folder), and the trim that makes room for the next upload.
-
-    Ledger.start(files) / add(paths, visitor)   the files found at the first upload / stored since
-    Ledger.make_room(size, v)   delete files until `size` more bytes fit the cap: the uploader's
-        own, then others' (the largest holder's first), oldest first; a visitor's RESERVE_FILES
-        newest images, younger than RESERVE_S and not raced, only when such images alone fill
-        the folder (the oldest first: no number of addresses locks newcomers out)
-    Ledger.raced(data) / evicted_in(data)   a call's images leave the reserve / the sentence for
-        a call naming an image the trim removed (stored again, the same bytes, it is back)
-Files leave the ledger when trimmed or older than MAX_AGE_S (Gradio's own hourly sweep). Uploads
-only are counted: a race's two download copies are not.
-"""
+"""The upload folder's ledger (docs/reliability.md): whose files it holds, kept as uploads come and go
+(no upload walks the folder), and the trim that makes room for the next upload."""
 
 from __future__ import annotations
 
@@ -44,7 +33,7 @@ def _paths(data) -> list[str]:
 
 
 class Ledger:
-    """The upload folder's files and their visitors (see the module docstring); `cap` in bytes."""
+    """The upload folder's files and their visitors; `cap` in bytes."""
 
     def __init__(self, cap: int, reserve_files: int = RESERVE_FILES, reserve_s: float = RESERVE_S):
         self.cap, self.reserve_files, self.reserve_s = cap, reserve_files, reserve_s
@@ -91,7 +80,8 @@ class Ledger:
         return upload
 
     def reserved(self, upload: Upload, now: float) -> bool:
-        """Whether `upload` is in its visitor's reserve (see the module docstring)."""
+        """Whether `upload` is among its visitor's RESERVE_FILES newest, younger than RESERVE_S and not
+        raced: another visitor's upload evicts it only when such images alone fill the folder."""
         if upload.raced or now - upload.at >= self.reserve_s or upload.visitor == "?":
             return False
         newest = islice(reversed(self.by_visitor[upload.visitor].values()), self.reserve_files)
@@ -105,8 +95,8 @@ class Ledger:
             self._drop(upload.path)
 
     def make_room(self, size: int, visitor: str, now: float | None = None) -> list[str]:
-        """Delete files until `size` more bytes fit the cap (see the module docstring for which);
-        returns the paths deleted."""
+        """Delete files until `size` more bytes fit the cap: the uploader's own, then others' (the
+        largest holder's first), each oldest first, reserved ones last; returns the paths deleted."""
         now = time.monotonic() if now is None else now
         with self.lock:
             self._expire(now)

@@ -1,15 +1,6 @@
-"""Who a request comes from, and each visitor's share of the queues (docs/reliability.md).
-
-    visitor_of(scope)   the visitor: the socket's address (IPv6: its /64), or with PROXY_HOPS
-                        proxies trusted (DEMO_PROXY_HOPS; 1 on a Space, the hub's, else 0) the
-                        X-Forwarded-For entry PROXY_HOPS from the right: forged entries sit left
-    Share.refusal(...)  the sentence refusing a join beyond one running and one waiting request
-                        of its visitor in that queue (races; analyses), or None
-    Share.joining(...)  an admitted join, counted while it reaches Gradio's queue; then the
-                        waiting list is put in visitor order, round robin (`fair`)
-    make_place, tell    a newcomer's place in a full queue; a refusal told to gradio_client
-It reads Gradio's queue (`blocks._queue`, Gradio 6.31) and changes only its waiting lists.
-"""
+"""Who a request comes from (`visitor_of`) and each visitor's share of the queues: one running and one
+waiting request per queue, the waiting list in visitor order, round robin (docs/reliability.md).
+It reads Gradio 6.31's queue and changes only its waiting lists."""
 
 from __future__ import annotations
 
@@ -52,7 +43,8 @@ def _network(address: str) -> str:
 
 
 def visitor_of(scope) -> str:
-    """The visitor an ASGI request (its scope) comes from (see the module docstring)."""
+    """The visitor an ASGI request (its scope) comes from: the socket's address (IPv6: its /64), or
+    with proxies trusted the X-Forwarded-For entry `proxy_hops()` from the right (forged ones sit left)."""
     hops = proxy_hops()
     if hops:
         forwarded = b",".join(value for name, value in scope.get("headers") or [] if name == b"x-forwarded-for")
@@ -68,9 +60,13 @@ def _owner(event) -> str:
     return visitor_of(request.scope) if request is not None else event._id
 
 
+def _running(queue, concurrency_id: str) -> list:
+    return [e for job in list(queue.active_jobs) if job for e in job if e.concurrency_id == concurrency_id]
+
+
 def _held(queue, concurrency_id: str, visitor: str) -> tuple[int, int]:
     """(running, waiting) requests of `visitor` in Gradio's queue `concurrency_id`."""
-    running = [e for job in list(queue.active_jobs) if job for e in job if e.concurrency_id == concurrency_id]
+    running = _running(queue, concurrency_id)
     waiting_list = queue.event_queue_per_concurrency_id.get(concurrency_id)
     waiting = list(waiting_list.queue) if waiting_list else []
     return sum(_owner(e) == visitor for e in running), sum(_owner(e) == visitor for e in waiting)
@@ -82,13 +78,7 @@ def fair(queue, concurrency_id: str) -> None:
     waiting_list = queue.event_queue_per_concurrency_id.get(concurrency_id)
     if not waiting_list or len(waiting_list.queue) < 2:
         return
-    ahead = Counter(
-        _owner(event)
-        for job in list(queue.active_jobs)
-        if job
-        for event in job
-        if event.concurrency_id == concurrency_id
-    )
+    ahead = Counter(_owner(event) for event in _running(queue, concurrency_id))
     ranked = []
     for position, event in enumerate(waiting_list.queue):
         visitor = _owner(event)
@@ -102,20 +92,17 @@ def _held_words(name: str, running: int, waiting: int) -> str:
     plural = name[:-2] + "es" if name.endswith("is") else name + "s"
     words = {1: "one", 2: "two", 3: "three"}
 
-    def count(n: int) -> str:
-        return words.get(n, str(n))
+    def lead(n: int) -> str:
+        return f"a {name}" if n == 1 else f"{words.get(n, n)} {plural}"
 
     if running and waiting:
-        lead = f"a {name}" if running == 1 else f"{count(running)} {plural}"
-        return f"{lead} running and {count(waiting)} waiting"
-    n = running + waiting
-    lead = f"a {name}" if n == 1 else f"{count(n)} {plural}"
-    return f"{lead} {'running' if running else 'waiting'}"
+        return f"{lead(running)} running and {words.get(waiting, waiting)} waiting"
+    return f"{lead(running + waiting)} {'running' if running else 'waiting'}"
 
 
 class Share:
-    """Each visitor's share of each queue (see the module docstring). Joins on their way into
-    Gradio's queue are counted here, so that two sent at once cannot both pass."""
+    """Each visitor's share of each queue: `most` requests, running and waiting. Joins on their way
+    into Gradio's queue are counted here, so that two sent at once cannot both pass."""
 
     def __init__(self, most: int = RUNNING_AND_WAITING):
         self.most = most
@@ -150,8 +137,7 @@ class Share:
 
 def tidy(queue) -> None:
     """Forget the sessions whose calls have all been answered: Gradio keeps each one's message
-    queue (2,000 of them, about 3 KiB each once used) and its empty set of event ids for good,
-    and gradio_client opens a session per client."""
+    queue and its empty set of event ids for good, and gradio_client opens a session per client."""
     for session, ids in list(queue.pending_event_ids_session.items()):
         if not ids:  # its stream closed when the last id went
             del queue.pending_event_ids_session[session]

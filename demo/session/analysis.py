@@ -1,21 +1,7 @@
-"""An analysis, as one object: what the Analysis tab consumes (session layer, no Gradio).
-
-    analysis = Analysis(request, items)   refuses (InvalidInput, Unavailable) what is not served
-                                          here or cannot fit the budget even at one example;
-                                          shortens one that does to the first N that fit (every
-                                          drafter on each), `shortened` saying so
-    analysis.events()                     Running / Decoded items as they come (`decode_examples`);
-                                          the limit is armed once its models are loaded, and checked before
-                                          each run, so a stop costs at most the run at hand
-    analysis.stop()                       ends it before the next run (the page's Stop)
-    analysis.ending                       once `events()` is over: "finished", "stopped" or
-                                          "over budget" (as a race's, `demo.session.race`)
-
-`decode_examples` is its accelerator call: each example's image processed once for all its
-drafters (`lane_runs.Prompts`), each run's image attention read after it, off its clock, and each
-example's answer ablated once (its image blanked: `image_attention.dependence`), off the clocks too:
-every observation says whether its token depends on the image.
-"""
+"""An analysis as one object, what the Analysis tab consumes: `Analysis(request, items)` refuses what
+cannot run here or fit the budget even at one example and shortens the rest to the examples that
+fit; `events()` yields Running / Decoded items, `stop()` ends it before the next run, `ending`
+says how it ended. `decode_examples` is its accelerator call."""
 
 from __future__ import annotations
 
@@ -83,22 +69,15 @@ def _with_dependence(observations: list, dependent: tuple[bool, ...] | None) -> 
 
 class Analysis:
     """One analysis (`demo.session.batches.AnalysisRequest` over `items`, the examples it runs):
-    its budget, its stop, its events (see the module's docstring)."""
+    its budget, its stop, its events."""
 
     def __init__(self, request, items: list):
         offers.check_available(request.preset)  # not served here, or cannot load: said before any work
         self.request, self.items = request, items
-        self.estimate = budget.analysis(
-            request.preset,
-            list(request.drafters),
-            request.n,
-            len(items),
-            request.gamma,
-            request.max_new_tokens,
-            [item.answer for item in items],
-        )
+        r, answers = request, [item.answer for item in items]
+        asked = budget.analysis(r.preset, list(r.drafters), r.n, len(items), r.gamma, r.max_new_tokens, answers)
         # the largest that fits: the first N examples, every drafter on each (refused: not even one)
-        self.estimate, self.shortened = budget.fit(self.estimate)
+        self.estimate, self.shortened = budget.fit(asked)
         if self.shortened:
             per = max(1, len(items) // max(request.n, 1))  # one example a language asked
             self.request, self.items = replace(request, n=self.estimate.units), items[: self.estimate.units * per]
@@ -114,9 +93,7 @@ class Analysis:
         ended = None  # how it ended before its last run, if it did
         with closing(decode_examples(r.preset, list(r.drafters), self.items, r.gamma, r.max_new_tokens)) as steps:
             for step in steps:
-                if (
-                    self.deadline.ends is None
-                ):  # its models loaded: past its limit from now, it ends after the run at hand
+                if self.deadline.ends is None:  # its models loaded: from now on, it may end over budget
                     self.deadline.arm(budget.limit(self.estimate))
                 if isinstance(step, Running) and self.deadline.ended:
                     ended = "over budget" if self.deadline.over else "stopped"

@@ -1,12 +1,5 @@
-"""The Analysis tab's request: a batch of held-out examples of the embedded world, decoded
-greedily with one drafter or each of a preset's drafters, parsed by name as a race's `Request`
-is (`demo.session.parse`), every value checked by `validate` and refused with its name and range.
-
-    parse_analysis(preset=, task=, drafter=, gamma=, n=, seed=, language=) -> AnalysisRequest
-    drafter_choices(preset)   the drafter values the API takes: every drafter a race may name, then BOTH
-                              (the page's control picks one to MAX_COMPARED of them: a list)
-    spoken()                  the languages the shipped world speaks (English first)
-"""
+"""The Analysis tab's request: held-out examples of the embedded world decoded greedily with one or
+more of a preset's drafters, parsed by name and checked by `validate` as a race's `Request` is."""
 
 from __future__ import annotations
 
@@ -22,13 +15,6 @@ VQA = tuple(t for t in TASKS if t.startswith("vqa_"))
 TASK_KINDS = {"all": TASKS, "vqa": VQA} | {t: (t,) for t in TASKS}  # choice -> world tasks, cycled
 N_RANGE = (1, 32)  # examples in a batch
 MAX_COMPARED = 3  # drafters one analysis compares, each on every example
-DEFAULTS = {
-    "gamma": 4,
-    "n": 8,
-    "seed": 0,
-    "language": "en",
-    "max_new_tokens": 160,  # enough for the world's longest answers (detailed descriptions)
-}
 
 
 @dataclass(frozen=True)
@@ -61,16 +47,7 @@ def drafter_choices(preset: str) -> list[str]:
     return names + [BOTH] if len(presets.PRESETS[preset].drafters) > 1 else names
 
 
-def parse_analysis(
-    *,
-    preset,
-    task,
-    drafter,
-    gamma=DEFAULTS["gamma"],
-    n=DEFAULTS["n"],
-    seed=DEFAULTS["seed"],
-    language=DEFAULTS["language"],
-) -> AnalysisRequest:
+def parse_analysis(*, preset, task, drafter, gamma=4, n=8, seed=0, language="en") -> AnalysisRequest:
     """The analysis from its settings as sent, by name, decoding at most DEFAULTS' max_new_tokens
     per example. Raises InvalidInput naming the first bad value and what would do."""
     preset = validate.choice("model preset", preset, presets.PRESETS)
@@ -94,6 +71,11 @@ def parse_analysis(
         languages=languages if language == ALL_LANGUAGES else (language,),
         max_new_tokens=DEFAULTS["max_new_tokens"],
     )
+
+
+# The values a setting takes when it is not sent, spelled once, in the signature; and the new tokens
+# an example may take: enough for the world's longest answers (detailed descriptions).
+DEFAULTS = parse_analysis.__kwdefaults__ | {"max_new_tokens": 160}
 
 
 def _drafters(preset: str, drafter, known: list[str]) -> tuple[str, ...]:

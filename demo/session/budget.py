@@ -1,14 +1,7 @@
-"""The work budget: the compute a request asks, from the request alone, at this machine's speed.
-
-`race`, `analysis` and `law` estimate target steps (one target forward for one token)
-for the worst case: every draft rejected, every lane to max new tokens. `fit` runs the largest
-version that fits DEMO_BUDGET_SECONDS (0: no budget) and says so in one sentence, refusing only
-what cannot fit even at its smallest; `Deadline` ends a request at its `limit`. Seconds are steps x
-the preset's step (`Preset.cpu_seconds_per_token`; on ZeroGPU `seconds_per_token`, whence its
-duration). On a CPU the estimates learn (`learn`): each race's lanes record what a token cost them
-over what is counted, and the median of each kind's last LEARN_KEEP (x LEARN_MARGIN, at least 1)
-scales it (`slowdown`), so the estimates follow a loaded machine down and an idle one back up.
-"""
+"""The work budget: the compute a request asks, estimated from the request alone at this machine's
+speed. `race`, `analysis` and `law` count worst-case target steps; `fit` runs the largest version
+that fits DEMO_BUDGET_SECONDS and says so; `Deadline` ends a request at its limit; `learn` makes
+the estimates follow this machine's measured speed (docs/modules.md)."""
 
 from __future__ import annotations
 
@@ -25,24 +18,18 @@ from demo.models import drafter_kinds, presets, zerogpu
 from demo.session.validate import InvalidInput
 
 BUDGET_ENV = "DEMO_BUDGET_SECONDS"
-# The default: the embedded preset's worst-case estimate at 0.02 s a step (2.5x the 6.7-8.7 ms a
-# target step measured on an idle 2-core CPU) keeps any admitted request on the default CPU Space
-# (2 vCPU) within about a minute, and the running limit ends one that is not.
-BUDGET_SECONDS = 60.0
+BUDGET_SECONDS = 60.0  # about a minute on a 2-vCPU Space for any admitted request (docs/modules.md)
 MIN_LIMIT = 15.0  # seconds a request may always run, however small its estimate (a shared CPU is noisy)
 LIMIT_SLACK = 2.0  # a request may run this many times its worst-case estimate, up to the budget
 
-# Measured on an idle 2-core CPU (docs/benchmark.md, ../shared/notes/stack-facts.md): a target step
-# 6.66 ms, a verify of 5 tokens 7.44 ms, a text-only drafter step 0.96 ms (transformers path).
-# A speculative lane's token: CHAIN_BASE + gamma x (its kind's drafter step + VERIFY_PER_DRAFT).
+# A speculative lane's token: CHAIN_BASE + gamma x (its kind's drafter step + VERIFY_PER_DRAFT),
+# from step costs measured on an idle 2-core CPU (docs/modules.md).
 CHAIN_BASE = 1.1  # the verify's first token and the round's own bookkeeping, in target steps
-VERIFY_PER_DRAFT = 0.03  # each drafted token's share of the verify: (7.44 - 6.66) / 4 / 6.66
+VERIFY_PER_DRAFT = 0.03  # each drafted token's share of the verify
 TREE_FACTOR = 2.0
 SAMPLING_FACTOR = 1.25
-SETUP_STEPS = 20.0  # image processing and a prefill of ~40 tokens with the image (33 ms on the CPU)
-# An analysis's image ablation, once an example: two teacher-forced target forwards over prompt +
-# answer, 131 ms each profiled (a description of 106 tokens, the 2-core CPU at load 9).
-ABLATION_STEPS = 2 * SETUP_STEPS
+SETUP_STEPS = 20.0  # image processing and a prefill of ~40 tokens with the image
+ABLATION_STEPS = 2 * SETUP_STEPS  # an example's image ablation: two forwards over prompt + answer
 ANSWER_MARGIN = 8  # new tokens an analysis counts past an example's reference answer (`answer_bound`)
 SWEEP_GAMMAS = 10  # the γ sweep replays the answer with the drafter at γ = 1..10
 
@@ -274,9 +261,7 @@ def replay_step(drafter: str, preset: str) -> float:
 
 def answer_bound(answer: str, max_new_tokens: int) -> int:
     """New tokens an analysis's run of an example is counted for: its reference answer's characters
-    plus ANSWER_MARGIN, at most max new tokens. A tokenizer gives no more tokens than characters
-    (the embedded world's measured 0.22-1.0 a character), and the target is trained to give that
-    answer; a run that writes past it is still bounded by its max new tokens and the running limit."""
+    (a tokenizer gives no more tokens than characters) plus ANSWER_MARGIN, at most max new tokens."""
     return min(max_new_tokens, len(answer) + ANSWER_MARGIN)
 
 
@@ -296,9 +281,8 @@ def analysis(
     per_token = sum(token_steps(d, gamma, True, preset) * slowdown(preset, d) for d in drafters)
     setups = (SETUP_STEPS * len(drafters) + ABLATION_STEPS) * slowdown(preset)
     steps = sum(lengths) * per_token + setups * len(lengths)
-    asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} x {max_new_tokens} new tokens"
-    if answers:
-        asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} (answers of up to {max(lengths)} tokens)"
+    tokens = f"(answers of up to {max(lengths)} tokens)" if answers else f"x {max_new_tokens} new tokens"
+    asked = f"{runs} examples x {len(drafters)} drafter{'s' * (len(drafters) > 1)} {tokens}"
     per = max(1, runs // max(n, 1))  # examples in each N: one in each language asked
     advice = ("compare fewer drafters",) * (len(drafters) > 1) + ("pick one language",) * (per > 1)
     advice += ("pick shorter answers (a vqa task)",) * (max(lengths) > 2 * ANSWER_MARGIN)
@@ -309,29 +293,21 @@ def analysis(
     return replace(estimate, each=tuple(sum(each[i : i + per]) for i in range(0, runs, per))) if answers else estimate
 
 
-# The sampling law checked (`demo.session.exactness`), per example: a prefill of the target and
-# the drafter, the exact law of the k tokens after the first (one target forward per prefix it
-# extends: at most LAW_PREFIXES for each token after the first, `exactness.law`), the target alone's
-# draws (one forward per distinct prefix: 1 + (k - 1) x n at most) and the p-values (PVALUE_STEPS).
-# Each draw is counted: the lane's at most k rounds, the broken rule's one a draft, both at the
-# lane's token cost (`token_steps`, sampling).
-LAW_PREFIXES = 100
+LAW_PREFIXES = 100  # target forwards of the exact law per token after the first (`exactness.PREFIXES`)
 PVALUE_STEPS = 10
 MIN_DRAWS = 50  # the fewest draws a way a single check is shortened to, else refused
 
 
-def _law_fixed(k: int) -> float:
-    return 2 * SETUP_STEPS + 1 + (k - 1) * LAW_PREFIXES + 1 + PVALUE_STEPS
-
-
 def law(preset: str, drafter: str, gamma: int, k: int, n: int) -> Estimate:
-    """The worst case of one live law check (/exactness): the law of k tokens, n draws each way."""
+    """The worst case of one live law check (/exactness): the prefills, the exact law of k tokens,
+    n draws each way (the lane's and the broken rule's at the lane's sampled token cost, the target
+    alone's one forward a prefix) and the p-values."""
     rounds = k + math.ceil(k / (min(gamma, k + 1) + 1))  # the lane's draw, then the broken rule's
     per_draw = rounds * token_steps(drafter, min(gamma, k + 1), False, preset) * slowdown(preset, drafter)
     per_draw += (k - 1) * slowdown(preset)  # the target alone's
     asked = f"the sampling law of {k} tokens drawn {n} times each way ({drafter} at γ {gamma})"
     advice = ("check fewer tokens (k)",) * (k > 1) + ("lower γ",) * (gamma > 2)
-    fixed = _law_fixed(k) * slowdown(preset)
+    fixed = (2 * SETUP_STEPS + 2 + (k - 1) * LAW_PREFIXES + PVALUE_STEPS) * slowdown(preset)
     slow = _slowest(preset, [drafter])
     return Estimate(preset, fixed, per_draw, n, "draws", "check", asked, advice, slow, least=MIN_DRAWS)
 
@@ -343,16 +319,13 @@ def limit(estimate: Estimate) -> float | None:
 
 
 def race_limit(request) -> float | None:
-    """Seconds a race may run before it is stopped over budget: a sampled race's are the same race
-    greedy's (its lanes cost about as much a token, measured 2026-12-05, and it runs to max new tokens
-    more often, while its own estimate, without a sweep or a table, is far smaller: issue 53)."""
+    """Seconds a race may run before it is stopped over budget: a sampled race gets the same race
+    greedy's (its lanes cost about as much a token, and its own estimate has no sweep or table)."""
     greedy = replace(request, sampling=type(request.sampling)()) if not request.sampling.greedy else request
     return limit(race(greedy))
 
 
 OVER_BUDGET = "stopped: over budget"
-# A race whose every lane finished, whose budget then ran out while its γ sweep and strategy table
-# were made: the race stands whole; only those are missing.
 SWEEP_CUT = "the budget ran out after the race, while its γ sweep and table of strategies were made"
 
 

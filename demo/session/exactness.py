@@ -1,35 +1,7 @@
-"""The sampling law, checked live: does a speculative lane write the target's own law on this prompt?
-
-Greedy exactness is seen token for token; sampling's is a statement about a law, so it is shown as
-one: the first k answer tokens (k = 1 to 3) are drawn N times three ways from this prompt and image,
-
-    target       the target alone: p, warped, sampled token by token (the draws that share a
-                 prefix share its forward)
-    speculative  the lane's own rounds (`speculative_round`, or `tree_round` for a token tree)
-    broken       the same drafter and target with a wrong rule: every draft accepted, then a bonus
-
-and each way's histogram is set against the target's exact law p of those k tokens, enumerated with
-target forwards. The statistic is the total-variation distance TV = ||p_hat - p||_1 / 2; its
-p-value is read off its null law, drawn by Monte Carlo from p itself (`MC_DRAWS` samples of N), so
-it is exact for the outcome table whatever its size. A way passes when its p-value is above
-`ALPHA`; `tv_bound` gives the TV it stays under with probability 1 - ALPHA (McDiarmid, as
-`tests/law.py` derives it).
-
-What is checked. Both ways share one prefill (the image encoded once) and its first token, which is
-the target's own in every lane; so the law checked is that of the k tokens after it, given prompt +
-that token. The joint law over sequences of k tokens is checked, not each position's marginal: it
-is the stronger statement (marginals follow from it), it is what a user reads ("these three words
-come out as often as the target would write them"), and it is what `tests/law.py` checks offline.
-A sequence may end early at a stop token. Sequences whose exact probability is under `FLOOR` are
-pooled into one outcome, "other", whose probability is exactly the rest: a fixed coarsening, chosen
-before any draw, keeps the test exact.
-
-How it stays cheap: the prefill runs once; every draw then runs on the same state and is rolled
-back after it (the target cache cropped to the prompt, the drafter's state rolled back to the first
-token): no copy of a cache is made, so memory stays flat. It runs after the race, off its clocks.
-
-    check(loaded, prompt, drafter, gamma=, sampling=, k=, n=, seed=, budget_s=) -> LawCheck
-"""
+"""The sampling law, checked live: do a speculative lane's first k answer tokens (k = 1 to 3) come
+out as often as the target's own law p says? N draws three ways from one prefilled state (the
+target alone, the lane's own rounds, a broken rule that accepts every draft), each histogram set
+against p by its total-variation distance, with a Monte Carlo p-value (docs/modules.md)."""
 
 from __future__ import annotations
 
@@ -288,15 +260,18 @@ def check(
     seed: int = 0,
     budget_s: float | None = BUDGET_S,
     ends: float | None = None,
+    progress=None,
 ) -> LawCheck:
     """Draw the k tokens after the first n times each way (fewer where `budget_s` seconds of draws
     ran out first, or where `ends`, a time.monotonic(), is closer than the law took: every way then
     draws as many), and test each histogram against the target's exact law. `sampling` must
-    sample (greedy=False); `drafter` is a loaded `Drafter`."""
+    sample (greedy=False); `drafter` is a loaded `Drafter`. `progress(fraction, sentence)`, if
+    given, hears after each draw how many are done and the time left at the rate measured."""
     assert not sampling.greedy, "the law of a sampled answer is checked; greedy is checked token for token"
     assert 1 <= k <= 3 and n >= 1
-    target = loaded.target
-    seconds: dict[str, float] = {}
+    target, seconds = loaded.target, {}
+    if progress is not None:
+        progress(0.0, f"the target's exact law of {k} tokens")
     with torch.inference_mode():
         bench = _Bench(target, drafter, prompt, gamma, sampling, k, seed)
         began = time.perf_counter()
@@ -320,6 +295,11 @@ def check(
                 lap = time.perf_counter()
                 drawn[way].append(draw())
                 seconds[way] += time.perf_counter() - lap
+            if progress is not None:
+                done, now = len(drawn["broken"]), time.perf_counter()
+                left = (now - began) / done * (n - done)
+                left = left if ends is None else min(left, ends - time.monotonic())
+                progress(done / n, f"{done} of {n} draws a way, about {max(0, left):.0f} s left")
         n = len(drawn["broken"])
         lap = time.perf_counter()
         drawn = {"target": bench.target_alone(n), **drawn}

@@ -1,15 +1,6 @@
-"""What a failed request becomes: one sentence for the person or caller, the rest for the log.
-
-    message(error)          the sentence a person or API caller is told about a failure: messages
-                            written for people (InvalidInput, Unavailable, NotEnoughMemory,
-                            LoadFailed) pass through; running out of memory frees it and says so;
-                            anything else is logged with a reference the sentence gives
-    load_failed(preset, e)  the error a failed load becomes
-    LoadFailed              a preset whose files are here but would not load
-    first_line(error)       an error's first line, shortened
-
-Part of the session layer (no Gradio); torch and the loader are imported on first use.
-"""
+"""What a failed request becomes: one sentence for the person or caller (`message`), the rest for the
+log. Messages written for people pass through; running out of memory frees it and says so;
+anything else is logged under a reference the sentence gives."""
 
 from __future__ import annotations
 
@@ -27,9 +18,9 @@ class LoadFailed(RuntimeError):
     """A preset whose files are here but would not load (damaged weights, a bad config...)."""
 
 
-def first_line(error: BaseException, limit: int = 160) -> str:
+def first_line(error: BaseException) -> str:
     line = (str(error).strip().splitlines() or [""])[0]
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return line if len(line) <= 160 else line[:159] + "…"
 
 
 def _out_of_memory(error: BaseException) -> bool:

@@ -1,13 +1,6 @@
-"""The request's fields as the endpoints take them, read off `session.parse`, which spells them once.
-
-    signature()     /trace's parameters: the image, then parse's fields in order, with their
-                    defaults (gradio_client fills in what a caller leaves out)
-    fields(values)  the request's fields among an endpoint's values, by name, for `parse`
-
-/race takes the same fields by the same names (its Decoding radio carries `greedy`, its threshold
-slider `min_confidence`), then the page-only ones (`demo.page.handlers.PAGE_ONLY`: the Adaptive
-box); tests/test_app.py ties both endpoints' parameter names to FIELDS.
-"""
+"""The request's fields as the endpoints take them, read off `session.parse`, which spells them once:
+`signature()` is /trace's parameters, `fields(values)` picks them out of an endpoint's values by
+name (tests/test_app.py ties /race's and /trace's names to FIELDS)."""
 
 from __future__ import annotations
 
@@ -21,12 +14,12 @@ _PARAMETERS = inspect.signature(parse).parameters
 FIELDS = tuple(name for name in _PARAMETERS if name not in _OWN)
 
 
-def signature(first: str = "image") -> inspect.Signature:
-    """An endpoint's signature: `first`, then every field of the request in parse's order, each
+def signature() -> inspect.Signature:
+    """An endpoint's signature: the image, then every field of the request in parse's order, each
     taken positionally or by name, with parse's default."""
     positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
     return inspect.Signature(
-        [inspect.Parameter(first, positional), *(_PARAMETERS[name].replace(kind=positional) for name in FIELDS)]
+        [inspect.Parameter("image", positional), *(_PARAMETERS[name].replace(kind=positional) for name in FIELDS)]
     )
 
 

@@ -1,21 +1,11 @@
-"""The gamma sweep of a finished greedy race, for the page and /trace (session layer, no Gradio).
-
-    replays(request, prompts, spd, ar) -> Iterator[SweepPoint]   one per gamma
-    rows(points, spd, ar) -> list[dict]
-
-are called by `demo.session.race.gpu_race` right after the race, in the same accelerator call, with
-the race's own prompts (`lane_runs.Prompts`: its models, and its image processed once); it replays the race's own greedy answer with the drafter at
-gamma = 1..10 (`demo.engine.sweep`: drafter forwards only, no target forward) and returns one record per gamma: tau, alpha, MBSU
-from the drafts made, and the cost model's predicted speedup from this race's measured step
-costs (`demo.engine.metrics.costs`). Sampling races have no sweep (an empty list): their
-verdicts are random draws, not read off one answer (`unsweepable(request)` says so). Every
-drafter replays, trees, prompt lookup and layer-skip included; a race with two speculative lanes
-sweeps its first.
-"""
+"""The γ sweep of a finished greedy race: its answer replayed with the drafter at gamma = 1..10
+(drafter forwards only, `demo.engine.sweep`), one record per gamma: tau, alpha, MBSU and the
+predicted speedup at this race's measured step costs. Sampling races have none (`unsweepable`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from demo.engine import metrics
@@ -34,25 +24,32 @@ def unsweepable(request) -> str | None:
 
 def replays(request, prompts, spd: Trace, ar: Trace, tokens: int | None = None) -> Iterator[SweepPoint]:
     """The sweep of the finished greedy race (spd, ar) of `request`, one point per gamma as each
-    replay ends (so that a caller can stop between them), from the race's own prompts
-    (`lane_runs.Prompts`: `gpu_race` calls it in the race's own accelerator call), over the
-    answer's first `tokens` (None: all; `budget.fit_race`: what fits beside a shortened race)."""
+    replay ends (so that a caller can stop between them), over the answer's first `tokens` (None:
+    all; `budget.fit_race`: what fits beside a shortened race)."""
     from demo.engine import sweep  # torch: imported on first use
 
     if unsweepable(request) or not (spd.done and ar.done) or tokens == 0:
         return
-    prompt = prompts(request.drafter)
     answer = list(spd.summary.token_ids)[:tokens]
+    request = replace(request, max_new_tokens=min(request.max_new_tokens, tokens or request.max_new_tokens))
     for gamma in sweep.GAMMAS:
-        yield sweep.replay(
-            prompts.loaded.drafter(request.drafter),
-            prompt.drafter_inputs,
-            answer,
-            gamma=gamma,
-            max_new_tokens=min(request.max_new_tokens, tokens or request.max_new_tokens),
-            min_confidence=request.min_confidence,
-            features=prompts.features(request.drafter, answer),
-        )
+        yield replay(request, prompts, request.drafter, answer, gamma)
+
+
+def replay(request, prompts, drafter: str, answer: list[int], gamma: int) -> SweepPoint:
+    """The race's `answer` replayed with `drafter` at `gamma`, from the race's own `prompts`
+    (`lane_runs.Prompts`): drafter forwards only, the target's verdicts read off the answer."""
+    from demo.engine import sweep  # torch: imported on first use
+
+    return sweep.replay(
+        prompts.loaded.drafter(drafter),
+        prompts(drafter).drafter_inputs,
+        answer,
+        gamma=gamma,
+        max_new_tokens=request.max_new_tokens,
+        min_confidence=request.min_confidence,
+        features=prompts.features(drafter, answer),
+    )
 
 
 def rows(points: list[SweepPoint], spd: Trace, ar: Trace) -> list[dict]:

@@ -1,24 +1,7 @@
-"""The target's image attention of finished runs, for every surface: the page, /trace, the
-Analysis tab and the benchmark (no Gradio here).
-
-A run's clocks and outputs are its own: this reads the attention afterwards, from one extra target
-forward over the answer (`demo.models.attention_pass`), and sets `Trace.image_attention`. Runs that wrote
-the same answer from the same prompt share one reading. What it allocates is freed before it
-returns (no cache is kept; the weights are reduced to per-token shares and maps at once).
-
-    attach(prompts, traces, question=None)
-                             set image_attention on each finished trace of the runs that read
-                             `prompts` (`lane_runs.Prompts`: the target's inputs made once), and
-                             with `question` its `ablation` too; a failed reading costs only its
-                             view, and says why
-    dependence(prompts, question, ids)
-                             per answer token, whether the image at least doubles the target's p
-                             there (`demo.models.ablation`: two teacher-forced forwards, with the
-                             image and with a blank one); None where it cannot be read
-
-A race reads it at the end of its own accelerator call, after the γ sweep (`race.gpu_race`,
-which hands it on in its `Swept` event); an analysis after each run (`analysis.decode_examples`).
-"""
+"""The target's image attention of finished runs, read afterwards, off their clocks: one extra target
+forward over the answer (`attach`), and the image ablation (`dependence`: whether the image at
+least doubles the target's p at each answer token). Runs that wrote the same answer share one
+reading; nothing it allocates is kept."""
 
 from __future__ import annotations
 
@@ -58,7 +41,7 @@ def attach(prompts, traces: dict, question: str | None = None) -> dict:
                 looked = ImageAttention.missing(
                     f"The target's attention could not be read ({type(error).__name__}: {str(error)[:120]})."
                 )
-            needed = None if question is None else _ablate(prompts, question, list(ids))
+            needed = None if question is None else _ablation(prompts, question, list(ids), inputs).to_dict()
             read[ids] = looked, needed
         trace.image_attention, trace.ablation = read[ids]
     del inputs  # the prompts keep theirs for the race: only this reading's are dropped
@@ -67,26 +50,22 @@ def attach(prompts, traces: dict, question: str | None = None) -> dict:
     return traces
 
 
-def _ablate(prompts, question: str, ids: list[int]) -> dict:
+def _ablation(prompts, question: str, ids: list[int], inputs=None):
+    """The image ablation of answer `ids` (`inputs`: the race's target inputs, reused); a failed
+    reading costs only its view, and is logged."""
     from demo.models import ablation
 
     try:
-        return ablation.ablate(prompts.loaded, prompts.image, question, ids, prompts.target_inputs).to_dict()
+        return ablation.ablate(prompts.loaded, prompts.image, question, ids, inputs)
     except Exception as error:  # the run stands; only its ablation is lost
         log.warning("the image ablation failed", exc_info=error)
-        return ablation.Ablation.missing(f"The image ablation could not be read ({type(error).__name__}).").to_dict()
+        return ablation.Ablation.missing(f"The image ablation could not be read ({type(error).__name__}).")
 
 
 def dependence(prompts, question: str, ids: list[int]) -> tuple[bool, ...] | None:
     """Each answer token's image dependence (`Ablation.dependent`), or None where there is no image
-    or the ablation cannot be read (a failed reading costs only this column, and is logged)."""
-    from demo.models import ablation
-
+    or the ablation cannot be read."""
     if prompts.image is None or not ids:
         return None
-    try:
-        read = ablation.ablate(prompts.loaded, prompts.image, question, list(ids))
-    except Exception as error:
-        log.warning("the image ablation failed", exc_info=error)
-        return None
+    read = _ablation(prompts, question, list(ids))
     return None if read.unavailable else read.dependent

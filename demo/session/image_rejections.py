@@ -1,27 +1,13 @@
-"""Rejections against the target's image attention: was the drafter rejected where the target was
-looking at the image? Pure functions over `demo.session.rejections.Observation`s whose `image_attention`
-was read (`demo.session.image_attention`); observations without it are left out.
-
-    binned(obs_by_drafter)            rejection rate per bin of image-attention share, per drafter
-    quartiles(obs)                    rejection rate in the bottom and top quartiles of the share
-    ratio(obs, threshold)             rejection rate above the threshold / at or below it
-    headline(obs_by_drafter)          the batch in one sentence
-    most_image_dependent(rejections)  the rejections where the target looked at the image most
-    by_dependence(obs_by_drafter)     rejection rate where the answer token depends on the image
-                                      (the ablation: `image_dependent`) and where it does not
-
-Beside `demo.session.rejections`: its observations carry the share at their position.
-"""
+"""Rejections against the target's image attention: was the drafter rejected where the target looked
+at the image, or where the answer depends on it? Pure functions over `rejections.Observation`s;
+those without an attention reading are left out."""
 
 from __future__ import annotations
 
 import math
 
 BINS = (0.0, 0.1, 0.2, 0.3, 0.5, 1.0)  # share of the target's attention on the image
-# The headline's "looking at the image": above this share. On the embedded world 90% of tokens copied
-# from the question stay below it, and 75% of colour words the question does not give lie above it
-# (docs/grounding.md).
-THRESHOLD = 0.35
+THRESHOLD = 0.35  # the headline's "looking at the image": above this share (measured: docs/grounding.md)
 
 
 def _read(obs: list) -> list:

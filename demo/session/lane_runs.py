@@ -1,18 +1,6 @@
-"""The lanes of a race, from the loaded models to closed runs (session layer, no Gradio; torch
-is imported on first use).
-
-    load(request, progress)        the preset and drafters, loaded once per process (waits for a
-                                   running warm-up, so clocks never share the CPU with it)
-    loading(request, show)         `load` in a thread, yielding show(fraction, message) reports
-    Prompts(loaded, question, image)  one race's prompts: the image processed once for the
-                                   target and once per drafter that reads it itself, however many
-                                   lanes, replays, strategies and attention readings ask
-    lanes(loaded, request, image)  the race's seeded runs, not started: lane -> event generator
-    racing(lanes)                  the race as (lane, event) pairs, compute-fair; closes the runs
-                                   (and frees their KV caches) however it is left
-    run_lanes(...), run(...)       a request's lanes (or one) decoded whole -> Trace
-    warm_up(preset)                load and decode a few tokens with each drafter (their costs: `budget.learn`)
-"""
+"""The lanes of a race, from the loaded models to closed runs: `load` (once per process), `Prompts`
+(the image processed once per model that reads it), `lanes` (the seeded runs), `racing`
+(compute-fair, closing every run however it is left), `run_lanes` / `run`, `warm_up`."""
 
 from __future__ import annotations
 
@@ -229,7 +217,6 @@ def run(loaded, request: Request, image: Image.Image, lane: str = "speculative",
 
 def warm_up(preset: str) -> None:
     """Load a preset and its drafters and decode a few tokens with each, so the first Run is fast."""
-    from demo.engine.events import Trace
     from demo.engine.sampling import Sampling
     from demo.models import loader  # torch and transformers: imported on first use
 
@@ -250,10 +237,7 @@ def warm_up(preset: str) -> None:
                     sampling=Sampling(),
                     max_new_tokens=8,
                 )
-                traces = {}
-                with racing(lanes(loaded, request, image)) as events:
-                    for lane, event in events:
-                        traces.setdefault(lane, Trace()).add(event)
+                traces = run_lanes(loaded, request, image)
                 if i:  # the first pays the process's one-time costs; the others tell the budget this machine's speed
                     budget.learn(request, traces)
     except Exception:  # reported again to whoever runs the preset

@@ -1,21 +1,7 @@
-"""Which language a question is in, and which drafter its race should use by default.
-
-Contract (pure Python: no Gradio, no torch, nothing loaded at import time):
-- `LANGUAGES` and their `NAMES` are the world's own (`demo.world.tasks`): the languages it speaks.
-- `detect(question) -> Detected`: the question's language, one of `LANGUAGES` ("en", "de",
-  "zh"), "mixed" (more than one of them, or one of them beside another script) or "unknown"
-  (none of them: another language or script, or no words at all), with the languages found.
-  Chinese is told by its Han characters; English and German by their words: the words the
-  world's questions are made of in each language, its grounded words (colours, shapes, places,
-  counts) and German's letters (ä, ö, ü, ß). When at least `RECOGNISED` of a question's words
-  (of two letters or more: option letters do not count) are English or German words, each of
-  the two with at least `SHARE` of them is present. Han characters beside kana are Japanese.
-- `pick(question, offered, default) -> Pick`: the drafter a preset's race uses by default for
-  the question: the language's specialised drafter (`SPECIALISED`) if the preset offers it, the
-  multilingual drafter for a mixed or unknown question (or a language with no drafter of its
-  own), else the preset's default; with the reason as a sentence the page can show. Whatever
-  the language, the target answers the question: only the drafter changes.
-"""
+"""Which language a question is in (`detect`: "en", "de", "zh", "mixed" or "unknown") and which
+drafter its race uses by default (`pick`: the language's own drafter, the multilingual one for a
+mixed or unknown question, else the preset's default, with the reason as a sentence). Pure Python;
+how a language is told: docs/modules.md."""
 
 from __future__ import annotations
 
@@ -27,9 +13,7 @@ from dataclasses import dataclass
 from demo.world.tasks import LANGUAGE_NAMES as NAMES
 from demo.world.tasks import LANGUAGES
 
-# The drafter each language's questions get by default, by its name in the embedded preset:
-# English keeps the text-only drafter it always had; German and Chinese get the drafters
-# specialised in them (issue 28, the second seed's recipe).
+# The drafter each language's questions get by default, by its name in the embedded preset.
 SPECIALISED = {"en": "text-only", "de": "german", "zh": "chinese"}
 MULTILINGUAL = "multilingual"
 RECOGNISED = 0.4  # of a question's words must be the world's English or German words ...
@@ -87,7 +71,8 @@ def _script(char: str) -> str | None:
 
 
 def detect(question: str) -> Detected:
-    """The question's language (module docstring)."""
+    """The question's language: Chinese by its Han characters (beside kana: Japanese), English and
+    German by the world's words and German's letters (docs/modules.md)."""
     text = unicodedata.normalize("NFC", question or "")
     scripts = [_script(c) for c in text]
     han, kana, other = scripts.count("han"), scripts.count("kana"), scripts.count("other")
@@ -120,7 +105,7 @@ def _listing(names: list[str]) -> str:
 
 
 def pick(question: str, offered: tuple[str, ...], default: str) -> Pick:
-    """The default drafter for `question` among the preset's `offered` drafters (module docstring)."""
+    """The default drafter for `question` among the preset's `offered` drafters, and why."""
     d = detect(question)
     if d.language in SPECIALISED:
         name = SPECIALISED[d.language]

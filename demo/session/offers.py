@@ -1,17 +1,6 @@
-"""Whether a preset, and a race's lanes, can run here: answered before any work, loading nothing.
-
-    check_available(preset)          refuse (Unavailable, LoadFailed) a preset not served here or
-                                     that cannot load
-    check_memory(preset, drafters)   refuse (NotEnoughMemory) lanes whose drafter models do not
-                                     fit beside the target, with the need and the free memory
-    offered(default)                 the presets a page offers, and the others with the reason
-    availability(name)               whether a preset can load now, and the sentence that says so
-    for_language(question, preset, current, last)
-                                     the drafter a question's language asks for on a preset, and
-                                     the sentence that says why (`demo.session.languages`)
-
-Part of the session layer (no Gradio); torch and transformers are imported on first use.
-"""
+"""Whether a preset, and a race's lanes, can run here, answered before any work and loading nothing:
+availability, memory beside the target, the presets a page offers, and the drafter a question's
+language asks for."""
 
 from __future__ import annotations
 
@@ -68,11 +57,9 @@ def check_memory(preset_name: str, drafters: tuple[str, ...]) -> None:
 
 
 def offered(default: str) -> tuple[list[str], dict[str, str]]:
-    """The presets a page offers, and the others with the reason each is left out.
-
-    Preloaded (a Space, or DEMO_PRELOAD): exactly the presets that loaded at start-up. Lazy: the
-    presets whose files are here or may be downloaded (`demo.models.hub`, no torch needed), and
-    always `default`, whose own status line says whether it can load."""
+    """The presets a page offers, and the others with the reason each is left out: preloaded (a
+    Space, or DEMO_PRELOAD), those that loaded at start-up; lazy, those whose files are here or may
+    be downloaded (no torch needed), and always `default`, whose status line says if it can load."""
     if zerogpu.preload_names(presets.DEFAULT_PRESET) is not None:
         from demo.models import preloading  # already imported: the presets were loaded at start-up
 

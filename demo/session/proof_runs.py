@@ -1,10 +1,5 @@
-"""The sampling law checked live (`demo.session.exactness`) for every surface (no Gradio here):
-it prepares like a race (the image checked and opened, the preset loaded, `race.prepare`), runs
-off every race's clock, and returns plain data; one accelerator call on ZeroGPU. (A race's image
-ablation is read in the race's own call: `image_attention.attach`.)
-
-    check_law(request, image_payload, uploads, k=, n=) -> dict    `LawCheck.to_dict()`
-"""
+"""The sampling law checked live for every surface: `check_law` prepares like a race and runs
+`exactness.check` off every race's clock, in one accelerator call, returning plain data."""
 
 from __future__ import annotations
 
@@ -17,11 +12,11 @@ from demo.session.request import Request
 K_MAX = 3
 
 
-def _prompts(request: Request, image_payload, uploads):
-    """The race's preparation, run to its end (its loading messages dropped): the `Prompts`."""
+def _prompts(request: Request, image_payload, uploads, progress=None):
+    """The race's preparation, run to its end (its loading messages to `progress`): the `Prompts`."""
     from demo.session.race import prepare
 
-    steps = prepare(request, image_payload, uploads, lambda fraction, message: None)
+    steps = prepare(request, image_payload, uploads, progress or (lambda fraction, message: None))
     try:
         while True:
             next(steps)
@@ -36,18 +31,19 @@ def _law_duration(request: Request, image_payload, uploads, k: int = 2, n: int =
 
 
 @zerogpu.GPU(duration=_law_duration)
-def check_law(request: Request, image_payload, uploads: str | Path, k: int = 2, n: int = 200) -> dict:
+def check_law(request: Request, image_payload, uploads: str | Path, k: int = 2, n: int = 200, progress=None) -> dict:
     """The law of k tokens (`exactness.check`), drawn n times each way with the request's first
     drafter, γ and sampling settings (a greedy request's temperature and top-p sample), under the
     work budget like a race: fewer draws where n do not fit (`budget.law`, "shortened" says so),
-    refused where not even `budget.MIN_DRAWS` do, and its draws end within its limit."""
+    refused where not even `budget.MIN_DRAWS` do, and its draws end within its limit. `progress`
+    (fraction, sentence), e.g. a gr.Progress (ZeroGPU forwards its calls), hears how it goes."""
     from dataclasses import replace
 
     from demo.session import budget, exactness
 
     k = validate.integer("k (the tokens after the first that are checked)", k, 1, K_MAX)
     estimate, said = budget.fit(budget.law(request.preset, request.drafter, request.gamma, k, n))
-    prompts = _prompts(request, image_payload, uploads)
+    prompts = _prompts(request, image_payload, uploads, progress)
     deadline = budget.Deadline()
     deadline.arm(budget.limit(estimate))  # from now, its models loaded, as a race's
     loaded = prompts.loaded
@@ -65,5 +61,6 @@ def check_law(request: Request, image_payload, uploads: str | Path, k: int = 2, 
         seed=request.sampling.seed,
         budget_s=None,
         ends=deadline.ends,
+        progress=progress,
     )
     return result.to_dict() | {"shortened": said}

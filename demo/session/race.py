@@ -1,27 +1,8 @@
-"""A race, as one object: what the page's Run and the /trace endpoint both consume.
-
-    race = Race(request, image_payload, uploads)
-    race.events()    Loading / Ready / Lane / Sweeping items as they come, then one RaceResult
-    race.stop()      ends it after the item at hand (the page's Stop)
-    race.traces      the lanes' traces: the one accumulator, filled as the Lane items pass
-    race.deadline    its budget: a race that cannot fit even shortened is refused before any work
-                     (`budget.fit_race`); one that fits shortened runs so, fitted again once its
-                     models are loaded (`Ready.request`); then a limit the race arms at Ready
-
-`RaceResult.ending` says how it ended, once: "finished" (the lanes, the γ sweep, the table of
-strategies, and each answer's image attention and ablation on its trace), "stopped" (a Stop), "over budget" (the limit ran out while
-the lanes decoded) or "sweep cut" (it ran out after every lane finished, while the sweep or the
-table was made: the race stands whole, only those are missing).
-
-The race's accelerator part is `gpu_race`: one call (on ZeroGPU, in another process, so it
-yields plain data only) that prepares the race (the image checked, the models loaded, one
-`Prompts` made), races the lanes, then replays the answer for the γ sweep and the table of
-strategies and reads the image attention and ablation of each answer once, all from the same prompts: the image is processed once
-for the target and once per drafter that reads it itself. The traces that call keeps for the
-sweep live in its own process; `Race.traces` are the caller's.
-
-    Replay(timeline, slowdown)   a recorded race again, each event at its measured time x slowdown
-"""
+"""A race as one object, what the page's Run and /trace consume: `Race(request, image, uploads)`, its
+`events()` (Loading / Ready / Lane / Sweeping, then one `RaceResult` whose `ending` says how it
+ended), `stop()`, `traces` and `deadline`. `gpu_race` is its one accelerator call: the lanes, the
+γ sweep, the table of strategies and each answer's image attention, all from one `Prompts`.
+`Replay` plays a recorded race again, slowed down."""
 
 from __future__ import annotations
 
@@ -77,16 +58,12 @@ def _race_duration(request: Request, image_payload, uploads=None) -> int:
 def gpu_race(
     request: Request, image_payload, uploads: str | Path
 ) -> Iterator[Loading | Ready | Lane | Sweeping | Swept]:
-    """The part of a race that needs the accelerator, in one call, yielding plain data only:
-    Loading while a preset loads (lazy deployments only), Ready once every lane is set up, a Lane
-    per event of the race, a Sweeping per draft length the γ sweep has replayed and per strategy
-    the table has, then Swept: both, and each finished lane's image attention. Every run is closed
-    however it ends."""
+    """The part of a race that needs the accelerator, in one call, yielding plain data only (Loading,
+    Ready, a Lane per event, a Sweeping per replay, then Swept); every run is closed however it ends."""
     from demo.engine.events import Trace
 
     facts, notes, prompts = yield from prepare(request, image_payload, uploads, Loading)
-    # Fitted again, now its models are loaded: a warm-up it waited for may have just measured this
-    # machine's speed (`budget.learn`); still before any decoding.
+    # Fitted again before any decoding: a warm-up it waited for may have just measured this machine.
     request, replayed, said = budget.fit_race(request)
     runs = lane_runs.lanes(prompts.loaded, request, prompts.image, prompts=prompts)
     yield Ready((said,) * bool(said) + facts, notes, request, said)

@@ -1,18 +1,5 @@
-"""What a race and an analysis yield: `demo.session.race.gpu_race`'s and `analysis.decode_examples`' items, one
-dataclass for each kind of news.
-
-    Loading    a preset loading (lazy deployments only): how far, and what it is doing
-    Ready      every lane set up: the page's facts about the drafters, notes on the image
-    Lane       one engine event of one lane, in the order the race ran them
-    Sweeping   the γ sweep (or the table of strategies) has replayed one more answer
-    Swept      the γ sweep, each finished lane's image attention and ablation, the table of strategies
-
-    Running    an analysis is about to decode one example with one drafter
-    Decoded    that run's trace, where its drafts were rejected, and whether its answer is right
-
-Plain data only, frozen: on ZeroGPU the race runs in another process and these cross its
-boundary pickled. The session package re-exports them (`demo.session.Ready`, ...).
-"""
+"""What a race and an analysis yield: one frozen dataclass per kind of news, plain data, so that on
+ZeroGPU it crosses the process boundary pickled."""
 
 from __future__ import annotations
 
@@ -24,74 +11,54 @@ if TYPE_CHECKING:
     from demo.engine.grounding import ImageAttention
     from demo.session.rejections import Observation
 
-
-# --- what a race yields (plain data: on ZeroGPU it crosses a process boundary, pickled) ---------
+# --- what a race yields ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Loading:
-    """A preset loading (lazy deployments only): how far, and what it is doing."""
-
+class Loading:  # a preset loading (lazy deployments only): how far, and what it is doing
     fraction: float
     message: str
 
 
 @dataclass(frozen=True)
-class Ready:
-    """Every lane set up: what the page says of the drafters (first, where the budget shortened
-    the race, the sentence that says so: `said`), notes on the image, and the request as it runs."""
-
+class Ready:  # every lane set up: the page's facts about the drafters, notes on the image
     facts: tuple[str, ...]
     notes: tuple[str, ...]
-    request: object = None  # the `Request` raced (`budget.fit_race`: max new tokens as it runs)
-    said: str = ""
+    request: object = None  # the `Request` as it runs (`budget.fit_race` may shorten it)
+    said: str = ""  # the sentence that says the budget shortened it, if it did
 
 
 @dataclass(frozen=True)
-class Lane:
-    """One engine event of one lane, in the order the race ran them."""
-
+class Lane:  # one engine event of one lane, in the order the race ran them
     name: str
     event: Event
 
 
 @dataclass(frozen=True)
-class Sweeping:
-    """The γ sweep has replayed the answer at draft length `gamma` (with `strategy`: the table of
-    strategies has replayed it with that drafter, at the race's gamma)."""
-
+class Sweeping:  # the γ sweep has replayed the answer at `gamma` (or the table, with `strategy`)
     gamma: int
     strategy: str | None = None
 
 
 @dataclass(frozen=True)
-class Swept:
-    """The γ sweep of the finished race: records by gamma (`gamma_sweep.rows`), or none and why;
-    each finished lane's image attention and ablation (`image_attention.attach`), read after the
-    sweep; and the table of every drafting strategy on this prompt (`strategies.compare`)."""
-
+class Swept:  # the γ sweep's rows (or why none), each lane's image attention, the strategies' table
     rows: tuple[dict, ...]
     why_not: str | None = None
     attention: tuple[tuple[str, ImageAttention, dict | None], ...] = ()  # (lane, attention, ablation)
     strategies: tuple[dict, ...] = ()
 
 
-# --- what an analysis yields ---------------------------------------------------------------------
+# --- what an analysis yields ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Running:
-    """The analysis is about to decode example `example` (its index) with drafter `drafter`."""
-
+class Running:  # the analysis is about to decode example `example` (its index) with `drafter`
     example: int
     drafter: str
 
 
 @dataclass(frozen=True)
-class Decoded:
-    """Example `example` decoded with `drafter`: its trace, its rejections by word category
-    (`demo.session.rejections.observations`) and whether the answer is right (`world.scoring.score`)."""
-
+class Decoded:  # that run's trace, its rejections by word category, whether the answer is right
     example: int
     drafter: str
     trace: Trace

@@ -1,31 +1,7 @@
-"""Qualitative error analysis: where, and on which words, the target rejects the drafter.
-
-Pure functions over speculative traces. Every answer position the drafter proposed a token for
-is one observation: the target either accepted the draft there, or rejected it and resampled.
-Each observation is tagged with the answer word it falls in and that word's category:
-
-    image-grounded    colour, shape, size, count, position, yes/no: knowable only from the image
-    letter            a multiple-choice option letter (A-D)
-    function          articles, prepositions, pronouns, auxiliaries
-    template          any other word (the answer's phrasing: "image", "shows", "answer", ...)
-    punctuation       whitespace and punctuation
-    end               the end-of-answer token
-
-The category is the answer's (the target's) word at that position: a rejection on a colour word
-means the drafter proposed something else where the target wrote a colour.
-Positions after a rejection inside a round were never checked, so they are not observations;
-the drafts there still tell what the drafter was writing (`Observation.draft_word`).
-
-Answers in German and Chinese are split and tagged the same way. A word is a run of Latin letters
-(German's äöüß included) or a Chinese word: Chinese has no spaces, so a run of Han characters is
-cut into the world's Chinese words (`demo.world.translation.lexicon`), longest first from the
-left, each character no word covers a word of its own. A German or Chinese word takes the
-category of its English gloss from that lexicon ("roten" -> "red": colour; "圆形" -> "circle":
-shape; "ist" -> "is": function); a German word with no gloss is tagged as an English word would be.
-A Chinese yes, no or one stands alone: 有, 是, 没有, 不是 and 一个 not followed by another Chinese
-word answer yes, no and one ("有。": yes; "黄色的图形有一个，": one); before one they are the
-phrasing, function words ("有一个蓝色圆形": "there is a").
-"""
+"""Qualitative error analysis: where, and on which words, the target rejects the drafter. Every answer
+position the drafter proposed a token for is an `Observation`, tagged with the target's word there
+and its category (image-grounded, letter, function, template, punctuation, end); German and
+Chinese answers are split and tagged through the world's lexicon (docs/modules.md)."""
 
 from __future__ import annotations
 
@@ -143,7 +119,8 @@ def _chinese_words(run: str) -> list[str]:
 
 
 def words(text: str) -> list[tuple[int, int]]:
-    """The (start, end) of each word of a text, in order (module docstring)."""
+    """The (start, end) of each word of a text, in order: Latin words, and Chinese words cut from a
+    run of Han characters (`_chinese_words`)."""
     spans = []
     for m in WORD.finditer(text):
         if not _is_han(m.group()):

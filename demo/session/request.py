@@ -1,14 +1,5 @@
-"""The request: what every surface sends to decode, as one `Request`, parsed once, by name.
-
-`parse(question=, preset=, drafter=, ...)` checks every field with `validate` and refuses the
-first bad one (InvalidInput) with its name and valid range; what it returns is frozen, and every
-lane of the race reads it. `lane_names(request)` says which lanes a request races, in race order:
-one speculative lane per drafter (`speculative`, then `SECOND` when a second drafter is named),
-then the autoregressive one. `DEFAULTS` are the values a field takes when it is not sent.
-
-The session package re-exports all of these (`demo.session.Request`, `demo.session.parse`, ...):
-it is the name the page, the API, the benchmark and the tests know them by.
-"""
+"""The request: what every surface sends to decode, parsed once by name (`parse`, refusing the first
+bad field with its name and range) into a frozen `Request`; `lane_names` says which lanes it races."""
 
 from __future__ import annotations
 

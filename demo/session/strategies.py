@@ -1,32 +1,6 @@
-"""Every drafting strategy the preset offers, on this prompt: the table after a greedy race
-(session layer, no Gradio; torch is imported on first use).
-
-    compare(request, prompts, spd, ar, show, swept) -> Iterator[show(name)], returning list[dict]
-
-`demo.session.race.gpu_race` calls it after the γ sweep, in the race's own accelerator call, with
-the race's own prompts (`lane_runs.Prompts`: its models, the image processed once per drafter). It replays the race's greedy answer at the race's gamma with each
-drafter of `Preset.drafter_names()` (`demo.engine.sweep.replay`: drafter forwards only, the
-target's verdicts read off its own answer), yields show(name) after each replay (so that a caller
-can stop between strategies), and returns one record per strategy, in the preset's order. The race's
-own drafter is not replayed again: the γ sweep's point at the race's gamma (`swept`) is the same
-replay.
-
-    strategy, raced     the drafter's name; whether a lane of this race drafted with it
-    gamma, tau, alpha, mbsu, predicted_speedup
-                        `demo.engine.metrics.sweep_rows` of the replay: tau and alpha exact (the
-                        race's own drafter's equal the race's), MBSU from the drafts made, and the
-                        cost model fed with this race's measured target step and verify and the
-                        replay's own measured drafter step
-    c                   drafter parameters / target parameters (prompt lookup 0, layer-skip the
-                        share of the target's parameters it runs), as `metrics.param_ratio` reads
-    draft_ms            one drafter step's wall time in this replay, in ms (`SweepPoint.step_seconds`;
-                        None where it drafted nothing)
-    left_out            None, or why the strategy has no replay (its numbers are then None):
-                        refused at these settings, its model's files not here, no room for any
-                        replay beside a shortened race (`budget.fit_race`), or its replay failed
-
-A sampling race has none (`gamma_sweep.unsweepable` says why).
-"""
+"""Every drafting strategy the preset offers, on this prompt: after a greedy race, in its accelerator
+call, the race's answer replayed at its gamma with each drafter (`compare`), one record per
+strategy (its columns: docs/modules.md)."""
 
 from __future__ import annotations
 
@@ -91,10 +65,7 @@ def _left_out(request, name: str, why: str) -> dict:
 
 def _row(request, loaded, prompts: Prompts, answer: list[int], name: str, step_costs, point=None) -> dict:
     """The record of strategy `name`: its replay's numbers (`point`: that replay, already made), or
-    why it has none. prompts(name) makes the race's prompt for that strategy's drafter, and
-    prompts.features(name, answer) the target's hidden states a feature drafter replays with."""
-    from demo.engine import sweep  # torch: imported on first use
-
+    why it has none."""
     record = {"strategy": name, "raced": name in request.drafters, "gamma": request.gamma}
     why = loaded.preset.refusal(name, request.gamma, request.min_confidence) or _not_here(loaded, name)
     if why:
@@ -102,15 +73,7 @@ def _row(request, loaded, prompts: Prompts, answer: list[int], name: str, step_c
     try:
         drafter = loaded.drafter(name)
         if point is None:
-            point = sweep.replay(
-                drafter,
-                prompts(name).drafter_inputs,
-                answer,
-                gamma=request.gamma,
-                max_new_tokens=request.max_new_tokens,
-                min_confidence=request.min_confidence,
-                features=prompts.features(name, answer),
-            )
+            point = gamma_sweep.replay(request, prompts, name, answer, request.gamma)
     except Exception as error:  # one strategy's failure leaves the others' rows
         log.warning("the strategy table could not replay %r", name, exc_info=error)
         return _left_out(request, name, f"its replay failed ({failures.first_line(error)})")

@@ -1,26 +1,6 @@
-"""Input validation: every value a person or an API caller sends is checked here, before any work.
-
-The contract: each function either returns a clean value or raises `InvalidInput`, whose message is
-written for the person who sent the value (what was wrong, the valid range or names, what to do).
-Nothing here loads a model or knows about Gradio.
-
-    integer, number, flag, choice, question
-                              one value each, named in the message; refuses, never clamps
-                              (`demo.session.parse` builds a Request from them, by name)
-    image_path(payload, uploads)
-                              the image value of a request -> the uploaded file's path, or None;
-                              refuses any path outside the upload folder (no server paths)
-    open_image(path)          the file -> an RGB PIL image; refuses non-images, corrupt files,
-                              more than MAX_PIXELS or a side ratio over MAX_ASPECT, reading only
-                              the header first; converts every other mode (see `to_rgb`)
-    lane_drafters(...)        the drafters of a race's speculative lanes: one or two, each one the
-                              preset offers and can use, never the same twice
-    check_context(...)        prompt + new tokens must fit the models' context windows
-
-Policy, decided once: out-of-range or wrongly typed values are refused with the valid range (the
-sliders cannot send them; an API caller learns the range). No image is refused too: every target
-of this demo answers questions about an image.
-"""
+"""Input validation: every value a person or API caller sends is checked here before any work, and
+returned clean or refused with `InvalidInput`, whose message names the value, the valid range and
+what to do. Values are refused, never clamped; a request with no image is refused."""
 
 from __future__ import annotations
 
@@ -36,9 +16,8 @@ from PIL import Image, ImageOps
 GAMMA_RANGE = (1, 10)
 MAX_NEW_RANGE = (1, 512)
 SEED_RANGE = (0, 2**32 - 1)
-# Temperature in [MIN_TEMPERATURE, MAX_TEMPERATURE]. The warp divides float32 logits by it: at
-# the floor even a float16 model's largest logit (65,504) stays finite, where 1e-39 made them
-# infinite, the probabilities NaN, and every lane's answer nonsense.
+# The warp divides float32 logits by the temperature: at MIN_TEMPERATURE even a float16 model's
+# largest logit (65,504) stays finite (at 1e-39 the probabilities were NaN).
 MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 5.0
 MAX_QUESTION_CHARS = 4000  # checked before tokenising; the token count is checked against the context later
 MAX_PIXELS = 4096 * 4096  # 16,777,216 pixels: width x height, read from the header before decoding
@@ -140,10 +119,8 @@ def _drafter(name: str, value, offered, unusable: dict[str, str], preset: str) -
 
 def lane_drafters(first, second, offered, unusable: dict[str, str], preset: str) -> tuple[str, ...]:
     """The drafters of a race's speculative lanes, in lane order: `first`, and `second` unless it
-    is one of NO_SECOND (a list is refused: as many names as would make more lanes than the limit,
-    with the limit; fewer, as not a name).
-    Each must be one of `offered` (a reason from `unusable` explains a name the preset cannot
-    use), and the two must differ."""
+    is one of NO_SECOND; each one of `offered` (`unusable` says why the preset cannot use a name),
+    the two different, and never more than MAX_SPECULATIVE_LANES."""
     offered = list(offered)
     extra = list(second) if isinstance(second, (list, tuple)) else [] if second in NO_SECOND else [second]
     if isinstance(second, (list, tuple)) and len(extra) < MAX_SPECULATIVE_LANES:  # [name] is not a name
@@ -216,10 +193,8 @@ def _too_large(width: int, height: int) -> str:
 
 
 def open_image(path: str | Path) -> tuple[Image.Image, list[str]]:
-    """Decode an uploaded file into an RGB image, checking its size from the header first.
-
-    Returns the image and notes for the person (e.g. which GIF frame was used).
-    """
+    """Decode an uploaded file into an RGB image, checking its size from the header first; returns
+    the image and notes for the person (e.g. which GIF frame was used)."""
     size = os.path.getsize(path)
     if size > MAX_FILE_BYTES:
         raise InvalidInput(f"The file is {size / 2**20:.1f} MiB; the limit is {MAX_FILE_BYTES / 2**20:.0f} MiB.")
@@ -272,11 +247,9 @@ def _has_alpha(im: Image.Image) -> bool:
 
 
 def _to_8bit(im: Image.Image) -> Image.Image:
-    """A one-channel image of more than 8 bits ("I;16*", "I", "F") scaled into 0..255 ("L").
-
-    16-bit data (and 32-bit integers within 0..65535) map 0..65535 linearly onto 0..255; other
-    integer or float data map their own min..max. Values are scaled, never clipped.
-    """
+    """A one-channel image of more than 8 bits ("I;16*", "I", "F") scaled, never clipped, into
+    0..255 ("L"): 16-bit data (and 32-bit integers within 0..65535) from 0..65535, other data from
+    their own min..max."""
     a = np.asarray(im).astype(np.float64)
     if im.mode.startswith("I;16") or (im.mode == "I" and a.size and a.min() >= 0 and a.max() <= 65535):
         low, high = 0.0, 65535.0
@@ -288,11 +261,8 @@ def _to_8bit(im: Image.Image) -> Image.Image:
 
 
 def to_rgb(im: Image.Image) -> tuple[Image.Image, bool]:
-    """Any decoded PIL image as RGB, and whether it had transparency.
-
-    Transparency (RGBA, LA, P or RGB with a transparent colour) is composited over white;
-    1, L, P, CMYK, YCbCr become RGB; more than 8 bits per channel is scaled to 8 (`_to_8bit`).
-    """
+    """Any decoded PIL image as RGB, and whether it had transparency (composited over white); more
+    than 8 bits per channel is scaled to 8 (`_to_8bit`)."""
     if im.mode.startswith("I") or im.mode == "F":
         return _to_8bit(im).convert("RGB"), False
     if _has_alpha(im):
@@ -315,10 +285,8 @@ def context_window(config) -> int | None:
 
 
 def check_context(prompt_tokens: dict[str, int], windows: dict[str, int | None], max_new_tokens: int) -> None:
-    """Refuse, with the numbers, when a model's prompt plus the new tokens exceeds its context.
-
-    prompt_tokens and windows are keyed by model ("target", "drafter"); a None window is unknown.
-    """
+    """Refuse, with the numbers, when a model's prompt plus the new tokens exceeds its context
+    (`prompt_tokens` and `windows` by model, "target" or "drafter"; a None window is unknown)."""
     for model, n_prompt in prompt_tokens.items():
         window = windows.get(model)
         if window is not None and n_prompt + max_new_tokens > window:

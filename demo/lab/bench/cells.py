@@ -4,25 +4,26 @@ paths, a gamma and a decoding, measured over held-out examples.
 `bench_cell` runs speculative decoding (SPD) and plain autoregressive decoding (AR) of each
 example back to back through the session, alternating which goes first, and returns a `Cell`:
 tau, alpha, MBSU, throughput and speedup from the runs' own clocks; the step costs T1, T(w) and D
-(`step_costs`, medians) with their interquartile ranges (`step_samples`, `iqr`); the overhead
-outside model forwards; the cost model's predicted and limit speedups; answers the world's scorer
-accepts; and, greedy, how many outputs were identical. `drafter_on` puts a loaded drafter on the
-path under test. The benchmark's docstring says what each figure means; the per-language table
-(`demo.lab.bench.per_language`) measures its cells here too.
+(`step_costs`: medians, with their interquartile ranges); the overhead outside model forwards
+(`ForwardTime`); the cost model's predicted and limit speedups; answers the world's scorer accepts;
+and, greedy, how many outputs were identical. `drafter_on` puts a loaded drafter on the path
+under test. The per-language table and the step-cost bench's race row measure their cells here.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from demo import session
 from demo.engine import lean, metrics
+from demo.engine.decoding import Target
+from demo.engine.drafters import DraftState
 from demo.engine.events import Trace
 from demo.engine.sampling import Sampling
 from demo.engine.trees import TreeDrafter
-from demo.lab.bench.overhead import ForwardTime
 from demo.world.scoring import score
 
 SAMPLING = Sampling(greedy=False, temperature=0.7, top_p=0.95, seed=0)
@@ -70,6 +71,59 @@ class Cell:
 WARM_TOKENS = 16  # the untimed pair each cell starts with (`bench_cell`)
 
 
+def _classes(base: type) -> list[type]:
+    """base and every subclass of it, recursively."""
+    out = [base]
+    for sub in base.__subclasses__():
+        out += _classes(sub)
+    return out
+
+
+class ForwardTime:
+    """Host seconds spent inside the engine's forwards while `active()` (nested calls counted once):
+    the target's decode forwards (`Target.forward`, `forward_tree` and their overrides) and every
+    drafting state's step (`DraftState._forward` and its subclasses'); not the prefills. A run's
+    decode wall time minus that is its overhead: the loop around the models."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.calls = 0
+        self._depth = 0
+
+    def _wrap(self, method):
+        def timed(*args, **kwargs):
+            if self._depth:
+                return method(*args, **kwargs)
+            self._depth += 1
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.calls += 1
+                self._depth -= 1
+
+        return timed
+
+    @contextmanager
+    def active(self):
+        """Count forwards inside this block (the class methods are wrapped, then restored)."""
+        patched = [
+            (cls, name, cls.__dict__[name])
+            for base, names in ((Target, ("forward", "forward_tree")), (DraftState, ("_forward",)))
+            for cls in _classes(base)
+            for name in names
+            if name in cls.__dict__
+        ]
+        for cls, name, method in patched:
+            setattr(cls, name, self._wrap(method))
+        try:
+            yield self
+        finally:
+            for cls, name, method in patched:
+                setattr(cls, name, method)
+
+
 def drafter_on(loaded, name: str, path: str):
     """The loaded drafter `name` on the requested path: "lean" (as loaded: the device's fastest
     checked step, falling back where it must), "lean-torch" (LeanLM's torch step, where "lean" takes
@@ -105,20 +159,6 @@ def run_pair(loaded, example, drafter, gamma: int, sampling: Sampling, max_new: 
     return traces["speculative"], traces["autoregressive"], inside["speculative"], inside["autoregressive"]
 
 
-def step_samples(spd_traces: list[Trace], ar_traces: list[Trace]) -> dict[str, list[float]]:
-    """The measured step costs, seconds, pooled over the cell's runs: "t1" (AR steps), "t_verify"
-    (full verifies: w = gamma + 1, or a full tree's nodes + 1) and "d" (drafter steps: a round's
-    drafting time over its drafter steps, rounds that drafted only)."""
-    width = metrics.full_width(spd_traces[0])
-    spd = [r for t in spd_traces for r in t.rounds]
-    full = [r for r in spd if metrics.verify_width(r) == width] or [r for r in spd if r.drafted_ids] or spd
-    return {
-        "t1": [r.verify_seconds for t in ar_traces for r in t.rounds],
-        "t_verify": [r.verify_seconds for r in full],
-        "d": [r.draft_seconds / metrics.drafter_steps(r) for r in spd if r.drafted_ids],
-    }
-
-
 def iqr(values: list[float]) -> float:
     """Interquartile range (0 for fewer than two values)."""
     if len(values) < 2:
@@ -127,19 +167,22 @@ def iqr(values: list[float]) -> float:
     return q3 - q1
 
 
-def step_costs(spd_traces: list[Trace], ar_traces: list[Trace]) -> metrics.Costs:
-    """Median measured T1 (AR step), T(w) (a full verify) and D (one drafter step), seconds,
-    pooled over the cell's runs (`step_samples`)."""
-    samples = step_samples(spd_traces, ar_traces)
-    return metrics.Costs(
-        t1=statistics.median(samples["t1"]),
-        t_verify=statistics.median(samples["t_verify"]),
-        t_draft=statistics.median(samples["d"]) if samples["d"] else 0.0,
-        gamma=spd_traces[0].gamma,
-        t1_spread=math.nan,
-        verify_spread=math.nan,
-        width=metrics.full_width(spd_traces[0]),
-    )
+def step_costs(spd_traces: list[Trace], ar_traces: list[Trace]) -> tuple[metrics.Costs, dict[str, float]]:
+    """The measured step costs, pooled over the cell's runs: their medians as `Costs` (seconds), and
+    the interquartile range of each (ms): "t1" (AR steps), "t_verify" (full verifies: w = gamma + 1,
+    or a full tree's nodes + 1) and "d" (drafter steps: a round's drafting time over its drafter
+    steps, rounds that drafted only)."""
+    width = metrics.full_width(spd_traces[0])
+    spd = [r for t in spd_traces for r in t.rounds]
+    full = [r for r in spd if metrics.verify_width(r) == width] or [r for r in spd if r.drafted_ids] or spd
+    samples = {
+        "t1": [r.verify_seconds for t in ar_traces for r in t.rounds],
+        "t_verify": [r.verify_seconds for r in full],
+        "d": [r.draft_seconds / metrics.drafter_steps(r) for r in spd if r.drafted_ids],
+    }
+    median = {k: statistics.median(v) if v else 0.0 for k, v in samples.items()}
+    costs = metrics.Costs(median["t1"], median["t_verify"], median["d"], gamma=spd_traces[0].gamma, width=width)
+    return costs, {k: iqr(v) * 1e3 for k, v in samples.items()}
 
 
 def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tuple[Cell, list[Trace]]:
@@ -159,9 +202,9 @@ def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tup
     tok_s_spd = sum(metrics.decode_tokens(t) for t in spds) / sum(metrics.decode_seconds(t) for t in spds)
     tok_s_ar = sum(metrics.decode_tokens(t) for t in ars) / sum(metrics.decode_seconds(t) for t in ars)
     tau = metrics.tau(all_spd)
-    costs = step_costs(spds, ars)
-    spread = {k: iqr(v) * 1e3 for k, v in step_samples(spds, ars).items()}
+    costs, spread = step_costs(spds, ars)
     rounds = len(all_spd.rounds)
+    steps, _, verify = metrics.round_costs(all_spd, costs)  # a round's drafter steps and verify, on average
     ar_steps = sum(len(t.rounds) for t in ars)
     identical = sum(s.summary.token_ids == a.summary.token_ids for s, a in zip(spds, ars))
     drafting = sum(r.draft_seconds for t in spds for r in t.rounds)
@@ -191,7 +234,7 @@ def bench_cell(loaded, task, drafter, gamma, decoding, examples, max_new) -> tup
         overhead_ms_per_round=(sum(metrics.decode_seconds(t) for t in spds) - inside_spd) / rounds * 1e3,
         overhead_ms_per_step_ar=(sum(metrics.decode_seconds(t) for t in ars) - inside_ar) / ar_steps * 1e3,
         limit_speedup=tau * costs.t1 / costs.t_verify,
-        predicted_speedup=metrics.predicted_by_rounds(all_spd, costs),
+        predicted_speedup=tau * costs.t1 / (steps * costs.t_draft + verify),
         draft_share=drafting / sum(metrics.decode_seconds(t) for t in spds),
         lossless=f"{identical}/{len(examples)} identical" if decoding == "greedy" else "n/a (sampling)",
         correct_spd=sum(score(ex.task, ex, s.summary.text) for ex, s in zip(examples, spds)),

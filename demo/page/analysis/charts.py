@@ -1,13 +1,6 @@
-"""Error-analysis summaries -> plotly figures, for the benchmark report and the Analysis tab.
-
-Pure functions of `{drafter name: demo.session.rejections.summary(observations)}`; every plotted number
-comes from `demo.session.rejections`. Several drafters share each figure, side by side, one colour each.
-
-    category_figure   rejection rate by word category, image-grounded categories grouped apart
-    position_figure   rejection rate along the answer, by relative position
-
-Each bin shows its counts (a bar's label; a point's hover) and its 95% Wilson interval (`wilson`).
-"""
+"""Error-analysis summaries -> plotly figures (rejection rate by word category and along the answer),
+for the Analysis tab and the batch report: pure functions of `rejections.summary` per drafter, each
+bin with its counts and 95% Wilson interval."""
 
 from __future__ import annotations
 
@@ -26,7 +19,7 @@ DRAFTER_COLOURS = {"text-only": "#E69F00", "image-aware": "#0072B2", "feature": 
 FREE_COLOURS = tuple(c for c in PALETTE if c not in DRAFTER_COLOURS.values())
 HEIGHT = 330
 GROUPS = ("image-grounded", "text and template")
-WHISKERS = "<br><sup>whiskers: 95% Wilson interval · labels: rejected/drafted</sup>"  # what the marks are
+WHISKERS = "<br><sup>whiskers: 95% Wilson interval · {}</sup>"  # what the marks are
 LABELS = {"punctuation": "punct."}  # axis labels short enough to sit side by side
 
 
@@ -34,16 +27,17 @@ def colour(drafter: str, i: int) -> str:
     return DRAFTER_COLOURS.get(drafter, FREE_COLOURS[i % len(FREE_COLOURS)])
 
 
-def _layout(title: str, empty: bool, **extra) -> dict:
+def _layout(title: str, empty: bool, counts: str = "labels, where they fit: rejected/drafted", **extra) -> dict:
     layout = {
-        "title": {"text": title + WHISKERS, "font": {"size": 14}, "x": 0.02, "y": 0.97},
+        "title": {"text": title + WHISKERS.format(counts), "font": {"size": 14}, "x": 0.02, "y": 0.97},
         "height": HEIGHT,
         "margin": {"l": 55, "r": 12, "t": 58, "b": 80},
         "paper_bgcolor": "white",
         "plot_bgcolor": "white",
         "font": {"size": 11},
         "modebar": MODEBAR,
-        "legend": {"orientation": "h", "x": 0, "y": -0.2, "yanchor": "top"},  # below the axis: never over a bar
+        # at the figure's foot, under the axis however tall its labels grow (a phone turns them)
+        "legend": {"orientation": "h", "x": 0, "y": 0, "yref": "container", "yanchor": "bottom"},
         "yaxis": {
             "title": {"text": "rejected / drafted"},
             "tickformat": ".0%",
@@ -128,8 +122,10 @@ def category_figure(summaries: dict[str, dict]) -> go.Figure:
             not present,
             barmode="group",
             bargap=0.25,
+            bargroupgap=0.15,  # a gap between a group's bars: their counts never run into each other
             showlegend=len(summaries) > 1,
             xaxis={"automargin": True},  # labels turn where they would overlap (a phone)
+            uniformtext={"minsize": 8, "mode": "hide"},  # a count wider than its bar is left to the hover
         ),
     )
 
@@ -143,11 +139,8 @@ def position_figure(summaries: dict[str, dict]) -> go.Figure:
             go.Scatter(
                 x=[(b["from"] + b["to"]) / 2 for b in bins],
                 y=[b["rejection_rate"] for b in bins],
-                mode="lines+markers+text",
+                mode="lines+markers",  # counts on hover: two drafters' labels at one bin overlapped
                 name=drafter,
-                text=[f"{b['rejected']}/{b['drafted']}" if b["drafted"] else "" for b in bins],
-                textposition="top center",
-                textfont={"size": 8, "color": colour(drafter, i)},
                 line={"color": colour(drafter, i), "width": 2.5},
                 error_y=_error_bars(bins) | {"color": colour(drafter, i)},
                 customdata=[
@@ -165,6 +158,7 @@ def position_figure(summaries: dict[str, dict]) -> go.Figure:
         _layout(
             "Rejection rate along the answer",
             empty,
+            "counts on hover",
             showlegend=len(summaries) > 1,
             xaxis={
                 "title": {"text": "position in the answer (start → end)"},

@@ -1,11 +1,6 @@
-"""A batch's files read back as the Analysis tab's `Batch` (`python -m demo.batch`, docs/batch.md):
-its folder, or its Parquet files uploaded. Each lane of examples.parquet is a run; its
-observations are the checked rows of tokens.parquet, so the tab's charts, sentences and tables
-are the same functions of the same counts as a live analysis's. Runs carry no trace (the tokens
-are in the file), so the run view shows the answer and its rejections without the rounds.
-
-    read(paths) -> Batch      a folder, or tokens.parquet and examples.parquet (manifest.json too)
-"""
+"""A batch's files read back as the Analysis tab's `Batch` (`read(paths)`: its folder, or its Parquet
+files uploaded), so that the tab's charts, sentences and tables are the same functions of the same
+counts as a live analysis's. Runs carry no trace: the run view shows the answer and its rejections."""
 
 from __future__ import annotations
 

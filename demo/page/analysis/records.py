@@ -66,7 +66,7 @@ def record(batch: Batch) -> dict:
             "by_drafter": summaries(batch),
             "by_language": by_language(batch),
             "by_image_dependence": image_rejections.by_dependence(
-                {d: [o for r in batch.runs if r.drafter == d for o in r.obs] for d in batch.drafters}
+                {d: [o for r in batch.compared() if r.drafter == d for o in r.obs] for d in batch.drafters}
             ),
             "runs": runs,
         }

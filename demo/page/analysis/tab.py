@@ -1,12 +1,6 @@
-"""The Analysis tab: where, and on which words, the target rejects the drafter, over a batch.
-
-A person picks a task family, one to three drafters, gamma, N and a language; the tab races them
-greedily on N held-out examples of the embedded world and streams the aggregates as each run
-finishes (rejections by word category, along the answer, the most-rejected words, one row per
-run). Selecting a row shows that run's trace; its button replays it on the Race tab, token for
-token. Every number comes from `demo.session.rejections` over the runs' events; handlers return
-dicts keyed by component name (`demo.page.runs.positional`). Nothing heavy at import time.
-"""
+"""The Analysis tab: where, and on which words, the target rejects the drafter, over N held-out
+examples of the embedded world raced greedily, the aggregates streamed as each run finishes. A
+row's button replays its run on the Race tab; handlers return dicts keyed by component name."""
 
 from __future__ import annotations
 
@@ -27,6 +21,7 @@ from demo.page.analysis.view import (
     TASK_CHOICES,
     Batch,
     Run,
+    compared,
     examples_for,
     headline_html,
     language_choices,
@@ -46,8 +41,8 @@ from demo.world.tasks import LANGUAGE_NAMES
 # The runs table's column widths, one per column of `run_columns(multilingual)`: the language
 # column, where there is one, takes its room from the others.
 RUN_WIDTHS = {
-    False: ["4%", "10%", "9%", "22%", "22%", "5%", "6%", "7%", "7%", "8%"],
-    True: ["4%", "9%", "8%", "20%", "20%", "5%", "6%", "7%", "7%", "6%", "8%"],
+    False: ["3%", "13%", "9%", "17%", "16%", "6%", "10%", "9%", "9%", "8%"],
+    True: ["3%", "13%", "9%", "12%", "12%", "6%", "10%", "9%", "9%", "8%", "9%"],
 }
 # An analysis's outputs, in the order /analysis returns them (the API keeps it: by_language,
 # added last, comes last).
@@ -112,7 +107,8 @@ def stopped(batch: Batch, over: bool = False) -> dict:
     stay, and can be downloaded."""
     runs = len(batch.runs)
     why = "Stopped: over budget" if over else "Stopped"
-    status = status_html(f"{why} after {runs} run{'s' * (runs != 1)}; the charts and tables show those.")
+    shown = f"the drafters are {compared(batch)}" if len(batch.drafters) > 1 else "the charts and tables show those"
+    status = status_html(f"{why} after {runs} run{'s' * (runs != 1)}; {shown}.")
     return _view(batch, status, busy=False, files=_downloads(batch) if runs else None)
 
 
@@ -316,7 +312,7 @@ def analysis_tab(race: RaceControls) -> None:
         wrap=True,
         max_height=360,
         elem_id="an-words",
-        column_widths=["12%", "12%", "12%", "9%", "9%", "10%", "36%"],
+        column_widths=["11%", "10%", "10%", "9%", "8%", "16%", "36%"],
     )
     runs = gr.Dataframe(
         runs_table(None, multilingual),

@@ -95,10 +95,12 @@ class Batch:
     decoding: str = "greedy"  # or "sampled" (a batch run with --sampled)
     opened: str = ""  # the folder or files a batch was read back from (`opened`); "" for a live one
 
-    def compared(self) -> set[int]:
-        """The examples every drafter of the batch finished: what a comparison of drafters uses."""
+    def compared(self) -> list[Run]:
+        """The runs on the examples every drafter of the batch finished: what its aggregates use (a
+        stopped analysis may have run some drafters on one example more)."""
         done = [{r.example for r in self.runs if r.drafter == d} for d in self.drafters]
-        return set.intersection(*done) if done else set()
+        kept = set.intersection(*done) if done else set()
+        return [r for r in self.runs if r.example in kept]
 
     def settings(self) -> dict:
         return {
@@ -145,37 +147,33 @@ def by_language(batch: Batch) -> list[dict]:
     out = []
     for lang in _languages(batch):
         for d in batch.drafters:
-            runs = [r for r in batch.runs if r.language == lang and r.drafter == d]
+            runs = [r for r in batch.compared() if r.language == lang and r.drafter == d]
             if not runs:
                 continue
             tau, accepted_drafts, drafted = tau_alpha(runs)
             g = rejections.grounded_share([o for r in runs for o in r.obs])
             accepted = g["grounded_drafted"] - g["grounded_rejected"]
+            row = dict(
+                language=lang,
+                drafter=d,
+                runs=len(runs),
+                tau=tau,
+                alpha=accepted_drafts / drafted if drafted else math.nan,
+            )
+            row |= dict(accepted=accepted_drafts, drafted=drafted, correct=sum(bool(r.correct) for r in runs))
+            share = accepted / g["grounded_drafted"] if g["grounded_drafted"] else math.nan
             out.append(
-                {
-                    "language": lang,
-                    "drafter": d,
-                    "runs": len(runs),
-                    "tau": tau,
-                    "alpha": accepted_drafts / drafted if drafted else math.nan,
-                    "accepted": accepted_drafts,
-                    "drafted": drafted,
-                    "correct": sum(bool(r.correct) for r in runs),
-                    "grounded_drafted": g["grounded_drafted"],
-                    "grounded_accepted": accepted,
-                    "grounded_acceptance": accepted / g["grounded_drafted"] if g["grounded_drafted"] else math.nan,
-                }
+                row
+                | dict(grounded_drafted=g["grounded_drafted"], grounded_accepted=accepted, grounded_acceptance=share)
             )
     return out
 
 
 def summaries(batch: Batch) -> dict[str, dict]:
-    """Each drafter's aggregates over its runs so far; with several drafters, over the examples
-    every one of them finished (`Batch.compared`), so that they are compared on the same ones."""
-    kept = batch.compared() if len(batch.drafters) > 1 else {r.example for r in batch.runs}
+    """Each drafter's aggregates over the examples every drafter finished (`Batch.compared`)."""
+    runs = batch.compared()
     return {
-        d: rejections.summary([o for r in batch.runs if r.drafter == d and r.example in kept for o in r.obs], TOP_WORDS)
-        for d in batch.drafters
+        d: rejections.summary([o for r in runs if r.drafter == d for o in r.obs], TOP_WORDS) for d in batch.drafters
     }
 
 
@@ -194,13 +192,7 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
             '<div class="an-headline">Pick a task, a drafter and how many examples, then press '
             "<b>Run analysis</b>.</div>"
         )
-    lines = []
-    if len(batch.drafters) > 1:
-        run = len({r.example for r in batch.runs})
-        lines.append(
-            f"<p>The drafters are compared on the <b>{len(batch.compared())}</b> of {run} example{'s' * (run != 1)} "
-            "that every one of them finished.</p>"
-        )
+    lines = [f"<p>The drafters are {compared(batch)}.</p>"] if len(batch.drafters) > 1 else []
     for d, s in sums.items():
         g = s["grounded"]
         name = f"<b>{html.escape(d)}</b> drafter"
@@ -232,7 +224,7 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
             f"α = {rate(b['accepted'], b['drafted'])}, {rate(b['correct'], b['runs'])} answers correct, "
             f"{rate(b['grounded_accepted'], b['grounded_drafted'])} of drafts on image-grounded words accepted.</p>"
         )
-    done = len({r.example for r in batch.runs})
+    done = len({r.example for r in batch.compared()})
     decoding = batch.decoding
     lines.append(
         f'<p class="n">{done} example{"s" * (done != 1)} · '
@@ -241,6 +233,12 @@ def headline_html(batch: Batch | None, sums: dict[str, dict]) -> str:
     )
     views = attention_view.attention_html(batch) + attention_view.dependence_html(batch)
     return f'<div class="an-headline">{"".join(lines)}{views}</div>'
+
+
+def compared(batch: Batch) -> str:
+    """How many examples the drafters are compared on: those every one of them finished."""
+    kept, run = len({r.example for r in batch.compared()}), len({r.example for r in batch.runs})
+    return f"compared on the {kept} of {run} example{'s' * (run != 1)} every drafter finished"
 
 
 def _ranked(sums: dict[str, dict]) -> list[str]:
@@ -264,49 +262,15 @@ def _ranked(sums: dict[str, dict]) -> list[str]:
     return lines
 
 
-WORD_COLUMNS = [
-    "drafter",
-    "word",
-    "category",
-    "rejected",
-    "drafted",
-    "rejected % (95% interval)",
-    "drafter wrote instead",
-]
-RUN_COLUMNS = [
-    "#",
-    "task",
-    "drafter",
-    "question",
-    "answer",
-    "τ",
-    "α: accepted/drafted (95%)",
-    "rejected",
-    "on grounded words",
-    "correct",
-]
-LANGUAGE_COLUMNS = [
-    "language",
-    "drafter",
-    "runs",
-    "τ",
-    "α: accepted/drafted (95%)",
-    "correct (95%)",
-    "grounded accepted (95%)",
-]
+ALPHA = "α: accepted / drafted (95%)"
+WORD_COLUMNS = [*"drafter word category rejected drafted".split(), "rejected % (95% interval)", "drafter wrote instead"]
+RUN_COLUMNS = ["#", "task", "drafter", "question", "answer", "τ", ALPHA, "rejected", "on grounded words", "correct"]
+LANGUAGE_COLUMNS = ["language", "drafter", "runs", "τ", ALPHA, "correct (95%)", "grounded accepted (95%)"]
 
 
 def words_table(sums: dict[str, dict]) -> pd.DataFrame:
     rows = [
-        [
-            d,
-            w["word"],
-            w["category"],
-            w["rejected"],
-            w["drafted"],
-            rate(w["rejected"], w["drafted"]),
-            w["drafter_said"],
-        ]
+        [d, w["word"], w["category"], w["rejected"], w["drafted"], rate(w["rejected"], w["drafted"]), w["drafter_said"]]
         for d, s in sums.items()
         for w in s["most_rejected"]
     ]
@@ -327,15 +291,8 @@ def _round(x: float, digits: int) -> float | None:
 def languages_table(batch: Batch | None) -> pd.DataFrame:
     """One row per language and drafter (`by_language`)."""
     rows = [
-        [
-            LANGUAGE_NAMES[b["language"]],
-            b["drafter"],
-            b["runs"],
-            _round(b["tau"], 2),
-            rate(b["accepted"], b["drafted"]),
-            rate(b["correct"], b["runs"]),
-            rate(b["grounded_accepted"], b["grounded_drafted"]),
-        ]
+        [LANGUAGE_NAMES[b["language"]], b["drafter"], b["runs"], _round(b["tau"], 2), rate(b["accepted"], b["drafted"])]
+        + [rate(b["correct"], b["runs"]), rate(b["grounded_accepted"], b["grounded_drafted"])]
         for b in (by_language(batch) if batch else [])
     ]
     return pd.DataFrame(rows, columns=LANGUAGE_COLUMNS)
@@ -349,20 +306,10 @@ def run_columns(multilingual: bool) -> list[str]:
 def run_row(run: Run, multilingual: bool = False) -> list:
     share = rejections.grounded_share(run.obs)
     tau, accepted, drafted = tau_alpha([run])
-    language = [LANGUAGE_NAMES[run.language]] * multilingual
-    return [
-        run.number,
-        run.item.task.replace("_", " "),
-        run.drafter,
-        _short(run.item.question, 60),
-        _short(run.numbers["answer"], 60),
-        _round(tau, 2),
-        rate(accepted, drafted),
-        share["rejected"],
-        share["grounded_rejected"],
-        {True: "✓", False: "✗"}.get(run.correct, "–"),
-        *language,
-    ]
+    texts = [_short(run.item.question, 60), _short(run.numbers["answer"], 60)]
+    counts = [_round(tau, 2), rate(accepted, drafted), share["rejected"], share["grounded_rejected"]]
+    correct, language = {True: "✓", False: "✗"}.get(run.correct, "–"), [LANGUAGE_NAMES[run.language]] * multilingual
+    return [run.number, run.item.task.replace("_", " "), run.drafter, *texts, *counts, correct, *language]
 
 
 def runs_table(batch: Batch | None, multilingual: bool = False) -> pd.DataFrame:
