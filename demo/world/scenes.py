@@ -133,20 +133,10 @@ def _shape_points(shape: str, cx: float, cy: float, r: float) -> list[tuple[floa
         ]
     if shape == "cross":
         t = 0.34 * r  # half the arm thickness
-        return [
-            (cx - t, cy - r),
-            (cx + t, cy - r),
-            (cx + t, cy - t),
-            (cx + r, cy - t),
-            (cx + r, cy + t),
-            (cx + t, cy + t),
-            (cx + t, cy + r),
-            (cx - t, cy + r),
-            (cx - t, cy + t),
-            (cx - r, cy + t),
-            (cx - r, cy - t),
-            (cx - t, cy - t),
-        ]
+        outline = [(-t, -r), (t, -r), (t, -t)]  # the top arm, clockwise; each next arm a quarter turn on
+        for _ in range(3):
+            outline += [(-y, x) for x, y in outline[-3:]]
+        return [(cx + x, cy + y) for x, y in outline]
     raise ValueError(shape)
 
 
