@@ -43,7 +43,9 @@ def test_rejections_are_counted_where_the_token_depends_on_the_image_and_where_i
     )
     assert '<tr><th>image-aware</th><td>0% <span class="n">(0/1; 95% 0%–79%)</span></td><td>–</td></tr>' in table
     unread = [SimpleNamespace(drafter="text-only", obs=[obs(0, False, None)])]
-    assert attention_view.dependence_html(SimpleNamespace(runs=unread, compared=lambda: unread)) == ""  # no ablation: no table
+    assert (
+        attention_view.dependence_html(SimpleNamespace(runs=unread, compared=lambda: unread)) == ""
+    )  # no ablation: no table
 
 
 @pytest.mark.slow
