@@ -36,14 +36,16 @@ def test_rejections_are_counted_where_the_token_depends_on_the_image_and_where_i
     ]
     assert rows[0]["rejection_rate"] == pytest.approx(2 / 3) and rows[3]["rejection_rate"] is None
     runs = [SimpleNamespace(drafter=d, obs=o) for d, o in (("text-only", text_only), ("image-aware", image_aware))]
-    table = attention_view.dependence_html(SimpleNamespace(runs=runs))
+    table = attention_view.dependence_html(SimpleNamespace(runs=runs, compared=lambda: runs))
     assert (
         '<tr><th>text-only</th><td>67% <span class="n">(2/3; 95% 21%–94%)</span></td><td>50% <span class="n">(1/2; 95% 9%–91%)</span></td>'
         in table
     )
     assert '<tr><th>image-aware</th><td>0% <span class="n">(0/1; 95% 0%–79%)</span></td><td>–</td></tr>' in table
     unread = [SimpleNamespace(drafter="text-only", obs=[obs(0, False, None)])]
-    assert attention_view.dependence_html(SimpleNamespace(runs=unread)) == ""  # no ablation: no table
+    assert (
+        attention_view.dependence_html(SimpleNamespace(runs=unread, compared=lambda: unread)) == ""
+    )  # no ablation: no table
 
 
 @pytest.mark.slow

@@ -50,7 +50,7 @@ def test_the_analysis_tab_opens_a_batch_folder_with_its_charts_and_tables(browse
         page.set_viewport_size({"width": width, "height": 1000})
         page.wait_for_timeout(400)
         headline = page.inner_text("#an-headline")
-        assert "compared on the 2 of 2 examples that every one of them finished" in headline, headline
+        assert "compared on the 2 of 2 examples every drafter finished" in headline, headline
         assert "95%" in headline
         assert page.locator("#an-chart-category .js-plotly-plot").count() == 1
         assert "whiskers: 95% Wilson interval" in page.inner_text("#an-chart-category")

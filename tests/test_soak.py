@@ -1,12 +1,7 @@
-"""A short soak of the served app (`demo.lab.bench.soak`): memory stays flat over many races.
-
-The app runs in a child process on the embedded preset, driven through gradio_client. Before the
-fix each /race left its panels and figures in the visitor's Gradio session for good: 0.7 MiB per
-32-token race, 2.1 MiB per 128-token one (docs/soak.md). Here the growth per race after the
-warm-up must stay under GROWTH_PER_RACE_KIB in most stretches of races. The in-process check below
-pins the cause itself: after any number of races, a session holds the page's own components and
-nothing else.
-"""
+"""What kept the served app's memory growing, pinned in-process: a session holds the page's own
+components and nothing else after any number of races, and races of every kind leave no tensor to
+the cyclic collector. The memory target itself (KiB a request over hundreds of mixed requests) is a
+benchmark, `python -m demo.lab.bench.soak` (docs/soak.md), not a timed test here."""
 
 import os
 import subprocess
@@ -23,27 +18,6 @@ from demo.models import loader
 from demo.page import server
 
 pytestmark = pytest.mark.slow  # servers and browsers: seconds each, the full suite only
-
-RACES, WARMUP, EVERY = 21, 11, 7  # the warm-up shows each of the 11 example images once
-# The leak: ~775 KiB per 32-token race, in every race. The fixed server still grew in steps of tens
-# of MiB (e.g. +24.1 MiB over races 21-40 in one CI run, 2026-12-04): tree drafting left the
-# drafter's KV cache in a reference cycle at every race, freed only by Python's rare full
-# collection (docs/soak.md). Without it the same soak grew 2.8-3.3 MiB over 30-60 races, so three
-# 7-race stretches suffice (the leak: 5.3 MiB each, the bar 2.7); the bar is on their median, so
-# one allocator step cannot fail it.
-GROWTH_PER_RACE_KIB = 400
-
-
-def test_server_memory_per_race_stays_flat():
-    chains = ["--mix", "chain", "--one-session"]  # the soak as this bar was set on: chains from one session
-    result = soak.main(
-        ["--requests", str(RACES), "--warmup", str(WARMUP), "--every", str(EVERY), "--max-new-tokens", "32", *chains]
-    )
-    assert result["requests"] == RACES and result["server_cpu_s_per_request"] > 0  # read from /proc
-    rss = [sample["rss_mib"] for sample in result["samples"]]
-    assert len(rss) == RACES // EVERY + 1
-    per_race = sorted((b - a) * 1024 / EVERY for a, b in zip(rss, rss[1:]))
-    assert per_race[len(per_race) // 2] <= GROWTH_PER_RACE_KIB, (per_race, result)
 
 
 def test_a_server_owning_its_process_fixes_glibcs_allocator_thresholds():
@@ -103,3 +77,15 @@ def test_served_races_of_every_kind_leave_no_tensor_to_the_cyclic_collector(app)
     left = left_in_cycles(races, alone=False)  # the races run on the server's threads: their garbage is what is counted
     client.close()
     assert tensors(left) == []
+
+
+def test_the_soak_bench_reads_the_servers_memory_and_cpu_after_its_warm_up_and_each_stretch(app):
+    demo, image = app
+    args = {"preset": "tiny-soak", "drafter": "text-only", "max_new_tokens": 8, "pairs": [(image, "Describe it.")]}
+    result = soak.soak(
+        demo.local_url, soak.rss_bytes, None, cpu=soak.cpu_seconds, requests=3, warmup=1, every=2, **args
+    )
+    assert [s["requests"] for s in result["samples"]] == [0, 2, 3] and min(
+        s["rss_mib"] for s in result["samples"]
+    ) > 100
+    assert result["server_cpu_s_per_request"] > 0 and result["mix"] == list(soak.MIX)
