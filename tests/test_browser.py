@@ -240,7 +240,9 @@ def test_two_drafters_race_side_by_side_and_a_token_opens_its_round(browser, ser
     assert "Speculative, second lane · image-aware" in page.inner_text("#spd2-panel .panel-title")
     n = page.locator("#ar-panel .tok").count()
     assert page.locator("#spd-panel .tok").count() == page.locator("#spd2-panel .tok").count() == n > 1  # greedy
-    assert "wall-clock speedup" in page.inner_text("#spd2-stats")
+    stats = page.inner_text("#spd2-stats")  # the counted numbers; the wall clock and MBSU closed, as under the headline
+    assert "τ" in stats and "wall-clock speedup" not in stats and "MBSU" in stats
+    assert page.locator("#spd2-stats details.how-computed:not([open])").count() == 1
     assert page.locator("#blocks2 .round").count() >= 1 and "image-aware drafter" in page.inner_text("#blocks2")
     outcome = page.inner_text("#outcome")
     assert "text-only: lossless ✓" in outcome and "image-aware: lossless ✓" in outcome

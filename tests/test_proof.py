@@ -58,6 +58,10 @@ def test_the_law_panels_show_each_way_against_the_exact_law_and_colour_the_broke
     assert [b.marker.color for b in bars] == [proof.PASS, proof.PASS, proof.FAIL]
     assert list(bars[2].y) == [0.52, 0.10, 0.38]
     assert all(list(t.y) == CHECK["law"] for t in fig.data if t.type == "scatter")
+    # each panel's title: its way, TV and p on lines of their own (three panels share 420 px on a phone)
+    titles = [a.text.split("<br>") for a in fig.layout.annotations]
+    assert [t[0] for t in titles] == ["target alone", "the lane", "broken rule"] and all(len(t) == 3 for t in titles)
+    assert titles[2][1].startswith("TV ") and titles[2][2].startswith("p ")
     summary = proof.law_summary(CHECK)
     assert summary.count("law-pass") == 2 and summary.count("law-fail") == 1
     assert "does not write the target's law" in summary and "below 0.001" in summary

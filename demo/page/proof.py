@@ -136,7 +136,8 @@ def law_figure(check: dict) -> go.Figure:
     """One panel per way: its share of the n draws per outcome (bars, green where the way passed,
     red where it failed), the target's exact law as black markers on every panel."""
     ways = [w for w in WAY_NAMES if w in check["counts"]]
-    titles = [f"{SHORT[w]}<br>TV {check['tv'][w]:.3f}, p {check['p_value'][w]:.2g}" for w in ways]
+    # one figure a line: three panels side by side at phone width leave each title about 110 px
+    titles = [f"{SHORT[w]}<br>TV {check['tv'][w]:.3f}<br>p {check['p_value'][w]:.2g}" for w in ways]
     fig = make_subplots(rows=1, cols=len(ways), shared_yaxes=True, subplot_titles=titles, horizontal_spacing=0.04)
     labels = [f"{i + 1}. {label}" for i, label in enumerate(check["labels"])]
     n = check["n"]
@@ -160,8 +161,8 @@ def law_figure(check: dict) -> go.Figure:
             col=col,
         )
     fig.update_layout(
-        height=HEIGHT + 40,
-        margin={"l": 50, "r": 12, "t": 80, "b": 80},
+        height=HEIGHT + 56,
+        margin={"l": 50, "r": 12, "t": 96, "b": 80},
         paper_bgcolor="white",
         plot_bgcolor="white",
         font={"size": 11},
