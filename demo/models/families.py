@@ -8,7 +8,6 @@
                 the cache. `MRopeTarget` supplies those positions on every forward.
     idefics3    Idefics3 / SmolVLM: the image is split into tiles, each wrapped as
                 <fake_token_around_image><row_i_col_j><image>*n, plus a <global-img> thumbnail.
-
 More, with its measurements: docs/modules.md.
 """
 

@@ -101,7 +101,7 @@ def _level(y: float, text: str, colour: str) -> tuple[dict, dict]:
 # Not `Plotly.purge`: the element is often dropped while plotly is still drawing it (Gradio redraws
 # a chart every 0.5 s of a race), and a purge then took the layout from under that drawing, which
 # threw "Cannot read properties of undefined (reading '_redrawFromAutoMarginCount')" (or
-# '_rehover'): 16-63 page errors a race in headless Chromium (issue 54).
+# '_rehover'): 16-63 page errors a race in headless Chromium.
 JS = """
   new MutationObserver((records) => {
     for (const record of records) {

@@ -35,7 +35,7 @@ QUEUE_SIZE = 128
 # Visitors' sessions Gradio keeps (their page state: the last race for the replay, the analysis on
 # show), the least recently used dropped beyond it. Gradio keeps 10,000, and each holds a copy of the
 # page's component configs and its last race: on a public Space every new visitor (and every
-# gradio_client call from a fresh client) grew the server by 0.1-1 MiB for good (issue 43). A
+# gradio_client call from a fresh client) grew the server by 0.1-1 MiB for good. A
 # visitor whose session was dropped is asked to run a race before replaying one.
 SESSIONS = 64
 WARM_UP_AFTER_S = 20.0  # launch() warms the default preset up this long after the start at the latest
@@ -208,7 +208,7 @@ def _remote(value) -> bool:
 
 # Inputs an endpoint gained after callers started to use it (its last ones), each with the value a call
 # leaving it out gets, so that such a call keeps working (a plain HTTP call may not know them).
-ADDED_INPUTS = {"race": (layout.NO_SECOND, True), "trace": (layout.NO_SECOND,)}  # second_drafter (issue 27), adaptive
+ADDED_INPUTS = {"race": (layout.NO_SECOND, True), "trace": (layout.NO_SECOND,)}  # second_drafter, adaptive
 
 
 def _padded(block_fn, inputs: list) -> list:
