@@ -112,10 +112,10 @@ def request(client, kind: str, i: int, pairs, preset: str, drafter: str, max_new
     if kind == "analysis":
         client.predict(preset, *ANALYSIS.values(), api_name="/analysis")
         return
-    if kind == "exactness":
-        from gradio_client import handle_file
-
-        client.predict(handle_file(image), question, preset, drafter, 4, 0.8, 0.95, i, K, api_name="/exactness")
+    if kind == "exactness":  # /trace's fields by name, then k
+        fields = race_arguments(image, question, preset, drafter, max_new_tokens, greedy=False, seed=i)
+        fields.pop("adaptive")  # the page's box: /race's alone
+        client.predict(**fields, k=K, api_name="/exactness")
         return
     change = {"drafter": drafter} | KINDS[kind]
     client.predict(**race_arguments(image, question, preset, max_new_tokens=max_new_tokens, **change), api_name="/race")
