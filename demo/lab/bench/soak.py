@@ -28,6 +28,7 @@ from pathlib import Path
 
 from demo.lab.bench.child_server import served
 from demo.models import presets
+from demo.session import form
 
 EXAMPLES = presets.ASSETS / "examples"
 MIB = 2**20
@@ -113,9 +114,8 @@ def request(client, kind: str, i: int, pairs, preset: str, drafter: str, max_new
         client.predict(preset, *ANALYSIS.values(), api_name="/analysis")
         return
     if kind == "exactness":  # /trace's fields by name, then k
-        fields = race_arguments(image, question, preset, drafter, max_new_tokens, greedy=False, seed=i)
-        fields.pop("adaptive")  # the page's box: /race's alone
-        client.predict(**fields, k=K, api_name="/exactness")
+        race = race_arguments(image, question, preset, drafter, max_new_tokens, greedy=False, seed=i)
+        client.predict(race["image"], **form.fields(race), k=K, api_name="/exactness")
         return
     change = {"drafter": drafter} | KINDS[kind]
     client.predict(**race_arguments(image, question, preset, max_new_tokens=max_new_tokens, **change), api_name="/race")
